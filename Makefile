@@ -1,0 +1,49 @@
+# goroce: a pure-Go RoCEv2 stack. `make run` shows it working, `make test`
+# checks it. Longer suites have their own targets.
+GO       ?= go
+PKGS     := ./...
+FUZZTIME ?= 30s
+BENCHTIME ?= 1s
+
+.PHONY: all build run test vet fmt-check race bench fuzz interop clean
+
+all: build
+
+build:
+	$(GO) build $(PKGS)
+
+# The main job: a client and a server exchanging data over loopback UDP,
+# pure Go, no privileges.
+run:
+	$(GO) run ./cmd/roce demo
+
+test: fmt-check vet race
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+race:
+	$(GO) test -race -timeout 20m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# Runs every fuzz target for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+# Interoperability with the Linux kernel's soft-RoCE (rxe) and rdma-core's
+# tools in QEMU VMs; needs root. See interop/README.md.
+interop:
+	./interop/run.sh
+
+clean:
+	$(GO) clean -testcache

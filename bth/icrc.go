@@ -1,0 +1,246 @@
+package bth
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net/netip"
+)
+
+// The invariant CRC (IBTA Vol. 1 Annex A17 §A17.4.1.1, "ICRC") is the
+// CRC-32 of IEEE 802.3 over
+//
+//	8 bytes of 0xFF (standing in for the IB local route header)
+//	| IP header | UDP header | BTH | extension headers | payload | pad
+//
+// with the fields that routers may change replaced by ones: IPv4 TOS, TTL
+// and header checksum; IPv6 traffic class, flow label and hop limit; the UDP
+// checksum; and BTH byte 4 (FECN, BECN, reserved). It goes on the wire after
+// the pad, least-significant byte first.
+
+// maxPseudoLen is the longest masked prefix: 8 bytes of ones, an IPv4
+// header with options (60) or an IPv6 header (40), UDP (8) and BTH (12).
+const maxPseudoLen = 8 + 60 + UDPLen + BTHLen
+
+// Flow describes the IP and UDP headers that carry a RoCE packet, as far as
+// the ICRC covers them. It is what a sender on a UDP socket must predict and
+// what a receiver on a UDP socket must know to check the ICRC, since neither
+// sees the IP header itself.
+type Flow struct {
+	Src, Dst         netip.Addr // both IPv4 (or IPv4-mapped) or both IPv6
+	SrcPort, DstPort uint16
+	// ID and DF are the IPv4 identification and don't-fragment bit. Linux
+	// sends ID 0 with DF for an unconnected UDP socket with path MTU
+	// discovery on; UDP GSO numbers the segments of one send 0, 1, 2...
+	ID uint16
+	DF bool
+}
+
+// IsIPv4 reports whether the flow is carried over IPv4.
+func (f *Flow) IsIPv4() bool { return f.Src.Unmap().Is4() }
+
+// pseudo writes the masked prefix of the ICRC input for a RoCE packet of
+// roceLen bytes (BTH through ICRC) into b and returns its length.
+func (f *Flow) pseudo(b *[maxPseudoLen]byte, bth []byte, roceLen int) int {
+	for i := range 8 {
+		b[i] = 0xFF
+	}
+	n := 8
+	udpLen := UDPLen + roceLen
+	if f.IsIPv4() {
+		h := b[n : n+IPv4MinLen]
+		h[0] = 0x45
+		h[1] = 0xFF // TOS
+		binary.BigEndian.PutUint16(h[2:], uint16(IPv4MinLen+udpLen))
+		binary.BigEndian.PutUint16(h[4:], f.ID)
+		h[6], h[7] = boolBit(f.DF, 0x40), 0
+		h[8] = 0xFF // TTL
+		h[9] = ProtocolUDP
+		h[10], h[11] = 0xFF, 0xFF // header checksum
+		s, d := f.Src.Unmap().As4(), f.Dst.Unmap().As4()
+		copy(h[12:], s[:])
+		copy(h[16:], d[:])
+		n += IPv4MinLen
+	} else {
+		h := b[n : n+IPv6Len]
+		h[0], h[1], h[2], h[3] = 0x6F, 0xFF, 0xFF, 0xFF // version, traffic class, flow label
+		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
+		h[6] = ProtocolUDP
+		h[7] = 0xFF // hop limit
+		s, d := f.Src.As16(), f.Dst.As16()
+		copy(h[8:], s[:])
+		copy(h[24:], d[:])
+		n += IPv6Len
+	}
+	u := b[n : n+UDPLen]
+	binary.BigEndian.PutUint16(u[0:], f.SrcPort)
+	binary.BigEndian.PutUint16(u[2:], f.DstPort)
+	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
+	u[6], u[7] = 0xFF, 0xFF // checksum
+	n += UDPLen
+	n += maskBTH(b[n:], bth)
+	return n
+}
+
+// maskBTH copies the BTH into dst with byte 4 set to ones.
+func maskBTH(dst, bth []byte) int {
+	copy(dst[:BTHLen], bth[:BTHLen])
+	dst[4] = 0xFF
+	return BTHLen
+}
+
+// ICRC returns the ICRC of pkt, a RoCE packet from its BTH through its pad
+// (without the ICRC), carried by flow f.
+func (f *Flow) ICRC(pkt []byte) uint32 {
+	var b [maxPseudoLen]byte
+	n := f.pseudo(&b, pkt, len(pkt)+ICRCLen)
+	c := crc32.Update(0, crc32.IEEETable, b[:n])
+	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+}
+
+// Seal computes the ICRC of pkt, a RoCE packet from its BTH through its
+// ICRC, carried by flow f, and writes it into the last four bytes.
+func (f *Flow) Seal(pkt []byte) {
+	n := len(pkt) - ICRCLen
+	binary.LittleEndian.PutUint32(pkt[n:], f.ICRC(pkt[:n]))
+}
+
+// Verify reports whether the ICRC at the end of pkt (BTH through ICRC) is
+// right for flow f.
+func (f *Flow) Verify(pkt []byte) bool {
+	n := len(pkt) - ICRCLen
+	if n < BTHLen {
+		return false
+	}
+	return f.ICRC(pkt[:n]) == binary.LittleEndian.Uint32(pkt[n:])
+}
+
+// FrameICRC returns the ICRC of ip, an IPv4 or IPv6 packet that carries a
+// RoCE packet over UDP, from its IP header through the ICRC (which is not
+// itself covered). ip must have passed ParseIP, so its headers are valid.
+func FrameICRC(ip []byte) uint32 {
+	var b [maxPseudoLen]byte
+	for i := range 8 {
+		b[i] = 0xFF
+	}
+	n := 8
+	var hl int
+	if ip[0]>>4 == 4 {
+		hl = int(ip[0]&0x0F) * 4
+		h := b[n : n+hl]
+		copy(h, ip[:hl])
+		h[1] = 0xFF
+		h[8] = 0xFF
+		h[10], h[11] = 0xFF, 0xFF
+	} else {
+		hl = IPv6Len
+		h := b[n : n+hl]
+		copy(h, ip[:hl])
+		h[0] |= 0x0F
+		h[1], h[2], h[3] = 0xFF, 0xFF, 0xFF
+		h[7] = 0xFF
+	}
+	n += hl
+	copy(b[n:], ip[hl:hl+UDPLen])
+	b[n+6], b[n+7] = 0xFF, 0xFF
+	n += UDPLen
+	roce := ip[hl+UDPLen : len(ip)-ICRCLen]
+	n += maskBTH(b[n:], roce)
+	c := crc32.Update(0, crc32.IEEETable, b[:n])
+	return crc32.Update(c, crc32.IEEETable, roce[BTHLen:])
+}
+
+// IDSolver checks the ICRC of IPv4 RoCE packets received on a UDP socket,
+// where the receiver cannot see the IPv4 identification field that the ICRC
+// covers (rxe, for one, sends an incrementing ID). The CRC is linear in the
+// 16 ID bits, so the solver finds the one ID, if any, that makes the ICRC
+// right; the check then keeps 16 of its 32 bits of strength.
+//
+// An IDSolver caches a little per packet length. It is not safe for
+// concurrent use; give each receiving goroutine its own.
+type IDSolver struct {
+	byLen map[int]*idBasis
+	zero  []byte
+}
+
+// idBasis is the reduced basis of the CRC differences made by each ID bit,
+// for one packet length.
+type idBasis struct {
+	pivot [16]uint32 // the pivot bit of each row
+	row   [16]uint32 // CRC difference, reduced
+	comb  [16]uint16 // the ID bits whose differences make up the row
+	n     int        // rows
+}
+
+// Recover returns the IPv4 identification for which pkt (BTH through ICRC)
+// has a right ICRC on flow f, whose ID field is ignored, and ok false when
+// there is none.
+func (s *IDSolver) Recover(f *Flow, pkt []byte) (id uint16, ok bool) {
+	n := len(pkt) - ICRCLen
+	if n < BTHLen || !f.IsIPv4() {
+		return 0, false
+	}
+	g := *f
+	g.ID = 0
+	delta := g.ICRC(pkt[:n]) ^ binary.LittleEndian.Uint32(pkt[n:])
+	if delta == 0 {
+		return 0, true
+	}
+	// Bytes of the CRC input after the ID field: the rest of the IPv4
+	// header (6), UDP (8) and the packet without its ICRC.
+	b := s.basis(IPv4MinLen - 6 + UDPLen + n)
+	var x uint16
+	for i := 0; i < b.n; i++ {
+		if delta&b.pivot[i] != 0 {
+			delta ^= b.row[i]
+			x ^= b.comb[i]
+		}
+	}
+	return x, delta == 0
+}
+
+func (s *IDSolver) basis(tail int) *idBasis {
+	if b, ok := s.byLen[tail]; ok {
+		return b
+	}
+	if s.byLen == nil {
+		s.byLen = make(map[int]*idBasis)
+	}
+	if len(s.zero) < tail {
+		s.zero = make([]byte, tail)
+	}
+	// The CRC difference of flipping ID bit i is the raw CRC (zero initial
+	// value, no final XOR) of that bit followed by tail zero bytes; Go's
+	// Update computes ^raw(^crc, p), so raw(0, p) = ^Update(^0, p).
+	var raw [16]uint32
+	for i := range 16 {
+		v := uint16(1) << i
+		be := [2]byte{byte(v >> 8), byte(v)}
+		c := ^crc32.Update(^uint32(0), crc32.IEEETable, be[:])
+		raw[i] = ^crc32.Update(^c, crc32.IEEETable, s.zero[:tail])
+	}
+	// Gaussian elimination over GF(2).
+	b := &idBasis{}
+	for i := range 16 {
+		r, comb := raw[i], uint16(1)<<i
+		for j := 0; j < b.n; j++ {
+			if r&b.pivot[j] != 0 {
+				r ^= b.row[j]
+				comb ^= b.comb[j]
+			}
+		}
+		if r == 0 {
+			continue
+		}
+		p := r & -r
+		for j := 0; j < b.n; j++ {
+			if b.row[j]&p != 0 {
+				b.row[j] ^= r
+				b.comb[j] ^= comb
+			}
+		}
+		b.pivot[b.n], b.row[b.n], b.comb[b.n] = p, r, comb
+		b.n++
+	}
+	s.byLen[tail] = b
+	return b
+}
