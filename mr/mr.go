@@ -1,0 +1,327 @@
+// Package mr holds protection domains and memory regions: registration of
+// caller-owned memory, the lkey/rkey table, and the bounds, access and
+// protection-domain checks every local and remote access goes through.
+//
+// A key is a 24-bit table index and an 8-bit key chosen at random for each
+// registration (and again for each Rekey), so keys are not predictable and
+// a stale key does not reach a newer region at the same index. Lookups
+// take O(1) and no lock on the table.
+//
+// Deregistration and invalidation take effect at once: an access holds the
+// region's read lock while it copies, and Deregister takes the write lock,
+// so when it returns no packet in flight can touch the memory any more.
+package mr
+
+import (
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Access is a set of access rights, with the values of ibv_access_flags.
+type Access uint32
+
+// Access rights.
+const (
+	LocalWrite   Access = 1 << 0
+	RemoteWrite  Access = 1 << 1
+	RemoteRead   Access = 1 << 2
+	RemoteAtomic Access = 1 << 3
+	// RemoteAccess is every remote right.
+	RemoteAccess = RemoteWrite | RemoteRead | RemoteAtomic
+	knownAccess  = LocalWrite | RemoteAccess
+)
+
+func (a Access) String() string {
+	if a == 0 {
+		return "none"
+	}
+	var b []byte
+	for i, n := range []string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"} {
+		if a&(1<<i) != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, n...)
+		}
+	}
+	if rest := a &^ knownAccess; rest != 0 {
+		b = fmt.Appendf(b, "|%#x", uint32(rest))
+	}
+	return string(b)
+}
+
+// Errors.
+var (
+	// ErrInvalidAccess: remote write or remote atomic without local
+	// write, or an unknown flag (ibv_reg_mr's EINVAL).
+	ErrInvalidAccess = errors.New("mr: remote write and remote atomic need local write")
+	// ErrTableFull: every index is in use.
+	ErrTableFull = errors.New("mr: no free memory region index")
+	// ErrDeregistered: the region was deregistered already.
+	ErrDeregistered = errors.New("mr: memory region deregistered")
+	// ErrPDBusy: the protection domain still has regions or queue pairs.
+	ErrPDBusy = errors.New("mr: protection domain in use")
+	// ErrKey: no valid region has this key.
+	ErrKey = errors.New("mr: invalid key")
+	// ErrPD: the region belongs to another protection domain.
+	ErrPD = errors.New("mr: protection domain mismatch")
+	// ErrBounds: the access falls outside the region.
+	ErrBounds = errors.New("mr: access out of bounds")
+	// ErrAccessRights: the region does not grant the access.
+	ErrAccessRights = errors.New("mr: access not permitted")
+	// ErrAlignment: an atomic access not 8-byte aligned.
+	ErrAlignment = errors.New("mr: atomic access not 8-byte aligned")
+)
+
+// Table is the key table of one device. It is safe for concurrent use.
+type Table struct {
+	mu   sync.Mutex // serializes registration and deregistration
+	dir  [1 << dirBits]atomic.Pointer[chunk]
+	next uint32   // next never-used index
+	free []uint32 // indices given back
+	rnd  *rand.Rand
+	pds  atomic.Uint32
+}
+
+const (
+	chunkBits = 10
+	dirBits   = 24 - chunkBits
+	// MaxRegions is how many regions a table holds.
+	MaxRegions = 1<<24 - 1
+)
+
+type chunk [1 << chunkBits]atomic.Pointer[MR]
+
+// NewTable returns an empty table.
+func NewTable() *Table {
+	var seed [32]byte
+	crand.Read(seed[:])
+	return &Table{next: 1, rnd: rand.New(rand.NewChaCha8(seed))}
+}
+
+// PD is a protection domain: regions and queue pairs of one PD may be used
+// together, and no other combination. It is safe for concurrent use.
+type PD struct {
+	t     *Table
+	id    uint32
+	users atomic.Int64
+}
+
+// AllocPD returns a new protection domain.
+func (t *Table) AllocPD() *PD { return &PD{t: t, id: t.pds.Add(1)} }
+
+// ID returns a number that identifies the PD on its device.
+func (pd *PD) ID() uint32 { return pd.id }
+
+// Hold counts an object (a queue pair, say) that uses the PD, so that
+// Dealloc refuses while it exists. Drop undoes it.
+func (pd *PD) Hold() { pd.users.Add(1) }
+
+// Drop undoes a Hold.
+func (pd *PD) Drop() { pd.users.Add(-1) }
+
+// Dealloc frees the PD; it fails with ErrPDBusy while regions or queue
+// pairs use it.
+func (pd *PD) Dealloc() error {
+	if pd.users.Load() != 0 {
+		return ErrPDBusy
+	}
+	return nil
+}
+
+// MR is a registered memory region: a caller-owned byte slice, the I/O
+// virtual address peers use to name it, its access rights and its key.
+// It is safe for concurrent use.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	iova   uint64
+	access Access
+	index  uint32
+
+	mu    sync.RWMutex // held for reading during every access
+	key   uint32       // index << 8 | random 8 bits
+	valid bool         // false once invalidated or deregistered
+	gone  bool         // deregistered
+}
+
+// Register registers buf in pd with the given rights. The region's
+// address (what SGEs and peers use) is the address of buf[0], as with
+// ibv_reg_mr; RegisterIOVA chooses another. The caller must not let buf
+// go until Deregister returns.
+func (pd *PD) Register(buf []byte, access Access) (*MR, error) {
+	var iova uint64
+	if len(buf) > 0 {
+		iova = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+	}
+	return pd.RegisterIOVA(buf, iova, access)
+}
+
+// RegisterIOVA is Register with the region's address chosen by the caller
+// (ibv_reg_mr_iova).
+func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if access&^knownAccess != 0 || access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
+		return nil, ErrInvalidAccess
+	}
+	if iova+uint64(len(buf)) < iova {
+		return nil, ErrBounds
+	}
+	t := pd.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var idx uint32
+	if n := len(t.free); n > 0 {
+		idx, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		if t.next > MaxRegions {
+			return nil, ErrTableFull
+		}
+		idx = t.next
+		t.next++
+	}
+	m := &MR{pd: pd, buf: buf, iova: iova, access: access, index: idx, valid: true}
+	m.key = idx<<8 | uint32(t.rnd.IntN(256))
+	c := t.dir[idx>>chunkBits].Load()
+	if c == nil {
+		c = new(chunk)
+		t.dir[idx>>chunkBits].Store(c)
+	}
+	c[idx&(1<<chunkBits-1)].Store(m)
+	pd.Hold()
+	return m, nil
+}
+
+// Deregister removes the region. When it returns, no access is under way
+// and none will start; the memory is the caller's again.
+func (m *MR) Deregister() error {
+	m.mu.Lock()
+	if m.gone {
+		m.mu.Unlock()
+		return ErrDeregistered
+	}
+	m.gone, m.valid = true, false
+	m.mu.Unlock()
+	t := m.pd.t
+	t.mu.Lock()
+	t.dir[m.index>>chunkBits].Load()[m.index&(1<<chunkBits-1)].Store(nil)
+	t.free = append(t.free, m.index)
+	t.mu.Unlock()
+	m.pd.Drop()
+	return nil
+}
+
+// Invalidate makes the region's key unusable, as LOCAL_INV and SEND with
+// invalidate do, until Rekey. It waits for accesses under way.
+func (m *MR) Invalidate() {
+	m.mu.Lock()
+	m.valid = false
+	m.mu.Unlock()
+}
+
+// Rekey gives a region a new key (a new random 8-bit part) and makes it
+// valid again, as a fast registration does after an invalidation. It
+// returns the new key.
+func (m *MR) Rekey() (uint32, error) {
+	t := m.pd.t
+	t.mu.Lock()
+	r := uint32(t.rnd.IntN(255))
+	t.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone {
+		return 0, ErrDeregistered
+	}
+	if r >= m.key&0xFF {
+		r++ // never the same key twice in a row
+	}
+	m.key = m.index<<8 | r
+	m.valid = true
+	return m.key, nil
+}
+
+// LKey returns the local key.
+func (m *MR) LKey() uint32 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.key
+}
+
+// RKey returns the remote key; the same value as the local key.
+func (m *MR) RKey() uint32 { return m.LKey() }
+
+// Addr returns the region's address.
+func (m *MR) Addr() uint64 { return m.iova }
+
+// Len returns the region's length.
+func (m *MR) Len() int { return len(m.buf) }
+
+// Bytes returns the registered memory.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// Access returns the region's access rights.
+func (m *MR) Access() Access { return m.access }
+
+// PD returns the region's protection domain.
+func (m *MR) PD() *PD { return m.pd }
+
+// Lookup finds the valid region with key in pd and checks that
+// [addr, addr+n) lies within it and that it grants want. On success the
+// region is held for reading: the caller copies through the returned
+// slice, which is exactly the n bytes asked for, and then calls Release.
+// Lookup takes no lock on the table.
+func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (*MR, []byte, error) {
+	idx := key >> 8
+	c := t.dir[idx>>chunkBits].Load()
+	if c == nil {
+		return nil, nil, ErrKey
+	}
+	m := c[idx&(1<<chunkBits-1)].Load()
+	if m == nil {
+		return nil, nil, ErrKey
+	}
+	m.mu.RLock()
+	if !m.valid || m.key != key {
+		m.mu.RUnlock()
+		return nil, nil, ErrKey
+	}
+	if m.pd != pd {
+		m.mu.RUnlock()
+		return nil, nil, ErrPD
+	}
+	if m.access&want != want {
+		m.mu.RUnlock()
+		return nil, nil, ErrAccessRights
+	}
+	off := addr - m.iova
+	if addr < m.iova || off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		m.mu.RUnlock()
+		return nil, nil, ErrBounds
+	}
+	return m, m.buf[off : off+uint64(n) : off+uint64(n)], nil
+}
+
+// Release ends an access begun by Lookup.
+func (m *MR) Release() { m.mu.RUnlock() }
+
+// Find returns the registered region with key in pd, valid or not, for
+// invalidation. It fails when no region has the key or the PD differs.
+func (t *Table) Find(pd *PD, key uint32) (*MR, error) {
+	idx := key >> 8
+	c := t.dir[idx>>chunkBits].Load()
+	if c == nil {
+		return nil, ErrKey
+	}
+	m := c[idx&(1<<chunkBits-1)].Load()
+	if m == nil || m.LKey() != key {
+		return nil, ErrKey
+	}
+	if m.pd != pd {
+		return nil, ErrPD
+	}
+	return m, nil
+}

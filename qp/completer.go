@@ -1,0 +1,307 @@
+package qp
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
+)
+
+const localWrite = mr.LocalWrite
+
+// compState is the completer's state.
+type compState struct {
+	psn         bth.PSN // oldest PSN not yet acknowledged or answered
+	retryLeft   uint8
+	rnrLeft     uint8
+	timerArmed  bool
+	deadline    time.Time
+	rnrWait     bool
+	rnrPSN      bth.PSN
+	rnrDeadline time.Time
+}
+
+// complete handles a response to this QP's requests: an ACK or NAK, a READ
+// response or an atomic ACK (rxe_comp.c's job).
+func (q *QP) complete(p *bth.Packet, b *txBatch) {
+	if q.state != RTS && q.state != SQD {
+		q.ctr.DropBadState++
+		return
+	}
+	psn := p.BTH.PSN()
+	// A response names a PSN we sent and have not seen answered; an ACK
+	// may repeat the last one answered.
+	if !psn.InRange(q.comp.psn.Add(bth.PSNMask), q.req.psn) {
+		q.ctr.DropBadResp++
+		return
+	}
+	switch p.Info.Operation {
+	case bth.OpAcknowledge:
+		q.ctr.AcksRcvd++
+		q.handleAETH(p.AETH, psn, b)
+	case bth.OpReadResponse:
+		q.handleReadResponse(p, psn, b)
+	case bth.OpAtomicAcknowledge:
+		q.handleAtomicAck(p, psn, b)
+	}
+}
+
+func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
+	syn := a.Syndrome()
+	switch syn.Kind() {
+	case bth.KindACK:
+		q.ackTo(psn, b)
+	case bth.KindRNRNAK:
+		q.ctr.RcvdRNRErr++
+		q.ackTo(psn.Add(bth.PSNMask), b)
+		if q.state != RTS && q.state != SQD {
+			return
+		}
+		if q.comp.rnrLeft == 0 {
+			q.ctr.RetryRNRExceededErr++
+			q.failHead(RNRRetryExcErr, b)
+			return
+		}
+		if q.comp.rnrLeft != 7 {
+			q.comp.rnrLeft--
+		}
+		q.startRNRWait(psn, bth.RNRTimerDuration(syn.Value()))
+	case bth.KindNAK:
+		q.ackTo(psn.Add(bth.PSNMask), b)
+		if q.state != RTS && q.state != SQD {
+			return
+		}
+		switch syn.NAKCode() {
+		case bth.NAKPSNSequenceError:
+			q.ctr.RcvdSeqErr++
+			if psn.InRange(q.comp.psn, q.req.psn) {
+				q.retry(b, psn)
+			}
+		case bth.NAKInvalidRequest:
+			q.ctr.RcvdInvReqNAK++
+			q.failHead(RemInvReqErr, b)
+		case bth.NAKRemoteAccessError:
+			q.ctr.RcvdRemAccessNAK++
+			q.failHead(RemAccessErr, b)
+		default:
+			q.ctr.RcvdRemOpNAK++
+			q.failHead(RemOpErr, b)
+		}
+	default:
+		q.ctr.DropBadResp++
+	}
+}
+
+// ackTo takes an acknowledgement of every PSN up to and including psn:
+// SENDs and WRITEs it covers complete. An acknowledgement that passes a
+// READ or atomic still waiting for its response means the response was
+// lost, so the requester asks again.
+func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
+	progress := false
+	lost := false
+	for s := q.sq.first; s != q.sq.next; s++ {
+		w := q.sq.at(s)
+		if w.state == wqeDone {
+			continue // a local operation, or failed
+		}
+		if w.wr.Opcode.needsResponse() {
+			lost = !psn.LessThan(q.comp.psn)
+			break
+		}
+		if last := w.lastPSN(); !psn.LessThan(last) {
+			w.state = wqeDone
+			q.comp.psn = last.Next()
+			progress = true
+			continue
+		}
+		if !psn.LessThan(q.comp.psn) {
+			q.comp.psn = psn.Next()
+			progress = true
+		}
+		break
+	}
+	// The WQE at next may be partly sent and partly acknowledged.
+	if !lost && q.sq.next != q.sq.tail {
+		if w := q.sq.at(q.sq.next); w.state == wqeStarted && !psn.LessThan(q.comp.psn) && psn.InWindow(w.firstPSN, w.npsn) {
+			q.comp.psn = psn.Next()
+			progress = true
+		}
+	}
+	if progress {
+		q.progress()
+		q.retire()
+		q.request(b)
+	}
+	if lost {
+		q.retry(b, q.comp.psn)
+	}
+}
+
+// progress notes that the peer answered: retry counts start over and the
+// timer restarts for what is left.
+func (q *QP) progress() {
+	q.comp.retryLeft = q.attr.RetryCnt
+	q.comp.rnrLeft = q.attr.RNRRetry
+	q.armTimer()
+	q.checkDrained()
+}
+
+func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
+	// A response acknowledges every PSN before it.
+	q.ackTo(psn.Add(bth.PSNMask), b)
+	if q.state != RTS && q.state != SQD {
+		return
+	}
+	w := q.headPending()
+	if w == nil || w.wr.Opcode != OpRead || !psn.InWindow(w.firstPSN, w.npsn) {
+		q.ctr.DropBadResp++
+		return
+	}
+	if psn != q.comp.psn {
+		if q.comp.psn.LessThan(psn) {
+			q.retry(b, q.comp.psn) // responses lost before this one
+		}
+		return
+	}
+	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
+	n := uint64(len(p.Payload))
+	end := p.Info.Position == bth.PosLast || p.Info.Position == bth.PosOnly
+	if end && off+n != w.length || !end && n != uint64(q.mtu) {
+		q.ctr.DropBadResp++
+		return
+	}
+	if !q.scatter(w.sgl, off, p.Payload) {
+		q.failWQE(w, LocProtErr, b)
+		return
+	}
+	q.comp.psn = psn.Next()
+	if end {
+		w.state = wqeDone
+		q.req.rdOutstanding--
+	}
+	q.progress()
+	if end {
+		q.retire()
+		q.request(b)
+	}
+}
+
+func (q *QP) handleAtomicAck(p *bth.Packet, psn bth.PSN, b *txBatch) {
+	q.ackTo(psn.Add(bth.PSNMask), b)
+	if q.state != RTS && q.state != SQD {
+		return
+	}
+	w := q.headPending()
+	if w == nil || !w.wr.Opcode.isAtomic() || w.firstPSN != psn || psn != q.comp.psn {
+		q.ctr.DropBadResp++
+		return
+	}
+	w.orig = p.AtomicAckETH.Orig()
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], w.orig)
+	if !q.scatter(w.sgl, 0, v[:]) {
+		q.failWQE(w, LocProtErr, b)
+		return
+	}
+	q.comp.psn = psn.Next()
+	w.state = wqeDone
+	q.req.rdOutstanding--
+	q.progress()
+	q.retire()
+	q.request(b)
+}
+
+// headPending returns the oldest sent request that is not complete.
+func (q *QP) headPending() *sendWQE {
+	for s := q.sq.first; s != q.sq.next; s++ {
+		if w := q.sq.at(s); w.state != wqeDone {
+			return w
+		}
+	}
+	return nil
+}
+
+// retry sends again from psn after a NAK or a timeout, counting against
+// retry_cnt; when the count is spent, the oldest request fails with
+// RETRY_EXC_ERR.
+func (q *QP) retry(b *txBatch, psn bth.PSN) {
+	q.ctr.CompleterRetryErr++
+	if q.comp.retryLeft == 0 {
+		q.ctr.RetryExceededErr++
+		q.failHead(RetryExcErr, b)
+		return
+	}
+	q.comp.retryLeft--
+	q.rewind(psn)
+	q.request(b)
+	q.armTimer()
+}
+
+// failHead fails the oldest outstanding request.
+func (q *QP) failHead(st Status, b *txBatch) {
+	if w := q.headPending(); w != nil {
+		q.failWQE(w, st, b)
+		return
+	}
+	q.toErr(b)
+}
+
+// failWQE completes w with an error status and moves the QP to ERR (SQE for
+// UC and UD, whose receive side goes on), flushing the rest.
+func (q *QP) failWQE(w *sendWQE, st Status, b *txBatch) {
+	w.state, w.status = wqeDone, st
+	if q.typ == RC {
+		q.toErr(b)
+		return
+	}
+	q.state = SQE
+	q.stopTimers()
+	q.flushSend()
+}
+
+// retire completes finished requests from the head of the send queue, in
+// order, with a completion for those signaled or failed.
+func (q *QP) retire() {
+	for q.sq.first != q.sq.next {
+		w := q.sq.at(q.sq.first)
+		if w.state != wqeDone {
+			return
+		}
+		if w.status != Success || w.wr.Flags&Signaled != 0 || q.sigAll {
+			wc := WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn,
+				ByteLen: uint32(w.length)}
+			q.scq.push(&wc, false)
+		}
+		q.sq.first++
+	}
+	q.checkDrained()
+}
+
+func wcOpcode(op Opcode) WCOpcode {
+	switch op {
+	case OpWrite, OpWriteImm:
+		return WCWrite
+	case OpRead:
+		return WCRead
+	case OpAtomicCmpSwp:
+		return WCCompSwap
+	case OpAtomicFetchAdd:
+		return WCFetchAdd
+	case OpLocalInv:
+		return WCLocalInv
+	}
+	return WCSend
+}
+
+// localInvalidate carries out a LOCAL_INV request; it reports false when
+// the key names no region of the QP's protection domain.
+func (q *QP) localInvalidate(w *sendWQE) bool {
+	m, err := q.dev.mrs.Find(q.pd, w.wr.InvRKey)
+	if err != nil {
+		return false
+	}
+	m.Invalidate()
+	w.state = wqeDone
+	return true
+}

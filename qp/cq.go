@@ -1,0 +1,148 @@
+package qp
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// CQ is a completion queue. Poll, Wait and ReqNotify are safe for
+// concurrent use; the engine adds completions from its goroutines.
+//
+// A CQ that fills up loses the completion that did not fit: the device
+// reports an EventCQErr asynchronous event and the CQ stays in error, as
+// an overrun hardware CQ does.
+type CQ struct {
+	dev   *Device
+	mu    sync.Mutex
+	ring  []WC
+	head  int // oldest entry
+	n     atomic.Int32
+	armed uint8 // 0, armAny or armSolicited
+	err   bool
+	ch    chan struct{}
+	users atomic.Int32
+	dead  bool
+}
+
+const (
+	armAny       = 1
+	armSolicited = 2
+)
+
+// CreateCQ returns a completion queue for at least cqe completions.
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	if cqe < 1 || cqe > MaxCQE {
+		return nil, ErrInvalidCap
+	}
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	return &CQ{dev: d, ring: make([]WC, cqe), ch: make(chan struct{}, 1)}, nil
+}
+
+// Len returns the number of completions waiting.
+func (c *CQ) Len() int { return int(c.n.Load()) }
+
+// Cap returns the number of completions the CQ holds.
+func (c *CQ) Cap() int { return len(c.ring) }
+
+// Poll moves up to len(wc) completions, oldest first, into wc and returns
+// how many. It does not block; an empty CQ costs one atomic load.
+func (c *CQ) Poll(wc []WC) int {
+	if c.n.Load() == 0 || len(wc) == 0 {
+		return 0
+	}
+	c.mu.Lock()
+	n := int(c.n.Load())
+	if n > len(wc) {
+		n = len(wc)
+	}
+	for i := range n {
+		wc[i] = c.ring[c.head]
+		c.head++
+		if c.head == len(c.ring) {
+			c.head = 0
+		}
+	}
+	c.n.Add(int32(-n))
+	c.mu.Unlock()
+	return n
+}
+
+// ReqNotify arms the CQ: the next completion (only a solicited one or an
+// error, if solicitedOnly) sends one value on C. Like ibv_req_notify_cq.
+func (c *CQ) ReqNotify(solicitedOnly bool) {
+	c.mu.Lock()
+	if solicitedOnly {
+		if c.armed != armAny {
+			c.armed = armSolicited
+		}
+	} else {
+		c.armed = armAny
+	}
+	c.mu.Unlock()
+}
+
+// C returns the CQ's completion channel (ibv_get_cq_event).
+func (c *CQ) C() <-chan struct{} { return c.ch }
+
+// Wait blocks until the CQ holds a completion or ctx is done.
+func (c *CQ) Wait(ctx context.Context) error {
+	for c.n.Load() == 0 {
+		c.ReqNotify(false)
+		if c.n.Load() != 0 {
+			break
+		}
+		select {
+		case <-c.ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Destroy frees the CQ; it fails with ErrBusy while queue pairs use it.
+func (c *CQ) Destroy() error {
+	if c.users.Load() != 0 {
+		return ErrBusy
+	}
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
+	return nil
+}
+
+// push adds a completion. It reports false when the CQ overflowed.
+func (c *CQ) push(wc *WC, solicited bool) bool {
+	c.mu.Lock()
+	n := int(c.n.Load())
+	if n == len(c.ring) || c.err {
+		first := !c.err
+		c.err = true
+		c.mu.Unlock()
+		if first {
+			c.dev.event(Event{Type: EventCQErr, CQ: c})
+		}
+		return false
+	}
+	i := c.head + n
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	c.ring[i] = *wc
+	c.n.Add(1)
+	notify := c.armed == armAny || c.armed == armSolicited && (solicited || wc.Status != Success)
+	if notify {
+		c.armed = 0
+	}
+	c.mu.Unlock()
+	if notify {
+		select {
+		case c.ch <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}

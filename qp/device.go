@@ -1,0 +1,337 @@
+package qp
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/transport"
+)
+
+// Config configures a Device. A nil *Config or zero fields mean defaults.
+type Config struct {
+	// Clock runs the retransmission and RNR timers; nil is the system
+	// clock. Tests use a clock.Manual to be deterministic.
+	Clock clock.Clock
+	// Logger receives state changes at Debug level; nil discards.
+	Logger *slog.Logger
+	// MaxUnackedPSNs bounds the packets a requester has in flight on one
+	// QP (rxe uses 128). 0 means 512.
+	MaxUnackedPSNs int
+	// AckReqEvery sets AckReq on at least every so many packets of a long
+	// message, besides the last (rxe: 64). 0 means 64.
+	AckReqEvery int
+}
+
+// Device is a software RNIC: it owns queue pairs, completion queues and the
+// memory region table, and runs the RC, UC and UD protocols over a
+// transport. It is safe for concurrent use.
+type Device struct {
+	t   transport.Transport
+	clk clock.Clock
+	log *slog.Logger
+	gid netip.Addr
+	mrs *mr.Table
+
+	maxUnacked  uint32
+	ackReqEvery uint32
+	maxPacket   int
+
+	qpMu    sync.Mutex // serializes QP creation and destruction
+	qps     qpTable
+	nextQPN uint32
+	gsi     *QP
+
+	atomicMu sync.Mutex // makes responder atomics atomic against each other
+
+	batches sync.Pool
+	events  chan Event
+	closed  atomic.Bool
+
+	ctr     devCounters
+	retired Counters // counters of destroyed QPs, under qpMu
+}
+
+// New returns a device that sends and receives over t, and starts t.
+func New(t transport.Transport, cfg *Config) (*Device, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	d := &Device{
+		t:           t,
+		clk:         cfg.Clock,
+		log:         cfg.Logger,
+		gid:         t.LocalAddr(),
+		mrs:         mr.NewTable(),
+		maxUnacked:  uint32(cfg.MaxUnackedPSNs),
+		ackReqEvery: uint32(cfg.AckReqEvery),
+		maxPacket:   t.MaxPacket(),
+		nextQPN:     firstQPN,
+		events:      make(chan Event, 64),
+	}
+	if d.clk == nil {
+		d.clk = clock.Real{}
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.maxUnacked == 0 {
+		d.maxUnacked = 512
+	}
+	if d.ackReqEvery == 0 {
+		d.ackReqEvery = 64
+	}
+	if d.maxPacket < bth.RCWriteFirst.HeaderLen()+MTU256.Bytes()+bth.ICRCLen {
+		return nil, errors.New("qp: transport packets too small for a 256-byte MTU")
+	}
+	bs := t.BatchSize()
+	d.batches.New = func() any { return newTxBatch(d, bs) }
+	if err := t.Start(d.receive); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// firstQPN is the first QP number handed out, as rxe does; 0 and 1 are
+// the special QPs.
+const firstQPN = 0x11
+
+// Close destroys the device's queue pairs and closes its transport.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.qpMu.Lock()
+	var qps []*QP
+	d.qps.each(func(q *QP) { qps = append(qps, q) })
+	d.qpMu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+	return d.t.Close()
+}
+
+// GID returns the address behind the device's RoCEv2 GID (index 0).
+func (d *Device) GID() netip.Addr { return d.gid }
+
+// MTU returns the largest path MTU the transport carries.
+func (d *Device) MTU() MTU {
+	m, _ := MTUFromBytes(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
+	return m
+}
+
+// AllocPD returns a new protection domain.
+func (d *Device) AllocPD() *mr.PD { return d.mrs.AllocPD() }
+
+// Transport returns the device's transport.
+func (d *Device) Transport() transport.Transport { return d.t }
+
+// Logger returns the device's logger.
+func (d *Device) Logger() *slog.Logger { return d.log }
+
+// Clock returns the device's clock.
+func (d *Device) Clock() clock.Clock { return d.clk }
+
+// Events returns the channel of asynchronous events (ibv_get_async_event).
+// Events that find the channel full are dropped and counted.
+func (d *Device) Events() <-chan Event { return d.events }
+
+func (d *Device) event(e Event) {
+	select {
+	case d.events <- e:
+	default:
+		d.ctr.eventsDropped.Add(1)
+	}
+}
+
+// EventType is the kind of an asynchronous event.
+type EventType uint8
+
+// Asynchronous events, as ibv_event_type names them.
+const (
+	EventCQErr EventType = iota + 1
+	EventQPFatal
+	EventQPReqErr
+	EventQPAccessErr
+	EventCommEstablished
+	EventSQDrained
+	EventLastWQEReached
+	EventSRQLimitReached
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventCQErr:
+		return "CQ_ERR"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventQPReqErr:
+		return "QP_REQ_ERR"
+	case EventQPAccessErr:
+		return "QP_ACCESS_ERR"
+	case EventCommEstablished:
+		return "COMM_EST"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	case EventLastWQEReached:
+		return "QP_LAST_WQE_REACHED"
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
+	}
+	return "UNKNOWN"
+}
+
+// Event is an asynchronous event; the field for its kind of object is set.
+type Event struct {
+	Type EventType
+	QPN  uint32
+	CQ   *CQ
+	SRQ  *SRQ
+}
+
+// receive is the transport's handler: it validates each packet the way
+// rxe_recv.c does and hands it to its queue pair, holding the QP's lock
+// across consecutive packets for the same QP so that the packets the QP
+// answers with go out in one batch.
+func (d *Device) receive(pkts []transport.Packet) {
+	var cur *QP
+	var b *txBatch
+	var pkt bth.Packet
+	for i := range pkts {
+		tp := &pkts[i]
+		if err := pkt.Parse(tp.Data); err != nil {
+			d.ctr.drop(dropMalformed)
+			continue
+		}
+		if pkt.BTH.TVer() != 0 {
+			d.ctr.drop(dropTVer)
+			continue
+		}
+		q := d.qps.get(pkt.BTH.DestQP())
+		if q == nil {
+			d.ctr.drop(dropNoQP)
+			continue
+		}
+		if q != cur {
+			if cur != nil {
+				cur.flushAndUnlock(b)
+			} else {
+				b = d.getBatch()
+			}
+			cur = q
+			cur.mu.Lock()
+		}
+		q.recv(&pkt, tp, b)
+	}
+	if cur != nil {
+		cur.flushAndUnlock(b)
+		d.putBatch(b)
+	}
+}
+
+// qpTable maps 24-bit QP numbers to queue pairs without a lock on lookup.
+type qpTable struct {
+	dir [1 << 14]atomic.Pointer[[1 << 10]atomic.Pointer[QP]]
+}
+
+func (t *qpTable) get(qpn uint32) *QP {
+	c := t.dir[qpn>>10&(1<<14-1)].Load()
+	if c == nil {
+		return nil
+	}
+	return c[qpn&(1<<10-1)].Load()
+}
+
+// set stores q at qpn; the caller holds Device.qpMu.
+func (t *qpTable) set(qpn uint32, q *QP) {
+	c := t.dir[qpn>>10].Load()
+	if c == nil {
+		c = new([1 << 10]atomic.Pointer[QP])
+		t.dir[qpn>>10].Store(c)
+	}
+	c[qpn&(1<<10-1)].Store(q)
+}
+
+// each calls f for every QP; the caller holds Device.qpMu.
+func (t *qpTable) each(f func(*QP)) {
+	for i := range t.dir {
+		c := t.dir[i].Load()
+		if c == nil {
+			continue
+		}
+		for j := range c {
+			if q := c[j].Load(); q != nil {
+				f(q)
+			}
+		}
+	}
+}
+
+// allocQPN returns a free QP number; the caller holds qpMu.
+func (d *Device) allocQPN() (uint32, error) {
+	for range bth.MaxQPN {
+		n := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN > bth.MaxQPN {
+			d.nextQPN = firstQPN
+		}
+		if d.qps.get(n) == nil {
+			return n, nil
+		}
+	}
+	return 0, ErrNoQPN
+}
+
+// txBatch collects the packets one pass of the engine sends, so that they
+// reach the transport together. Its buffers are reused from batch to batch.
+type txBatch struct {
+	d    *Device
+	pkts []transport.Packet
+	bufs [][]byte
+}
+
+func newTxBatch(d *Device, n int) *txBatch {
+	if n < 1 {
+		n = 1
+	}
+	b := &txBatch{d: d, pkts: make([]transport.Packet, 0, n), bufs: make([][]byte, n)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, d.maxPacket)
+	}
+	return b
+}
+
+func (d *Device) getBatch() *txBatch  { return d.batches.Get().(*txBatch) }
+func (d *Device) putBatch(b *txBatch) { d.batches.Put(b) }
+
+// buf returns the buffer for the next packet, sending the batch first if
+// it is full.
+func (b *txBatch) buf() []byte {
+	if len(b.pkts) == cap(b.pkts) {
+		b.flush()
+	}
+	return b.bufs[len(b.pkts)]
+}
+
+// add queues the n bytes written into the last buf() as a packet to dst.
+func (b *txBatch) add(n int, dst netip.Addr, sport uint16, tos uint8) {
+	b.pkts = append(b.pkts, transport.Packet{
+		Data: b.bufs[len(b.pkts)][:n], Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
+	})
+}
+
+// flush hands the queued packets to the transport.
+func (b *txBatch) flush() {
+	if len(b.pkts) == 0 {
+		return
+	}
+	if err := b.d.t.Send(b.pkts); err != nil {
+		b.d.ctr.sendErr.Add(1)
+	}
+	b.pkts = b.pkts[:0]
+}

@@ -1,0 +1,226 @@
+package qp
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/transport/mem"
+)
+
+// end is one side of a test connection: a device, a PD, CQs and a QP.
+type end struct {
+	dev *Device
+	pd  *mr.PD
+	cq  *CQ
+	qp  *QP
+}
+
+// pair is two devices on a simulated network with a connected QP each.
+type pair struct {
+	t    testing.TB
+	net  *mem.Network
+	a, b end
+	seed uint64
+}
+
+type pairOpts struct {
+	typ       Type
+	mtu       MTU
+	faults    mem.Faults
+	seed      uint64
+	cap       Cap
+	srq       bool
+	timeout   uint8
+	retry     uint8
+	rnrRetry  uint8
+	minRNR    uint8
+	rdAtomic  uint8
+	access    mr.Access
+	maxUnack  int
+	cqe       int
+	signalAll bool
+}
+
+func (o *pairOpts) defaults() {
+	if o.typ == 0 {
+		o.typ = RC
+	}
+	if o.mtu == 0 {
+		o.mtu = MTU1024
+	}
+	if o.cap.MaxSendWR == 0 {
+		o.cap = Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}
+	}
+	if o.timeout == 0 {
+		o.timeout = 14
+	}
+	if o.retry == 0 {
+		o.retry = 7
+	}
+	if o.rnrRetry == 0 {
+		o.rnrRetry = 7
+	}
+	if o.minRNR == 0 {
+		o.minRNR = 1
+	}
+	if o.rdAtomic == 0 {
+		o.rdAtomic = 16
+	}
+	if o.access == 0 {
+		o.access = mr.LocalWrite | mr.RemoteAccess
+	}
+	if o.cqe == 0 {
+		o.cqe = 4096
+	}
+}
+
+var (
+	addrA = netip.MustParseAddr("198.18.0.1")
+	addrB = netip.MustParseAddr("198.18.0.2")
+)
+
+func newPair(t testing.TB, o pairOpts) *pair {
+	t.Helper()
+	o.defaults()
+	n := mem.NewNetwork(&mem.Config{Seed: o.seed, Faults: o.faults})
+	p := &pair{t: t, net: n, seed: o.seed}
+	p.a = newEnd(t, n, addrA, o)
+	p.b = newEnd(t, n, addrB, o)
+	connect(t, &p.a, &p.b, o)
+	connect(t, &p.b, &p.a, o)
+	t.Cleanup(func() {
+		p.a.dev.Close()
+		p.b.dev.Close()
+		n.Close()
+	})
+	return p
+}
+
+func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts) end {
+	t.Helper()
+	ep, err := n.Endpoint(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(ep, &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := end{dev: d, pd: d.AllocPD()}
+	if e.cq, err = d.CreateCQ(o.cqe); err != nil {
+		t.Fatal(err)
+	}
+	init := &InitAttr{Type: o.typ, SendCQ: e.cq, RecvCQ: e.cq, Cap: o.cap, SignalAll: o.signalAll}
+	if o.srq {
+		if init.SRQ, err = d.CreateSRQ(e.pd, SRQAttr{MaxWR: o.cap.MaxRecvWR, MaxSGE: o.cap.MaxRecvSGE}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.qp, err = d.CreateQP(e.pd, init); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// connect moves e's QP to RTS towards peer, as the out-of-band exchange
+// of a pingpong program does.
+func connect(t testing.TB, e, peer *end, o pairOpts) {
+	t.Helper()
+	q := e.qp
+	a := Attr{State: Init, Port: 1, Access: o.access, QKey: 0x11111111}
+	mask := AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags
+	if o.typ == UD {
+		mask = AttrState | AttrPKeyIndex | AttrPort | AttrQKey
+	}
+	must(t, q.Modify(&a, mask))
+	a = Attr{State: RTR, PathMTU: o.mtu, DestQPN: peer.qp.QPN(), RQPSN: 0xFFFFF0, MaxDestRDAtomic: o.rdAtomic,
+		MinRNRTimer: o.minRNR, AH: AHAttr{DGID: GIDFromAddr(peer.dev.GID())}}
+	switch o.typ {
+	case RC:
+		mask = AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRDAtomic | AttrMinRNRTimer
+	case UC:
+		mask = AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+	default:
+		mask = AttrState
+	}
+	must(t, q.Modify(&a, mask))
+	// Both sides start at PSN 0xFFFFF0 so every test crosses the 24-bit wrap.
+	a = Attr{State: RTS, SQPSN: 0xFFFFF0, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
+		MaxRDAtomic: o.rdAtomic}
+	mask = AttrState | AttrSQPSN
+	if o.typ == RC {
+		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic
+	}
+	must(t, q.Modify(&a, mask))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reg registers a buffer of n bytes in e's PD with every right.
+func (e *end) reg(t testing.TB, n int) *mr.MR {
+	t.Helper()
+	m, err := e.pd.Register(make([]byte, n), mr.LocalWrite|mr.RemoteAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func sge(m *mr.MR, off, n int) SGE {
+	return SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
+}
+
+// run drives the network until e has want completions, and returns them.
+func (p *pair) poll(e *end, want int) []WC {
+	p.t.Helper()
+	var got []WC
+	buf := make([]WC, 64)
+	err := p.net.Run(func() bool {
+		n := e.cq.Poll(buf)
+		got = append(got, buf[:n]...)
+		return len(got) >= want
+	}, time.Minute)
+	if err != nil {
+		p.t.Fatalf("seed %d: waiting for %d completions, got %d: %v\n%s", p.seed, want, len(got), err, p.debug())
+	}
+	return got
+}
+
+// settle runs the network until nothing is left to do or a simulated
+// second passed, and returns any completions that came.
+func (p *pair) settle(e *end) []WC {
+	p.t.Helper()
+	p.net.Run(func() bool { return false }, time.Second)
+	var got []WC
+	buf := make([]WC, 64)
+	for n := e.cq.Poll(buf); n > 0; n = e.cq.Poll(buf) {
+		got = append(got, buf[:n]...)
+	}
+	return got
+}
+
+func (p *pair) debug() string {
+	return fmt.Sprintf("A: %v state=%v counters: %s\nB: %v state=%v counters: %s\nnet: %+v",
+		p.a.qp.QPN(), p.a.qp.State(), ptr(p.a.qp.Counters()), p.b.qp.QPN(), p.b.qp.State(),
+		ptr(p.b.qp.Counters()), p.net.Stats())
+}
+
+func ptr(c Counters) *Counters { return &c }
+
+// fill writes a pattern that differs per byte and per seed.
+func fill(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(i*7 + seed*13 + i>>8)
+	}
+}
+
+var _ = bth.PSN(0)

@@ -1,0 +1,725 @@
+package qp
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mr"
+)
+
+// GSIQKey is the Q_Key of the general services QP (QP 1).
+const GSIQKey = 0x80010000
+
+// QP is a queue pair. Its methods are safe for concurrent use: one mutex
+// covers the QP's requester, completer and responder, so packets of one QP
+// are handled, and sent, in order.
+type QP struct {
+	dev    *Device
+	qpn    uint32
+	typ    Type
+	pd     *mr.PD
+	scq    *CQ
+	rcq    *CQ
+	srq    *SRQ
+	sigAll bool
+	cap    Cap
+
+	mu        sync.Mutex
+	state     State
+	attr      Attr
+	dest      netip.Addr // the peer's address, from the address vector (RC, UC)
+	sport     uint16     // UDP source port, 0xC000 + a hash of the QPN as rxe does
+	mtu       int        // path MTU in bytes
+	destroyed bool
+	commEst   bool
+
+	sq   sendQueue
+	rq   recvQueue
+	req  reqState
+	comp compState
+	resp respState
+	ctr  Counters
+
+	timer    clock.Timer // retransmission
+	rnrTimer clock.Timer
+}
+
+// CreateQP creates a queue pair in pd, in the RESET state.
+func (d *Device) CreateQP(pd *mr.PD, init *InitAttr) (*QP, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	c := init.Cap
+	switch init.Type {
+	case RC, UC, UD, GSI:
+	default:
+		return nil, fmt.Errorf("%w: QP type %v", ErrInvalidAttr, init.Type)
+	}
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: send and receive CQs are required", ErrInvalidAttr)
+	}
+	if c.MaxSendWR > MaxWR || c.MaxRecvWR > MaxWR || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE ||
+		c.MaxInlineData > MaxInlineData {
+		return nil, ErrInvalidCap
+	}
+	if c.MaxSendWR == 0 {
+		c.MaxSendWR = 1
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	if init.SRQ != nil {
+		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
+	} else if c.MaxRecvWR == 0 {
+		c.MaxRecvWR = 1
+	}
+	q := &QP{
+		dev: d, typ: init.Type, pd: pd, scq: init.SendCQ, rcq: init.RecvCQ, srq: init.SRQ,
+		sigAll: init.SignalAll, cap: c,
+		sq: sendQueue{max: uint64(c.MaxSendWR), maxSGE: int(c.MaxSendSGE)},
+		rq: recvQueue{max: int(c.MaxRecvWR), maxSGE: int(c.MaxRecvSGE)},
+	}
+	d.qpMu.Lock()
+	defer d.qpMu.Unlock()
+	if init.Type == GSI {
+		if d.gsi != nil {
+			return nil, ErrGSIExists
+		}
+		q.qpn = 1
+		d.gsi = q
+	} else {
+		n, err := d.allocQPN()
+		if err != nil {
+			return nil, err
+		}
+		q.qpn = n
+	}
+	if init.SRQ != nil {
+		init.SRQ.mu.Lock()
+		init.SRQ.users++
+		init.SRQ.mu.Unlock()
+	}
+	q.sport = 0xC000 | uint16(q.qpn*0x61C88647>>18)
+	q.reset()
+	pd.Hold()
+	q.scq.users.Add(1)
+	q.rcq.users.Add(1)
+	d.qps.set(q.qpn, q)
+	d.log.Debug("create QP", "qpn", q.qpn, "type", q.typ, "cap", c)
+	return q, nil
+}
+
+// QPN returns the queue pair number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Type returns the QP's transport service.
+func (q *QP) Type() Type { return q.typ }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() *mr.PD { return q.pd }
+
+// State returns the current state.
+func (q *QP) State() State {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+// Query returns the QP's attributes and the attributes it was created with.
+func (q *QP) Query() (Attr, InitAttr) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.attr
+	a.State, a.CurState, a.Cap = q.state, q.state, q.cap
+	return a, InitAttr{Type: q.typ, SendCQ: q.scq, RecvCQ: q.rcq, SRQ: q.srq, Cap: q.cap, SignalAll: q.sigAll}
+}
+
+// Counters returns the QP's counters.
+func (q *QP) Counters() Counters {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ctr
+}
+
+// Destroy removes the queue pair. Outstanding work requests are dropped
+// without completions, as ibv_destroy_qp does.
+func (q *QP) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return ErrDestroyed
+	}
+	q.destroyed = true
+	q.stopTimers()
+	ctr := q.ctr
+	q.mu.Unlock()
+	d := q.dev
+	d.qpMu.Lock()
+	d.qps.set(q.qpn, nil)
+	if d.gsi == q {
+		d.gsi = nil
+	}
+	d.retired.Add(&ctr)
+	d.qpMu.Unlock()
+	if q.srq != nil {
+		q.srq.mu.Lock()
+		q.srq.users--
+		q.srq.mu.Unlock()
+	}
+	q.scq.users.Add(-1)
+	q.rcq.users.Add(-1)
+	q.pd.Drop()
+	d.log.Debug("destroy QP", "qpn", q.qpn)
+	return nil
+}
+
+// transition is one allowed state change: the attributes it requires and
+// those it allows, per QP type, as ibv_modify_qp checks them (the table of
+// ib_modify_qp_is_ok in the Linux kernel, after IBTA Vol. 1 §11.2.5.3).
+type transition struct {
+	valid    bool
+	req, opt [4]AttrMask // indexed by Type - 1: RC, UC, UD, GSI
+}
+
+var transitions [Err + 1][Err + 1]transition
+
+func init() {
+	const (
+		rc, uc, ud, gsi = 0, 1, 2, 3
+		alt             = AttrAltPath | AttrPathMigState
+	)
+	set := func(from, to State, req, opt [4]AttrMask) {
+		transitions[from][to] = transition{valid: true, req: req, opt: opt}
+	}
+	for s := Reset; s <= Err; s++ {
+		if s != Reset {
+			set(s, Err, [4]AttrMask{}, [4]AttrMask{})
+		}
+		set(s, Reset, [4]AttrMask{}, [4]AttrMask{})
+	}
+	set(Reset, Init, [4]AttrMask{
+		rc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		uc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		ud:  AttrPKeyIndex | AttrPort | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	}, [4]AttrMask{})
+	set(Init, Init, [4]AttrMask{}, [4]AttrMask{
+		rc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		uc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		ud:  AttrPKeyIndex | AttrPort | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	})
+	set(Init, RTR, [4]AttrMask{
+		rc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRDAtomic | AttrMinRNRTimer,
+		uc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN,
+	}, [4]AttrMask{
+		rc:  AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
+		uc:  AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
+		ud:  AttrPKeyIndex | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	})
+	set(RTR, RTS, [4]AttrMask{
+		rc:  AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRDAtomic,
+		uc:  AttrSQPSN,
+		ud:  AttrSQPSN,
+		gsi: AttrSQPSN,
+	}, [4]AttrMask{
+		rc:  AttrCurState | alt | AttrAccessFlags | AttrMinRNRTimer,
+		uc:  AttrCurState | alt | AttrAccessFlags,
+		ud:  AttrCurState | AttrQKey,
+		gsi: AttrCurState | AttrQKey,
+	})
+	rts := [4]AttrMask{
+		rc:  AttrCurState | AttrAccessFlags | alt | AttrMinRNRTimer,
+		uc:  AttrCurState | AttrAccessFlags | alt,
+		ud:  AttrCurState | AttrQKey,
+		gsi: AttrCurState | AttrQKey,
+	}
+	set(RTS, RTS, [4]AttrMask{}, rts)
+	set(SQD, RTS, [4]AttrMask{}, rts)
+	n := AttrEnSQDAsyncNotfy
+	set(RTS, SQD, [4]AttrMask{}, [4]AttrMask{n, n, n, n})
+	set(SQD, SQD, [4]AttrMask{}, [4]AttrMask{
+		rc: AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic |
+			AttrMaxDestRDAtomic | alt | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer,
+		uc:  AttrPort | AttrAV | alt | AttrAccessFlags | AttrPKeyIndex,
+		ud:  AttrPKeyIndex | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	})
+	set(SQE, RTS, [4]AttrMask{}, [4]AttrMask{
+		uc:  AttrCurState | AttrAccessFlags,
+		ud:  AttrCurState | AttrQKey,
+		gsi: AttrCurState | AttrQKey,
+	})
+}
+
+// Modify changes the QP's attributes and state, with the rules of
+// ibv_modify_qp: each transition requires some attributes and allows
+// others. A refused modification changes nothing.
+func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+	b := q.dev.getBatch()
+	defer q.dev.putBatch(b)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return ErrDestroyed
+	}
+	cur := q.state
+	if mask&AttrCurState != 0 && attr.CurState != cur {
+		return fmt.Errorf("%w: current state is %v, not %v", ErrInvalidAttr, cur, attr.CurState)
+	}
+	next := cur
+	if mask&AttrState != 0 {
+		next = attr.State
+	}
+	if next > Err {
+		return fmt.Errorf("%w: state %v", ErrInvalidAttr, next)
+	}
+	tr := transitions[cur][next]
+	if !tr.valid {
+		return fmt.Errorf("%w: %v to %v", ErrInvalidTransition, cur, next)
+	}
+	t := q.typ - 1
+	req, opt := tr.req[t], tr.opt[t]|AttrState|AttrCurState
+	if miss := req &^ mask; miss != 0 {
+		return fmt.Errorf("%w: %v to %v needs %v", ErrMissingAttr, cur, next, miss)
+	}
+	if extra := mask &^ (req | opt); extra != 0 {
+		return fmt.Errorf("%w: %v to %v does not take %v", ErrExtraAttr, cur, next, extra)
+	}
+	if err := q.checkAttr(attr, mask); err != nil {
+		return err
+	}
+	q.applyAttr(attr, mask)
+	if next != cur || next == Reset {
+		q.dev.log.Debug("modify QP", "qpn", q.qpn, "from", cur, "to", next, "mask", mask)
+	}
+	switch next {
+	case Reset:
+		q.reset()
+	case RTR:
+		if cur == Init {
+			q.resp.psn = q.attr.RQPSN
+			q.resp.res = make([]readResource, max(1, int(q.attr.MaxDestRDAtomic)))
+		}
+	case RTS:
+		if cur == RTR {
+			q.req.psn = q.attr.SQPSN
+			q.req.maxSent = q.attr.SQPSN
+			q.comp.psn = q.attr.SQPSN
+			q.comp.retryLeft = q.attr.RetryCnt
+			q.comp.rnrLeft = q.attr.RNRRetry
+		}
+	case SQD:
+		q.req.drainNotify = attr.SQDrainNotify && mask&AttrEnSQDAsyncNotfy != 0
+	}
+	q.state = next
+	switch {
+	case next == Err && cur != Err:
+		q.flush(b)
+	case next == RTS && cur != RTS:
+		q.request(b)
+	case next == SQD:
+		q.checkDrained()
+	}
+	b.flush()
+	return nil
+}
+
+func (q *QP) checkAttr(a *Attr, mask AttrMask) error {
+	bad := func(what string, v any) error { return fmt.Errorf("%w: %s %v", ErrInvalidAttr, what, v) }
+	switch {
+	case mask&AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU > q.dev.MTU()):
+		return bad("path MTU", a.PathMTU)
+	case mask&AttrTimeout != 0 && a.Timeout > 31:
+		return bad("timeout", a.Timeout)
+	case mask&AttrRetryCnt != 0 && a.RetryCnt > 7:
+		return bad("retry count", a.RetryCnt)
+	case mask&AttrRNRRetry != 0 && a.RNRRetry > 7:
+		return bad("RNR retry", a.RNRRetry)
+	case mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return bad("min RNR timer", a.MinRNRTimer)
+	case mask&AttrMaxQPRDAtomic != 0 && a.MaxRDAtomic > MaxRDAtomic:
+		return bad("max RD atomic", a.MaxRDAtomic)
+	case mask&AttrMaxDestRDAtomic != 0 && a.MaxDestRDAtomic > MaxRDAtomic:
+		return bad("max dest RD atomic", a.MaxDestRDAtomic)
+	case mask&AttrDestQPN != 0 && a.DestQPN > bth.MaxQPN:
+		return bad("dest QPN", a.DestQPN)
+	case mask&AttrRQPSN != 0 && !a.RQPSN.Valid():
+		return bad("RQ PSN", a.RQPSN)
+	case mask&AttrSQPSN != 0 && !a.SQPSN.Valid():
+		return bad("SQ PSN", a.SQPSN)
+	case mask&AttrPort != 0 && a.Port != 1:
+		return bad("port", a.Port)
+	case mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0:
+		return bad("P_Key index", a.PKeyIndex)
+	case mask&AttrAccessFlags != 0 && a.Access&^(mr.LocalWrite|mr.RemoteAccess) != 0:
+		return bad("access flags", a.Access)
+	case mask&AttrAV != 0 && !a.AH.DestAddr().IsValid():
+		return bad("address vector", a.AH.DGID)
+	case mask&AttrAV != 0 && a.AH.DestAddr().Is4() != q.dev.gid.Is4():
+		return fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
+			ErrInvalidAttr, a.AH.DestAddr(), q.dev.gid)
+	}
+	return nil
+}
+
+func (q *QP) applyAttr(a *Attr, mask AttrMask) {
+	t := &q.attr
+	if mask&AttrAccessFlags != 0 {
+		t.Access = a.Access
+	}
+	if mask&AttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+	}
+	if mask&AttrPort != 0 {
+		t.Port = a.Port
+	}
+	if mask&AttrQKey != 0 {
+		t.QKey = a.QKey
+	}
+	if mask&AttrAV != 0 {
+		t.AH = a.AH
+		q.dest = a.AH.DestAddr()
+	}
+	if mask&AttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+		q.mtu = a.PathMTU.Bytes()
+	}
+	if mask&AttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if mask&AttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
+	}
+	if mask&AttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN
+	}
+	if mask&AttrMaxQPRDAtomic != 0 {
+		t.MaxRDAtomic = a.MaxRDAtomic
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&AttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN
+	}
+	if mask&AttrMaxDestRDAtomic != 0 {
+		t.MaxDestRDAtomic = a.MaxDestRDAtomic
+		if q.resp.res != nil {
+			q.resp.res = make([]readResource, max(1, int(a.MaxDestRDAtomic)))
+		}
+	}
+	if mask&AttrDestQPN != 0 {
+		t.DestQPN = a.DestQPN
+	}
+}
+
+// reset puts the QP back to its RESET condition: empty queues, no
+// protocol state.
+func (q *QP) reset() {
+	q.stopTimers()
+	q.state = Reset
+	q.sq.first, q.sq.next, q.sq.tail = 0, 0, 0
+	q.rq.head, q.rq.n = 0, 0
+	q.req = reqState{}
+	q.comp = compState{}
+	q.resp = respState{recv: q.resp.recv}
+	q.commEst = false
+	if q.mtu == 0 {
+		q.mtu = MTU256.Bytes() // rxe starts new QPs at 256 until modified
+		q.attr.PathMTU = MTU256
+	}
+	if q.typ == GSI {
+		q.attr.QKey = GSIQKey
+	}
+}
+
+func (q *QP) stopTimers() {
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	if q.rnrTimer != nil {
+		q.rnrTimer.Stop()
+	}
+	q.comp.timerArmed = false
+	q.comp.rnrWait = false
+}
+
+// PostSend posts send work requests, in order. Requests are checked as
+// they are posted; the first bad one stops the post with a *PostError.
+// In the ERR state requests are accepted and complete with WR_FLUSH_ERR.
+func (q *QP) PostSend(wrs []SendWR) error {
+	b := q.dev.getBatch()
+	q.mu.Lock()
+	err := q.postSend(wrs)
+	switch q.state {
+	case RTS:
+		q.request(b)
+	case Err, SQE:
+		q.flushSend()
+	}
+	b.flush()
+	q.mu.Unlock()
+	q.dev.putBatch(b)
+	return err
+}
+
+func (q *QP) postSend(wrs []SendWR) error {
+	if q.destroyed {
+		return ErrDestroyed
+	}
+	switch q.state {
+	case Reset, Init, RTR:
+		return fmt.Errorf("%w: post send in %v", ErrInvalidState, q.state)
+	}
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := q.checkSendWR(wr); err != nil {
+			return &PostError{Index: i, Err: err}
+		}
+		if q.sq.tail-q.sq.first == q.sq.max {
+			return &PostError{Index: i, Err: ErrQueueFull}
+		}
+		q.sq.post(wr, q)
+	}
+	return nil
+}
+
+func (q *QP) checkSendWR(wr *SendWR) error {
+	op := wr.Opcode
+	switch q.typ {
+	case UD, GSI:
+		if op != OpSend && op != OpSendImm {
+			return fmt.Errorf("%w: %v on a UD QP", ErrInvalidWR, op)
+		}
+		if wr.AH == nil {
+			return fmt.Errorf("%w: UD send without an address handle", ErrInvalidWR)
+		}
+		if wr.RemoteQPN > bth.MaxQPN {
+			return fmt.Errorf("%w: remote QPN %#x", ErrInvalidWR, wr.RemoteQPN)
+		}
+	case UC:
+		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && op != OpLocalInv {
+			return fmt.Errorf("%w: %v on a UC QP", ErrInvalidWR, op)
+		}
+	case RC:
+		if _, ok := opcodeNames[op]; !ok {
+			return fmt.Errorf("%w: opcode %v", ErrInvalidWR, op)
+		}
+	}
+	if len(wr.SGL) > q.sq.maxSGE {
+		return ErrTooManySGE
+	}
+	if wr.Flags&Inline != 0 {
+		if len(wr.InlineData) > int(q.cap.MaxInlineData) {
+			return ErrInlineTooLong
+		}
+		if op.needsResponse() {
+			return fmt.Errorf("%w: inline %v", ErrInvalidWR, op)
+		}
+	}
+	if op.isAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
+		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", ErrInvalidWR)
+	}
+	return nil
+}
+
+// PostRecv posts receive work requests to the QP's own receive queue.
+func (q *QP) PostRecv(wrs []RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return ErrDestroyed
+	}
+	if q.srq != nil {
+		return ErrHasSRQ
+	}
+	if q.state == Reset {
+		return fmt.Errorf("%w: post receive in RESET", ErrInvalidState)
+	}
+	for i := range wrs {
+		if err := checkRecvWR(&wrs[i], q.rq.maxSGE); err != nil {
+			return &PostError{Index: i, Err: err}
+		}
+		if q.rq.full() {
+			return &PostError{Index: i, Err: ErrQueueFull}
+		}
+		q.rq.post(&wrs[i])
+	}
+	if q.state == Err {
+		q.flushRecv()
+	}
+	return nil
+}
+
+// toErr moves the QP to ERR after a fatal error and flushes its queues.
+func (q *QP) toErr(b *txBatch) {
+	if q.state == Err {
+		return
+	}
+	q.dev.log.Debug("QP error", "qpn", q.qpn, "from", q.state)
+	q.state = Err
+	q.flush(b)
+}
+
+// flush completes every outstanding work request with WR_FLUSH_ERR (those
+// already failed keep their status), in order.
+func (q *QP) flush(*txBatch) {
+	q.stopTimers()
+	q.flushSend()
+	q.flushRecv()
+	if q.srq != nil {
+		q.dev.event(Event{Type: EventLastWQEReached, QPN: q.qpn})
+	}
+}
+
+func (q *QP) flushSend() {
+	for s := q.sq.first; s != q.sq.tail; s++ {
+		w := q.sq.at(s)
+		if w.state != wqeDone {
+			w.state, w.status = wqeDone, WRFlushErr
+		}
+	}
+	q.sq.next = q.sq.tail
+	q.retire()
+}
+
+func (q *QP) flushRecv() {
+	if q.resp.haveRecv && q.srq == nil {
+		q.resp.haveRecv = false
+	}
+	for w := q.rq.peek(); w != nil; w = q.rq.peek() {
+		wc := WC{ID: w.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		q.rcq.push(&wc, false)
+		q.rq.pop()
+	}
+	if q.resp.haveRecv {
+		// A receive taken from the SRQ for a message in progress.
+		wc := WC{ID: q.resp.recv.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		q.rcq.push(&wc, false)
+		q.resp.haveRecv = false
+	}
+}
+
+// flushAndUnlock sends what the QP queued while handling a batch of
+// packets, then releases the QP.
+func (q *QP) flushAndUnlock(b *txBatch) {
+	q.sendPendingAck(b)
+	b.flush()
+	q.mu.Unlock()
+}
+
+// armTimer (re)starts the retransmission timer while packets are
+// unacknowledged.
+func (q *QP) armTimer() {
+	if q.typ != RC || q.attr.Timeout == 0 || q.comp.rnrWait {
+		return
+	}
+	if q.comp.psn == q.req.psn {
+		if q.comp.timerArmed {
+			q.timer.Stop()
+			q.comp.timerArmed = false
+		}
+		return
+	}
+	d := bth.ACKTimeout(q.attr.Timeout)
+	q.comp.deadline = q.dev.clk.Now().Add(d)
+	if q.timer == nil {
+		q.timer = q.dev.clk.AfterFunc(d, q.onTimeout)
+	} else {
+		q.timer.Reset(d)
+	}
+	q.comp.timerArmed = true
+}
+
+// armTimerIfIdle starts the timer if it is not running; sending more
+// packets does not push the deadline of the oldest one back.
+func (q *QP) armTimerIfIdle() {
+	if !q.comp.timerArmed {
+		q.armTimer()
+	}
+}
+
+func (q *QP) onTimeout() {
+	b := q.dev.getBatch()
+	defer q.dev.putBatch(b)
+	q.mu.Lock()
+	defer q.flushAndUnlock(b)
+	if q.destroyed || !q.comp.timerArmed || q.state != RTS && q.state != SQD {
+		return
+	}
+	if now := q.dev.clk.Now(); now.Before(q.comp.deadline) {
+		// Reset raced with this call; wait for the rest.
+		q.timer.Reset(q.comp.deadline.Sub(now))
+		return
+	}
+	q.comp.timerArmed = false
+	if q.comp.psn == q.req.psn {
+		return
+	}
+	q.dev.log.Debug("retransmit timeout", "qpn", q.qpn, "psn", q.comp.psn)
+	q.retry(b, q.comp.psn)
+}
+
+func (q *QP) onRNRTimer() {
+	b := q.dev.getBatch()
+	defer q.dev.putBatch(b)
+	q.mu.Lock()
+	defer q.flushAndUnlock(b)
+	if q.destroyed || !q.comp.rnrWait || q.state != RTS && q.state != SQD {
+		return
+	}
+	if now := q.dev.clk.Now(); now.Before(q.comp.rnrDeadline) {
+		q.rnrTimer.Reset(q.comp.rnrDeadline.Sub(now))
+		return
+	}
+	q.comp.rnrWait = false
+	q.rewind(q.comp.rnrPSN)
+	q.request(b)
+	q.armTimer()
+}
+
+func (q *QP) startRNRWait(psn bth.PSN, d time.Duration) {
+	if q.comp.timerArmed {
+		q.timer.Stop()
+		q.comp.timerArmed = false
+	}
+	q.comp.rnrWait, q.comp.rnrPSN = true, psn
+	q.comp.rnrDeadline = q.dev.clk.Now().Add(d)
+	if q.rnrTimer == nil {
+		q.rnrTimer = q.dev.clk.AfterFunc(d, q.onRNRTimer)
+	} else {
+		q.rnrTimer.Reset(d)
+	}
+}
+
+// checkDrained reports SQ_DRAINED once an SQD QP has nothing in flight.
+func (q *QP) checkDrained() {
+	if q.state == SQD && q.req.drainNotify && q.sq.first == q.sq.next {
+		q.req.drainNotify = false
+		q.dev.event(Event{Type: EventSQDrained, QPN: q.qpn})
+	}
+}
+
+// LogValue makes a QP print as the minimal sample's QP dump in slog.
+func (q *QP) LogValue() slog.Value {
+	a, _ := q.Query()
+	return slog.GroupValue(
+		slog.Uint64("qpn", uint64(q.qpn)), slog.String("state", a.State.String()),
+		slog.Int("mtu", int(a.PathMTU)), slog.Uint64("sq_psn", uint64(a.SQPSN)),
+		slog.Uint64("rq_psn", uint64(a.RQPSN)), slog.Int("max_rd_atomic", int(a.MaxRDAtomic)),
+		slog.Int("max_dest_rd_atomic", int(a.MaxDestRDAtomic)), slog.Int("retry", int(a.RetryCnt)),
+		slog.Int("rnr_retry", int(a.RNRRetry)), slog.Int("timeout", int(a.Timeout)))
+}

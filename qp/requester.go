@@ -1,0 +1,453 @@
+package qp
+
+import (
+	"net/netip"
+
+	"github.com/goroce/goroce/bth"
+)
+
+// wqeState is how far a send work request has got.
+type wqeState uint8
+
+const (
+	wqePosted  wqeState = iota // not started
+	wqeStarted                 // some packets sent
+	wqeSent                    // every packet sent, waiting for ACK or response
+	wqeDone                    // complete (status says how), waiting to retire in order
+	numWQEState
+)
+
+// sendWQE is a posted send work request and its progress.
+type sendWQE struct {
+	wr     SendWR // wr.SGL aliases sgl
+	sgl    []SGE
+	inline []byte
+	length uint64
+	dest   netip.Addr // UD: the address handle's address
+
+	state    wqeState
+	status   Status
+	firstPSN bth.PSN
+	npsn     uint32 // PSNs the request takes (responses for a READ)
+	sent     uint64 // payload bytes sent (SEND, WRITE) or not to request again (READ)
+	orig     uint64 // atomic: the original remote value
+}
+
+// lastPSN returns the last PSN of the request.
+func (w *sendWQE) lastPSN() bth.PSN { return w.firstPSN.Add(w.npsn - 1) }
+
+// sendQueue is the ring of send work requests, allocated on first use.
+// Sequence numbers only grow; the slot is the number modulo the size.
+//
+//	first: oldest request not yet retired (completed in order)
+//	next:  the request the requester works on
+//	tail:  where the next post goes
+type sendQueue struct {
+	ring              []sendWQE
+	first, next, tail uint64
+	max               uint64
+	maxSGE            int
+}
+
+func (s *sendQueue) at(seq uint64) *sendWQE { return &s.ring[seq%s.max] }
+
+// post appends a copy of wr; the caller checked it and that there is room.
+func (s *sendQueue) post(wr *SendWR, q *QP) {
+	if s.ring == nil {
+		s.ring = make([]sendWQE, s.max)
+	}
+	w := s.at(s.tail)
+	if cap(w.sgl) < s.maxSGE {
+		w.sgl = make([]SGE, 0, s.maxSGE)
+	}
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	w.wr = *wr
+	w.wr.SGL = w.sgl
+	w.inline = w.inline[:0]
+	w.length = 0
+	if wr.Flags&Inline != 0 {
+		if cap(w.inline) < int(q.cap.MaxInlineData) {
+			w.inline = make([]byte, 0, q.cap.MaxInlineData)
+		}
+		w.inline = append(w.inline, wr.InlineData...)
+		w.length = uint64(len(w.inline))
+	} else {
+		for _, e := range wr.SGL {
+			w.length += uint64(e.Length)
+		}
+	}
+	if wr.AH != nil {
+		w.dest = wr.AH.attr.DestAddr()
+	}
+	w.state, w.status, w.sent, w.npsn, w.orig = wqePosted, Success, 0, 0, 0
+	s.tail++
+}
+
+// reqState is the requester's state.
+type reqState struct {
+	psn           bth.PSN // next PSN to send
+	maxSent       bth.PSN // one past the highest PSN ever sent, to count retransmissions
+	rdOutstanding int     // READ and atomic requests sent and not complete
+	sinceAckReq   uint32  // packets since the last AckReq
+	drainNotify   bool
+}
+
+// request sends what the send queue holds, as far as the QP's state, the
+// window, fences and the READ/atomic limit allow.
+func (q *QP) request(b *txBatch) {
+	if q.state != RTS && q.state != SQD || q.comp.rnrWait {
+		return
+	}
+	for q.sq.next != q.sq.tail {
+		w := q.sq.at(q.sq.next)
+		if w.state == wqePosted {
+			if q.state == SQD {
+				break
+			}
+			op := w.wr.Opcode
+			if w.wr.Flags&Fence != 0 && q.req.rdOutstanding > 0 {
+				break
+			}
+			if op.needsResponse() && q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) {
+				break
+			}
+			if op == OpLocalInv {
+				if !q.localInvalidate(w) {
+					q.failWQE(w, LocProtErr, b)
+					return
+				}
+				q.sq.next++
+				q.retire()
+				continue
+			}
+			if w.length > MaxMsgSize || (q.typ == UD || q.typ == GSI) && w.length > uint64(q.mtu) {
+				q.failWQE(w, LocLenErr, b)
+				return
+			}
+			w.firstPSN = q.req.psn
+			w.npsn = q.packets(w.length)
+			if op.isAtomic() {
+				w.npsn = 1
+			}
+		}
+		if !q.emit(w, b) {
+			break
+		}
+		q.sq.next++
+		switch {
+		case q.typ != RC:
+			w.state = wqeDone // UC and UD complete once sent
+			q.retire()
+		case w.wr.Opcode.needsResponse():
+			q.req.rdOutstanding++
+		}
+	}
+	if q.typ == RC {
+		q.armTimerIfIdle()
+	}
+}
+
+// packets returns the number of packets (PSNs) for n bytes.
+func (q *QP) packets(n uint64) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return uint32((n + uint64(q.mtu) - 1) / uint64(q.mtu))
+}
+
+// windowFull reports whether npsn more PSNs would exceed the number of
+// unacknowledged PSNs allowed. A request always fits an empty window.
+func (q *QP) windowFull(npsn uint32) bool {
+	if q.typ != RC {
+		return false
+	}
+	out := uint32(q.req.psn.Diff(q.comp.psn))
+	return out != 0 && out+npsn > q.dev.maxUnacked
+}
+
+// emit sends the remaining packets of w. It reports whether w is fully
+// sent; false means stop for now (window full, or w failed).
+func (q *QP) emit(w *sendWQE, b *txBatch) bool {
+	op := w.wr.Opcode
+	if op == OpRead {
+		return q.emitRead(w, b)
+	}
+	if op.isAtomic() {
+		return q.emitAtomic(w, b)
+	}
+	for {
+		if q.windowFull(1) {
+			return false
+		}
+		n := w.length - w.sent
+		if n > uint64(q.mtu) {
+			n = uint64(q.mtu)
+		}
+		first, last := w.sent == 0, w.sent+n == w.length
+		f := bth.BTHFields{
+			Opcode: wireOpcode(op, first, last, q.typ),
+			SE:     last && w.wr.Flags&Solicited != 0,
+			PKey:   bth.DefaultPKey,
+			DestQP: q.attr.DestQPN,
+			PSN:    q.req.psn,
+			AckReq: q.typ == RC && q.ackReq(last),
+		}
+		dest := q.dest
+		if q.typ == UD || q.typ == GSI {
+			f.DestQP, dest = w.wr.RemoteQPN, w.dest
+		}
+		buf := b.buf()
+		var p bth.Packet
+		size := p.Build(buf, &f, int(n))
+		if p.RETH != nil {
+			p.RETH.Encode(&bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)})
+		}
+		if p.ImmDt != nil {
+			p.ImmDt.Encode(&bth.ImmDtFields{Imm: w.wr.Imm})
+		}
+		if p.IETH != nil {
+			p.IETH.Encode(&bth.IETHFields{RKey: w.wr.InvRKey})
+		}
+		if p.DETH != nil {
+			qkey := w.wr.RemoteQKey
+			if qkey&0x80000000 != 0 && q.typ != GSI {
+				qkey = q.attr.QKey
+			}
+			p.DETH.Encode(&bth.DETHFields{QKey: qkey, SrcQP: q.qpn})
+		}
+		if !q.gather(w, w.sent, p.Payload) {
+			q.failWQE(w, LocProtErr, b)
+			return false
+		}
+		b.add(size, dest, q.sport, q.attr.AH.TrafficClass)
+		q.countSent()
+		w.sent += n
+		w.state = wqeStarted
+		if last {
+			w.state = wqeSent
+			if op.isSend() {
+				q.ctr.RDMASends++
+			}
+			return true
+		}
+	}
+}
+
+// ackReq decides the AckReq bit: on the last packet of a message, and at
+// least every AckReqEvery packets (never more than half the window).
+func (q *QP) ackReq(last bool) bool {
+	q.req.sinceAckReq++
+	every := min(q.dev.ackReqEvery, q.dev.maxUnacked/2)
+	if last || q.req.sinceAckReq >= every {
+		q.req.sinceAckReq = 0
+		return true
+	}
+	return false
+}
+
+// countSent counts a request packet and advances the send PSN.
+func (q *QP) countSent() {
+	q.ctr.SentPkts++
+	if q.req.psn.LessThan(q.req.maxSent) {
+		q.ctr.Retransmits++
+	}
+	q.req.psn = q.req.psn.Next()
+	if q.req.maxSent.LessThan(q.req.psn) {
+		q.req.maxSent = q.req.psn
+	}
+}
+
+// emitRead sends the READ request for what of w has not arrived yet: all
+// of it, or after a partial response the rest, from the first missing
+// response PSN.
+func (q *QP) emitRead(w *sendWQE, b *txBatch) bool {
+	rest := w.length - w.sent
+	npsn := q.packets(rest)
+	if q.windowFull(npsn) {
+		return false
+	}
+	buf := b.buf()
+	var p bth.Packet
+	size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCReadRequest, PKey: bth.DefaultPKey,
+		DestQP: q.attr.DestQPN, PSN: q.req.psn, AckReq: true}, 0)
+	p.RETH.Encode(&bth.RETHFields{VA: w.wr.RemoteAddr + w.sent, RKey: w.wr.RKey, DMALen: uint32(rest)})
+	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+	q.countSent()
+	// The request takes one PSN per response packet.
+	q.req.psn = q.req.psn.Add(npsn - 1)
+	if q.req.maxSent.LessThan(q.req.psn) {
+		q.req.maxSent = q.req.psn
+	}
+	q.req.sinceAckReq = 0
+	w.state = wqeSent
+	return true
+}
+
+func (q *QP) emitAtomic(w *sendWQE, b *txBatch) bool {
+	if q.windowFull(1) {
+		return false
+	}
+	f := bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+	op := bth.RCFetchAdd
+	if w.wr.Opcode == OpAtomicCmpSwp {
+		op, f.SwapAdd, f.Compare = bth.RCCompareSwap, w.wr.Swap, w.wr.CompareAdd
+	}
+	buf := b.buf()
+	var p bth.Packet
+	size := p.Build(buf, &bth.BTHFields{Opcode: op, PKey: bth.DefaultPKey, DestQP: q.attr.DestQPN,
+		PSN: q.req.psn, AckReq: true}, 0)
+	p.AtomicETH.Encode(&f)
+	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+	q.countSent()
+	q.req.sinceAckReq = 0
+	w.state = wqeSent
+	return true
+}
+
+// wireOpcode returns the BTH opcode for a packet of a SEND or WRITE.
+func wireOpcode(op Opcode, first, last bool, t Type) bth.Opcode {
+	var o bth.Opcode
+	switch op {
+	case OpSend, OpSendImm, OpSendInv:
+		switch {
+		case first && last:
+			o = bth.RCSendOnly
+		case first:
+			o = bth.RCSendFirst
+		case last:
+			o = bth.RCSendLast
+		default:
+			o = bth.RCSendMiddle
+		}
+		if last {
+			switch op {
+			case OpSendImm:
+				o++ // SEND_LAST_WITH_IMMEDIATE, SEND_ONLY_WITH_IMMEDIATE
+			case OpSendInv:
+				if first {
+					o = bth.RCSendOnlyInvalidate
+				} else {
+					o = bth.RCSendLastInvalidate
+				}
+			}
+		}
+	default: // OpWrite, OpWriteImm
+		switch {
+		case first && last:
+			o = bth.RCWriteOnly
+		case first:
+			o = bth.RCWriteFirst
+		case last:
+			o = bth.RCWriteLast
+		default:
+			o = bth.RCWriteMiddle
+		}
+		if last && op == OpWriteImm {
+			o++
+		}
+	}
+	switch t {
+	case UC:
+		return o.WithTransport(bth.TransportUC)
+	case UD, GSI:
+		if op == OpSendImm {
+			return bth.UDSendOnlyImm
+		}
+		return bth.UDSendOnly
+	}
+	return o
+}
+
+// gather copies the payload of w from byte off into dst. It reports false
+// when an SGE does not name valid local memory.
+func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
+	if w.wr.Flags&Inline != 0 {
+		copy(dst, w.inline[off:])
+		return true
+	}
+	for _, e := range w.sgl {
+		if len(dst) == 0 {
+			break
+		}
+		if off >= uint64(e.Length) {
+			off -= uint64(e.Length)
+			continue
+		}
+		n := min(uint64(e.Length)-off, uint64(len(dst)))
+		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
+		if err != nil {
+			return false
+		}
+		copy(dst, mem)
+		m.Release()
+		dst = dst[n:]
+		off = 0
+	}
+	return len(dst) == 0
+}
+
+// scatter copies src into the memory of sgl from byte off. It reports
+// false when an SGE does not name valid, locally writable memory or the
+// list is too short.
+func (q *QP) scatter(sgl []SGE, off uint64, src []byte) bool {
+	for _, e := range sgl {
+		if len(src) == 0 {
+			break
+		}
+		if off >= uint64(e.Length) {
+			off -= uint64(e.Length)
+			continue
+		}
+		n := min(uint64(e.Length)-off, uint64(len(src)))
+		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), localWrite)
+		if err != nil {
+			return false
+		}
+		copy(mem, src[:n])
+		m.Release()
+		src = src[n:]
+		off = 0
+	}
+	return len(src) == 0
+}
+
+// rewind makes the requester send again from psn (go-back-N): the request
+// holding psn restarts at the packet with that PSN (a READ asks again for
+// the responses from there on), and every later request starts over.
+func (q *QP) rewind(psn bth.PSN) {
+	if psn == q.req.psn {
+		return
+	}
+	q.req.rdOutstanding = 0
+	found := false
+	// Requests before next are fully sent; the one at next may be partly.
+	for s := q.sq.first; s != q.sq.tail && (s != q.sq.next+1); s++ {
+		w := q.sq.at(s)
+		if w.state == wqeDone || w.state == wqePosted {
+			continue
+		}
+		if found {
+			w.state, w.sent = wqePosted, 0
+			continue
+		}
+		if psn.InWindow(w.firstPSN, w.npsn) {
+			found = true
+			q.sq.next = s
+			w.sent = uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
+			w.state = wqeStarted
+			if w.wr.Opcode.isAtomic() {
+				w.sent = 0
+			}
+			continue
+		}
+		if w.wr.Opcode.needsResponse() {
+			q.req.rdOutstanding++
+		}
+	}
+	if !found {
+		return
+	}
+	// Continue the numbering from psn; rebuilt packets get their old PSNs.
+	q.req.psn = psn
+	q.req.sinceAckReq = 0
+}

@@ -1,0 +1,665 @@
+package qp
+
+import (
+	"encoding/binary"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/transport"
+)
+
+// respState is the responder's state.
+type respState struct {
+	psn     bth.PSN // expected PSN
+	msn     uint32  // messages completed, 24 bits on the wire
+	nakSent bool    // a PSN-sequence NAK went out; silent until psn arrives
+
+	inMsg    bth.Operation // SEND or WRITE message in progress, or OpInvalid
+	recv     recvWQE       // the receive a SEND (or WRITE with immediate) fills
+	haveRecv bool
+	recvOff  uint64
+	va       uint64 // WRITE in progress: next address, key, bytes left, total
+	rkey     uint32
+	resid    uint64
+	dmaLen   uint32
+	ucDrop   bool // UC: dropping the rest of a message after a gap
+
+	res     []readResource // responder resources for READ and atomics
+	resNext int
+
+	ackPending bool
+	ackPSN     bth.PSN
+}
+
+// readResource remembers an executed READ or atomic so a duplicate can be
+// answered again (IBTA Vol. 1 §9.7.5.1.5): a READ is executed again, an
+// atomic is answered with the value it found.
+type readResource struct {
+	valid    bool
+	atomic   bool
+	firstPSN bth.PSN
+	npsn     uint32
+	orig     uint64
+}
+
+// recv hands a validated packet to the responder or the completer. The
+// caller holds q.mu.
+func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
+	q.ctr.RcvdPkts++
+	if q.destroyed {
+		return
+	}
+	if p.Info.Transport != q.typ.transport() {
+		q.ctr.DropBadOpcode++
+		return
+	}
+	if p.BTH.PKey()&0x7FFF != bth.DefaultPKey&0x7FFF {
+		q.ctr.DropBadPKey++
+		return
+	}
+	switch q.state {
+	case RTR, RTS, SQD, SQE:
+	default:
+		q.ctr.DropBadState++
+		return
+	}
+	if q.typ == UD || q.typ == GSI {
+		if p.DETH.QKey() != q.attr.QKey {
+			q.ctr.DropBadQKey++
+			return
+		}
+		q.respondUD(p, tp, b)
+		return
+	}
+	if tp.Src != q.dest {
+		q.ctr.DropBadAddr++
+		return
+	}
+	switch p.Info.Operation {
+	case bth.OpAcknowledge, bth.OpReadResponse, bth.OpAtomicAcknowledge:
+		q.complete(p, b)
+		return
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
+	default:
+		q.ctr.DropBadOpcode++
+		return
+	}
+	if q.state == RTR && !q.commEst {
+		q.commEst = true
+		q.dev.event(Event{Type: EventCommEstablished, QPN: q.qpn})
+	}
+	if q.typ == UC {
+		q.respondUC(p, b)
+		return
+	}
+	psn := p.BTH.PSN()
+	switch d := psn.Diff(q.resp.psn); {
+	case d > 0:
+		q.ctr.OutOfSeqRequest++
+		if q.resp.nakSent {
+			q.ctr.DropSilentPSN++
+			return
+		}
+		q.resp.nakSent = true
+		q.sendAck(b, bth.NAKSyndrome(bth.NAKPSNSequenceError), q.resp.psn)
+		return
+	case d < 0:
+		q.ctr.DuplicateRequest++
+		q.duplicate(p, psn, b)
+		return
+	}
+	q.resp.nakSent = false
+	q.respondRC(p, psn, b)
+}
+
+// respondRC executes an in-sequence RC request, checking it in the order
+// rxe_resp.c does: opcode sequence, permission, resources, length, key.
+func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
+	info := p.Info
+	op := info.Operation
+	start := info.Position == bth.PosFirst || info.Position == bth.PosOnly
+	end := info.Position == bth.PosLast || info.Position == bth.PosOnly
+	// Opcode sequence: a message in progress continues with MIDDLE or
+	// LAST of the same operation; otherwise a FIRST or ONLY starts one.
+	if q.resp.inMsg != bth.OpInvalid && (start || op != q.resp.inMsg) || q.resp.inMsg == bth.OpInvalid && !start {
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		return
+	}
+	var need mr.Access
+	switch op {
+	case bth.OpWrite:
+		need = mr.RemoteWrite
+	case bth.OpReadRequest:
+		need = mr.RemoteRead
+	case bth.OpCompareSwap, bth.OpFetchAdd:
+		need = mr.RemoteAtomic
+	}
+	if q.attr.Access&need != need {
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		return
+	}
+	// A SEND, and a WRITE with immediate at its end, consume a receive.
+	if (op == bth.OpSend && start || op == bth.OpWrite && info.Imm) && !q.resp.haveRecv && !q.takeRecv() {
+		q.sendPendingAck(b)
+		syn := bth.RNRNAKSyndrome(q.attr.MinRNRTimer)
+		q.sendAck(b, syn, psn)
+		return
+	}
+	n := uint64(len(p.Payload))
+	if info.Payload && op != bth.OpReadResponse {
+		if !end && n != uint64(q.mtu) || end && n > uint64(q.mtu) {
+			q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+			return
+		}
+	}
+	switch op {
+	case bth.OpSend:
+		q.receiveSend(p, psn, start, end, b)
+	case bth.OpWrite:
+		q.receiveWrite(p, psn, start, end, b)
+	case bth.OpReadRequest:
+		q.receiveRead(p, psn, b)
+	default:
+		q.receiveAtomic(p, psn, b)
+	}
+}
+
+func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch) {
+	if start {
+		q.resp.recvOff = 0
+	}
+	r := &q.resp.recv
+	n := uint64(len(p.Payload))
+	if q.resp.recvOff+n > r.len {
+		q.respErrorRecv(b, bth.NAKInvalidRequest, psn, LocLenErr)
+		return
+	}
+	if !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
+		q.respErrorRecv(b, bth.NAKRemoteOpError, psn, LocProtErr)
+		return
+	}
+	q.resp.recvOff += n
+	q.resp.inMsg = bth.OpSend
+	if !end {
+		q.advance(p, psn)
+		return
+	}
+	wc := WC{ID: r.id, Opcode: WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
+	if p.ImmDt != nil {
+		wc.Imm, wc.Flags = p.ImmDt.Imm(), WithImm
+	}
+	if p.IETH != nil {
+		m, err := q.dev.mrs.Find(q.pd, p.IETH.RKey())
+		if err != nil {
+			q.respErrorRecv(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+			return
+		}
+		m.Invalidate()
+		wc.Imm, wc.Flags = p.IETH.RKey(), WithInv
+	}
+	q.ctr.RDMARecvs++
+	q.finishMessage(p, psn, &wc)
+}
+
+func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch) {
+	if start {
+		f := p.RETH.Fields()
+		if f.DMALen > 0 {
+			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteWrite)
+			if err != nil {
+				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+				return
+			}
+			m.Release()
+		}
+		q.resp.va, q.resp.rkey, q.resp.resid, q.resp.dmaLen = f.VA, f.RKey, uint64(f.DMALen), f.DMALen
+	}
+	n := uint64(len(p.Payload))
+	if n > q.resp.resid || end && n != q.resp.resid {
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		return
+	}
+	if n > 0 {
+		// Look the key up for every packet: a region deregistered in the
+		// middle of a message stops the rest.
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), mr.RemoteWrite)
+		if err != nil {
+			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+			return
+		}
+		copy(mem, p.Payload)
+		m.Release()
+	}
+	q.resp.va += n
+	q.resp.resid -= n
+	q.resp.inMsg = bth.OpWrite
+	if !end {
+		q.advance(p, psn)
+		return
+	}
+	if p.ImmDt == nil {
+		q.finishMessage(p, psn, nil)
+		return
+	}
+	wc := WC{ID: q.resp.recv.id, Opcode: WCRecvRDMAWithIm, ByteLen: q.resp.dmaLen, QPN: q.qpn,
+		Imm: p.ImmDt.Imm(), Flags: WithImm}
+	q.finishMessage(p, psn, &wc)
+}
+
+// advance accepts a packet in the middle of a message.
+func (q *QP) advance(p *bth.Packet, psn bth.PSN) {
+	q.resp.psn = psn.Next()
+	if p.BTH.AckReq() {
+		q.pendAck(psn)
+	}
+}
+
+// finishMessage completes a SEND or WRITE message: the receive completes
+// (if wc is set), the MSN counts it, and it is acknowledged if asked.
+func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *WC) {
+	q.resp.inMsg = bth.OpInvalid
+	q.resp.msn++
+	if wc != nil {
+		q.resp.haveRecv = false
+		q.rcq.push(wc, p.BTH.SE())
+	}
+	q.resp.psn = psn.Next()
+	if q.typ == RC && p.BTH.AckReq() {
+		q.pendAck(psn)
+	}
+}
+
+func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
+	f := p.RETH.Fields()
+	if f.DMALen > MaxMsgSize {
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		return
+	}
+	if f.DMALen > 0 {
+		m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteRead)
+		if err != nil {
+			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+			return
+		}
+		m.Release()
+	}
+	npsn := q.packets(uint64(f.DMALen))
+	q.saveResource(readResource{valid: true, firstPSN: psn, npsn: npsn})
+	// rxe counts the READ as a completed message before it answers
+	// (C9-148), so the responses carry the new MSN.
+	q.resp.msn++
+	q.resp.psn = psn.Add(npsn)
+	q.sendReadResponses(b, psn, &f)
+}
+
+// sendReadResponses sends the responses to a READ of f, starting at psn.
+func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
+	q.sendPendingAck(b)
+	npsn := q.packets(uint64(f.DMALen))
+	mtu := uint64(q.mtu)
+	for i := range npsn {
+		off := uint64(i) * mtu
+		n := min(mtu, uint64(f.DMALen)-off)
+		if f.DMALen == 0 {
+			n = 0
+		}
+		op := bth.RCReadResponseMiddle
+		switch {
+		case npsn == 1:
+			op = bth.RCReadResponseOnly
+		case i == 0:
+			op = bth.RCReadResponseFirst
+		case i == npsn-1:
+			op = bth.RCReadResponseLast
+		}
+		buf := b.buf()
+		var r bth.Packet
+		size := r.Build(buf, &bth.BTHFields{Opcode: op, PKey: bth.DefaultPKey, DestQP: q.attr.DestQPN,
+			PSN: psn.Add(i)}, int(n))
+		if r.AETH != nil {
+			r.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
+		}
+		if n > 0 {
+			m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA+off, uint32(n), mr.RemoteRead)
+			if err != nil {
+				// Deregistered while we answered: what went out stays
+				// out; NAK the rest.
+				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), RemAccessErr)
+				return
+			}
+			copy(r.Payload, mem)
+			m.Release()
+		}
+		b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+		q.ctr.SentPkts++
+	}
+}
+
+func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
+	f := p.AtomicETH.Fields()
+	if f.VA%8 != 0 {
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		return
+	}
+	q.dev.atomicMu.Lock()
+	m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, 8, mr.RemoteAtomic)
+	if err != nil {
+		q.dev.atomicMu.Unlock()
+		q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+		return
+	}
+	orig := binary.NativeEndian.Uint64(mem)
+	switch p.Info.Operation {
+	case bth.OpCompareSwap:
+		if orig == f.Compare {
+			binary.NativeEndian.PutUint64(mem, f.SwapAdd)
+		}
+	case bth.OpFetchAdd:
+		binary.NativeEndian.PutUint64(mem, orig+f.SwapAdd)
+	}
+	m.Release()
+	q.dev.atomicMu.Unlock()
+	q.saveResource(readResource{valid: true, atomic: true, firstPSN: psn, npsn: 1, orig: orig})
+	q.resp.msn++
+	q.resp.psn = psn.Next()
+	q.sendAtomicAck(b, psn, orig)
+}
+
+func (q *QP) saveResource(r readResource) {
+	q.resp.res[q.resp.resNext] = r
+	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
+}
+
+// duplicate answers a request the responder has seen before: SENDs and
+// WRITEs are acknowledged again, READs executed again from the PSN asked
+// for, atomics answered with the value they found.
+func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
+	switch p.Info.Operation {
+	case bth.OpSend, bth.OpWrite:
+		q.pendAck(q.resp.psn.Add(bth.PSNMask))
+		return
+	}
+	for i := range q.resp.res {
+		r := &q.resp.res[i]
+		if !r.valid || !psn.InWindow(r.firstPSN, r.npsn) {
+			continue
+		}
+		if r.atomic {
+			if psn == r.firstPSN && p.AtomicETH != nil {
+				q.sendAtomicAck(b, psn, r.orig)
+				return
+			}
+			break
+		}
+		if p.Info.Operation != bth.OpReadRequest {
+			break
+		}
+		f := p.RETH.Fields()
+		if f.DMALen > 0 {
+			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteRead)
+			if err != nil {
+				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+				return
+			}
+			m.Release()
+		}
+		q.sendReadResponses(b, psn, &f)
+		return
+	}
+	q.ctr.DropDuplicates++
+}
+
+// pendAck notes that psn must be acknowledged. ACKs are cumulative, so
+// while the QP handles a batch of packets only the last one goes out.
+func (q *QP) pendAck(psn bth.PSN) {
+	if q.resp.ackPending {
+		q.ctr.AckDeferred++
+	}
+	q.resp.ackPending, q.resp.ackPSN = true, psn
+}
+
+// sendPendingAck sends the pending ACK, if any; it goes out before any
+// other responder packet so that the peer sees PSNs in order.
+func (q *QP) sendPendingAck(b *txBatch) {
+	if q.resp.ackPending {
+		q.resp.ackPending = false
+		q.sendAck(b, bth.ACKSyndrome(bth.NoCredits), q.resp.ackPSN)
+	}
+}
+
+// sendAck sends an ACKNOWLEDGE packet with syndrome syn for psn.
+func (q *QP) sendAck(b *txBatch, syn bth.Syndrome, psn bth.PSN) {
+	if syn.Kind() != bth.KindACK {
+		q.sendPendingAck(b)
+		q.ctr.countNAKSent(syn)
+	}
+	buf := b.buf()
+	var p bth.Packet
+	size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCAcknowledge, PKey: bth.DefaultPKey,
+		DestQP: q.attr.DestQPN, PSN: psn}, 0)
+	p.AETH.Encode(&bth.AETHFields{Syndrome: syn, MSN: q.resp.msn & bth.PSNMask})
+	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+	q.ctr.SentPkts++
+	q.ctr.AcksSent++
+}
+
+func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
+	q.sendPendingAck(b)
+	buf := b.buf()
+	var p bth.Packet
+	size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCAtomicAcknowledge, PKey: bth.DefaultPKey,
+		DestQP: q.attr.DestQPN, PSN: psn}, 0)
+	p.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
+	p.AtomicAckETH.Encode(&bth.AtomicAckETHFields{Orig: orig})
+	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+	q.ctr.SentPkts++
+}
+
+// respError NAKs psn with code and moves the QP to ERR, as rxe's class A
+// and C errors do.
+func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, _ Status) {
+	q.sendAck(b, bth.NAKSyndrome(code), psn)
+	q.toErr(b)
+}
+
+// respErrorRecv is respError for a failure that the receive in progress
+// completes with.
+func (q *QP) respErrorRecv(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status) {
+	if q.resp.haveRecv {
+		wc := WC{ID: q.resp.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
+		q.rcq.push(&wc, false)
+		q.resp.haveRecv = false
+	}
+	q.respError(b, code, psn, st)
+}
+
+// takeRecv makes the oldest posted receive (of the QP or its SRQ) the
+// current one. It reports false when there is none.
+func (q *QP) takeRecv() bool {
+	r := &q.resp.recv
+	if q.srq != nil {
+		if !q.srq.take(r) {
+			return false
+		}
+	} else {
+		w := q.rq.peek()
+		if w == nil {
+			return false
+		}
+		r.id, r.len = w.id, w.len
+		r.sgl = append(r.sgl[:0], w.sgl...)
+		q.rq.pop()
+	}
+	q.resp.haveRecv = true
+	return true
+}
+
+// respondUC executes a UC request. UC has no ACKs: a PSN gap drops the
+// rest of the message in progress, and the responder picks up again at
+// the next FIRST or ONLY.
+func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
+	info := p.Info
+	psn := p.BTH.PSN()
+	start := info.Position == bth.PosFirst || info.Position == bth.PosOnly
+	end := info.Position == bth.PosLast || info.Position == bth.PosOnly
+	if psn != q.resp.psn {
+		q.ctr.OutOfSeqRequest++
+		if q.resp.inMsg != bth.OpInvalid {
+			q.ctr.DropUCMessage++
+			q.resp.inMsg = bth.OpInvalid
+		}
+		q.resp.ucDrop = !start
+	}
+	q.resp.psn = psn.Next()
+	if q.resp.ucDrop {
+		if !start {
+			return
+		}
+		q.resp.ucDrop = false
+	}
+	op := info.Operation
+	if q.resp.inMsg != bth.OpInvalid && (start || op != q.resp.inMsg) || q.resp.inMsg == bth.OpInvalid && !start {
+		q.ucDropMessage(start, end)
+		return
+	}
+	if op == bth.OpWrite && q.attr.Access&mr.RemoteWrite == 0 {
+		q.ucDropMessage(start, end)
+		return
+	}
+	if (op == bth.OpSend && start || op == bth.OpWrite && info.Imm) && !q.resp.haveRecv && !q.takeRecv() {
+		q.ctr.DropNoRecv++
+		q.ucDropMessage(start, end)
+		return
+	}
+	n := uint64(len(p.Payload))
+	if !end && n != uint64(q.mtu) || end && n > uint64(q.mtu) {
+		q.ucDropMessage(start, end)
+		return
+	}
+	if op == bth.OpSend {
+		if start {
+			q.resp.recvOff = 0
+		}
+		r := &q.resp.recv
+		if q.resp.recvOff+n > r.len || !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
+			// The receive completes in error; the QP goes on.
+			wc := WC{ID: r.id, Status: LocLenErr, Opcode: WCRecv, QPN: q.qpn}
+			q.rcq.push(&wc, false)
+			q.resp.haveRecv = false
+			q.ucDropMessage(start, end)
+			return
+		}
+		q.resp.recvOff += n
+		q.resp.inMsg = bth.OpSend
+		if end {
+			wc := WC{ID: r.id, Opcode: WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
+			if p.ImmDt != nil {
+				wc.Imm, wc.Flags = p.ImmDt.Imm(), WithImm
+			}
+			q.ctr.RDMARecvs++
+			q.finishMessage(p, psn, &wc)
+		}
+		return
+	}
+	if start {
+		f := p.RETH.Fields()
+		q.resp.va, q.resp.rkey, q.resp.resid, q.resp.dmaLen = f.VA, f.RKey, uint64(f.DMALen), f.DMALen
+	}
+	if n > q.resp.resid || end && n != q.resp.resid {
+		q.ucDropMessage(start, end)
+		return
+	}
+	if n > 0 {
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), mr.RemoteWrite)
+		if err != nil {
+			q.ucDropMessage(start, end)
+			return
+		}
+		copy(mem, p.Payload)
+		m.Release()
+	}
+	q.resp.va += n
+	q.resp.resid -= n
+	q.resp.inMsg = bth.OpWrite
+	if end {
+		var wc *WC
+		if p.ImmDt != nil {
+			wc = &WC{ID: q.resp.recv.id, Opcode: WCRecvRDMAWithIm, ByteLen: q.resp.dmaLen, QPN: q.qpn,
+				Imm: p.ImmDt.Imm(), Flags: WithImm}
+		}
+		q.finishMessage(p, psn, wc)
+	}
+}
+
+// ucDropMessage abandons the UC message this packet belongs to.
+func (q *QP) ucDropMessage(start, end bool) {
+	q.ctr.DropUCMessage++
+	q.resp.inMsg = bth.OpInvalid
+	q.resp.ucDrop = !end
+}
+
+// GRHLen is the size of the GRH area at the start of a UD receive buffer.
+const GRHLen = 40
+
+// respondUD delivers a UD SEND into the next receive, after a 40-byte GRH
+// area that holds the IPv6 header, or for IPv4 20 zero bytes and the IPv4
+// header, as rxe writes it.
+func (q *QP) respondUD(p *bth.Packet, tp *transport.Packet, b *txBatch) {
+	if p.Info.Operation != bth.OpSend {
+		q.ctr.DropBadOpcode++
+		return
+	}
+	if !q.takeRecv() {
+		q.ctr.DropNoRecv++
+		return
+	}
+	r := &q.resp.recv
+	q.resp.haveRecv = false
+	n := uint64(len(p.Payload))
+	wc := WC{ID: r.id, Opcode: WCRecv, QPN: q.qpn, SrcQP: p.DETH.SrcQP(), Flags: WithGRH}
+	var grh [GRHLen]byte
+	buildGRH(&grh, tp)
+	if GRHLen+n > r.len || !q.scatter(r.sgl, 0, grh[:]) || !q.scatter(r.sgl, GRHLen, p.Payload) {
+		wc.Status, wc.Flags = LocLenErr, 0
+		q.rcq.push(&wc, false)
+		return
+	}
+	wc.ByteLen = uint32(GRHLen + n)
+	if p.ImmDt != nil {
+		wc.Imm, wc.Flags = p.ImmDt.Imm(), wc.Flags|WithImm
+	}
+	q.resp.psn = p.BTH.PSN().Next()
+	q.ctr.RDMARecvs++
+	q.rcq.push(&wc, p.BTH.SE())
+}
+
+// buildGRH writes the network header of tp into g the way a UD receive
+// sees it.
+func buildGRH(g *[GRHLen]byte, tp *transport.Packet) {
+	udpLen := bth.UDPLen + len(tp.Data)
+	if tp.Src.Is4() {
+		h := g[20:]
+		h[0], h[1] = 0x45, tp.TOS
+		binary.BigEndian.PutUint16(h[2:], uint16(bth.IPv4MinLen+udpLen))
+		binary.BigEndian.PutUint16(h[4:], tp.IPID)
+		h[6], h[8], h[9] = 0x40, 64, bth.ProtocolUDP
+		s, d := tp.Src.As4(), tp.Dst.As4()
+		copy(h[12:], s[:])
+		copy(h[16:], d[:])
+		var sum uint32
+		for i := 0; i < bth.IPv4MinLen; i += 2 {
+			sum += uint32(h[i])<<8 | uint32(h[i+1])
+		}
+		for sum > 0xFFFF {
+			sum = sum>>16 + sum&0xFFFF
+		}
+		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		return
+	}
+	binary.BigEndian.PutUint32(g[0:], 6<<28|uint32(tp.TOS)<<20)
+	binary.BigEndian.PutUint16(g[4:], uint16(udpLen))
+	g[6], g[7] = bth.ProtocolUDP, 64
+	s, d := tp.Src.As16(), tp.Dst.As16()
+	copy(g[8:], s[:])
+	copy(g[24:], d[:])
+}

@@ -1,0 +1,200 @@
+package qp
+
+import (
+	"sync"
+
+	"github.com/goroce/goroce/mr"
+)
+
+// recvWQE is a posted receive.
+type recvWQE struct {
+	id  uint64
+	sgl []SGE
+	len uint64 // total length of sgl
+}
+
+// recvQueue is a ring of posted receives, allocated on first use so that
+// idle queue pairs stay small. The owner's lock protects it.
+type recvQueue struct {
+	ring   []recvWQE
+	head   int
+	n      int
+	max    int
+	maxSGE int
+}
+
+func (q *recvQueue) full() bool { return q.n == q.max }
+
+// post appends wr; the caller checked it.
+func (q *recvQueue) post(wr *RecvWR) {
+	if q.ring == nil {
+		q.ring = make([]recvWQE, q.max)
+	}
+	i := (q.head + q.n) % q.max
+	w := &q.ring[i]
+	if cap(w.sgl) < q.maxSGE {
+		w.sgl = make([]SGE, 0, q.maxSGE)
+	}
+	w.id = wr.ID
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	w.len = 0
+	for _, s := range wr.SGL {
+		w.len += uint64(s.Length)
+	}
+	q.n++
+}
+
+// peek returns the oldest receive, or nil.
+func (q *recvQueue) peek() *recvWQE {
+	if q.n == 0 {
+		return nil
+	}
+	return &q.ring[q.head]
+}
+
+// pop removes the oldest receive.
+func (q *recvQueue) pop() {
+	q.head++
+	if q.head == q.max {
+		q.head = 0
+	}
+	q.n--
+}
+
+func checkRecvWR(wr *RecvWR, maxSGE int) error {
+	if len(wr.SGL) > maxSGE {
+		return ErrTooManySGE
+	}
+	return nil
+}
+
+// SRQ is a shared receive queue: receives that any queue pair attached to
+// it consumes. It is safe for concurrent use.
+type SRQ struct {
+	dev   *Device
+	pd    *mr.PD
+	mu    sync.Mutex
+	q     recvQueue
+	limit int // SRQ limit event threshold; 0 when not armed
+	users int
+	dead  bool
+}
+
+// SRQAttr holds a shared receive queue's sizes and limit (ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  uint32
+	MaxSGE uint32
+	// Limit arms the SRQ limit event: when fewer receives than Limit
+	// remain, the device reports EventSRQLimitReached once.
+	Limit uint32
+}
+
+// CreateSRQ returns a shared receive queue in pd.
+func (d *Device) CreateSRQ(pd *mr.PD, attr SRQAttr) (*SRQ, error) {
+	if attr.MaxWR == 0 || attr.MaxWR > MaxWR || attr.MaxSGE > MaxSGE || attr.Limit > attr.MaxWR {
+		return nil, ErrInvalidCap
+	}
+	if attr.MaxSGE == 0 {
+		attr.MaxSGE = 1
+	}
+	pd.Hold()
+	return &SRQ{dev: d, pd: pd, q: recvQueue{max: int(attr.MaxWR), maxSGE: int(attr.MaxSGE)},
+		limit: int(attr.Limit)}, nil
+}
+
+// PostRecv posts receives to the SRQ.
+func (s *SRQ) PostRecv(wrs []RecvWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return ErrDestroyed
+	}
+	for i := range wrs {
+		if err := checkRecvWR(&wrs[i], s.q.maxSGE); err != nil {
+			return &PostError{Index: i, Err: err}
+		}
+		if s.q.full() {
+			return &PostError{Index: i, Err: ErrQueueFull}
+		}
+		s.q.post(&wrs[i])
+	}
+	return nil
+}
+
+// Modify arms the limit event with a new threshold (IBV_SRQ_LIMIT).
+func (s *SRQ) Modify(limit uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(limit) > s.q.max {
+		return ErrInvalidAttr
+	}
+	s.limit = int(limit)
+	return nil
+}
+
+// Query returns the SRQ's attributes.
+func (s *SRQ) Query() SRQAttr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SRQAttr{MaxWR: uint32(s.q.max), MaxSGE: uint32(s.q.maxSGE), Limit: uint32(s.limit)}
+}
+
+// Len returns the number of posted receives.
+func (s *SRQ) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.n
+}
+
+// Destroy frees the SRQ; it fails with ErrBusy while queue pairs use it.
+func (s *SRQ) Destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users > 0 {
+		return ErrBusy
+	}
+	if !s.dead {
+		s.dead = true
+		s.pd.Drop()
+	}
+	return nil
+}
+
+// take removes the oldest receive into w and reports whether there was one.
+func (s *SRQ) take(w *recvWQE) bool {
+	s.mu.Lock()
+	r := s.q.peek()
+	if r == nil {
+		s.mu.Unlock()
+		return false
+	}
+	w.id, w.len = r.id, r.len
+	w.sgl = append(w.sgl[:0], r.sgl...)
+	s.q.pop()
+	fire := s.limit > 0 && s.q.n < s.limit
+	if fire {
+		s.limit = 0
+	}
+	s.mu.Unlock()
+	if fire {
+		s.dev.event(Event{Type: EventSRQLimitReached, SRQ: s})
+	}
+	return true
+}
+
+// AH is an address handle: the destination of UD sends.
+type AH struct {
+	pd   *mr.PD
+	attr AHAttr
+}
+
+// CreateAH returns an address handle for attr in pd.
+func (d *Device) CreateAH(pd *mr.PD, attr AHAttr) (*AH, error) {
+	if !attr.DestAddr().IsValid() || attr.DestAddr().IsUnspecified() {
+		return nil, ErrInvalidAttr
+	}
+	return &AH{pd: pd, attr: attr}, nil
+}
+
+// Attr returns the handle's address vector.
+func (a *AH) Attr() AHAttr { return a.attr }

@@ -1,0 +1,476 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
+)
+
+// Type is a queue pair's transport service.
+type Type uint8
+
+// QP types. GSI is the general services QP, QP 1, that carries management
+// datagrams (the IB CM) as UD.
+const (
+	RC Type = iota + 1
+	UC
+	UD
+	GSI
+)
+
+func (t Type) String() string {
+	switch t {
+	case RC:
+		return "RC"
+	case UC:
+		return "UC"
+	case UD:
+		return "UD"
+	case GSI:
+		return "GSI"
+	}
+	return fmt.Sprintf("Type(%d)", uint8(t))
+}
+
+func (t Type) transport() bth.Transport {
+	switch t {
+	case RC:
+		return bth.TransportRC
+	case UC:
+		return bth.TransportUC
+	}
+	return bth.TransportUD
+}
+
+// State is a queue pair's state (IBTA Vol. 1 §10.3.1).
+type State uint8
+
+// QP states, with the numbering of ibv_qp_state.
+const (
+	Reset State = iota
+	Init
+	RTR
+	RTS
+	SQD
+	SQE
+	Err
+)
+
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// MTU is a path MTU, numbered as ibv_mtu: 1 is 256 bytes, 5 is 4096.
+type MTU uint8
+
+// Path MTUs.
+const (
+	MTU256 MTU = iota + 1
+	MTU512
+	MTU1024
+	MTU2048
+	MTU4096
+)
+
+// Bytes returns the MTU in bytes, or 0 when invalid.
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+// MTUFromBytes returns the largest MTU not above n bytes, and false when n
+// is below 256.
+func MTUFromBytes(n int) (MTU, bool) {
+	for m := MTU4096; m >= MTU256; m-- {
+		if m.Bytes() <= n {
+			return m, true
+		}
+	}
+	return 0, false
+}
+
+func (m MTU) String() string {
+	if b := m.Bytes(); b != 0 {
+		return fmt.Sprint(b)
+	}
+	return fmt.Sprintf("MTU(%d)", uint8(m))
+}
+
+// Opcode is the operation of a send work request, numbered as
+// ibv_wr_opcode.
+type Opcode uint8
+
+// Send work request opcodes.
+const (
+	OpWrite          Opcode = 0
+	OpWriteImm       Opcode = 1
+	OpSend           Opcode = 2
+	OpSendImm        Opcode = 3
+	OpRead           Opcode = 4
+	OpAtomicCmpSwp   Opcode = 5
+	OpAtomicFetchAdd Opcode = 6
+	OpLocalInv       Opcode = 7
+	OpSendInv        Opcode = 9
+)
+
+var opcodeNames = map[Opcode]string{
+	OpWrite: "RDMA_WRITE", OpWriteImm: "RDMA_WRITE_WITH_IMM", OpSend: "SEND",
+	OpSendImm: "SEND_WITH_IMM", OpRead: "RDMA_READ", OpAtomicCmpSwp: "ATOMIC_CMP_AND_SWP",
+	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpSendInv: "SEND_WITH_INV",
+}
+
+func (o Opcode) String() string {
+	if n, ok := opcodeNames[o]; ok {
+		return n
+	}
+	return fmt.Sprintf("Opcode(%d)", uint8(o))
+}
+
+func (o Opcode) isAtomic() bool { return o == OpAtomicCmpSwp || o == OpAtomicFetchAdd }
+
+// needsResponse reports whether the operation completes on a response
+// rather than an ACK.
+func (o Opcode) needsResponse() bool { return o == OpRead || o.isAtomic() }
+
+func (o Opcode) isSend() bool { return o == OpSend || o == OpSendImm || o == OpSendInv }
+
+// SendFlags modify a send work request, with the values of
+// ibv_send_flags.
+type SendFlags uint8
+
+// Send flags.
+const (
+	// Fence waits for earlier RDMA READ and atomic operations to
+	// complete before this request starts.
+	Fence SendFlags = 1 << 0
+	// Signaled asks for a completion even on success (always given when
+	// the QP was created with SignalAll).
+	Signaled SendFlags = 1 << 1
+	// Solicited sets the solicited event bit on the last packet.
+	Solicited SendFlags = 1 << 2
+	// Inline copies the payload from SendWR.InlineData at post time.
+	Inline SendFlags = 1 << 3
+)
+
+// SGE is a scatter/gather element: Length bytes at address Addr of the
+// memory region with key LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request, the fields of ibv_send_wr.
+type SendWR struct {
+	ID     uint64
+	Opcode Opcode
+	Flags  SendFlags
+	SGL    []SGE
+	// InlineData is the payload of an Inline request, copied at post
+	// time; SGL is then ignored.
+	InlineData []byte
+	// Imm is the immediate data of *_WITH_IMM, as the 32-bit number that
+	// goes on the wire big-endian.
+	Imm uint32
+	// InvRKey is the key to invalidate: the peer's for SEND_WITH_INV, a
+	// local one for LOCAL_INV.
+	InvRKey uint32
+	// RemoteAddr and RKey address the peer's memory for RDMA and atomics.
+	RemoteAddr uint64
+	RKey       uint32
+	// CompareAdd is the compare value of CMP_AND_SWP or the addend of
+	// FETCH_AND_ADD; Swap the swap value of CMP_AND_SWP.
+	CompareAdd uint64
+	Swap       uint64
+	// AH, RemoteQPN and RemoteQKey address a UD send. A Q_Key with the
+	// high bit set means the QP's own Q_Key.
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+// RecvWR is a receive work request.
+type RecvWR struct {
+	ID  uint64
+	SGL []SGE
+}
+
+// Status is a work completion's status, numbered as ibv_wc_status.
+type Status uint8
+
+// Completion statuses.
+const (
+	Success           Status = 0
+	LocLenErr         Status = 1
+	LocQPOpErr        Status = 2
+	LocProtErr        Status = 4
+	WRFlushErr        Status = 5
+	MWBindErr         Status = 6
+	BadRespErr        Status = 7
+	LocAccessErr      Status = 8
+	RemInvReqErr      Status = 9
+	RemAccessErr      Status = 10
+	RemOpErr          Status = 11
+	RetryExcErr       Status = 12
+	RNRRetryExcErr    Status = 13
+	RemAbortErr       Status = 16
+	GeneralErr        Status = 21
+	statusNamesLength        = 22
+)
+
+var statusNames = [statusNamesLength]string{
+	Success: "SUCCESS", LocLenErr: "LOC_LEN_ERR", LocQPOpErr: "LOC_QP_OP_ERR", 3: "LOC_EEC_OP_ERR",
+	LocProtErr: "LOC_PROT_ERR", WRFlushErr: "WR_FLUSH_ERR", MWBindErr: "MW_BIND_ERR",
+	BadRespErr: "BAD_RESP_ERR", LocAccessErr: "LOC_ACCESS_ERR", RemInvReqErr: "REM_INV_REQ_ERR",
+	RemAccessErr: "REM_ACCESS_ERR", RemOpErr: "REM_OP_ERR", RetryExcErr: "RETRY_EXC_ERR",
+	RNRRetryExcErr: "RNR_RETRY_EXC_ERR", 14: "LOC_RDD_VIOL_ERR", 15: "REM_INV_RD_REQ_ERR",
+	RemAbortErr: "REM_ABORT_ERR", 17: "INV_EECN_ERR", 18: "INV_EEC_STATE_ERR", 19: "FATAL_ERR",
+	20: "RESP_TIMEOUT_ERR", GeneralErr: "GENERAL_ERR",
+}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) && statusNames[s] != "" {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// WCOpcode is what a completion completed, numbered as ibv_wc_opcode.
+type WCOpcode uint8
+
+// Completion opcodes.
+const (
+	WCSend           WCOpcode = 0
+	WCWrite          WCOpcode = 1
+	WCRead           WCOpcode = 2
+	WCCompSwap       WCOpcode = 3
+	WCFetchAdd       WCOpcode = 4
+	WCBindMW         WCOpcode = 5
+	WCLocalInv       WCOpcode = 6
+	WCRecv           WCOpcode = 128
+	WCRecvRDMAWithIm WCOpcode = 129
+)
+
+func (o WCOpcode) String() string {
+	switch o {
+	case WCSend:
+		return "SEND"
+	case WCWrite:
+		return "RDMA_WRITE"
+	case WCRead:
+		return "RDMA_READ"
+	case WCCompSwap:
+		return "COMP_SWAP"
+	case WCFetchAdd:
+		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
+	case WCRecv:
+		return "RECV"
+	case WCRecvRDMAWithIm:
+		return "RECV_RDMA_WITH_IMM"
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
+}
+
+// WCFlags describe a completion, with the values of ibv_wc_flags.
+type WCFlags uint8
+
+// Completion flags.
+const (
+	WithGRH WCFlags = 1 << 0
+	WithImm WCFlags = 1 << 1
+	WithInv WCFlags = 1 << 3
+)
+
+// WC is a work completion, the fields of ibv_wc.
+type WC struct {
+	ID        uint64
+	Status    Status
+	Opcode    WCOpcode
+	VendorErr uint32
+	ByteLen   uint32
+	// Imm is the immediate data (WithImm), or the invalidated key
+	// (WithInv).
+	Imm   uint32
+	QPN   uint32
+	SrcQP uint32
+	Flags WCFlags
+	// PKeyIndex, SLID, SL and DLIDPathBits are as ibverbs has them; on
+	// RoCE they are 0 but for the P_Key index.
+	PKeyIndex    uint16
+	SLID         uint16
+	SL           uint8
+	DLIDPathBits uint8
+}
+
+func (w *WC) String() string {
+	return fmt.Sprintf("wr_id=%d status=%s opcode=%s byte_len=%d qp_num=%d src_qp=%d flags=%#x imm=%#x",
+		w.ID, w.Status, w.Opcode, w.ByteLen, w.QPN, w.SrcQP, uint8(w.Flags), w.Imm)
+}
+
+// Cap holds a queue pair's queue sizes.
+type Cap struct {
+	MaxSendWR, MaxRecvWR   uint32
+	MaxSendSGE, MaxRecvSGE uint32
+	MaxInlineData          uint32
+}
+
+// Limits of the software device.
+const (
+	MaxWR         = 1 << 15
+	MaxSGE        = 32
+	MaxInlineData = 256
+	MaxCQE        = 1 << 20
+	MaxRDAtomic   = 128
+	MaxMsgSize    = 1 << 31
+)
+
+// InitAttr holds what a queue pair is created with (ibv_qp_init_attr).
+type InitAttr struct {
+	Type   Type
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ // nil: the QP has its own receive queue
+	Cap    Cap
+	// SignalAll generates a completion for every send request, signaled
+	// or not (sq_sig_all).
+	SignalAll bool
+}
+
+// AHAttr is an address vector: where a path leads (ibv_ah_attr with its
+// GRH, for RoCE).
+type AHAttr struct {
+	// DGID is the destination GID; for RoCEv2 an IPv6 address or an
+	// IPv4-mapped one.
+	DGID         [16]byte
+	SGIDIndex    uint8
+	FlowLabel    uint32
+	HopLimit     uint8
+	TrafficClass uint8
+	SL           uint8
+	Port         uint8
+}
+
+// DestAddr returns the IP address of the destination GID.
+func (a *AHAttr) DestAddr() netip.Addr { return netip.AddrFrom16(a.DGID).Unmap() }
+
+// GIDFromAddr returns the RoCEv2 GID of an IP address: the address itself
+// for IPv6, the IPv4-mapped address for IPv4.
+func GIDFromAddr(a netip.Addr) [16]byte { return a.As16() }
+
+// Attr holds a queue pair's attributes (ibv_qp_attr).
+type Attr struct {
+	State           State
+	CurState        State
+	PathMTU         MTU
+	QKey            uint32
+	RQPSN           bth.PSN
+	SQPSN           bth.PSN
+	DestQPN         uint32
+	Access          mr.Access // remote operations the QP accepts
+	PKeyIndex       uint16
+	Port            uint8
+	AH              AHAttr
+	Timeout         uint8 // local ACK timeout, 4.096 µs × 2^Timeout
+	RetryCnt        uint8
+	RNRRetry        uint8 // 7 means retry forever
+	MinRNRTimer     uint8
+	MaxRDAtomic     uint8 // outstanding READ and atomic requests as requester
+	MaxDestRDAtomic uint8 // as responder
+	SQDrainNotify   bool
+	Cap             Cap // read-only: returned by Query
+}
+
+// AttrMask says which fields of Attr a Modify sets, with the values of
+// ibv_qp_attr_mask.
+type AttrMask uint32
+
+// Attribute mask bits.
+const (
+	AttrState           AttrMask = 1 << 0
+	AttrCurState        AttrMask = 1 << 1
+	AttrEnSQDAsyncNotfy AttrMask = 1 << 2
+	AttrAccessFlags     AttrMask = 1 << 3
+	AttrPKeyIndex       AttrMask = 1 << 4
+	AttrPort            AttrMask = 1 << 5
+	AttrQKey            AttrMask = 1 << 6
+	AttrAV              AttrMask = 1 << 7
+	AttrPathMTU         AttrMask = 1 << 8
+	AttrTimeout         AttrMask = 1 << 9
+	AttrRetryCnt        AttrMask = 1 << 10
+	AttrRNRRetry        AttrMask = 1 << 11
+	AttrRQPSN           AttrMask = 1 << 12
+	AttrMaxQPRDAtomic   AttrMask = 1 << 13
+	AttrAltPath         AttrMask = 1 << 14
+	AttrMinRNRTimer     AttrMask = 1 << 15
+	AttrSQPSN           AttrMask = 1 << 16
+	AttrMaxDestRDAtomic AttrMask = 1 << 17
+	AttrPathMigState    AttrMask = 1 << 18
+	AttrCap             AttrMask = 1 << 19
+	AttrDestQPN         AttrMask = 1 << 20
+)
+
+var attrNames = [...]string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX",
+	"PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC",
+	"ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "PATH_MIG_STATE", "CAP", "DEST_QPN"}
+
+func (m AttrMask) String() string {
+	var b []byte
+	for i, n := range attrNames {
+		if m&(1<<i) != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, n...)
+		}
+	}
+	if len(b) == 0 {
+		return "0"
+	}
+	return string(b)
+}
+
+// Errors returned by the verbs. Remote errors and flushed requests are
+// completion statuses, not errors.
+var (
+	ErrInvalidTransition = errors.New("qp: invalid state transition")
+	ErrMissingAttr       = errors.New("qp: required attribute missing")
+	ErrExtraAttr         = errors.New("qp: attribute not allowed in this transition")
+	ErrInvalidAttr       = errors.New("qp: invalid attribute value")
+	ErrInvalidState      = errors.New("qp: operation not allowed in this QP state")
+	ErrQueueFull         = errors.New("qp: work queue full")
+	ErrInvalidWR         = errors.New("qp: invalid work request")
+	ErrTooManySGE        = errors.New("qp: too many scatter/gather elements")
+	ErrInlineTooLong     = errors.New("qp: inline data too long")
+	ErrHasSRQ            = errors.New("qp: QP uses a shared receive queue")
+	ErrInvalidCap        = errors.New("qp: capability exceeds the device's limits")
+	ErrDestroyed         = errors.New("qp: object destroyed")
+	ErrBusy              = errors.New("qp: object in use")
+	ErrClosed            = errors.New("qp: device closed")
+	ErrNoQPN             = errors.New("qp: no free QP number")
+	ErrGSIExists         = errors.New("qp: the device already has a GSI QP")
+)
+
+// PostError reports the first work request a post refused. Requests
+// before it were posted; it and those after were not (ibv_post_send's
+// bad_wr).
+type PostError struct {
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
+func (e *PostError) Unwrap() error { return e.Err }

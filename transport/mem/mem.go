@@ -1,0 +1,435 @@
+// Package mem is an in-memory network for goroce's transports: endpoints
+// joined by IP address, with seeded fault injection (drop, duplicate,
+// reorder, delay, corrupt, truncate).
+//
+// In simulation mode (the default) nothing moves until the test calls Run
+// or Step: packets are delivered and timers fired on the caller's
+// goroutine, in an order fixed by the seed, so a reliability test is
+// deterministic and can print its seed to be replayed. In live mode a
+// goroutine delivers packets as they come, for programs (roce demo
+// --transport mem) rather than tests.
+package mem
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/transport"
+)
+
+// Faults are probabilities, from 0 to 1, applied to each packet sent, and
+// a delay bound.
+type Faults struct {
+	Drop      float64
+	Duplicate float64
+	// Reorder holds a packet back by ReorderDelay so later ones pass it.
+	Reorder  float64
+	Corrupt  float64 // flip one random bit (the ICRC catches it)
+	Truncate float64 // cut the packet short at a random length
+	// Delay adds a random delay up to this to every packet.
+	Delay time.Duration
+}
+
+// Config configures a Network. Zero fields mean defaults.
+type Config struct {
+	// Seed makes fault injection repeatable.
+	Seed   uint64
+	Faults Faults
+	// Clock times delays and, in simulation mode, is advanced by Run; a
+	// nil Clock is a clock.Manual in simulation mode and the system
+	// clock in live mode.
+	Clock clock.Clock
+	// Live delivers packets from a goroutine instead of from Run.
+	Live bool
+	// Latency is the one-way delay of every packet (default 1 µs in
+	// simulation mode, none in live mode).
+	Latency time.Duration
+	// ReorderDelay is how long a reordered packet is held (default 20 µs).
+	ReorderDelay time.Duration
+	// MaxPacket is the largest RoCE packet carried (default 4096 + 64).
+	MaxPacket int
+	// BatchSize is how many packets a handler gets at once (default 64).
+	BatchSize int
+}
+
+// Network joins endpoints. It is safe for concurrent use.
+type Network struct {
+	cfg   Config
+	clk   clock.Clock
+	sim   *clock.Manual // set in simulation mode
+	mu    sync.Mutex
+	rng   *rand.Rand
+	eps   map[netip.Addr]*Endpoint
+	queue []*inflight // ordered by (at, seq)
+	seq   uint64
+	kick  chan struct{}
+	done  chan struct{}
+	wg    sync.WaitGroup
+	stats Stats
+}
+
+// Stats counts what the network did to packets.
+type Stats struct {
+	Sent, Delivered, Dropped, Duplicated, Reordered, Corrupted, Truncated, Unroutable uint64
+}
+
+type inflight struct {
+	at   time.Time
+	seq  uint64
+	to   *Endpoint
+	pkt  transport.Packet
+	data []byte
+}
+
+// NewNetwork returns an empty network.
+func NewNetwork(cfg *Config) *Network {
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Latency == 0 && !c.Live {
+		c.Latency = time.Microsecond
+	}
+	if c.ReorderDelay == 0 {
+		c.ReorderDelay = 20 * time.Microsecond
+	}
+	if c.MaxPacket == 0 {
+		c.MaxPacket = 4096 + 64
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 64
+	}
+	n := &Network{cfg: c, rng: rand.New(rand.NewPCG(c.Seed, c.Seed^0x9E3779B97F4A7C15)),
+		eps: make(map[netip.Addr]*Endpoint), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	switch {
+	case c.Clock != nil:
+		n.clk = c.Clock
+		n.sim, _ = c.Clock.(*clock.Manual)
+	case c.Live:
+		n.clk = clock.Real{}
+	default:
+		n.sim = clock.NewManual(time.Unix(1e9, 0))
+		n.clk = n.sim
+	}
+	if c.Live {
+		n.wg.Add(1)
+		go n.deliverLoop()
+	}
+	return n
+}
+
+// Clock returns the network's clock; give it to the devices so that their
+// timers run on the same time as the network.
+func (n *Network) Clock() clock.Clock { return n.clk }
+
+// Stats returns what the network did to packets so far.
+func (n *Network) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats
+}
+
+// SetFaults changes the faults applied from now on.
+func (n *Network) SetFaults(f Faults) {
+	n.mu.Lock()
+	n.cfg.Faults = f
+	n.mu.Unlock()
+}
+
+// Close stops live delivery. Endpoints stop with it.
+func (n *Network) Close() {
+	n.mu.Lock()
+	select {
+	case <-n.done:
+	default:
+		close(n.done)
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// Endpoint returns a new endpoint with address addr, which must be unique
+// on the network.
+func (n *Network) Endpoint(addr netip.Addr) (*Endpoint, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.eps[addr]; ok {
+		return nil, fmt.Errorf("mem: address %v in use", addr)
+	}
+	e := &Endpoint{n: n, addr: addr}
+	n.eps[addr] = e
+	return e, nil
+}
+
+// Endpoint is one host on a Network; it implements transport.Transport.
+type Endpoint struct {
+	n       *Network
+	addr    netip.Addr
+	handler atomic.Pointer[transport.Handler]
+	closed  atomic.Bool
+	batch   []transport.Packet // delivery scratch, used by one deliverer at a time
+	stats   struct {
+		txPackets, txBytes, rxPackets, rxBytes, rxICRC, rxMalformed atomic.Uint64
+	}
+}
+
+var _ transport.Transport = (*Endpoint)(nil)
+
+// Start begins delivery to h.
+func (e *Endpoint) Start(h transport.Handler) error {
+	if !e.handler.CompareAndSwap(nil, &h) {
+		return errors.New("mem: endpoint already started")
+	}
+	return nil
+}
+
+// LocalAddr returns the endpoint's address.
+func (e *Endpoint) LocalAddr() netip.Addr { return e.addr }
+
+// BatchSize returns the network's batch size.
+func (e *Endpoint) BatchSize() int { return e.n.cfg.BatchSize }
+
+// MaxPacket returns the largest packet the network carries.
+func (e *Endpoint) MaxPacket() int { return e.n.cfg.MaxPacket }
+
+// Stats returns the endpoint's counters.
+func (e *Endpoint) Stats() transport.Stats {
+	s := &e.stats
+	return transport.Stats{TxPackets: s.txPackets.Load(), TxBytes: s.txBytes.Load(),
+		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(), RxICRCErrors: s.rxICRC.Load(),
+		RxMalformed: s.rxMalformed.Load()}
+}
+
+// Close detaches the endpoint; packets to it are lost.
+func (e *Endpoint) Close() error {
+	e.closed.Store(true)
+	n := e.n
+	n.mu.Lock()
+	if n.eps[e.addr] == e {
+		delete(n.eps, e.addr)
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+// flow is the IP and UDP header the network pretends to carry a packet in:
+// IPv4 ID 0 with DF, like a Linux UDP socket, from port 4791.
+func flow(p *transport.Packet) bth.Flow {
+	return bth.Flow{Src: p.Src, Dst: p.Dst, SrcPort: bth.UDPPort, DstPort: bth.UDPPort, DF: true}
+}
+
+// Send seals each packet's ICRC, copies it onto the network and applies
+// the faults. It never blocks and never delivers on the caller's
+// goroutine.
+func (e *Endpoint) Send(pkts []transport.Packet) error {
+	if e.closed.Load() {
+		return errors.New("mem: endpoint closed")
+	}
+	n := e.n
+	now := n.clk.Now()
+	n.mu.Lock()
+	f := n.cfg.Faults
+	for i := range pkts {
+		p := pkts[i]
+		fl := flow(&p)
+		fl.Seal(p.Data)
+		e.stats.txPackets.Add(1)
+		e.stats.txBytes.Add(uint64(len(p.Data)))
+		n.stats.Sent++
+		to := n.eps[p.Dst]
+		if to == nil {
+			n.stats.Unroutable++
+			continue
+		}
+		copies := 1
+		if n.chance(f.Drop) {
+			n.stats.Dropped++
+			copies = 0
+		} else if n.chance(f.Duplicate) {
+			n.stats.Duplicated++
+			copies = 2
+		}
+		for range copies {
+			data := slices.Clone(p.Data)
+			at := now.Add(n.cfg.Latency)
+			if f.Delay > 0 {
+				at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
+			}
+			if n.chance(f.Reorder) {
+				n.stats.Reordered++
+				at = at.Add(n.cfg.ReorderDelay)
+			}
+			if n.chance(f.Corrupt) && len(data) > 0 {
+				n.stats.Corrupted++
+				bit := n.rng.IntN(len(data) * 8)
+				data[bit/8] ^= 1 << (bit % 8)
+			}
+			if n.chance(f.Truncate) && len(data) > 1 {
+				n.stats.Truncated++
+				data = data[:n.rng.IntN(len(data))]
+			}
+			q := &inflight{at: at, seq: n.seq, to: to, pkt: p, data: data}
+			q.pkt.Data = data
+			n.seq++
+			n.insert(q)
+		}
+	}
+	n.mu.Unlock()
+	if n.cfg.Live {
+		select {
+		case n.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (n *Network) chance(p float64) bool { return p > 0 && n.rng.Float64() < p }
+
+// insert puts q in delivery order; the caller holds n.mu.
+func (n *Network) insert(q *inflight) {
+	i, _ := slices.BinarySearchFunc(n.queue, q, func(a, b *inflight) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return int(a.seq - b.seq)
+	})
+	n.queue = slices.Insert(n.queue, i, q)
+}
+
+// due removes the packets due by now for the first endpoint that has one,
+// up to a batch, keeping their order.
+func (n *Network) due(now time.Time) (*Endpoint, []*inflight) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.queue) == 0 || n.queue[0].at.After(now) {
+		return nil, nil
+	}
+	to := n.queue[0].to
+	var out []*inflight
+	rest := n.queue[:0]
+	for i, q := range n.queue {
+		if !q.at.After(now) && q.to == to && len(out) < n.cfg.BatchSize {
+			out = append(out, q)
+			continue
+		}
+		if q.at.After(now) {
+			rest = append(rest, n.queue[i:]...)
+			break
+		}
+		rest = append(rest, q)
+	}
+	clear(n.queue[len(rest):])
+	n.queue = rest
+	n.stats.Delivered += uint64(len(out))
+	return to, out
+}
+
+// deliver checks and hands a batch to its endpoint's handler.
+func (e *Endpoint) deliver(batch []*inflight) {
+	if e.closed.Load() {
+		return
+	}
+	h := e.handler.Load()
+	if h == nil {
+		return
+	}
+	e.batch = e.batch[:0]
+	for _, q := range batch {
+		p := q.pkt
+		var bp bth.Packet
+		if len(p.Data) < bth.BTHLen+bth.ICRCLen || bp.Parse(p.Data) != nil {
+			e.stats.rxMalformed.Add(1)
+			continue
+		}
+		if fl := flow(&p); !fl.Verify(p.Data) {
+			e.stats.rxICRC.Add(1)
+			continue
+		}
+		e.stats.rxPackets.Add(1)
+		e.stats.rxBytes.Add(uint64(len(p.Data)))
+		e.batch = append(e.batch, p)
+	}
+	if len(e.batch) > 0 {
+		(*h)(e.batch)
+	}
+}
+
+// ErrIdle means Run found nothing left to do (no packet in flight and no
+// timer pending) before its condition held.
+var ErrIdle = errors.New("mem: network idle")
+
+// ErrTimeLimit means Run passed its time limit.
+var ErrTimeLimit = errors.New("mem: simulated time limit passed")
+
+// Step delivers the packets due now (simulation mode). It reports whether
+// it delivered any.
+func (n *Network) Step() bool {
+	to, batch := n.due(n.clk.Now())
+	if to == nil {
+		return false
+	}
+	to.deliver(batch)
+	return true
+}
+
+// Run drives a simulation until done returns true: it delivers packets
+// and advances the manual clock to the next packet or timer, firing
+// timers on the way. It fails with ErrIdle when nothing is left to do and
+// with ErrTimeLimit after limit of simulated time.
+func (n *Network) Run(done func() bool, limit time.Duration) error {
+	if n.sim == nil {
+		return errors.New("mem: Run needs simulation mode")
+	}
+	end := n.sim.Now().Add(limit)
+	for !done() {
+		if n.Step() {
+			continue
+		}
+		next, ok := n.sim.Next()
+		n.mu.Lock()
+		if len(n.queue) > 0 && (!ok || n.queue[0].at.Before(next)) {
+			next, ok = n.queue[0].at, true
+		}
+		n.mu.Unlock()
+		if !ok {
+			return ErrIdle
+		}
+		if next.After(end) {
+			return ErrTimeLimit
+		}
+		n.sim.AdvanceTo(next)
+	}
+	return nil
+}
+
+func (n *Network) deliverLoop() {
+	defer n.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		for n.Step() {
+		}
+		wait := time.Hour
+		n.mu.Lock()
+		if len(n.queue) > 0 {
+			wait = max(0, n.queue[0].at.Sub(n.clk.Now()))
+		}
+		n.mu.Unlock()
+		t.Reset(wait)
+		select {
+		case <-n.done:
+			return
+		case <-n.kick:
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,84 @@
+// Package transport defines how the goroce engine reaches the network: a
+// Transport moves batches of RoCE packets (BTH through ICRC) between the
+// engine and a link, and owns everything below the BTH: the IP and UDP
+// headers, and with them the ICRC, which covers those headers.
+//
+// Implementations live in sub-packages: mem (an in-memory link with seeded
+// fault injection, for tests), udp (UDP sockets, the default, no
+// privileges) and afpacket (raw Ethernet frames, CAP_NET_RAW).
+package transport
+
+import (
+	"net/netip"
+)
+
+// Packet is one RoCE packet crossing a Transport.
+type Packet struct {
+	// Data is the RoCE packet from its BTH through its ICRC. On Send the
+	// transport writes the ICRC into the last four bytes, since only it
+	// knows the IP header it covers.
+	Data []byte
+	// Src and Dst are the IP addresses of the sender and the receiver.
+	// On Send, Src is the local address (the QP's source GID) and Dst the
+	// peer's.
+	Src, Dst netip.Addr
+	// SrcPort is the UDP source port. On Send it is a hint that raw
+	// transports follow (rxe uses 0xC000 + a hash of the QPN so that
+	// each QP is one flow for ECMP); socket transports send from their
+	// socket's port. The destination port is the transport's (4791).
+	SrcPort uint16
+	// TOS is the IPv4 TOS byte or IPv6 traffic class (DSCP << 2 | ECN):
+	// what to send, and on receive what arrived, when the transport can
+	// see it.
+	TOS uint8
+	// IPID is the IPv4 identification the packet was sent or received
+	// with; set by the transport, for captures.
+	IPID uint16
+}
+
+// Handler receives a batch of packets from a Transport. The packets and
+// their Data are valid only until the handler returns; it must copy what it
+// keeps. A Transport calls its handler from one goroutine per receive path,
+// never for the same packet twice.
+type Handler func(pkts []Packet)
+
+// Transport carries RoCE packets. Implementations are safe for concurrent
+// use by multiple goroutines.
+type Transport interface {
+	// Start begins delivering received packets to h, from goroutines the
+	// transport owns, until Close. Packets whose ICRC is wrong, that are
+	// not RoCE, or that are malformed are counted and dropped before h.
+	Start(h Handler) error
+	// Send transmits pkts, in order, sealing each one's ICRC. It returns
+	// when the transport no longer needs the packets' memory. An error
+	// means some packets may not have been sent; RoCE's reliability
+	// recovers from that as from loss.
+	Send(pkts []Packet) error
+	// LocalAddr returns the IP address the transport sends from and
+	// receives on: the address behind the device's RoCEv2 GID.
+	LocalAddr() netip.Addr
+	// BatchSize is the most packets Send and the handler take at once to
+	// good effect.
+	BatchSize() int
+	// MaxPacket is the largest RoCE packet (BTH through ICRC) the link
+	// carries; it bounds the path MTU.
+	MaxPacket() int
+	// Stats returns the transport's counters.
+	Stats() Stats
+	// Close stops delivery, waits for the transport's goroutines to end
+	// and releases its resources.
+	Close() error
+}
+
+// Stats counts a transport's traffic. Fields are cumulative.
+type Stats struct {
+	TxPackets, TxBytes uint64
+	RxPackets, RxBytes uint64
+	// TxErrors counts packets Send could not hand to the kernel.
+	TxErrors uint64
+	// RxICRCErrors counts packets dropped for a wrong ICRC.
+	RxICRCErrors uint64
+	// RxMalformed counts packets dropped because they were not RoCE or
+	// did not parse (too short, bad lengths, unknown opcode).
+	RxMalformed uint64
+}
