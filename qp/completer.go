@@ -20,6 +20,11 @@ type compState struct {
 	rnrWait     bool
 	rnrPSN      bth.PSN
 	rnrDeadline time.Time
+	// retrying is set by a retry and cleared by progress: responses and
+	// NAKs already in flight when the requester went back must not each
+	// start another retry. A timeout retries regardless.
+	retrying bool
+	lastPSN  bth.PSN // comp.psn at the last progress, to grow the window
 }
 
 // complete handles a response to this QP's requests: an ACK or NAK, a READ
@@ -32,7 +37,7 @@ func (q *QP) complete(p *bth.Packet, b *txBatch) {
 	psn := p.BTH.PSN()
 	// A response names a PSN we sent and have not seen answered; an ACK
 	// may repeat the last one answered.
-	if !psn.InRange(q.comp.psn.Add(bth.PSNMask), q.req.psn) {
+	if !psn.InRange(q.comp.psn.Add(bth.PSNMask), q.req.maxSent) {
 		q.ctr.DropBadResp++
 		return
 	}
@@ -75,7 +80,7 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 		switch syn.NAKCode() {
 		case bth.NAKPSNSequenceError:
 			q.ctr.RcvdSeqErr++
-			if psn.InRange(q.comp.psn, q.req.psn) {
+			if psn.InRange(q.comp.psn, q.req.maxSent) && !q.comp.retrying {
 				q.retry(b, psn)
 			}
 		case bth.NAKInvalidRequest:
@@ -93,47 +98,62 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 	}
 }
 
-// ackTo takes an acknowledgement of every PSN up to and including psn:
-// SENDs and WRITEs it covers complete. An acknowledgement that passes a
-// READ or atomic still waiting for its response means the response was
-// lost, so the requester asks again.
+// ackTo takes an acknowledgement of every PSN up to and including psn.
+//
+// The send queue keeps these invariants: requests in [first, next) were
+// sent in the current pass, the one at next may be partly sent, and later
+// ones wait to be sent with the PSNs they had before any rewind (PSNs are
+// handed out the same way every time).
+//
+// SENDs and WRITEs the acknowledgement covers complete, wherever they are:
+// one at or past next (the responder got it before a rewind) is not sent
+// again, and the send point moves past it. An acknowledgement that passes
+// a READ or atomic sent in this pass and still unanswered means its
+// response was lost, so the requester asks again.
 func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
-	progress := false
-	lost := false
-	for s := q.sq.first; s != q.sq.next; s++ {
+	if psn.LessThan(q.comp.psn) {
+		return // old news
+	}
+	progress, lost := false, false
+	for s := q.sq.first; s != q.sq.tail; s++ {
 		w := q.sq.at(s)
 		if w.state == wqeDone {
 			continue // a local operation, or failed
 		}
+		if !w.assigned || psn.LessThan(w.firstPSN) {
+			break
+		}
 		if w.wr.Opcode.needsResponse() {
-			lost = !psn.LessThan(q.comp.psn)
+			lost = s < q.sq.next
 			break
 		}
 		if last := w.lastPSN(); !psn.LessThan(last) {
 			w.state = wqeDone
 			q.comp.psn = last.Next()
 			progress = true
+			if s >= q.sq.next {
+				q.sq.next = s + 1
+				q.req.psn = q.comp.psn
+				q.req.sinceAckReq = 0
+			}
 			continue
 		}
-		if !psn.LessThan(q.comp.psn) {
-			q.comp.psn = psn.Next()
-			progress = true
+		q.comp.psn = psn.Next()
+		progress = true
+		if s == q.sq.next && q.req.psn.LessThan(q.comp.psn) {
+			// Partly acknowledged past the send point: resume after it.
+			w.state = wqeStarted
+			w.sent = uint64(q.comp.psn.Diff(w.firstPSN)) * uint64(q.mtu)
+			q.req.psn = q.comp.psn
 		}
 		break
-	}
-	// The WQE at next may be partly sent and partly acknowledged.
-	if !lost && q.sq.next != q.sq.tail {
-		if w := q.sq.at(q.sq.next); w.state == wqeStarted && !psn.LessThan(q.comp.psn) && psn.InWindow(w.firstPSN, w.npsn) {
-			q.comp.psn = psn.Next()
-			progress = true
-		}
 	}
 	if progress {
 		q.progress()
 		q.retire()
 		q.request(b)
 	}
-	if lost {
+	if lost && !q.comp.retrying {
 		q.retry(b, q.comp.psn)
 	}
 }
@@ -141,6 +161,9 @@ func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
 // progress notes that the peer answered: retry counts start over and the
 // timer restarts for what is left.
 func (q *QP) progress() {
+	q.grow(uint32(q.comp.psn.Diff(q.comp.lastPSN)))
+	q.comp.lastPSN = q.comp.psn
+	q.comp.retrying = false
 	q.comp.retryLeft = q.attr.RetryCnt
 	q.comp.rnrLeft = q.attr.RNRRetry
 	q.armTimer()
@@ -159,7 +182,7 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	if psn != q.comp.psn {
-		if q.comp.psn.LessThan(psn) {
+		if q.comp.psn.LessThan(psn) && !q.comp.retrying {
 			q.retry(b, q.comp.psn) // responses lost before this one
 		}
 		return
@@ -224,15 +247,22 @@ func (q *QP) headPending() *sendWQE {
 
 // retry sends again from psn after a NAK or a timeout, counting against
 // retry_cnt; when the count is spent, the oldest request fails with
-// RETRY_EXC_ERR.
+// RETRY_EXC_ERR. As in rxe, a retry_cnt of 7 never runs out (the IBTA
+// reserves "infinite" for rnr_retry; Linux's soft-RoCE extends it).
 func (q *QP) retry(b *txBatch, psn bth.PSN) {
+	q.dev.log.Debug("retry", "qpn", q.qpn, "psn", uint32(psn), "comp_psn", uint32(q.comp.psn),
+		"req_psn", uint32(q.req.psn), "left", q.comp.retryLeft, "cwnd", q.req.cwnd)
 	q.ctr.CompleterRetryErr++
 	if q.comp.retryLeft == 0 {
 		q.ctr.RetryExceededErr++
 		q.failHead(RetryExcErr, b)
 		return
 	}
-	q.comp.retryLeft--
+	if q.comp.retryLeft != 7 {
+		q.comp.retryLeft--
+	}
+	q.comp.retrying = true
+	q.shrink()
 	q.rewind(psn)
 	q.request(b)
 	q.armTimer()

@@ -2,12 +2,16 @@ package qp
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
 )
 
@@ -106,7 +110,11 @@ func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts) end {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(ep, &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack})
+	var tr transport.Transport = ep
+	if os.Getenv("GOROCE_TRACE") != "" {
+		tr = traceTransport{ep, addr.String()}
+	}
+	d, err := New(tr, &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +216,14 @@ func (p *pair) settle(e *end) []WC {
 	return got
 }
 
+// drain runs the network until nothing is in flight and no timer is due.
+func (p *pair) drain() {
+	p.t.Helper()
+	if err := p.net.Run(func() bool { return false }, time.Minute); err != mem.ErrIdle {
+		p.t.Fatalf("seed %d: drain: %v", p.seed, err)
+	}
+}
+
 func (p *pair) debug() string {
 	return fmt.Sprintf("A: %v state=%v counters: %s\nB: %v state=%v counters: %s\nnet: %+v",
 		p.a.qp.QPN(), p.a.qp.State(), ptr(p.a.qp.Counters()), p.b.qp.QPN(), p.b.qp.State(),
@@ -224,3 +240,19 @@ func fill(b []byte, seed int) {
 }
 
 var _ = bth.PSN(0)
+
+// testLogger logs the engine's debug records through t when -v and the
+// GOROCE_DEBUG environment variable are set.
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("GOROCE_DEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}

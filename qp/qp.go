@@ -314,7 +314,9 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 		if cur == RTR {
 			q.req.psn = q.attr.SQPSN
 			q.req.maxSent = q.attr.SQPSN
+			q.req.cwnd = q.dev.maxUnacked
 			q.comp.psn = q.attr.SQPSN
+			q.comp.lastPSN = q.attr.SQPSN
 			q.comp.retryLeft = q.attr.RetryCnt
 			q.comp.rnrLeft = q.attr.RNRRetry
 		}
@@ -437,7 +439,13 @@ func (q *QP) reset() {
 	q.comp = compState{}
 	q.resp = respState{recv: q.resp.recv}
 	q.commEst = false
-	if q.mtu == 0 {
+	switch {
+	case q.typ == UD || q.typ == GSI:
+		// A datagram QP has no path MTU attribute: the port's active MTU
+		// bounds its messages.
+		q.attr.PathMTU = q.dev.MTU()
+		q.mtu = q.attr.PathMTU.Bytes()
+	case q.mtu == 0:
 		q.mtu = MTU256.Bytes() // rxe starts new QPs at 256 until modified
 		q.attr.PathMTU = MTU256
 	}

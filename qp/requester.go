@@ -27,6 +27,7 @@ type sendWQE struct {
 
 	state    wqeState
 	status   Status
+	assigned bool // firstPSN and npsn are set; they stay right across rewinds
 	firstPSN bth.PSN
 	npsn     uint32 // PSNs the request takes (responses for a READ)
 	sent     uint64 // payload bytes sent (SEND, WRITE) or not to request again (READ)
@@ -79,7 +80,7 @@ func (s *sendQueue) post(wr *SendWR, q *QP) {
 	if wr.AH != nil {
 		w.dest = wr.AH.attr.DestAddr()
 	}
-	w.state, w.status, w.sent, w.npsn, w.orig = wqePosted, Success, 0, 0, 0
+	w.state, w.status, w.sent, w.npsn, w.orig, w.assigned = wqePosted, Success, 0, 0, 0, false
 	s.tail++
 }
 
@@ -90,7 +91,15 @@ type reqState struct {
 	rdOutstanding int     // READ and atomic requests sent and not complete
 	sinceAckReq   uint32  // packets since the last AckReq
 	drainNotify   bool
+	// cwnd is how many PSNs may be unacknowledged: Device.maxUnacked at
+	// best, halved by every retry and grown again by acknowledgements,
+	// so that go-back-N resends little on a lossy path.
+	cwnd      uint32
+	cwndAcked uint32
 }
+
+// minWindow is the smallest window the requester shrinks to.
+const minWindow = 8
 
 // request sends what the send queue holds, as far as the QP's state, the
 // window, fences and the READ/atomic limit allow.
@@ -112,6 +121,9 @@ func (q *QP) request(b *txBatch) {
 				break
 			}
 			if op == OpLocalInv {
+				// A local operation takes no PSN; it is assigned so that
+				// rewinds and acknowledgements step over it.
+				w.firstPSN, w.npsn, w.assigned = q.req.psn, 0, true
 				if !q.localInvalidate(w) {
 					q.failWQE(w, LocProtErr, b)
 					return
@@ -124,7 +136,7 @@ func (q *QP) request(b *txBatch) {
 				q.failWQE(w, LocLenErr, b)
 				return
 			}
-			w.firstPSN = q.req.psn
+			w.firstPSN, w.assigned = q.req.psn, true
 			w.npsn = q.packets(w.length)
 			if op.isAtomic() {
 				w.npsn = 1
@@ -162,7 +174,26 @@ func (q *QP) windowFull(npsn uint32) bool {
 		return false
 	}
 	out := uint32(q.req.psn.Diff(q.comp.psn))
-	return out != 0 && out+npsn > q.dev.maxUnacked
+	return out != 0 && out+npsn > q.req.cwnd
+}
+
+// grow widens the window as n more PSNs are acknowledged: by an eighth
+// for every window's worth.
+func (q *QP) grow(n uint32) {
+	if q.req.cwnd >= q.dev.maxUnacked {
+		return
+	}
+	q.req.cwndAcked += n
+	if q.req.cwndAcked >= q.req.cwnd {
+		q.req.cwndAcked = 0
+		q.req.cwnd = min(q.dev.maxUnacked, q.req.cwnd+q.req.cwnd/8+1)
+	}
+}
+
+// shrink halves the window after a loss.
+func (q *QP) shrink() {
+	q.req.cwnd = max(minWindow, q.req.cwnd/2)
+	q.req.cwndAcked = 0
 }
 
 // emit sends the remaining packets of w. It reports whether w is fully
@@ -192,9 +223,9 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			PSN:    q.req.psn,
 			AckReq: q.typ == RC && q.ackReq(last),
 		}
-		dest := q.dest
+		dest, tos := q.dest, q.attr.AH.TrafficClass
 		if q.typ == UD || q.typ == GSI {
-			f.DestQP, dest = w.wr.RemoteQPN, w.dest
+			f.DestQP, dest, tos = w.wr.RemoteQPN, w.dest, w.wr.AH.attr.TrafficClass
 		}
 		buf := b.buf()
 		var p bth.Packet
@@ -219,7 +250,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			q.failWQE(w, LocProtErr, b)
 			return false
 		}
-		b.add(size, dest, q.sport, q.attr.AH.TrafficClass)
+		b.add(size, dest, q.sport, tos)
 		q.countSent()
 		w.sent += n
 		w.state = wqeStarted
@@ -237,7 +268,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 // least every AckReqEvery packets (never more than half the window).
 func (q *QP) ackReq(last bool) bool {
 	q.req.sinceAckReq++
-	every := min(q.dev.ackReqEvery, q.dev.maxUnacked/2)
+	every := min(q.dev.ackReqEvery, q.req.cwnd/2)
 	if last || q.req.sinceAckReq >= every {
 		q.req.sinceAckReq = 0
 		return true
@@ -411,23 +442,29 @@ func (q *QP) scatter(sgl []SGE, off uint64, src []byte) bool {
 	return len(src) == 0
 }
 
-// rewind makes the requester send again from psn (go-back-N): the request
+// rewind makes the requester send from psn (go-back-N): the request
 // holding psn restarts at the packet with that PSN (a READ asks again for
-// the responses from there on), and every later request starts over.
+// the responses from there on), and every later request starts over with
+// the PSNs it had. psn may also lie ahead of the send point, when the
+// responder already has what a previous rewind was about to resend.
 func (q *QP) rewind(psn bth.PSN) {
 	if psn == q.req.psn {
 		return
 	}
-	q.req.rdOutstanding = 0
 	found := false
-	// Requests before next are fully sent; the one at next may be partly.
-	for s := q.sq.first; s != q.sq.tail && (s != q.sq.next+1); s++ {
+	q.req.rdOutstanding = 0
+	for s := q.sq.first; s != q.sq.tail; s++ {
 		w := q.sq.at(s)
-		if w.state == wqeDone || w.state == wqePosted {
-			continue
+		if !w.assigned {
+			break
 		}
 		if found {
-			w.state, w.sent = wqePosted, 0
+			if w.state != wqeDone || w.npsn == 0 {
+				w.state, w.sent = wqePosted, 0
+			}
+			continue
+		}
+		if w.state == wqeDone {
 			continue
 		}
 		if psn.InWindow(w.firstPSN, w.npsn) {
@@ -447,7 +484,7 @@ func (q *QP) rewind(psn bth.PSN) {
 	if !found {
 		return
 	}
-	// Continue the numbering from psn; rebuilt packets get their old PSNs.
+	// Rebuilt packets get their old PSNs.
 	q.req.psn = psn
 	q.req.sinceAckReq = 0
 }

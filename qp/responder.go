@@ -122,7 +122,7 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	// Opcode sequence: a message in progress continues with MIDDLE or
 	// LAST of the same operation; otherwise a FIRST or ONLY starts one.
 	if q.resp.inMsg != bth.OpInvalid && (start || op != q.resp.inMsg) || q.resp.inMsg == bth.OpInvalid && !start {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "opcode sequence")
 		return
 	}
 	var need mr.Access
@@ -135,7 +135,7 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		need = mr.RemoteAtomic
 	}
 	if q.attr.Access&need != need {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "QP access flags")
 		return
 	}
 	// A SEND, and a WRITE with immediate at its end, consume a receive.
@@ -148,7 +148,7 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	n := uint64(len(p.Payload))
 	if info.Payload && op != bth.OpReadResponse {
 		if !end && n != uint64(q.mtu) || end && n > uint64(q.mtu) {
-			q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+			q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "payload length")
 			return
 		}
 	}
@@ -171,11 +171,11 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 	r := &q.resp.recv
 	n := uint64(len(p.Payload))
 	if q.resp.recvOff+n > r.len {
-		q.respErrorRecv(b, bth.NAKInvalidRequest, psn, LocLenErr)
+		q.respErrorRecv(b, bth.NAKInvalidRequest, psn, LocLenErr, "message longer than the receive")
 		return
 	}
 	if !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
-		q.respErrorRecv(b, bth.NAKRemoteOpError, psn, LocProtErr)
+		q.respErrorRecv(b, bth.NAKRemoteOpError, psn, LocProtErr, "receive SGE")
 		return
 	}
 	q.resp.recvOff += n
@@ -191,7 +191,7 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 	if p.IETH != nil {
 		m, err := q.dev.mrs.Find(q.pd, p.IETH.RKey())
 		if err != nil {
-			q.respErrorRecv(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+			q.respErrorRecv(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "invalidate key")
 			return
 		}
 		m.Invalidate()
@@ -207,7 +207,7 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 		if f.DMALen > 0 {
 			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteWrite)
 			if err != nil {
-				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
 				return
 			}
 			m.Release()
@@ -216,7 +216,7 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 	}
 	n := uint64(len(p.Payload))
 	if n > q.resp.resid || end && n != q.resp.resid {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "WRITE longer or shorter than its DMA length")
 		return
 	}
 	if n > 0 {
@@ -224,7 +224,7 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 		// middle of a message stops the rest.
 		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), mr.RemoteWrite)
 		if err != nil {
-			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
 			return
 		}
 		copy(mem, p.Payload)
@@ -272,13 +272,13 @@ func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *WC) {
 func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.RETH.Fields()
 	if f.DMALen > MaxMsgSize {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "READ too long")
 		return
 	}
 	if f.DMALen > 0 {
 		m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteRead)
 		if err != nil {
-			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
 			return
 		}
 		m.Release()
@@ -324,7 +324,7 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 			if err != nil {
 				// Deregistered while we answered: what went out stays
 				// out; NAK the rest.
-				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), RemAccessErr)
+				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), RemAccessErr, err.Error())
 				return
 			}
 			copy(r.Payload, mem)
@@ -338,14 +338,14 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.AtomicETH.Fields()
 	if f.VA%8 != 0 {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr)
+		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "atomic not 8-byte aligned")
 		return
 	}
 	q.dev.atomicMu.Lock()
 	m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, 8, mr.RemoteAtomic)
 	if err != nil {
 		q.dev.atomicMu.Unlock()
-		q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+		q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
 		return
 	}
 	orig := binary.NativeEndian.Uint64(mem)
@@ -398,7 +398,7 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		if f.DMALen > 0 {
 			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteRead)
 			if err != nil {
-				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr)
+				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
 				return
 			}
 			m.Release()
@@ -457,20 +457,21 @@ func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
 
 // respError NAKs psn with code and moves the QP to ERR, as rxe's class A
 // and C errors do.
-func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, _ Status) {
+func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status, why string) {
+	q.dev.log.Debug("responder error", "qpn", q.qpn, "psn", uint32(psn), "nak", code, "status", st, "why", why)
 	q.sendAck(b, bth.NAKSyndrome(code), psn)
 	q.toErr(b)
 }
 
 // respErrorRecv is respError for a failure that the receive in progress
 // completes with.
-func (q *QP) respErrorRecv(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status) {
+func (q *QP) respErrorRecv(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status, why string) {
 	if q.resp.haveRecv {
 		wc := WC{ID: q.resp.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
 		q.rcq.push(&wc, false)
 		q.resp.haveRecv = false
 	}
-	q.respError(b, code, psn, st)
+	q.respError(b, code, psn, st, why)
 }
 
 // takeRecv makes the oldest posted receive (of the QP or its SRQ) the

@@ -385,7 +385,7 @@ type Attr struct {
 	Port            uint8
 	AH              AHAttr
 	Timeout         uint8 // local ACK timeout, 4.096 µs × 2^Timeout
-	RetryCnt        uint8
+	RetryCnt        uint8 // 7 means retry forever, as in rxe
 	RNRRetry        uint8 // 7 means retry forever
 	MinRNRTimer     uint8
 	MaxRDAtomic     uint8 // outstanding READ and atomic requests as requester

@@ -34,7 +34,9 @@ type Faults struct {
 	Reorder  float64
 	Corrupt  float64 // flip one random bit (the ICRC catches it)
 	Truncate float64 // cut the packet short at a random length
-	// Delay adds a random delay up to this to every packet.
+	// Delay adds a random delay up to this to every packet, keeping the
+	// order of packets between two endpoints (a queue that fills and
+	// drains); Reorder is what reorders.
 	Delay time.Duration
 }
 
@@ -70,6 +72,7 @@ type Network struct {
 	eps   map[netip.Addr]*Endpoint
 	queue []*inflight // ordered by (at, seq)
 	seq   uint64
+	last  map[link]time.Time // latest delivery time per link, to keep delays in order
 	kick  chan struct{}
 	done  chan struct{}
 	wg    sync.WaitGroup
@@ -80,6 +83,8 @@ type Network struct {
 type Stats struct {
 	Sent, Delivered, Dropped, Duplicated, Reordered, Corrupted, Truncated, Unroutable uint64
 }
+
+type link struct{ from, to netip.Addr }
 
 type inflight struct {
 	at   time.Time
@@ -108,7 +113,7 @@ func NewNetwork(cfg *Config) *Network {
 		c.BatchSize = 64
 	}
 	n := &Network{cfg: c, rng: rand.New(rand.NewPCG(c.Seed, c.Seed^0x9E3779B97F4A7C15)),
-		eps: make(map[netip.Addr]*Endpoint), kick: make(chan struct{}, 1), done: make(chan struct{})}
+		eps: make(map[netip.Addr]*Endpoint), last: make(map[link]time.Time), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	switch {
 	case c.Clock != nil:
 		n.clk = c.Clock
@@ -262,6 +267,11 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 			at := now.Add(n.cfg.Latency)
 			if f.Delay > 0 {
 				at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
+				l := link{p.Src, p.Dst}
+				if prev := n.last[l]; at.Before(prev) {
+					at = prev
+				}
+				n.last[l] = at
 			}
 			if n.chance(f.Reorder) {
 				n.stats.Reordered++
