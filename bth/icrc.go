@@ -93,8 +93,51 @@ func maskBTH(dst, bth []byte) int {
 func (f *Flow) ICRC(pkt []byte) uint32 {
 	var b [maxPseudoLen]byte
 	n := f.pseudo(&b, pkt, len(pkt)+ICRCLen)
-	c := crc32.Update(0, crc32.IEEETable, b[:n])
+	c := crcShort(0, b[:n])
 	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+}
+
+// crcTables are the slicing-by-8 tables of the IEEE CRC-32 (reflected
+// polynomial 0xEDB88320): crcTables[0] is the byte-at-a-time table, and
+// crcTables[k][i] the CRC of byte i followed by k zero bytes.
+var crcTables = func() (t [8][256]uint32) {
+	for i := range 256 {
+		c := uint32(i)
+		for range 8 {
+			if c&1 != 0 {
+				c = c>>1 ^ 0xEDB88320
+			} else {
+				c >>= 1
+			}
+		}
+		t[0][i] = c
+	}
+	for k := 1; k < 8; k++ {
+		for i := range 256 {
+			p := t[k-1][i]
+			t[k][i] = p>>8 ^ t[0][byte(p)]
+		}
+	}
+	return t
+}()
+
+// crcShort is crc32.Update for the few dozen bytes of masked headers. It
+// exists because crc32.Update reaches its assembly through a function
+// variable, which makes a stack buffer passed to it escape to the heap:
+// one allocation per packet.
+func crcShort(crc uint32, p []byte) uint32 {
+	t := &crcTables
+	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = t[7][byte(crc)] ^ t[6][byte(crc>>8)] ^ t[5][byte(crc>>16)] ^ t[4][byte(crc>>24)] ^
+			t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]]
+		p = p[8:]
+	}
+	for _, v := range p {
+		crc = t[0][byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
 }
 
 // Seal computes the ICRC of pkt, a RoCE packet from its BTH through its
@@ -145,7 +188,7 @@ func FrameICRC(ip []byte) uint32 {
 	n += UDPLen
 	roce := ip[hl+UDPLen : len(ip)-ICRCLen]
 	n += maskBTH(b[n:], roce)
-	c := crc32.Update(0, crc32.IEEETable, b[:n])
+	c := crcShort(0, b[:n])
 	return crc32.Update(c, crc32.IEEETable, roce[BTHLen:])
 }
 

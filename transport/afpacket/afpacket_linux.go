@@ -1,0 +1,672 @@
+//go:build linux
+
+package afpacket
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/mdlayher/packet"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+)
+
+// Transport carries RoCEv2 in raw Ethernet frames on one interface. It is
+// safe for concurrent use: Send may be called from many goroutines (sends
+// are serialized on one set of buffers), and received packets are
+// delivered from one goroutine the Transport owns, started by Start and
+// stopped by Close.
+type Transport struct {
+	cfg       Config
+	ifi       *net.Interface
+	conn      *packet.Conn
+	rc        syscall.RawConn
+	guard     *net.UDPConn
+	neigh     *neighbors
+	local     netip.Addr
+	ipv4      bool
+	mac       [6]byte
+	maxPacket int
+	ipid      atomic.Uint32
+	log       *slog.Logger
+	stats     counters
+
+	sendMu sync.Mutex
+	tx     txState
+
+	mu      sync.Mutex
+	started bool
+	closing atomic.Bool
+	wg      sync.WaitGroup
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+type counters struct {
+	txPackets, txBytes, txErrors                  atomic.Uint64
+	rxPackets, rxBytes, rxICRCErrors, rxMalformed atomic.Uint64
+}
+
+// New opens an AF_PACKET socket on cfg.Interface and returns a Transport
+// on it. Without CAP_NET_RAW it returns an error that wraps
+// os.ErrPermission (and the *net.OpError from the socket) and says what to
+// do.
+func New(cfg *Config) (*Transport, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ifi, err := net.InterfaceByName(c.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("afpacket: interface %q: %w", c.Interface, err)
+	}
+	loopback := ifi.Flags&net.FlagLoopback != 0
+	if !loopback && len(ifi.HardwareAddr) != 6 {
+		return nil, errorf(ErrBadConfig, "interface %s is not Ethernet", ifi.Name)
+	}
+	local := c.Addr
+	if !local.IsValid() {
+		if local, err = interfaceAddr(ifi); err != nil {
+			return nil, err
+		}
+	}
+	t := &Transport{cfg: c, ifi: ifi, local: local, ipv4: local.Is4(), log: c.Logger}
+	copy(t.mac[:], ifi.HardwareAddr)
+	t.ipid.Store(rand.Uint32())
+	hdr := bth.IPv6Len + bth.UDPLen
+	if t.ipv4 {
+		hdr = bth.IPv4MinLen + bth.UDPLen
+	}
+	t.maxPacket = c.MaxPacket
+	if t.maxPacket == 0 {
+		t.maxPacket = min(DefaultMaxPacket, ifi.MTU-hdr)
+	}
+	if t.maxPacket < bth.BTHLen+bth.ICRCLen || t.maxPacket > ifi.MTU-hdr {
+		return nil, errorf(ErrBadConfig, "max packet %d does not fit interface %s (MTU %d)", t.maxPacket, ifi.Name, ifi.MTU)
+	}
+	if err := t.open(); err != nil {
+		t.release()
+		return nil, err
+	}
+	t.log.Debug("afpacket transport open", "interface", ifi.Name, "addr", local, "port", c.Port,
+		"peer_port", c.PeerPort, "max_packet", t.maxPacket)
+	return t, nil
+}
+
+// interfaceAddr picks the interface's first IPv4 address, else its first
+// global IPv6 address.
+func interfaceAddr(ifi *net.Interface) (netip.Addr, error) {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("afpacket: addresses of %s: %w", ifi.Name, err)
+	}
+	var v6 netip.Addr
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is4() {
+			return ip, nil
+		}
+		if !v6.IsValid() && !ip.IsLinkLocalUnicast() {
+			v6 = ip
+		}
+	}
+	if v6.IsValid() {
+		return v6, nil
+	}
+	return netip.Addr{}, errorf(ErrBadConfig, "interface %s has no usable address", ifi.Name)
+}
+
+func (t *Transport) open() error {
+	c := &t.cfg
+	prog, err := filter(t.local, c.Port)
+	if err != nil {
+		return fmt.Errorf("afpacket: filter: %w", err)
+	}
+	t.conn, err = packet.Listen(t.ifi, packet.Raw, unix.ETH_P_ALL, &packet.Config{Filter: prog})
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return fmt.Errorf("afpacket: a raw socket on %s needs CAP_NET_RAW: run as root, "+
+				"grant it with `setcap cap_net_raw+ep <binary>`, or use the udp transport: %w", t.ifi.Name, err)
+		}
+		return fmt.Errorf("afpacket: %w", err)
+	}
+	if t.rc, err = t.conn.SyscallConn(); err != nil {
+		return fmt.Errorf("afpacket: %w", err)
+	}
+	var optErr error
+	if err := t.rc.Control(func(fd uintptr) {
+		s := int(fd)
+		// With a virtio-net header in front of each frame, a UDP GSO
+		// train that a local sender put through a veth arrives whole
+		// with its segment size, and is split here.
+		if e := unix.SetsockoptInt(s, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); e != nil {
+			optErr = os.NewSyscallError("setsockopt PACKET_VNET_HDR", e)
+		}
+		if e := unix.SetsockoptInt(s, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); e != nil {
+			t.log.Debug("PACKET_IGNORE_OUTGOING unavailable; checking the packet type only", "err", e)
+		}
+		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(s, unix.SOL_SOCKET, o[0], 4<<20) != nil {
+				_ = unix.SetsockoptInt(s, unix.SOL_SOCKET, o[1], 4<<20)
+			}
+		}
+	}); err != nil {
+		return fmt.Errorf("afpacket: %w", err)
+	}
+	if optErr != nil {
+		return fmt.Errorf("afpacket: %w", optErr)
+	}
+	// The guard socket holds the port so that the kernel does not answer
+	// our peers with ICMP port unreachable; its filter drops everything,
+	// so nothing queues on it. It also sends the datagrams that make the
+	// kernel resolve a neighbour.
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+			serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+				&unix.SockFprog{Len: 1, Filter: &drop[0]})
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	network := "udp6"
+	if t.ipv4 {
+		network = "udp4"
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, netip.AddrPortFrom(t.local, c.Port).String())
+	if err != nil {
+		return fmt.Errorf("afpacket: holding UDP port %d on %v: %w", c.Port, t.local, err)
+	}
+	t.guard = pc.(*net.UDPConn)
+	if t.neigh, err = newNeighbors(t.ifi, t.guard, c.NeighborTTL, c.ResolveTimeout); err != nil {
+		return err
+	}
+	t.tx.init(t)
+	return nil
+}
+
+// release closes what open made.
+func (t *Transport) release() error {
+	var err error
+	if t.conn != nil {
+		err = t.conn.Close()
+	}
+	if t.guard != nil {
+		t.guard.Close()
+	}
+	if t.neigh != nil {
+		t.neigh.close()
+	}
+	return err
+}
+
+// LocalAddr returns the local IP address.
+func (t *Transport) LocalAddr() netip.Addr { return t.local }
+
+// LocalPort returns the UDP port the transport receives on.
+func (t *Transport) LocalPort() uint16 { return t.cfg.Port }
+
+// PeerPort returns the UDP port it sends to.
+func (t *Transport) PeerPort() uint16 { return t.cfg.PeerPort }
+
+// BatchSize returns the configured batch size.
+func (t *Transport) BatchSize() int { return t.cfg.BatchSize }
+
+// MaxPacket returns the largest RoCE packet sent or accepted.
+func (t *Transport) MaxPacket() int { return t.maxPacket }
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() transport.Stats {
+	s := &t.stats
+	return transport.Stats{
+		TxPackets: s.txPackets.Load(), TxBytes: s.txBytes.Load(), TxErrors: s.txErrors.Load(),
+		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(),
+		RxICRCErrors: s.rxICRCErrors.Load(), RxMalformed: s.rxMalformed.Load(),
+	}
+}
+
+// Start begins delivering received packets to h from a goroutine the
+// Transport owns, until Close.
+func (t *Transport) Start(h transport.Handler) error {
+	if h == nil {
+		return errorf(ErrBadConfig, "nil handler")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing.Load() {
+		return fmt.Errorf("afpacket: start: %w", net.ErrClosed)
+	}
+	if t.started {
+		return ErrStarted
+	}
+	t.started = true
+	rx := newRxState(t, h)
+	t.wg.Add(1)
+	go t.receive(rx)
+	return nil
+}
+
+// Close stops delivery, closes the sockets and waits for the receive
+// goroutine. Calls after the first return net.ErrClosed.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closing.Swap(true) {
+		t.mu.Unlock()
+		return fmt.Errorf("afpacket: close: %w", net.ErrClosed)
+	}
+	t.mu.Unlock()
+	err := t.release()
+	t.wg.Wait()
+	t.log.Debug("afpacket transport closed", "interface", t.ifi.Name, "addr", t.local)
+	return err
+}
+
+// mmsghdr is struct mmsghdr of sendmmsg(2) and recvmmsg(2).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+}
+
+// rxState is the receive goroutine's state.
+type rxState struct {
+	t      *Transport
+	h      transport.Handler
+	msgs   []mmsghdr
+	iovs   []unix.Iovec
+	names  []unix.RawSockaddrLinklayer
+	bufs   [][]byte
+	batch  []transport.Packet
+	fr     bth.Frame
+	parsed bth.Packet
+	n      int
+	errno  unix.Errno
+	readFn func(uintptr) bool
+
+	packets, bytes, icrcErrors, malformed uint64
+}
+
+func newRxState(t *Transport, h transport.Handler) *rxState {
+	// Room for a whole GSO train (64 KiB of IP) behind the virtio-net
+	// header; fewer slots than the batch, as a slot may hold many packets.
+	b := max(4, t.cfg.BatchSize/4)
+	size := vnetHdrLen + bth.EthernetLen + 2*bth.VLANTagLen + max(65535, t.ifi.MTU)
+	rx := &rxState{
+		t: t, h: h,
+		msgs:  make([]mmsghdr, b),
+		iovs:  make([]unix.Iovec, b),
+		names: make([]unix.RawSockaddrLinklayer, b),
+		bufs:  make([][]byte, b),
+		batch: make([]transport.Packet, 0, t.cfg.BatchSize),
+	}
+	backing := make([]byte, b*size)
+	for i := range rx.msgs {
+		rx.bufs[i] = backing[i*size : (i+1)*size : (i+1)*size]
+		rx.iovs[i].Base = &rx.bufs[i][0]
+		rx.iovs[i].SetLen(size)
+		h := &rx.msgs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&rx.names[i]))
+		h.Iov = &rx.iovs[i]
+		h.SetIovlen(1)
+	}
+	rx.readFn = rx.read
+	return rx
+}
+
+func (rx *rxState) read(fd uintptr) bool {
+	for i := range rx.msgs {
+		rx.msgs[i].hdr.Namelen = unix.SizeofSockaddrLinklayer
+		rx.msgs[i].hdr.Flags = 0
+	}
+	for range 100 { // EINTR retries
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&rx.msgs[0])),
+			uintptr(len(rx.msgs)), 0, 0, 0)
+		switch e {
+		case 0:
+			rx.n, rx.errno = int(n), 0
+			return true
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+			continue
+		default:
+			rx.n, rx.errno = 0, e
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Transport) receive(rx *rxState) {
+	defer t.wg.Done()
+	failures := 0
+	for !t.closing.Load() {
+		if err := t.rc.Read(rx.readFn); err != nil {
+			if !t.closing.Load() {
+				t.log.Warn("afpacket receive stopped", "interface", t.ifi.Name, "err", err)
+			}
+			return
+		}
+		if rx.errno != 0 {
+			failures++
+			if failures%1000 == 1 {
+				t.log.Debug("afpacket receive error", "err", rx.errno, "count", failures)
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for i := range rx.n {
+			m := &rx.msgs[i]
+			if rx.names[i].Pkttype == unix.PACKET_OUTGOING {
+				continue // our own frames
+			}
+			if m.hdr.Flags&unix.MSG_TRUNC != 0 {
+				rx.malformed++
+				continue
+			}
+			rx.frame(rx.bufs[i][:m.n])
+		}
+		rx.flush()
+	}
+}
+
+// The virtio-net header (include/uapi/linux/virtio_net.h) in front of each
+// frame with PACKET_VNET_HDR: flags, gso_type, hdr_len, gso_size,
+// csum_start, csum_offset, in host byte order.
+const (
+	vnetHdrLen    = 10
+	vnetGSOUDPL4  = 5    // VIRTIO_NET_HDR_GSO_UDP_L4
+	vnetGSOECN    = 0x80 // VIRTIO_NET_HDR_GSO_ECN
+	maxGSOSegment = 128  // more segments than any kernel makes
+)
+
+// frame checks one received frame (virtio-net header first) and queues the
+// RoCE packets in it: one, or each segment of a UDP GSO train.
+func (rx *rxState) frame(b []byte) {
+	t := rx.t
+	if len(b) < vnetHdrLen {
+		rx.malformed++
+		return
+	}
+	gsoType, gsoSize := b[1]&^vnetGSOECN, int(binary.NativeEndian.Uint16(b[4:]))
+	fr := &rx.fr
+	if bth.ParseFrame(fr, b[vnetHdrLen:], bth.LinkEthernet) != nil || fr.Truncated {
+		rx.malformed++
+		return
+	}
+	if fr.Flow.Dst != t.local || fr.Flow.DstPort != t.cfg.Port {
+		return // not ours; the filter lets through only what is
+	}
+	tos := uint8(0)
+	if fr.IPv4 != nil {
+		tos = fr.IPv4.TOS()
+	} else {
+		tos = fr.IPv6.TrafficClass()
+	}
+	if gsoType == 0 {
+		p := fr.Payload
+		if !rx.valid(p) {
+			return
+		}
+		if fr.ICRC() != binary.LittleEndian.Uint32(p[len(p)-bth.ICRCLen:]) {
+			rx.icrcErrors++
+			return
+		}
+		rx.deliver(p, &fr.Flow, tos)
+		return
+	}
+	if gsoType != vnetGSOUDPL4 || gsoSize <= 0 || (len(fr.Payload)+gsoSize-1)/gsoSize > maxGSOSegment {
+		rx.malformed++
+		return
+	}
+	// Segment i would go on the wire with IPv4 ID base+i (the kernel's
+	// software segmentation), so it is checked with that header.
+	flow := fr.Flow
+	for off, i := 0, uint16(0); off < len(fr.Payload); off, i = off+gsoSize, i+1 {
+		p := fr.Payload[off:min(off+gsoSize, len(fr.Payload))]
+		if !rx.valid(p) {
+			continue
+		}
+		if flow.IsIPv4() {
+			flow.ID = fr.Flow.ID + i
+		}
+		if !flow.Verify(p) {
+			rx.icrcErrors++
+			continue
+		}
+		rx.deliver(p, &flow, tos)
+	}
+}
+
+// valid reports whether p is a well-formed RoCE packet, counting it if not.
+func (rx *rxState) valid(p []byte) bool {
+	if len(p) < bth.BTHLen+bth.ICRCLen || len(p) > rx.t.maxPacket || rx.parsed.Parse(p) != nil {
+		rx.malformed++
+		return false
+	}
+	return true
+}
+
+// deliver queues a verified packet, handing a full batch to the handler.
+func (rx *rxState) deliver(p []byte, f *bth.Flow, tos uint8) {
+	rx.packets++
+	rx.bytes += uint64(len(p))
+	rx.batch = append(rx.batch, transport.Packet{
+		Data: p, Src: f.Src, Dst: f.Dst, SrcPort: f.SrcPort, TOS: tos, IPID: f.ID,
+	})
+	if len(rx.batch) == cap(rx.batch) {
+		rx.flush()
+	}
+}
+
+// flush counts, then hands the batch to the handler.
+func (rx *rxState) flush() {
+	s := &rx.t.stats
+	if rx.packets != 0 {
+		s.rxPackets.Add(rx.packets)
+		s.rxBytes.Add(rx.bytes)
+	}
+	if rx.icrcErrors != 0 {
+		s.rxICRCErrors.Add(rx.icrcErrors)
+	}
+	if rx.malformed != 0 {
+		s.rxMalformed.Add(rx.malformed)
+	}
+	rx.packets, rx.bytes, rx.icrcErrors, rx.malformed = 0, 0, 0, 0
+	if len(rx.batch) == 0 {
+		return
+	}
+	rx.h(rx.batch)
+	clear(rx.batch)
+	rx.batch = rx.batch[:0]
+}
+
+// txState holds Send's sendmmsg buffers; Transport.sendMu guards it.
+type txState struct {
+	vnet    [vnetHdrLen]byte
+	msgs    []mmsghdr
+	iovs    []unix.Iovec
+	bufs    [][]byte
+	pkt     []int // each message's packet
+	nmsg    int
+	start   int
+	sent    int
+	errno   unix.Errno
+	writeFn func(uintptr) bool
+}
+
+func (tx *txState) init(t *Transport) {
+	b := t.cfg.BatchSize
+	size := bth.MaxFrameHeaderLen + t.maxPacket
+	tx.msgs = make([]mmsghdr, b)
+	tx.bufs = make([][]byte, b)
+	tx.pkt = make([]int, b)
+	tx.iovs = make([]unix.Iovec, 2*b)
+	backing := make([]byte, b*size)
+	for i := range tx.msgs {
+		tx.bufs[i] = backing[i*size : (i+1)*size : (i+1)*size]
+		// A zero virtio-net header (no offload), then the frame.
+		tx.iovs[2*i].Base = &tx.vnet[0]
+		tx.iovs[2*i].SetLen(vnetHdrLen)
+		h := &tx.msgs[i].hdr
+		h.Iov = &tx.iovs[2*i]
+		h.SetIovlen(2) // no name: the socket is bound to the interface
+	}
+	tx.writeFn = tx.write
+}
+
+func (tx *txState) write(fd uintptr) bool {
+	for range 100 { // EINTR retries
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&tx.msgs[tx.start])),
+			uintptr(tx.nmsg-tx.start), 0, 0, 0)
+		switch e {
+		case 0:
+			tx.sent, tx.errno = int(n), 0
+			return true
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+			continue
+		default:
+			tx.sent, tx.errno = 0, e
+			return true
+		}
+	}
+	tx.sent, tx.errno = 0, unix.EINTR
+	return true
+}
+
+// Send seals pkts and sends them as Ethernet frames, in order. It writes
+// the ICRC into each packet's last four bytes and into IPID and SrcPort the
+// IPv4 ID and UDP source port it used (SrcPort 0 becomes the local port),
+// and into Src the local address if Src was unset. Packets that cannot be
+// sent (bad, or next hop unresolved) are counted in TxErrors; the first
+// error is returned after the rest have been tried.
+func (t *Transport) Send(pkts []transport.Packet) error {
+	if t.closing.Load() {
+		return fmt.Errorf("afpacket: send: %w", net.ErrClosed)
+	}
+	t.sendMu.Lock()
+	defer t.sendMu.Unlock()
+	now := time.Now()
+	tx := &t.tx
+	var firstErr error
+	var packets, bytes, errs uint64
+	for pos := 0; pos < len(pkts); {
+		tx.nmsg = 0
+		for ; pos < len(pkts) && tx.nmsg < len(tx.msgs); pos++ {
+			if err := t.frame(&pkts[pos], now); err != nil {
+				errs++
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			tx.pkt[tx.nmsg] = pos
+			tx.nmsg++
+		}
+		// After neighbour resolution, which has its own timeout.
+		if err := t.conn.SetWriteDeadline(time.Now().Add(t.cfg.SendTimeout)); err != nil {
+			errs += uint64(tx.nmsg) + uint64(len(pkts)-pos)
+			t.addTx(packets, bytes, errs)
+			return fmt.Errorf("afpacket: send: %w", err)
+		}
+		for tx.start = 0; tx.start < tx.nmsg; {
+			if err := t.rc.Write(tx.writeFn); err != nil {
+				errs += uint64(tx.nmsg-tx.start) + uint64(len(pkts)-pos)
+				t.addTx(packets, bytes, errs)
+				return fmt.Errorf("afpacket: send: %w", err)
+			}
+			if tx.errno == 0 {
+				for m := tx.start; m < tx.start+tx.sent; m++ {
+					packets++
+					bytes += uint64(len(pkts[tx.pkt[m]].Data))
+				}
+				tx.start += tx.sent
+				continue
+			}
+			errs++
+			if firstErr == nil {
+				firstErr = fmt.Errorf("afpacket: send to %v: %w", pkts[tx.pkt[tx.start]].Dst, os.NewSyscallError("sendmmsg", tx.errno))
+			}
+			tx.start++
+		}
+	}
+	t.addTx(packets, bytes, errs)
+	return firstErr
+}
+
+func (t *Transport) addTx(packets, bytes, errs uint64) {
+	if packets != 0 {
+		t.stats.txPackets.Add(packets)
+		t.stats.txBytes.Add(bytes)
+	}
+	if errs != 0 {
+		t.stats.txErrors.Add(errs)
+	}
+}
+
+// frame seals p and lays its frame out as the next message.
+func (t *Transport) frame(p *transport.Packet, now time.Time) error {
+	tx := &t.tx
+	dst := p.Dst
+	if t.ipv4 {
+		dst = dst.Unmap()
+	}
+	if n := len(p.Data); n < bth.BTHLen+bth.ICRCLen || n > t.maxPacket || dst.Is4() != t.ipv4 || dst.Is4In6() {
+		return errorf(ErrBadPacket, "%d bytes to %v", n, p.Dst)
+	}
+	mac, err := t.neigh.lookup(dst, now)
+	if err != nil {
+		return err
+	}
+	ff := bth.FrameFields{
+		Ethernet: true, SrcMAC: t.mac, DstMAC: mac, TOS: p.TOS, TTL: t.cfg.TTL,
+		Flow: bth.Flow{Src: t.local, Dst: dst, SrcPort: p.SrcPort, DstPort: t.cfg.PeerPort},
+	}
+	if ff.TOS == 0 {
+		ff.TOS = t.cfg.TOS
+	}
+	if ff.Flow.SrcPort == 0 {
+		ff.Flow.SrcPort = t.cfg.Port
+	}
+	if t.ipv4 {
+		ff.Flow.ID, ff.Flow.DF = uint16(t.ipid.Add(1)), true
+	}
+	ff.Flow.Seal(p.Data)
+	p.IPID, p.SrcPort = ff.Flow.ID, ff.Flow.SrcPort
+	if !p.Src.IsValid() {
+		p.Src = t.local
+	}
+	hl := ff.HeaderLen()
+	b := tx.bufs[tx.nmsg][:hl+len(p.Data)]
+	copy(b[hl:], p.Data)
+	bth.EncodeFrame(b, &ff)
+	iov := &tx.iovs[2*tx.nmsg+1]
+	iov.Base = &b[0]
+	iov.SetLen(len(b))
+	return nil
+}

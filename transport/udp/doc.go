@@ -1,0 +1,32 @@
+// Package udp is the default goroce transport: RoCEv2 over an ordinary UDP
+// socket on port 4791, which needs no privileges.
+//
+// A UDP socket lets the kernel write the IP and UDP headers, but the RoCEv2
+// ICRC covers them, so the transport makes the kernel's headers predictable
+// and computes the ICRC for what it predicts:
+//
+//   - IPv4 is sent with DF set (IP_MTU_DISCOVER = IP_PMTUDISC_DO) from an
+//     unconnected socket, for which Linux writes IP ID 0; the segments of a
+//     UDP GSO send get IDs 0, 1, 2, ... The TOS byte, TTL and checksum are
+//     masked out of the ICRC, so TOS can be set per packet.
+//   - IPv6 has no field the kernel chooses that the ICRC covers (traffic
+//     class, flow label and hop limit are masked).
+//
+// On receive, a UDP socket does not see the sender's IPv4 ID, which the
+// ICRC covers and which rxe increments per packet. The transport checks each
+// IPv4 packet with bth.IDSolver, which finds the one ID (if any) that makes
+// the ICRC right with a single CRC pass: when that ID is the expected one (0,
+// or the next in a GRO train) the check is the full 32-bit check; otherwise
+// the packet is accepted with a check of 16 bits' strength and the ID is
+// reported in transport.Packet.IPID. The don't-fragment bit is assumed set,
+// as rxe and both goroce transports send it.
+//
+// Batches move with sendmmsg and recvmmsg. Where the kernel supports them,
+// consecutive packets to the same peer of the same size go out in one UDP
+// GSO send (UDP_SEGMENT), and received trains are coalesced with UDP_GRO;
+// both fall back cleanly to one datagram per packet. IP_PKTINFO (and
+// IPV6_RECVPKTINFO) give the destination address when the socket is bound to
+// a wildcard address, and IP_RECVTOS (IPV6_RECVTCLASS) the received TOS.
+//
+// The socket code is Linux-only; on other systems New returns an error.
+package udp

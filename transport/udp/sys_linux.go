@@ -1,0 +1,118 @@
+//go:build linux
+
+package udp
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr is struct mmsghdr of sendmmsg(2) and recvmmsg(2). Go pads it to
+// the alignment of Msghdr, as C does.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+}
+
+// Kernel limits for UDP GSO (include/linux/udp.h): at most 64 segments
+// (newer kernels allow 128) in one send.
+const maxGSOSegments = 64
+
+// Control message sizes.
+var (
+	cmsgHdrLen  = unix.CmsgLen(0)
+	txCmsgSpace = unix.CmsgSpace(4) /* TOS or TCLASS */ + unix.CmsgSpace(2) /* UDP_SEGMENT */ +
+		unix.CmsgSpace(unix.SizeofInet6Pktinfo) /* source address */
+	rxCmsgSpace = unix.CmsgSpace(4) /* TOS or TCLASS */ + unix.CmsgSpace(4) /* UDP_GRO */ +
+		unix.CmsgSpace(unix.SizeofInet6Pktinfo) + 32 /* headroom */
+)
+
+// putCmsg writes a control message header for level and typ with n data
+// bytes at the start of b and returns the data slice and the space used.
+func putCmsg(b []byte, level, typ int32, n int) (data []byte, used int) {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = level, typ
+	h.SetLen(unix.CmsgLen(n))
+	used = unix.CmsgSpace(n)
+	data = b[cmsgHdrLen : cmsgHdrLen+n]
+	clear(b[cmsgHdrLen+n : used])
+	return data, used
+}
+
+// rxMeta is what the control messages of one received datagram say.
+type rxMeta struct {
+	dst    netip.Addr // from IP_PKTINFO / IPV6_PKTINFO; invalid if absent
+	tos    uint8
+	gsoLen int // from UDP_GRO; 0 if absent
+}
+
+// parseCmsgs reads the control messages the receive path asks for.
+// Messages it does not know are skipped; a malformed one ends the walk.
+func parseCmsgs(b []byte, m *rxMeta) {
+	*m = rxMeta{}
+	for range 16 { // bounded: a datagram carries a few messages
+		if len(b) < cmsgHdrLen {
+			return
+		}
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(h.Len)
+		if l < cmsgHdrLen || l > len(b) {
+			return
+		}
+		data := b[cmsgHdrLen:l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			m.dst = netip.AddrFrom4([4]byte(data[8:12])) // ipi_addr: the header's destination
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			m.dst = netip.AddrFrom16([16]byte(data[:16]))
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			m.tos = data[0]
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			m.tos = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
+			m.gsoLen = int(binary.NativeEndian.Uint32(data))
+		}
+		sp := unix.CmsgSpace(l - cmsgHdrLen)
+		if sp >= len(b) {
+			return
+		}
+		b = b[sp:]
+	}
+}
+
+// sockaddr is room for either raw socket address.
+type sockaddr struct {
+	unix.RawSockaddrInet6
+}
+
+// set writes ap as a sockaddr_in (ipv4) or sockaddr_in6 and returns its
+// length.
+func (s *sockaddr) set(ap netip.AddrPort, ipv4 bool) uint32 {
+	port := ap.Port()
+	if ipv4 {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.RawSockaddrInet6))
+		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().Unmap().As4()}
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], port)
+		return unix.SizeofSockaddrInet4
+	}
+	s.RawSockaddrInet6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ap.Addr().As16()}
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&s.Port))[:], port)
+	return unix.SizeofSockaddrInet6
+}
+
+// get reads the address the kernel wrote; ok is false for another family.
+func (s *sockaddr) get() (netip.AddrPort, bool) {
+	switch s.Family {
+	case unix.AF_INET:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.RawSockaddrInet6))
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), port), true
+	case unix.AF_INET6:
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&s.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom16(s.Addr), port), true
+	}
+	return netip.AddrPort{}, false
+}

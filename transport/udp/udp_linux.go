@@ -1,0 +1,651 @@
+//go:build linux
+
+package udp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+)
+
+// Transport carries RoCEv2 packets over a UDP socket. It is safe for
+// concurrent use: Send may be called from many goroutines (sends are
+// serialized on one set of buffers), and received packets are delivered
+// from one goroutine the Transport owns, started by Start and stopped by
+// Close.
+type Transport struct {
+	cfg       resolved
+	conn      *net.UDPConn
+	rc        syscall.RawConn
+	local     netip.AddrPort // the bound address, with its port
+	maxPacket int
+	gso       atomic.Bool // cleared if the kernel refuses a GSO send
+	gro       bool
+	log       *slog.Logger
+	stats     counters
+
+	sendMu sync.Mutex
+	tx     txState
+
+	mu      sync.Mutex // guards started and the start of closing
+	started bool
+	closing atomic.Bool
+	wg      sync.WaitGroup
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// New opens a UDP socket as cfg says (nil means defaults) and returns a
+// Transport on it. Call Start to receive and Close to release it.
+func New(cfg *Config) (*Transport, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	network := "udp6"
+	if r.ipv4 {
+		network = "udp4"
+	}
+	pc, err := (&net.ListenConfig{}).ListenPacket(context.Background(), network, r.Addr.String())
+	if err != nil {
+		return nil, fmt.Errorf("udp: listen on %v: %w", r.Addr, err)
+	}
+	conn := pc.(*net.UDPConn)
+	t := &Transport{cfg: r, conn: conn, log: r.Logger}
+	if err := t.setup(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// setup sets the socket options and buffers.
+func (t *Transport) setup() error {
+	r := &t.cfg
+	rc, err := t.conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("udp: %w", err)
+	}
+	t.rc = rc
+	t.local = t.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	t.local = netip.AddrPortFrom(t.local.Addr().Unmap(), t.local.Port())
+
+	var gsoErr, groErr error
+	var optErr error
+	cerr := rc.Control(func(fd uintptr) {
+		s := int(fd)
+		set := func(level, opt, v int, name string) {
+			if optErr == nil {
+				if err := unix.SetsockoptInt(s, level, opt, v); err != nil {
+					optErr = fmt.Errorf("udp: setsockopt %s: %w", name, os.NewSyscallError("setsockopt", err))
+				}
+			}
+		}
+		if r.ipv4 {
+			set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER")
+			set(unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO")
+			set(unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS")
+		} else {
+			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER")
+			set(unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO")
+			set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS")
+		}
+		setBuffer(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, r.ReadBuffer)
+		setBuffer(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, r.WriteBuffer)
+		if r.GSO != OffloadOff {
+			// Kernels with UDP GSO answer this getsockopt (4.18+).
+			_, gsoErr = unix.GetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+		}
+		if r.GRO != OffloadOff {
+			groErr = unix.SetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+		}
+	})
+	if cerr != nil {
+		return fmt.Errorf("udp: %w", cerr)
+	}
+	if optErr != nil {
+		return optErr
+	}
+	if r.GSO == OffloadOn && gsoErr != nil {
+		return fmt.Errorf("%w: UDP GSO (UDP_SEGMENT): %w", ErrUnsupported, gsoErr)
+	}
+	if r.GRO == OffloadOn && groErr != nil {
+		return fmt.Errorf("%w: UDP GRO (UDP_GRO): %w", ErrUnsupported, groErr)
+	}
+	t.gso.Store(r.GSO != OffloadOff && gsoErr == nil)
+	t.gro = r.GRO != OffloadOff && groErr == nil
+
+	t.maxPacket = r.MaxPacket
+	if t.maxPacket == 0 {
+		t.maxPacket = min(DefaultMaxPacket, linkMaxPacket(t.local.Addr(), r.ipv4))
+	}
+	if t.maxPacket < bth.BTHLen+bth.ICRCLen {
+		return errorf(ErrBadConfig, "max packet %d is too small", t.maxPacket)
+	}
+	t.tx.init(t)
+	t.log.Debug("udp transport open", "addr", t.local, "peer_port", r.PeerPort,
+		"gso", t.gso.Load(), "gro", t.gro, "batch", r.BatchSize, "max_packet", t.maxPacket,
+		"busy_poll", r.BusyPoll)
+	return nil
+}
+
+// setBuffer asks for a socket buffer of n bytes, forced past the sysctl
+// limit where the process may (CAP_NET_ADMIN). Failure leaves the kernel's
+// default, which only costs throughput.
+func setBuffer(fd, force, opt, n int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, n) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, n)
+	}
+}
+
+// linkMaxPacket is the largest UDP payload the interface holding ip
+// carries unfragmented; for a wildcard address, the smallest over the
+// interfaces that are up. It errs on the side of 1500-byte Ethernet.
+func linkMaxPacket(ip netip.Addr, ipv4 bool) int {
+	hdr := bth.IPv6Len + bth.UDPLen
+	if ipv4 {
+		hdr = bth.IPv4MinLen + bth.UDPLen
+	}
+	mtu, best := 0, -1
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 1500 - hdr
+	}
+	for i := range ifs {
+		ifi := &ifs[i]
+		if ifi.Flags&net.FlagUp == 0 || ifi.MTU <= 0 {
+			continue
+		}
+		if ip.IsUnspecified() {
+			if mtu == 0 || ifi.MTU < mtu {
+				mtu = ifi.MTU
+			}
+			continue
+		}
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			// The interface whose prefix holds ip: 127.0.0.2 is on lo
+			// by way of 127.0.0.1/8.
+			if n, ok := a.(*net.IPNet); ok && n.Contains(net.IP(ip.AsSlice())) {
+				if ones, _ := n.Mask.Size(); mtu == 0 || ones > best {
+					mtu, best = ifi.MTU, ones
+				}
+			}
+		}
+	}
+	if mtu == 0 {
+		mtu = 1500
+	}
+	return min(mtu-hdr, maxDatagram(ipv4))
+}
+
+// LocalAddr returns the IP address the transport is bound to; the
+// unspecified address when bound to all.
+func (t *Transport) LocalAddr() netip.Addr { return t.local.Addr() }
+
+// LocalAddrPort returns the bound address and UDP port.
+func (t *Transport) LocalAddrPort() netip.AddrPort { return t.local }
+
+// LocalPort returns the UDP port the transport sends from and receives on.
+func (t *Transport) LocalPort() uint16 { return t.local.Port() }
+
+// PeerPort returns the UDP port the transport sends to.
+func (t *Transport) PeerPort() uint16 { return t.cfg.PeerPort }
+
+// BatchSize returns the configured batch size.
+func (t *Transport) BatchSize() int { return t.cfg.BatchSize }
+
+// MaxPacket returns the largest RoCE packet the transport sends or accepts.
+func (t *Transport) MaxPacket() int { return t.maxPacket }
+
+// GSO reports whether sends use UDP GSO; it turns false if the kernel
+// refuses a GSO send.
+func (t *Transport) GSO() bool { return t.gso.Load() }
+
+// GRO reports whether the socket receives with UDP GRO.
+func (t *Transport) GRO() bool { return t.gro }
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() transport.Stats { return t.stats.snapshot() }
+
+// Start begins delivering received packets to h from a goroutine the
+// Transport owns, until Close.
+func (t *Transport) Start(h transport.Handler) error {
+	if h == nil {
+		return errorf(ErrBadConfig, "nil handler")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing.Load() {
+		return fmt.Errorf("udp: start: %w", net.ErrClosed)
+	}
+	if t.started {
+		return ErrStarted
+	}
+	t.started = true
+	rx := newRxState(t)
+	rcv := newReceiver(h, t.cfg.BatchSize, t.local.Port(), &t.stats)
+	rcv.maxPacket = t.maxPacket
+	t.wg.Add(1)
+	go t.receive(rx, rcv)
+	return nil
+}
+
+// Close stops delivery, closes the socket and waits for the receive
+// goroutine to end. Calls after the first return net.ErrClosed.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closing.Swap(true) {
+		t.mu.Unlock()
+		return fmt.Errorf("udp: close: %w", net.ErrClosed)
+	}
+	t.mu.Unlock()
+	err := t.conn.Close()
+	t.wg.Wait()
+	t.log.Debug("udp transport closed", "addr", t.local)
+	return err
+}
+
+// rxState is the receive goroutine's recvmmsg state.
+type rxState struct {
+	t      *Transport
+	msgs   []mmsghdr
+	iovs   []unix.Iovec
+	names  []sockaddr
+	bufs   [][]byte
+	ctrl   []byte
+	busy   time.Duration
+	n      int        // datagrams the last recvmmsg returned
+	errno  unix.Errno // its error, if any
+	readFn func(uintptr) bool
+}
+
+func newRxState(t *Transport) *rxState {
+	slots, size := t.cfg.BatchSize, t.maxPacket
+	if t.gro {
+		// A GRO datagram holds up to 64 KiB of segments.
+		slots, size = max(4, slots/8), 65535
+	}
+	rx := &rxState{
+		t:     t,
+		msgs:  make([]mmsghdr, slots),
+		iovs:  make([]unix.Iovec, slots),
+		names: make([]sockaddr, slots),
+		bufs:  make([][]byte, slots),
+		ctrl:  make([]byte, slots*rxCmsgSpace),
+		busy:  t.cfg.BusyPoll,
+	}
+	backing := make([]byte, slots*size)
+	for i := range rx.msgs {
+		rx.bufs[i] = backing[i*size : (i+1)*size : (i+1)*size]
+		rx.iovs[i].Base = &rx.bufs[i][0]
+		rx.iovs[i].SetLen(size)
+		h := &rx.msgs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&rx.names[i]))
+		h.Iov = &rx.iovs[i]
+		h.SetIovlen(1)
+		h.Control = &rx.ctrl[i*rxCmsgSpace]
+	}
+	rx.readFn = rx.read
+	return rx
+}
+
+// read is the RawConn.Read callback: one recvmmsg, repeated while busy
+// polling. It returns false to wait in the poller.
+func (rx *rxState) read(fd uintptr) bool {
+	for i := range rx.msgs {
+		h := &rx.msgs[i].hdr
+		h.Namelen = uint32(unsafe.Sizeof(sockaddr{}))
+		h.SetControllen(rxCmsgSpace)
+		h.Flags = 0
+	}
+	var spinUntil time.Time
+	for try := 0; ; try++ { // bounded by the busy-poll time and Close
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&rx.msgs[0])),
+			uintptr(len(rx.msgs)), 0, 0, 0)
+		switch e {
+		case 0:
+			rx.n, rx.errno = int(n), 0
+			return true
+		case unix.EAGAIN:
+			if rx.busy <= 0 || rx.t.closing.Load() {
+				return false
+			}
+			if try == 0 {
+				spinUntil = time.Now().Add(rx.busy)
+			} else if try%64 == 0 && time.Now().After(spinUntil) {
+				return false
+			}
+		case unix.EINTR:
+			if try > 100 {
+				return false
+			}
+		default:
+			rx.n, rx.errno = 0, e
+			return true
+		}
+	}
+}
+
+// receive is the receive goroutine.
+func (t *Transport) receive(rx *rxState, rcv *receiver) {
+	defer t.wg.Done()
+	var meta rxMeta
+	failures := 0
+	for !t.closing.Load() {
+		if err := t.rc.Read(rx.readFn); err != nil {
+			if !t.closing.Load() {
+				t.log.Warn("udp receive stopped", "addr", t.local, "err", err)
+			}
+			return
+		}
+		if rx.errno != 0 {
+			// Transient socket errors (ENOMEM, ICMP errors) must not
+			// spin the loop.
+			failures++
+			if failures%1000 == 1 {
+				t.log.Debug("udp receive error", "addr", t.local, "err", rx.errno, "count", failures)
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for i := range rx.n {
+			m := &rx.msgs[i]
+			if m.hdr.Flags&unix.MSG_TRUNC != 0 {
+				rcv.malformed++
+				continue
+			}
+			src, ok := rx.names[i].get()
+			if !ok {
+				rcv.malformed++
+				continue
+			}
+			parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.hdr.Controllen)], &meta)
+			dst := meta.dst
+			if !dst.IsValid() {
+				dst = t.local.Addr()
+			}
+			src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+			rcv.datagram(rx.bufs[i][:m.n], src, dst.Unmap(), meta.tos, meta.gsoLen)
+		}
+		rcv.flush()
+	}
+}
+
+// txState holds Send's sendmmsg buffers; Transport.sendMu guards it.
+type txState struct {
+	msgs  []mmsghdr
+	iovs  []unix.Iovec
+	names []sockaddr
+	ctrl  []byte
+	first []int // each message's first packet
+	count []int // and its number of packets
+	nmsg  int
+
+	start   int        // first message of the next sendmmsg
+	sent    int        // messages it sent
+	errno   unix.Errno // its error, when it sent none
+	writeFn func(uintptr) bool
+}
+
+func (tx *txState) init(t *Transport) {
+	b := t.cfg.BatchSize
+	tx.msgs = make([]mmsghdr, b)
+	tx.iovs = make([]unix.Iovec, b)
+	tx.names = make([]sockaddr, b)
+	tx.ctrl = make([]byte, b*txCmsgSpace)
+	tx.first = make([]int, b)
+	tx.count = make([]int, b)
+	tx.writeFn = tx.write
+}
+
+// write is the RawConn.Write callback: one sendmmsg from message start.
+func (tx *txState) write(fd uintptr) bool {
+	for range 100 { // EINTR retries
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&tx.msgs[tx.start])),
+			uintptr(tx.nmsg-tx.start), 0, 0, 0)
+		switch e {
+		case 0:
+			tx.sent, tx.errno = int(n), 0
+			return true
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+			continue
+		default:
+			tx.sent, tx.errno = 0, e
+			return true
+		}
+	}
+	tx.sent, tx.errno = 0, unix.EINTR
+	return true
+}
+
+// Send seals and transmits pkts in order. It writes into each packet's
+// last four bytes (the ICRC), and into its IPID and SrcPort fields the IPv4
+// ID and UDP source port it goes out with (and into Src the local address,
+// if Src was unset). Consecutive packets to the same peer with the same
+// TOS and size (the last of a run may be shorter) go in one GSO send when
+// GSO is on. Packets that cannot be sent are counted in TxErrors and the
+// first error is returned after the rest have been tried.
+func (t *Transport) Send(pkts []transport.Packet) error {
+	if t.closing.Load() {
+		return fmt.Errorf("udp: send: %w", net.ErrClosed)
+	}
+	t.sendMu.Lock()
+	defer t.sendMu.Unlock()
+	tx := &t.tx
+	if err := t.conn.SetWriteDeadline(time.Now().Add(t.cfg.SendTimeout)); err != nil {
+		t.stats.txErrors.Add(uint64(len(pkts)))
+		return fmt.Errorf("udp: send: %w", err)
+	}
+	var firstErr error
+	var packets, bytes, errs uint64
+	checked := 0                     // packets before this were counted if bad
+	for pos := 0; pos < len(pkts); { // each round consumes a packet or turns GSO off
+		next, bad := t.build(pkts, pos, checked)
+		checked = max(checked, next)
+		if bad > 0 {
+			errs += uint64(bad)
+			if firstErr == nil {
+				firstErr = errorf(ErrBadPacket, "packet too short, too long, or of the wrong address family")
+			}
+		}
+		tx.start = 0
+		for tx.start < tx.nmsg {
+			if err := t.rc.Write(tx.writeFn); err != nil {
+				// Timed out or closed: nothing from here on is sent.
+				for m := tx.start; m < tx.nmsg; m++ {
+					errs += uint64(tx.count[m])
+				}
+				errs += uint64(len(pkts) - next)
+				t.stats.add(packets, bytes, errs)
+				return fmt.Errorf("udp: send: %w", err)
+			}
+			if tx.errno == 0 {
+				for m := tx.start; m < tx.start+tx.sent; m++ {
+					for _, p := range pkts[tx.first[m] : tx.first[m]+tx.count[m]] {
+						packets++
+						bytes += uint64(len(p.Data))
+					}
+				}
+				tx.start += tx.sent
+				continue
+			}
+			m := tx.start
+			if tx.errno == unix.EIO && tx.count[m] > 1 && t.gso.Swap(false) {
+				// The device cannot take UDP GSO; send the rest one
+				// datagram per packet, resealed with ID 0.
+				t.log.Warn("udp GSO send refused; sending without GSO", "addr", t.local, "err", tx.errno)
+				next = tx.first[m]
+				break
+			}
+			errs += uint64(tx.count[m])
+			if firstErr == nil {
+				firstErr = fmt.Errorf("udp: send to %v: %w", pkts[tx.first[m]].Dst, os.NewSyscallError("sendmmsg", tx.errno))
+			}
+			tx.start++
+		}
+		pos = next
+	}
+	t.stats.add(packets, bytes, errs)
+	return firstErr
+}
+
+func (c *counters) add(packets, bytes, errs uint64) {
+	if packets != 0 {
+		c.txPackets.Add(packets)
+		c.txBytes.Add(bytes)
+	}
+	if errs != 0 {
+		c.txErrors.Add(errs)
+	}
+}
+
+// addrs returns the source and destination a packet goes out with.
+func (t *Transport) addrs(p *transport.Packet) (src, dst netip.Addr, ok bool) {
+	dst = p.Dst
+	if t.cfg.ipv4 {
+		dst = dst.Unmap()
+		if !dst.Is4() {
+			return src, dst, false
+		}
+	} else if !dst.Is6() || dst.Is4In6() {
+		return src, dst, false
+	}
+	if !t.cfg.wildcard {
+		return t.local.Addr(), dst, true
+	}
+	src = p.Src
+	if t.cfg.ipv4 {
+		src = src.Unmap()
+		return src, dst, src.Is4() && !src.IsUnspecified()
+	}
+	return src, dst, src.Is6() && !src.Is4In6() && !src.IsUnspecified()
+}
+
+// build lays out messages for packets from pos on, at most a batch of
+// packets, sealing each. It returns the index after the last packet it
+// took and how many it skipped as bad (counting only those at or after
+// checked).
+func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad int) {
+	tx := &t.tx
+	tx.nmsg = 0
+	gso := t.gso.Load()
+	ipv4 := t.cfg.ipv4
+	limit := maxDatagram(ipv4)
+	niov := 0
+	for pos < len(pkts) && niov < len(tx.iovs) {
+		p := &pkts[pos]
+		src, dst, ok := t.addrs(p)
+		size := len(p.Data)
+		if !ok || size < bth.BTHLen+bth.ICRCLen || size > t.maxPacket {
+			if pos >= checked {
+				bad++
+			}
+			pos++
+			continue
+		}
+		t.seal(p, src, dst, 0)
+		cnt, total := 1, size
+		for gso && pos+cnt < len(pkts) && niov+cnt < len(tx.iovs) && cnt < maxGSOSegments {
+			q := &pkts[pos+cnt]
+			n := len(q.Data)
+			if n > size || n < bth.BTHLen+bth.ICRCLen || total+n > limit || q.TOS != p.TOS {
+				break
+			}
+			qs, qd, ok := t.addrs(q)
+			if !ok || qs != src || qd != dst {
+				break
+			}
+			t.seal(q, src, dst, uint16(cnt))
+			cnt++
+			total += n
+			if n < size { // a shorter segment ends the run
+				break
+			}
+		}
+		m := tx.nmsg
+		for k := range cnt {
+			iov := &tx.iovs[niov+k]
+			d := pkts[pos+k].Data
+			iov.Base = &d[0]
+			iov.SetLen(len(d))
+		}
+		h := &tx.msgs[m].hdr
+		h.Name = (*byte)(unsafe.Pointer(&tx.names[m]))
+		h.Namelen = tx.names[m].set(netip.AddrPortFrom(dst, t.cfg.PeerPort), ipv4)
+		h.Iov = &tx.iovs[niov]
+		h.SetIovlen(cnt)
+		c := tx.ctrl[m*txCmsgSpace : (m+1)*txCmsgSpace]
+		used := 0
+		if p.TOS != 0 {
+			level, typ := int32(unix.IPPROTO_IPV6), int32(unix.IPV6_TCLASS)
+			if ipv4 {
+				level, typ = unix.IPPROTO_IP, unix.IP_TOS
+			}
+			d, n := putCmsg(c[used:], level, typ, 4)
+			*(*int32)(unsafe.Pointer(&d[0])) = int32(p.TOS)
+			used += n
+		}
+		if cnt > 1 {
+			d, n := putCmsg(c[used:], unix.IPPROTO_UDP, unix.UDP_SEGMENT, 2)
+			*(*uint16)(unsafe.Pointer(&d[0])) = uint16(size)
+			used += n
+		}
+		if t.cfg.wildcard {
+			if ipv4 {
+				d, n := putCmsg(c[used:], unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+				*(*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0])) = unix.Inet4Pktinfo{Spec_dst: src.As4()}
+				used += n
+			} else {
+				d, n := putCmsg(c[used:], unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+				*(*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0])) = unix.Inet6Pktinfo{Addr: src.As16()}
+				used += n
+			}
+		}
+		if used > 0 {
+			h.Control = &c[0]
+		} else {
+			h.Control = nil
+		}
+		h.SetControllen(used)
+		tx.first[m], tx.count[m] = pos, cnt
+		tx.nmsg++
+		niov += cnt
+		pos += cnt
+	}
+	return pos, bad
+}
+
+// seal writes the ICRC of p for the headers the kernel will write: IPv4
+// with DF and ID id (the segment index of a GSO send; 0 for a single
+// datagram from an unconnected socket), or IPv6.
+func (t *Transport) seal(p *transport.Packet, src, dst netip.Addr, id uint16) {
+	f := bth.Flow{Src: src, Dst: dst, SrcPort: t.local.Port(), DstPort: t.cfg.PeerPort}
+	if t.cfg.ipv4 {
+		f.ID, f.DF = id, true
+	}
+	f.Seal(p.Data)
+	p.IPID = f.ID
+	p.SrcPort = f.SrcPort
+	if !p.Src.IsValid() {
+		p.Src = src
+	}
+}
