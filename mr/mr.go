@@ -15,45 +15,26 @@ package mr
 import (
 	crand "crypto/rand"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/goroce/goroce/verbs"
 )
 
-// Access is a set of access rights, with the values of ibv_access_flags.
-type Access uint32
+// Access is a set of access rights (verbs.Access).
+type Access = verbs.Access
 
 // Access rights.
 const (
-	LocalWrite   Access = 1 << 0
-	RemoteWrite  Access = 1 << 1
-	RemoteRead   Access = 1 << 2
-	RemoteAtomic Access = 1 << 3
-	// RemoteAccess is every remote right.
-	RemoteAccess = RemoteWrite | RemoteRead | RemoteAtomic
-	knownAccess  = LocalWrite | RemoteAccess
+	LocalWrite   = verbs.LocalWrite
+	RemoteWrite  = verbs.RemoteWrite
+	RemoteRead   = verbs.RemoteRead
+	RemoteAtomic = verbs.RemoteAtomic
+	RemoteAccess = verbs.RemoteAccess
+	knownAccess  = verbs.KnownAccess
 )
-
-func (a Access) String() string {
-	if a == 0 {
-		return "none"
-	}
-	var b []byte
-	for i, n := range []string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"} {
-		if a&(1<<i) != 0 {
-			if len(b) > 0 {
-				b = append(b, '|')
-			}
-			b = append(b, n...)
-		}
-	}
-	if rest := a &^ knownAccess; rest != 0 {
-		b = fmt.Appendf(b, "|%#x", uint32(rest))
-	}
-	return string(b)
-}
 
 // Errors.
 var (
@@ -196,9 +177,9 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	return m, nil
 }
 
-// Deregister removes the region. When it returns, no access is under way
+// Dereg removes the region (ibv_dereg_mr). When it returns, no access is under way
 // and none will start; the memory is the caller's again.
-func (m *MR) Deregister() error {
+func (m *MR) Dereg() error {
 	m.mu.Lock()
 	if m.gone {
 		m.mu.Unlock()

@@ -3,6 +3,7 @@ package qp
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/goroce/goroce/verbs"
 	"testing"
 )
 
@@ -12,14 +13,14 @@ func TestSendRecv(t *testing.T) {
 		src := p.a.reg(t, size+1)
 		dst := p.b.reg(t, size+1)
 		fill(src.Bytes(), size)
-		must(t, p.b.qp.PostRecv([]RecvWR{{ID: 7, SGL: []SGE{sge(dst, 0, size+1)}}}))
-		must(t, p.a.qp.PostSend([]SendWR{{ID: 9, Opcode: OpSend, Flags: Signaled, SGL: []SGE{sge(src, 0, size)}}}))
+		must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 7, SGL: []verbs.SGE{sge(dst, 0, size+1)}}}))
+		must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 9, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(src, 0, size)}}}))
 		wa := p.poll(&p.a, 1)
 		wb := p.poll(&p.b, 1)
-		if wa[0].Status != Success || wa[0].ID != 9 || wa[0].Opcode != WCSend {
+		if wa[0].Status != verbs.Success || wa[0].ID != 9 || wa[0].Opcode != verbs.WCSend {
 			t.Fatalf("size %d: send WC %v", size, &wa[0])
 		}
-		if wb[0].Status != Success || wb[0].ID != 7 || wb[0].Opcode != WCRecv || wb[0].ByteLen != uint32(size) {
+		if wb[0].Status != verbs.Success || wb[0].ID != 7 || wb[0].Opcode != verbs.WCRecv || wb[0].ByteLen != uint32(size) {
 			t.Fatalf("size %d: recv WC %v", size, &wb[0])
 		}
 		if !bytes.Equal(dst.Bytes()[:size], src.Bytes()[:size]) {
@@ -29,18 +30,18 @@ func TestSendRecv(t *testing.T) {
 }
 
 func TestWriteReadAtomic(t *testing.T) {
-	p := newPair(t, pairOpts{mtu: MTU4096})
+	p := newPair(t, pairOpts{mtu: verbs.MTU4096})
 	const size = 100000
 	local := p.a.reg(t, 2*size)
 	remote := p.b.reg(t, size)
 	fill(local.Bytes()[:size], 1)
-	must(t, p.a.qp.PostSend([]SendWR{
-		{ID: 1, Opcode: OpWrite, Flags: Signaled, SGL: []SGE{sge(local, 0, size)}, RemoteAddr: remote.Addr(), RKey: remote.RKey()},
-		{ID: 2, Opcode: OpRead, Flags: Signaled, SGL: []SGE{sge(local, size, size)}, RemoteAddr: remote.Addr(), RKey: remote.RKey()},
+	must(t, p.a.qp.PostSend([]verbs.SendWR{
+		{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, size)}, RemoteAddr: remote.Addr(), RKey: remote.RKey()},
+		{ID: 2, Opcode: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, size, size)}, RemoteAddr: remote.Addr(), RKey: remote.RKey()},
 	}))
 	wcs := p.poll(&p.a, 2)
 	for i, wc := range wcs {
-		if wc.Status != Success || wc.ID != uint64(i+1) {
+		if wc.Status != verbs.Success || wc.ID != uint64(i+1) {
 			t.Fatalf("WC %d: %v", i, &wc)
 		}
 	}
@@ -50,12 +51,12 @@ func TestWriteReadAtomic(t *testing.T) {
 	// Atomics on the first 8 bytes of remote.
 	binary.NativeEndian.PutUint64(remote.Bytes(), 100)
 	res := p.a.reg(t, 16)
-	must(t, p.a.qp.PostSend([]SendWR{
-		{ID: 3, Opcode: OpAtomicFetchAdd, Flags: Signaled, SGL: []SGE{sge(res, 0, 8)}, RemoteAddr: remote.Addr(), RKey: remote.RKey(), CompareAdd: 5},
-		{ID: 4, Opcode: OpAtomicCmpSwp, Flags: Signaled, SGL: []SGE{sge(res, 8, 8)}, RemoteAddr: remote.Addr(), RKey: remote.RKey(), CompareAdd: 105, Swap: 7},
+	must(t, p.a.qp.PostSend([]verbs.SendWR{
+		{ID: 3, Opcode: verbs.OpAtomicFetchAdd, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(res, 0, 8)}, RemoteAddr: remote.Addr(), RKey: remote.RKey(), CompareAdd: 5},
+		{ID: 4, Opcode: verbs.OpAtomicCmpSwp, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(res, 8, 8)}, RemoteAddr: remote.Addr(), RKey: remote.RKey(), CompareAdd: 105, Swap: 7},
 	}))
 	wcs = p.poll(&p.a, 2)
-	if wcs[0].Status != Success || wcs[1].Status != Success || wcs[0].Opcode != WCFetchAdd || wcs[1].Opcode != WCCompSwap {
+	if wcs[0].Status != verbs.Success || wcs[1].Status != verbs.Success || wcs[0].Opcode != verbs.WCFetchAdd || wcs[1].Opcode != verbs.WCCompSwap {
 		t.Fatalf("atomic WCs %v %v", &wcs[0], &wcs[1])
 	}
 	if got := binary.NativeEndian.Uint64(res.Bytes()); got != 100 {

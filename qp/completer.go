@@ -2,13 +2,13 @@ package qp
 
 import (
 	"encoding/binary"
+	"github.com/goroce/goroce/verbs"
 	"time"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/mr"
 )
 
-const localWrite = mr.LocalWrite
+const localWrite = verbs.LocalWrite
 
 // compState is the completer's state.
 type compState struct {
@@ -30,7 +30,7 @@ type compState struct {
 // complete handles a response to this QP's requests: an ACK or NAK, a READ
 // response or an atomic ACK (rxe_comp.c's job).
 func (q *QP) complete(p *bth.Packet, b *txBatch) {
-	if q.state != RTS && q.state != SQD {
+	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		q.ctr.DropBadState++
 		return
 	}
@@ -60,12 +60,12 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 	case bth.KindRNRNAK:
 		q.ctr.RcvdRNRErr++
 		q.ackTo(psn.Add(bth.PSNMask), b)
-		if q.state != RTS && q.state != SQD {
+		if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 			return
 		}
 		if q.comp.rnrLeft == 0 {
 			q.ctr.RetryRNRExceededErr++
-			q.failHead(RNRRetryExcErr, b)
+			q.failHead(verbs.RNRRetryExcErr, b)
 			return
 		}
 		if q.comp.rnrLeft != 7 {
@@ -74,7 +74,7 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 		q.startRNRWait(psn, bth.RNRTimerDuration(syn.Value()))
 	case bth.KindNAK:
 		q.ackTo(psn.Add(bth.PSNMask), b)
-		if q.state != RTS && q.state != SQD {
+		if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 			return
 		}
 		switch syn.NAKCode() {
@@ -85,13 +85,13 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 			}
 		case bth.NAKInvalidRequest:
 			q.ctr.RcvdInvReqNAK++
-			q.failHead(RemInvReqErr, b)
+			q.failHead(verbs.RemInvReqErr, b)
 		case bth.NAKRemoteAccessError:
 			q.ctr.RcvdRemAccessNAK++
-			q.failHead(RemAccessErr, b)
+			q.failHead(verbs.RemAccessErr, b)
 		default:
 			q.ctr.RcvdRemOpNAK++
-			q.failHead(RemOpErr, b)
+			q.failHead(verbs.RemOpErr, b)
 		}
 	default:
 		q.ctr.DropBadResp++
@@ -123,7 +123,7 @@ func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
 		if !w.assigned || psn.LessThan(w.firstPSN) {
 			break
 		}
-		if w.wr.Opcode.needsResponse() {
+		if w.wr.Opcode.NeedsResponse() {
 			lost = s < q.sq.next
 			break
 		}
@@ -173,11 +173,11 @@ func (q *QP) progress() {
 func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	// A response acknowledges every PSN before it.
 	q.ackTo(psn.Add(bth.PSNMask), b)
-	if q.state != RTS && q.state != SQD {
+	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return
 	}
 	w := q.headPending()
-	if w == nil || w.wr.Opcode != OpRead || !psn.InWindow(w.firstPSN, w.npsn) {
+	if w == nil || w.wr.Opcode != verbs.OpRead || !psn.InWindow(w.firstPSN, w.npsn) {
 		q.ctr.DropBadResp++
 		return
 	}
@@ -195,7 +195,7 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	if !q.scatter(w.sgl, off, p.Payload) {
-		q.failWQE(w, LocProtErr, b)
+		q.failWQE(w, verbs.LocProtErr, b)
 		return
 	}
 	q.comp.psn = psn.Next()
@@ -212,11 +212,11 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 
 func (q *QP) handleAtomicAck(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	q.ackTo(psn.Add(bth.PSNMask), b)
-	if q.state != RTS && q.state != SQD {
+	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return
 	}
 	w := q.headPending()
-	if w == nil || !w.wr.Opcode.isAtomic() || w.firstPSN != psn || psn != q.comp.psn {
+	if w == nil || !w.wr.Opcode.IsAtomic() || w.firstPSN != psn || psn != q.comp.psn {
 		q.ctr.DropBadResp++
 		return
 	}
@@ -224,7 +224,7 @@ func (q *QP) handleAtomicAck(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], w.orig)
 	if !q.scatter(w.sgl, 0, v[:]) {
-		q.failWQE(w, LocProtErr, b)
+		q.failWQE(w, verbs.LocProtErr, b)
 		return
 	}
 	q.comp.psn = psn.Next()
@@ -255,7 +255,7 @@ func (q *QP) retry(b *txBatch, psn bth.PSN) {
 	q.ctr.CompleterRetryErr++
 	if q.comp.retryLeft == 0 {
 		q.ctr.RetryExceededErr++
-		q.failHead(RetryExcErr, b)
+		q.failHead(verbs.RetryExcErr, b)
 		return
 	}
 	if q.comp.retryLeft != 7 {
@@ -269,7 +269,7 @@ func (q *QP) retry(b *txBatch, psn bth.PSN) {
 }
 
 // failHead fails the oldest outstanding request.
-func (q *QP) failHead(st Status, b *txBatch) {
+func (q *QP) failHead(st verbs.Status, b *txBatch) {
 	if w := q.headPending(); w != nil {
 		q.failWQE(w, st, b)
 		return
@@ -279,13 +279,13 @@ func (q *QP) failHead(st Status, b *txBatch) {
 
 // failWQE completes w with an error status and moves the QP to ERR (SQE for
 // UC and UD, whose receive side goes on), flushing the rest.
-func (q *QP) failWQE(w *sendWQE, st Status, b *txBatch) {
+func (q *QP) failWQE(w *sendWQE, st verbs.Status, b *txBatch) {
 	w.state, w.status = wqeDone, st
-	if q.typ == RC {
+	if q.typ == verbs.RC {
 		q.toErr(b)
 		return
 	}
-	q.state = SQE
+	q.state = verbs.StateSQE
 	q.stopTimers()
 	q.flushSend()
 }
@@ -298,8 +298,8 @@ func (q *QP) retire() {
 		if w.state != wqeDone {
 			return
 		}
-		if w.status != Success || w.wr.Flags&Signaled != 0 || q.sigAll {
-			wc := WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn,
+		if w.status != verbs.Success || w.wr.Flags&verbs.Signaled != 0 || q.sigAll {
+			wc := verbs.WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn,
 				ByteLen: uint32(w.length)}
 			q.scq.push(&wc, false)
 		}
@@ -308,20 +308,20 @@ func (q *QP) retire() {
 	q.checkDrained()
 }
 
-func wcOpcode(op Opcode) WCOpcode {
+func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 	switch op {
-	case OpWrite, OpWriteImm:
-		return WCWrite
-	case OpRead:
-		return WCRead
-	case OpAtomicCmpSwp:
-		return WCCompSwap
-	case OpAtomicFetchAdd:
-		return WCFetchAdd
-	case OpLocalInv:
-		return WCLocalInv
+	case verbs.OpWrite, verbs.OpWriteImm:
+		return verbs.WCWrite
+	case verbs.OpRead:
+		return verbs.WCRead
+	case verbs.OpAtomicCmpSwp:
+		return verbs.WCCompSwap
+	case verbs.OpAtomicFetchAdd:
+		return verbs.WCFetchAdd
+	case verbs.OpLocalInv:
+		return verbs.WCLocalInv
 	}
-	return WCSend
+	return verbs.WCSend
 }
 
 // localInvalidate carries out a LOCAL_INV request; it reports false when

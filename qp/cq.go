@@ -2,6 +2,7 @@ package qp
 
 import (
 	"context"
+	"github.com/goroce/goroce/verbs"
 	"sync"
 	"sync/atomic"
 )
@@ -15,7 +16,7 @@ import (
 type CQ struct {
 	dev   *Device
 	mu    sync.Mutex
-	ring  []WC
+	ring  []verbs.WC
 	head  int // oldest entry
 	n     atomic.Int32
 	armed uint8 // 0, armAny or armSolicited
@@ -31,14 +32,14 @@ const (
 )
 
 // CreateCQ returns a completion queue for at least cqe completions.
-func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
 	if cqe < 1 || cqe > MaxCQE {
-		return nil, ErrInvalidCap
+		return nil, verbs.ErrInvalidCap
 	}
 	if d.closed.Load() {
-		return nil, ErrClosed
+		return nil, verbs.ErrClosed
 	}
-	return &CQ{dev: d, ring: make([]WC, cqe), ch: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: make([]verbs.WC, cqe), ch: make(chan struct{}, 1)}, nil
 }
 
 // Len returns the number of completions waiting.
@@ -49,7 +50,7 @@ func (c *CQ) Cap() int { return len(c.ring) }
 
 // Poll moves up to len(wc) completions, oldest first, into wc and returns
 // how many. It does not block; an empty CQ costs one atomic load.
-func (c *CQ) Poll(wc []WC) int {
+func (c *CQ) Poll(wc []verbs.WC) int {
 	if c.n.Load() == 0 || len(wc) == 0 {
 		return 0
 	}
@@ -106,7 +107,7 @@ func (c *CQ) Wait(ctx context.Context) error {
 // Destroy frees the CQ; it fails with ErrBusy while queue pairs use it.
 func (c *CQ) Destroy() error {
 	if c.users.Load() != 0 {
-		return ErrBusy
+		return verbs.ErrBusy
 	}
 	c.mu.Lock()
 	c.dead = true
@@ -115,7 +116,7 @@ func (c *CQ) Destroy() error {
 }
 
 // push adds a completion. It reports false when the CQ overflowed.
-func (c *CQ) push(wc *WC, solicited bool) bool {
+func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	c.mu.Lock()
 	n := int(c.n.Load())
 	if n == len(c.ring) || c.err {
@@ -123,7 +124,7 @@ func (c *CQ) push(wc *WC, solicited bool) bool {
 		c.err = true
 		c.mu.Unlock()
 		if first {
-			c.dev.event(Event{Type: EventCQErr, CQ: c})
+			c.dev.event(verbs.Event{Type: verbs.EventCQErr, CQ: c})
 		}
 		return false
 	}
@@ -133,7 +134,7 @@ func (c *CQ) push(wc *WC, solicited bool) bool {
 	}
 	c.ring[i] = *wc
 	c.n.Add(1)
-	notify := c.armed == armAny || c.armed == armSolicited && (solicited || wc.Status != Success)
+	notify := c.armed == armAny || c.armed == armSolicited && (solicited || wc.Status != verbs.Success)
 	if notify {
 		c.armed = 0
 	}

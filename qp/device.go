@@ -2,6 +2,8 @@ package qp
 
 import (
 	"errors"
+	"fmt"
+	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -50,7 +52,7 @@ type Device struct {
 	atomicMu sync.Mutex // makes responder atomics atomic against each other
 
 	batches sync.Pool
-	events  chan Event
+	events  chan verbs.Event
 	closed  atomic.Bool
 
 	ctr     devCounters
@@ -72,7 +74,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		ackReqEvery: uint32(cfg.AckReqEvery),
 		maxPacket:   t.MaxPacket(),
 		nextQPN:     firstQPN,
-		events:      make(chan Event, 64),
+		events:      make(chan verbs.Event, 64),
 	}
 	if d.clk == nil {
 		d.clk = clock.Real{}
@@ -86,7 +88,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if d.ackReqEvery == 0 {
 		d.ackReqEvery = 64
 	}
-	if d.maxPacket < bth.RCWriteFirst.HeaderLen()+MTU256.Bytes()+bth.ICRCLen {
+	if d.maxPacket < bth.RCWriteFirst.HeaderLen()+verbs.MTU256.Bytes()+bth.ICRCLen {
 		return nil, errors.New("qp: transport packets too small for a 256-byte MTU")
 	}
 	bs := t.BatchSize()
@@ -116,17 +118,57 @@ func (d *Device) Close() error {
 	return d.t.Close()
 }
 
-// GID returns the address behind the device's RoCEv2 GID (index 0).
-func (d *Device) GID() netip.Addr { return d.gid }
+// Name names the device after its address: goroce:198.18.0.1.
+func (d *Device) Name() string { return "goroce:" + d.gid.String() }
 
-// MTU returns the largest path MTU the transport carries.
-func (d *Device) MTU() MTU {
-	m, _ := MTUFromBytes(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
+// Addr returns the address behind the device's RoCEv2 GID (index 0).
+func (d *Device) Addr() netip.Addr { return d.gid }
+
+// GID returns the RoCEv2 GID of the given index; the software device has
+// one, at index 0, but also answers for any index (as `-g` picks one in
+// rdma-core's tools) with the same GID.
+func (d *Device) GID(index int) ([16]byte, error) {
+	if index < 0 || index > 255 {
+		return [16]byte{}, fmt.Errorf("%w: GID index %d", verbs.ErrInvalidAttr, index)
+	}
+	return verbs.GIDFromAddr(d.gid), nil
+}
+
+// ActiveMTU returns the largest path MTU the transport carries.
+func (d *Device) ActiveMTU() verbs.MTU {
+	m, _ := verbs.MTUFromBytes(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
 	return m
 }
 
+// PD is a protection domain of the software device.
+type PD struct {
+	dev *Device
+	pd  *mr.PD
+}
+
 // AllocPD returns a new protection domain.
-func (d *Device) AllocPD() *mr.PD { return d.mrs.AllocPD() }
+func (d *Device) AllocPD() (verbs.PD, error) {
+	if d.closed.Load() {
+		return nil, verbs.ErrClosed
+	}
+	return &PD{dev: d, pd: d.mrs.AllocPD()}, nil
+}
+
+// RegMR registers buf in the PD. The region's address is that of buf[0],
+// as with ibv_reg_mr.
+func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	m, err := p.pd.Register(buf, access)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Dealloc frees the PD; it fails while regions or queue pairs use it.
+func (p *PD) Dealloc() error { return p.pd.Dealloc() }
+
+// MRPD returns the engine's protection domain behind a PD of this device.
+func (p *PD) MRPD() *mr.PD { return p.pd }
 
 // Transport returns the device's transport.
 func (d *Device) Transport() transport.Transport { return d.t }
@@ -139,59 +181,14 @@ func (d *Device) Clock() clock.Clock { return d.clk }
 
 // Events returns the channel of asynchronous events (ibv_get_async_event).
 // Events that find the channel full are dropped and counted.
-func (d *Device) Events() <-chan Event { return d.events }
+func (d *Device) Events() <-chan verbs.Event { return d.events }
 
-func (d *Device) event(e Event) {
+func (d *Device) event(e verbs.Event) {
 	select {
 	case d.events <- e:
 	default:
 		d.ctr.eventsDropped.Add(1)
 	}
-}
-
-// EventType is the kind of an asynchronous event.
-type EventType uint8
-
-// Asynchronous events, as ibv_event_type names them.
-const (
-	EventCQErr EventType = iota + 1
-	EventQPFatal
-	EventQPReqErr
-	EventQPAccessErr
-	EventCommEstablished
-	EventSQDrained
-	EventLastWQEReached
-	EventSRQLimitReached
-)
-
-func (t EventType) String() string {
-	switch t {
-	case EventCQErr:
-		return "CQ_ERR"
-	case EventQPFatal:
-		return "QP_FATAL"
-	case EventQPReqErr:
-		return "QP_REQ_ERR"
-	case EventQPAccessErr:
-		return "QP_ACCESS_ERR"
-	case EventCommEstablished:
-		return "COMM_EST"
-	case EventSQDrained:
-		return "SQ_DRAINED"
-	case EventLastWQEReached:
-		return "QP_LAST_WQE_REACHED"
-	case EventSRQLimitReached:
-		return "SRQ_LIMIT_REACHED"
-	}
-	return "UNKNOWN"
-}
-
-// Event is an asynchronous event; the field for its kind of object is set.
-type Event struct {
-	Type EventType
-	QPN  uint32
-	CQ   *CQ
-	SRQ  *SRQ
 }
 
 // receive is the transport's handler: it validates each packet the way
@@ -284,7 +281,7 @@ func (d *Device) allocQPN() (uint32, error) {
 			return n, nil
 		}
 	}
-	return 0, ErrNoQPN
+	return 0, verbs.ErrNoQPN
 }
 
 // txBatch collects the packets one pass of the engine sends, so that they
@@ -335,3 +332,13 @@ func (b *txBatch) flush() {
 	}
 	b.pkts = b.pkts[:0]
 }
+
+var (
+	_ verbs.Device = (*Device)(nil)
+	_ verbs.PD     = (*PD)(nil)
+	_ verbs.QP     = (*QP)(nil)
+	_ verbs.CQ     = (*CQ)(nil)
+	_ verbs.SRQ    = (*SRQ)(nil)
+	_ verbs.AH     = (*AH)(nil)
+	_ verbs.MR     = (*mr.MR)(nil)
+)

@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"github.com/goroce/goroce/verbs"
 	"testing"
 
 	"github.com/goroce/goroce/mr"
@@ -17,72 +18,72 @@ func TestErrors(t *testing.T) {
 		p      *pair
 		local  *mr.MR
 		remote *mr.MR
-		wr     SendWR
+		wr     verbs.SendWR
 	}
 	cases := []struct {
 		name     string
 		opts     pairOpts
 		prep     func(s *setup)
-		want     Status
-		wantRecv Status // responder's receive completion, if any
-		state    State  // responder's state after
-		fills    bool   // the SEND fills the posted receive before failing
+		want     verbs.Status
+		wantRecv verbs.Status  // responder's receive completion, if any
+		state    verbs.QPState // responder's state after
+		fills    bool          // the SEND fills the posted receive before failing
 	}{
 		{name: "write bad rkey", prep: func(s *setup) { s.wr.RKey ^= 0xFF },
-			want: RemAccessErr, state: Err},
+			want: verbs.RemAccessErr, state: verbs.StateErr},
 		{name: "write out of bounds", prep: func(s *setup) { s.wr.RemoteAddr += 4000 },
-			want: RemAccessErr, state: Err},
+			want: verbs.RemAccessErr, state: verbs.StateErr},
 		{name: "write before region", prep: func(s *setup) { s.wr.RemoteAddr = s.remote.Addr() - 1 },
-			want: RemAccessErr, state: Err},
+			want: verbs.RemAccessErr, state: verbs.StateErr},
 		{name: "write no remote write right", prep: func(s *setup) {
-			m, err := s.p.b.pd.Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteRead)
+			m, err := s.p.b.pd.pd.Register(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteRead)
 			must(s.p.t, err)
 			s.remote, s.wr.RemoteAddr, s.wr.RKey = m, m.Addr(), m.RKey()
-		}, want: RemAccessErr, state: Err},
+		}, want: verbs.RemAccessErr, state: verbs.StateErr},
 		{name: "write rkey of another PD", prep: func(s *setup) {
-			m, err := s.p.b.dev.AllocPD().Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteAccess)
+			m, err := newPD(s.p.b.dev).Register(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteAccess)
 			must(s.p.t, err)
 			s.remote, s.wr.RemoteAddr, s.wr.RKey = m, m.Addr(), m.RKey()
-		}, want: RemAccessErr, state: Err},
-		{name: "write deregistered region", prep: func(s *setup) { must(s.p.t, s.remote.Deregister()) },
-			want: RemAccessErr, state: Err},
-		{name: "write QP without remote write", opts: pairOpts{access: mr.LocalWrite | mr.RemoteRead},
-			want: RemInvReqErr, state: Err},
+		}, want: verbs.RemAccessErr, state: verbs.StateErr},
+		{name: "write deregistered region", prep: func(s *setup) { must(s.p.t, s.remote.Dereg()) },
+			want: verbs.RemAccessErr, state: verbs.StateErr},
+		{name: "write QP without remote write", opts: pairOpts{access: verbs.LocalWrite | verbs.RemoteRead},
+			want: verbs.RemInvReqErr, state: verbs.StateErr},
 		{name: "read no remote read right", prep: func(s *setup) {
-			m, err := s.p.b.pd.Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteWrite)
+			m, err := s.p.b.pd.pd.Register(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteWrite)
 			must(s.p.t, err)
-			s.remote, s.wr.RemoteAddr, s.wr.RKey, s.wr.Opcode = m, m.Addr(), m.RKey(), OpRead
-		}, want: RemAccessErr, state: Err},
+			s.remote, s.wr.RemoteAddr, s.wr.RKey, s.wr.Opcode = m, m.Addr(), m.RKey(), verbs.OpRead
+		}, want: verbs.RemAccessErr, state: verbs.StateErr},
 		{name: "read into read-only local memory", prep: func(s *setup) {
-			m, err := s.p.a.pd.Register(make([]byte, 4096), 0)
+			m, err := s.p.a.pd.pd.Register(make([]byte, 4096), 0)
 			must(s.p.t, err)
-			s.wr.Opcode, s.wr.SGL, s.wr.RemoteAddr = OpRead, []SGE{sge(m, 0, 4096)}, s.remote.Addr()
-		}, want: LocProtErr, state: RTS},
+			s.wr.Opcode, s.wr.SGL, s.wr.RemoteAddr = verbs.OpRead, []verbs.SGE{sge(m, 0, 4096)}, s.remote.Addr()
+		}, want: verbs.LocProtErr, state: verbs.StateRTS},
 		{name: "send bad lkey", prep: func(s *setup) {
-			s.wr.Opcode = OpSend
+			s.wr.Opcode = verbs.OpSend
 			s.wr.SGL[0].LKey ^= 0xFF
-		}, want: LocProtErr, state: RTS},
+		}, want: verbs.LocProtErr, state: verbs.StateRTS},
 		{name: "send longer than the receive", prep: func(s *setup) {
-			s.wr.Opcode = OpSend
-			must(s.p.t, s.p.b.qp.PostRecv([]RecvWR{{ID: 500, SGL: []SGE{sge(s.remote, 0, 100)}}}))
-		}, want: RemInvReqErr, wantRecv: LocLenErr, state: Err},
+			s.wr.Opcode = verbs.OpSend
+			must(s.p.t, s.p.b.qp.PostRecv([]verbs.RecvWR{{ID: 500, SGL: []verbs.SGE{sge(s.remote, 0, 100)}}}))
+		}, want: verbs.RemInvReqErr, wantRecv: verbs.LocLenErr, state: verbs.StateErr},
 		{name: "atomic misaligned", prep: func(s *setup) {
-			s.wr.Opcode, s.wr.RemoteAddr, s.wr.SGL = OpAtomicFetchAdd, s.remote.Addr()+4, []SGE{sge(s.local, 0, 8)}
-		}, want: RemInvReqErr, state: Err},
+			s.wr.Opcode, s.wr.RemoteAddr, s.wr.SGL = verbs.OpAtomicFetchAdd, s.remote.Addr()+4, []verbs.SGE{sge(s.local, 0, 8)}
+		}, want: verbs.RemInvReqErr, state: verbs.StateErr},
 		{name: "atomic no atomic right", prep: func(s *setup) {
-			m, err := s.p.b.pd.Register(make([]byte, 64), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead)
+			m, err := s.p.b.pd.pd.Register(make([]byte, 64), verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead)
 			must(s.p.t, err)
-			s.wr.Opcode, s.wr.RemoteAddr, s.wr.RKey, s.wr.SGL = OpAtomicCmpSwp, m.Addr(), m.RKey(), []SGE{sge(s.local, 0, 8)}
-		}, want: RemAccessErr, state: Err},
+			s.wr.Opcode, s.wr.RemoteAddr, s.wr.RKey, s.wr.SGL = verbs.OpAtomicCmpSwp, m.Addr(), m.RKey(), []verbs.SGE{sge(s.local, 0, 8)}
+		}, want: verbs.RemAccessErr, state: verbs.StateErr},
 		{name: "send with invalidate of unknown key", prep: func(s *setup) {
-			s.wr.Opcode, s.wr.InvRKey = OpSendInv, 0xFFFFFF00
-			must(s.p.t, s.p.b.qp.PostRecv([]RecvWR{{ID: 500, SGL: []SGE{sge(s.remote, 0, 4096)}}}))
-		}, want: RemInvReqErr, wantRecv: RemInvReqErr, state: Err, fills: true},
+			s.wr.Opcode, s.wr.InvRKey = verbs.OpSendInv, 0xFFFFFF00
+			must(s.p.t, s.p.b.qp.PostRecv([]verbs.RecvWR{{ID: 500, SGL: []verbs.SGE{sge(s.remote, 0, 4096)}}}))
+		}, want: verbs.RemInvReqErr, wantRecv: verbs.RemInvReqErr, state: verbs.StateErr, fills: true},
 		{name: "rnr retries exhausted", opts: pairOpts{rnrRetry: 2, minRNR: 1}, prep: func(s *setup) {
-			s.wr.Opcode = OpSend
-		}, want: RNRRetryExcErr, state: RTS},
+			s.wr.Opcode = verbs.OpSend
+		}, want: verbs.RNRRetryExcErr, state: verbs.StateRTS},
 		{name: "transport retries exhausted", opts: pairOpts{retry: 3, timeout: 8, faults: mem.Faults{Drop: 1}},
-			want: RetryExcErr, state: RTS},
+			want: verbs.RetryExcErr, state: verbs.StateRTS},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,38 +91,38 @@ func TestErrors(t *testing.T) {
 			s := &setup{p: p, local: p.a.reg(t, 4096), remote: p.b.reg(t, 4096)}
 			fill(s.local.Bytes(), 1)
 			fill(s.remote.Bytes(), 2)
-			s.wr = SendWR{ID: 1, Opcode: OpWrite, SGL: []SGE{sge(s.local, 0, 200)}, RemoteAddr: s.remote.Addr() + 100,
+			s.wr = verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, SGL: []verbs.SGE{sge(s.local, 0, 200)}, RemoteAddr: s.remote.Addr() + 100,
 				RKey: s.remote.RKey()}
 			if c.prep != nil {
 				c.prep(s)
 			}
 			before := bytes.Clone(s.remote.Bytes())
 			// A request that fails, then two that must be flushed.
-			s.wr.Flags |= Signaled
+			s.wr.Flags |= verbs.Signaled
 			// The fence keeps them from running before a READ or atomic
 			// ahead of them has completed.
-			follow := SendWR{ID: 2, Opcode: OpWrite, Flags: Fence, SGL: []SGE{sge(s.local, 0, 8)}, RemoteAddr: s.remote.Addr(), RKey: s.remote.RKey()}
+			follow := verbs.SendWR{ID: 2, Opcode: verbs.OpWrite, Flags: verbs.Fence, SGL: []verbs.SGE{sge(s.local, 0, 8)}, RemoteAddr: s.remote.Addr(), RKey: s.remote.RKey()}
 			follow2 := follow
 			follow2.ID = 3
-			must(t, p.a.qp.PostSend([]SendWR{s.wr, follow, follow2}))
+			must(t, p.a.qp.PostSend([]verbs.SendWR{s.wr, follow, follow2}))
 			wcs := p.poll(&p.a, 3)
 			if wcs[0].ID != 1 || wcs[0].Status != c.want {
 				t.Fatalf("first WC %v, want status %v\n%s", &wcs[0], c.want, p.debug())
 			}
 			for i, wc := range wcs[1:] {
-				if wc.ID != uint64(i+2) || wc.Status != WRFlushErr {
+				if wc.ID != uint64(i+2) || wc.Status != verbs.WRFlushErr {
 					t.Fatalf("WC %v, want ID %d flushed", &wc, i+2)
 				}
 			}
-			if st := p.a.qp.State(); st != Err {
+			if st := p.a.qp.State(); st != verbs.StateErr {
 				t.Fatalf("requester state %v, want ERR", st)
 			}
 			// Posting to a QP in ERR is accepted and flushed.
-			must(t, p.a.qp.PostSend([]SendWR{{ID: 9, Opcode: OpSend, SGL: []SGE{sge(s.local, 0, 1)}}}))
-			if wc := p.poll(&p.a, 1)[0]; wc.ID != 9 || wc.Status != WRFlushErr {
+			must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 9, Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(s.local, 0, 1)}}}))
+			if wc := p.poll(&p.a, 1)[0]; wc.ID != 9 || wc.Status != verbs.WRFlushErr {
 				t.Fatalf("post in ERR: %v", &wc)
 			}
-			if c.wantRecv != Success {
+			if c.wantRecv != verbs.Success {
 				wb := p.poll(&p.b, 1)[0]
 				if wb.ID != 500 || wb.Status != c.wantRecv {
 					t.Fatalf("responder WC %v, want %v", &wb, c.wantRecv)
@@ -134,10 +135,10 @@ func TestErrors(t *testing.T) {
 			if st := p.b.qp.State(); st != c.state {
 				t.Fatalf("responder state %v, want %v", st, c.state)
 			}
-			if c.state == Err {
+			if c.state == verbs.StateErr {
 				// The responder's receive queue is flushed too.
-				must(t, p.b.qp.PostRecv([]RecvWR{{ID: 600}}))
-				if wb := p.poll(&p.b, 1)[0]; wb.ID != 600 || wb.Status != WRFlushErr {
+				must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 600}}))
+				if wb := p.poll(&p.b, 1)[0]; wb.ID != 600 || wb.Status != verbs.WRFlushErr {
 					t.Fatalf("responder flush: %v", &wb)
 				}
 			}
@@ -152,15 +153,15 @@ func TestRNRRecovers(t *testing.T) {
 	src := p.a.reg(t, 64)
 	dst := p.b.reg(t, 64)
 	fill(src.Bytes(), 3)
-	must(t, p.a.qp.PostSend([]SendWR{{ID: 1, Opcode: OpSend, Flags: Signaled, SGL: []SGE{sge(src, 0, 64)}}}))
+	must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(src, 0, 64)}}}))
 	// Let the first RNR NAK happen, then post the receive 12 ms later.
 	start := p.net.Clock().Now()
 	must(t, p.net.Run(func() bool { return p.net.Clock().Now().Sub(start) > 12e6 }, 20e6))
-	must(t, p.b.qp.PostRecv([]RecvWR{{ID: 2, SGL: []SGE{sge(dst, 0, 64)}}}))
-	if wc := p.poll(&p.a, 1)[0]; wc.Status != Success {
+	must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 2, SGL: []verbs.SGE{sge(dst, 0, 64)}}}))
+	if wc := p.poll(&p.a, 1)[0]; wc.Status != verbs.Success {
 		t.Fatalf("send WC %v", &wc)
 	}
-	if wc := p.poll(&p.b, 1)[0]; wc.Status != Success || !bytes.Equal(dst.Bytes(), src.Bytes()) {
+	if wc := p.poll(&p.b, 1)[0]; wc.Status != verbs.Success || !bytes.Equal(dst.Bytes(), src.Bytes()) {
 		t.Fatalf("recv WC %v", &wc)
 	}
 	ca, cb := p.a.qp.Counters(), p.b.qp.Counters()

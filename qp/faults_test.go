@@ -3,6 +3,7 @@ package qp
 import (
 	"bytes"
 	"fmt"
+	"github.com/goroce/goroce/verbs"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestFaultMatrix(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(1000 + i)
-			p := newPair(t, pairOpts{mtu: MTU4096, faults: c.f, seed: seed, retry: 7, timeout: 12})
+			p := newPair(t, pairOpts{mtu: verbs.MTU4096, faults: c.f, seed: seed, retry: 7, timeout: 12})
 			moved := stream(t, p, total, 64<<10)
 			ca, cb := p.a.qp.Counters(), p.b.qp.Counters()
 			t.Logf("seed %d: %d MiB verified; A: %s; B: %s; net %+v", seed, moved>>20, &ca, &cb, p.net.Stats())
@@ -60,7 +61,7 @@ func stream(t *testing.T, p *pair, total, msg int) int {
 	// Each slot has a local buffer and a remote one.
 	local := p.a.reg(t, depth*msg)
 	remote := p.b.reg(t, depth*msg)
-	ops := []Opcode{OpSend, OpWrite, OpWriteImm, OpRead}
+	ops := []verbs.WROpcode{verbs.OpSend, verbs.OpWrite, verbs.OpWriteImm, verbs.OpRead}
 	content := func(id int) []byte { off := id * 4099 % (1 << 20); return pattern[off : off+msg] }
 	slot := func(id int) int { return id % depth * msg }
 	var posted, doneA, doneB, moved int
@@ -69,22 +70,22 @@ func stream(t *testing.T, p *pair, total, msg int) int {
 		id := posted
 		op := ops[id%len(ops)]
 		s := slot(id)
-		wr := SendWR{ID: uint64(id), Opcode: op, Flags: Signaled, SGL: []SGE{sge(local, s, msg)},
+		wr := verbs.SendWR{ID: uint64(id), Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, s, msg)},
 			RemoteAddr: remote.Addr() + uint64(s), RKey: remote.RKey(), Imm: uint32(id)}
-		if op == OpRead {
+		if op == verbs.OpRead {
 			copy(remote.Bytes()[s:s+msg], content(id))
 			clear(local.Bytes()[s : s+msg])
 		} else {
 			copy(local.Bytes()[s:s+msg], content(id))
 		}
-		if op == OpSend || op == OpWriteImm {
-			must(t, p.b.qp.PostRecv([]RecvWR{{ID: uint64(id), SGL: []SGE{sge(remote, s, msg)}}}))
+		if op == verbs.OpSend || op == verbs.OpWriteImm {
+			must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(id), SGL: []verbs.SGE{sge(remote, s, msg)}}}))
 			expectRecv = append(expectRecv, id)
 		}
-		must(t, p.a.qp.PostSend([]SendWR{wr}))
+		must(t, p.a.qp.PostSend([]verbs.SendWR{wr}))
 		posted++
 	}
-	wcs := make([]WC, 64)
+	wcs := make([]verbs.WC, 64)
 	for posted < depth && posted*msg < total {
 		post()
 	}
@@ -92,10 +93,10 @@ func stream(t *testing.T, p *pair, total, msg int) int {
 		for n := p.b.cq.Poll(wcs); n > 0; n = p.b.cq.Poll(wcs) {
 			for _, wc := range wcs[:n] {
 				id := expectRecv[doneB]
-				if wc.Status != Success || wc.ID != uint64(id) || wc.ByteLen != uint32(msg) {
+				if wc.Status != verbs.Success || wc.ID != uint64(id) || wc.ByteLen != uint32(msg) {
 					t.Fatalf("seed %d: receive %d: WC %v\n%s", p.seed, id, &wc, p.debug())
 				}
-				if ops[id%len(ops)] == OpWriteImm && (wc.Imm != uint32(id) || wc.Flags&WithImm == 0) {
+				if ops[id%len(ops)] == verbs.OpWriteImm && (wc.Imm != uint32(id) || wc.Flags&verbs.WithImm == 0) {
 					t.Fatalf("seed %d: receive %d: WC %v\n%s", p.seed, id, &wc, p.debug())
 				}
 				doneB++
@@ -104,12 +105,12 @@ func stream(t *testing.T, p *pair, total, msg int) int {
 		for n := p.a.cq.Poll(wcs); n > 0; n = p.a.cq.Poll(wcs) {
 			for _, wc := range wcs[:n] {
 				id := doneA
-				if wc.Status != Success || wc.ID != uint64(id) {
+				if wc.Status != verbs.Success || wc.ID != uint64(id) {
 					t.Fatalf("seed %d: request %d: WC %v\n%s", p.seed, id, &wc, p.debug())
 				}
 				s := slot(id)
 				got := remote.Bytes()[s : s+msg]
-				if ops[id%len(ops)] == OpRead {
+				if ops[id%len(ops)] == verbs.OpRead {
 					got = local.Bytes()[s : s+msg]
 				}
 				// A SEND or WRITE may complete at the requester before
@@ -136,7 +137,7 @@ func stream(t *testing.T, p *pair, total, msg int) int {
 func TestFaultMatrixReplays(t *testing.T) {
 	// The same seed gives the same run: counters match exactly.
 	run := func() string {
-		p := newPair(t, pairOpts{mtu: MTU1024, faults: mem.Faults{Drop: 0.05, Reorder: 0.05}, seed: 99})
+		p := newPair(t, pairOpts{mtu: verbs.MTU1024, faults: mem.Faults{Drop: 0.05, Reorder: 0.05}, seed: 99})
 		stream(t, p, 2<<20, 16<<10)
 		ca, cb := p.a.qp.Counters(), p.b.qp.Counters()
 		return fmt.Sprint(&ca, &cb, p.net.Stats())

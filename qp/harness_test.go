@@ -2,6 +2,7 @@ package qp
 
 import (
 	"fmt"
+	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -18,7 +19,7 @@ import (
 // end is one side of a test connection: a device, a PD, CQs and a QP.
 type end struct {
 	dev *Device
-	pd  *mr.PD
+	pd  *PD
 	cq  *CQ
 	qp  *QP
 }
@@ -32,18 +33,18 @@ type pair struct {
 }
 
 type pairOpts struct {
-	typ       Type
-	mtu       MTU
+	typ       verbs.QPType
+	mtu       verbs.MTU
 	faults    mem.Faults
 	seed      uint64
-	cap       Cap
+	cap       verbs.QPCap
 	srq       bool
 	timeout   uint8
 	retry     uint8
 	rnrRetry  uint8
 	minRNR    uint8
 	rdAtomic  uint8
-	access    mr.Access
+	access    verbs.Access
 	maxUnack  int
 	cqe       int
 	signalAll bool
@@ -51,13 +52,13 @@ type pairOpts struct {
 
 func (o *pairOpts) defaults() {
 	if o.typ == 0 {
-		o.typ = RC
+		o.typ = verbs.RC
 	}
 	if o.mtu == 0 {
-		o.mtu = MTU1024
+		o.mtu = verbs.MTU1024
 	}
 	if o.cap.MaxSendWR == 0 {
-		o.cap = Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}
+		o.cap = verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}
 	}
 	if o.timeout == 0 {
 		o.timeout = 14
@@ -75,7 +76,7 @@ func (o *pairOpts) defaults() {
 		o.rdAtomic = 16
 	}
 	if o.access == 0 {
-		o.access = mr.LocalWrite | mr.RemoteAccess
+		o.access = verbs.LocalWrite | verbs.RemoteAccess
 	}
 	if o.cqe == 0 {
 		o.cqe = 4096
@@ -118,17 +119,23 @@ func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts) end {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := end{dev: d, pd: d.AllocPD()}
-	if e.cq, err = d.CreateCQ(o.cqe); err != nil {
+	pd, err := d.AllocPD()
+	if err != nil {
 		t.Fatal(err)
 	}
-	init := &InitAttr{Type: o.typ, SendCQ: e.cq, RecvCQ: e.cq, Cap: o.cap, SignalAll: o.signalAll}
+	e := end{dev: d, pd: pd.(*PD)}
+	cq, err := d.CreateCQ(o.cqe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cq = cq.(*CQ)
+	init := &verbs.QPInitAttr{Type: o.typ, SendCQ: e.cq, RecvCQ: e.cq, Cap: o.cap, SignalAll: o.signalAll}
 	if o.srq {
-		if init.SRQ, err = d.CreateSRQ(e.pd, SRQAttr{MaxWR: o.cap.MaxRecvWR, MaxSGE: o.cap.MaxRecvSGE}); err != nil {
+		if init.SRQ, err = e.pd.CreateSRQ(verbs.SRQAttr{MaxWR: o.cap.MaxRecvWR, MaxSGE: o.cap.MaxRecvSGE}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if e.qp, err = d.CreateQP(e.pd, init); err != nil {
+	if e.qp, err = d.createQP(e.pd, init); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -139,29 +146,29 @@ func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts) end {
 func connect(t testing.TB, e, peer *end, o pairOpts) {
 	t.Helper()
 	q := e.qp
-	a := Attr{State: Init, Port: 1, Access: o.access, QKey: 0x11111111}
-	mask := AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags
-	if o.typ == UD {
-		mask = AttrState | AttrPKeyIndex | AttrPort | AttrQKey
+	a := verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: o.access, QKey: 0x11111111}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+	if o.typ == verbs.UD {
+		mask = verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey
 	}
 	must(t, q.Modify(&a, mask))
-	a = Attr{State: RTR, PathMTU: o.mtu, DestQPN: peer.qp.QPN(), RQPSN: 0xFFFFF0, MaxDestRDAtomic: o.rdAtomic,
-		MinRNRTimer: o.minRNR, AH: AHAttr{DGID: GIDFromAddr(peer.dev.GID())}}
+	a = verbs.QPAttr{State: verbs.StateRTR, PathMTU: o.mtu, DestQPN: peer.qp.QPN(), RQPSN: 0xFFFFF0, MaxDestRDAtomic: o.rdAtomic,
+		MinRNRTimer: o.minRNR, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(peer.dev.Addr())}}
 	switch o.typ {
-	case RC:
-		mask = AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRDAtomic | AttrMinRNRTimer
-	case UC:
-		mask = AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+	case verbs.RC:
+		mask = verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer
+	case verbs.UC:
+		mask = verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
 	default:
-		mask = AttrState
+		mask = verbs.AttrState
 	}
 	must(t, q.Modify(&a, mask))
 	// Both sides start at PSN 0xFFFFF0 so every test crosses the 24-bit wrap.
-	a = Attr{State: RTS, SQPSN: 0xFFFFF0, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
+	a = verbs.QPAttr{State: verbs.StateRTS, SQPSN: 0xFFFFF0, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
 		MaxRDAtomic: o.rdAtomic}
-	mask = AttrState | AttrSQPSN
-	if o.typ == RC {
-		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic
+	mask = verbs.AttrState | verbs.AttrSQPSN
+	if o.typ == verbs.RC {
+		mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRDAtomic
 	}
 	must(t, q.Modify(&a, mask))
 }
@@ -176,22 +183,22 @@ func must(t testing.TB, err error) {
 // reg registers a buffer of n bytes in e's PD with every right.
 func (e *end) reg(t testing.TB, n int) *mr.MR {
 	t.Helper()
-	m, err := e.pd.Register(make([]byte, n), mr.LocalWrite|mr.RemoteAccess)
+	m, err := e.pd.pd.Register(make([]byte, n), verbs.LocalWrite|verbs.RemoteAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func sge(m *mr.MR, off, n int) SGE {
-	return SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
+func sge(m *mr.MR, off, n int) verbs.SGE {
+	return verbs.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
 }
 
 // run drives the network until e has want completions, and returns them.
-func (p *pair) poll(e *end, want int) []WC {
+func (p *pair) poll(e *end, want int) []verbs.WC {
 	p.t.Helper()
-	var got []WC
-	buf := make([]WC, 64)
+	var got []verbs.WC
+	buf := make([]verbs.WC, 64)
 	err := p.net.Run(func() bool {
 		n := e.cq.Poll(buf)
 		got = append(got, buf[:n]...)
@@ -205,11 +212,11 @@ func (p *pair) poll(e *end, want int) []WC {
 
 // settle runs the network until nothing is left to do or a simulated
 // second passed, and returns any completions that came.
-func (p *pair) settle(e *end) []WC {
+func (p *pair) settle(e *end) []verbs.WC {
 	p.t.Helper()
 	p.net.Run(func() bool { return false }, time.Second)
-	var got []WC
-	buf := make([]WC, 64)
+	var got []verbs.WC
+	buf := make([]verbs.WC, 64)
 	for n := e.cq.Poll(buf); n > 0; n = e.cq.Poll(buf) {
 		got = append(got, buf[:n]...)
 	}
@@ -255,4 +262,13 @@ type tWriter struct{ t testing.TB }
 func (w tWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// newPD returns a fresh engine PD of d.
+func newPD(d *Device) *mr.PD {
+	pd, err := d.AllocPD()
+	if err != nil {
+		panic(err)
+	}
+	return pd.(*PD).pd
 }

@@ -3,6 +3,7 @@ package qp
 import (
 	"bytes"
 	"fmt"
+	"github.com/goroce/goroce/verbs"
 	"testing"
 )
 
@@ -12,19 +13,19 @@ func TestOpcodeSizes(t *testing.T) {
 	const mtu = 1024
 	sizes := []int{0, 1, mtu - 1, mtu, mtu + 1, 3*mtu + 17, 1 << 20}
 	type opcase struct {
-		op    Opcode
-		types []Type
+		op    verbs.WROpcode
+		types []verbs.QPType
 	}
 	ops := []opcase{
-		{OpSend, []Type{RC, UC}},
-		{OpSendImm, []Type{RC, UC}},
-		{OpSendInv, []Type{RC}},
-		{OpWrite, []Type{RC, UC}},
-		{OpWriteImm, []Type{RC, UC}},
-		{OpRead, []Type{RC}},
+		{verbs.OpSend, []verbs.QPType{verbs.RC, verbs.UC}},
+		{verbs.OpSendImm, []verbs.QPType{verbs.RC, verbs.UC}},
+		{verbs.OpSendInv, []verbs.QPType{verbs.RC}},
+		{verbs.OpWrite, []verbs.QPType{verbs.RC, verbs.UC}},
+		{verbs.OpWriteImm, []verbs.QPType{verbs.RC, verbs.UC}},
+		{verbs.OpRead, []verbs.QPType{verbs.RC}},
 	}
-	for _, typ := range []Type{RC, UC} {
-		p := newPair(t, pairOpts{typ: typ, mtu: MTU1024})
+	for _, typ := range []verbs.QPType{verbs.RC, verbs.UC} {
+		p := newPair(t, pairOpts{typ: typ, mtu: verbs.MTU1024})
 		for _, oc := range ops {
 			if !hasType(oc.types, typ) {
 				continue
@@ -39,7 +40,7 @@ func TestOpcodeSizes(t *testing.T) {
 	}
 }
 
-func hasType(ts []Type, t Type) bool {
+func hasType(ts []verbs.QPType, t verbs.QPType) bool {
 	for _, x := range ts {
 		if x == t {
 			return true
@@ -50,9 +51,9 @@ func hasType(ts []Type, t Type) bool {
 
 // runOp performs one operation from A to B and checks data and
 // completions on both sides.
-func runOp(t *testing.T, p *pair, op Opcode, size, nsge int) {
+func runOp(t *testing.T, p *pair, op verbs.WROpcode, size, nsge int) {
 	// The local buffer is split over nsge SGEs in distinct regions.
-	var sgl []SGE
+	var sgl []verbs.SGE
 	var locals [][]byte
 	for i := range nsge {
 		n := size / nsge
@@ -68,50 +69,50 @@ func runOp(t *testing.T, p *pair, op Opcode, size, nsge int) {
 	remote := p.b.reg(t, size+16)
 	fill(remote.Bytes(), size*3+1)
 	before := bytes.Clone(remote.Bytes())
-	wr := SendWR{ID: 42, Opcode: op, Flags: Signaled, SGL: sgl, RemoteAddr: remote.Addr() + 8,
+	wr := verbs.SendWR{ID: 42, Opcode: op, Flags: verbs.Signaled, SGL: sgl, RemoteAddr: remote.Addr() + 8,
 		RKey: remote.RKey(), Imm: 0xA5A5_0000 | uint32(size&0xFFFF)}
-	wantRecv := op == OpSend || op == OpSendImm || op == OpSendInv || op == OpWriteImm
+	wantRecv := op == verbs.OpSend || op == verbs.OpSendImm || op == verbs.OpSendInv || op == verbs.OpWriteImm
 	var inv *int
-	if op == OpSendInv {
+	if op == verbs.OpSendInv {
 		victim := p.b.reg(t, 64)
 		wr.InvRKey = victim.RKey()
 		defer func() {
-			if _, _, err := p.b.dev.mrs.Lookup(p.b.pd, victim.RKey(), victim.Addr(), 1, 0); err == nil {
+			if _, _, err := p.b.dev.mrs.Lookup(p.b.pd.pd, victim.RKey(), victim.Addr(), 1, 0); err == nil {
 				t.Error("SEND_WITH_INV left the key valid")
 			}
 		}()
 		inv = new(int)
 	}
 	if wantRecv {
-		must(t, p.b.qp.PostRecv([]RecvWR{{ID: 77, SGL: []SGE{sge(remote, 8, size)}}}))
+		must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 77, SGL: []verbs.SGE{sge(remote, 8, size)}}}))
 	}
-	must(t, p.a.qp.PostSend([]SendWR{wr}))
+	must(t, p.a.qp.PostSend([]verbs.SendWR{wr}))
 	wa := p.poll(&p.a, 1)[0]
-	wantOp := map[Opcode]WCOpcode{OpSend: WCSend, OpSendImm: WCSend, OpSendInv: WCSend, OpWrite: WCWrite,
-		OpWriteImm: WCWrite, OpRead: WCRead}[op]
-	if wa.Status != Success || wa.ID != 42 || wa.Opcode != wantOp || wa.QPN != p.a.qp.QPN() {
+	wantOp := map[verbs.WROpcode]verbs.WCOpcode{verbs.OpSend: verbs.WCSend, verbs.OpSendImm: verbs.WCSend, verbs.OpSendInv: verbs.WCSend, verbs.OpWrite: verbs.WCWrite,
+		verbs.OpWriteImm: verbs.WCWrite, verbs.OpRead: verbs.WCRead}[op]
+	if wa.Status != verbs.Success || wa.ID != 42 || wa.Opcode != wantOp || wa.QPN != p.a.qp.QPN() {
 		t.Fatalf("requester WC %v", &wa)
 	}
 	if wantRecv {
 		wb := p.poll(&p.b, 1)[0]
-		wantOp := WCRecv
-		if op == OpWriteImm {
-			wantOp = WCRecvRDMAWithIm
+		wantOp := verbs.WCRecv
+		if op == verbs.OpWriteImm {
+			wantOp = verbs.WCRecvRDMAWithIm
 		}
-		if wb.Status != Success || wb.ID != 77 || wb.Opcode != wantOp || wb.ByteLen != uint32(size) {
+		if wb.Status != verbs.Success || wb.ID != 77 || wb.Opcode != wantOp || wb.ByteLen != uint32(size) {
 			t.Fatalf("responder WC %v", &wb)
 		}
 		switch op {
-		case OpSendImm, OpWriteImm:
-			if wb.Flags&WithImm == 0 || wb.Imm != wr.Imm {
+		case verbs.OpSendImm, verbs.OpWriteImm:
+			if wb.Flags&verbs.WithImm == 0 || wb.Imm != wr.Imm {
 				t.Fatalf("immediate: WC %v", &wb)
 			}
-		case OpSendInv:
-			if wb.Flags&WithInv == 0 || wb.Imm != wr.InvRKey {
+		case verbs.OpSendInv:
+			if wb.Flags&verbs.WithInv == 0 || wb.Imm != wr.InvRKey {
 				t.Fatalf("invalidate: WC %v", &wb)
 			}
 		default:
-			if wb.Flags&(WithImm|WithInv) != 0 {
+			if wb.Flags&(verbs.WithImm|verbs.WithInv) != 0 {
 				t.Fatalf("flags: WC %v", &wb)
 			}
 		}
@@ -120,11 +121,11 @@ func runOp(t *testing.T, p *pair, op Opcode, size, nsge int) {
 	// UC completes on send; let the packets land.
 	p.drain()
 	got := remote.Bytes()
-	if op == OpRead {
+	if op == verbs.OpRead {
 		// The local SGEs now hold what the remote had.
 		var read []byte
 		for _, s := range sgl {
-			m, mem, err := p.a.dev.mrs.Lookup(p.a.pd, s.LKey, s.Addr, s.Length, 0)
+			m, mem, err := p.a.dev.mrs.Lookup(p.a.pd.pd, s.LKey, s.Addr, s.Length, 0)
 			must(t, err)
 			read = append(read, mem...)
 			m.Release()
@@ -147,27 +148,27 @@ func runOp(t *testing.T, p *pair, op Opcode, size, nsge int) {
 
 // TestUDSend sends datagrams up to the path MTU and checks the GRH area.
 func TestUDSend(t *testing.T) {
-	p := newPair(t, pairOpts{typ: UD})
-	mtu := p.a.dev.MTU().Bytes()
-	ah, err := p.a.dev.CreateAH(p.a.pd, AHAttr{DGID: GIDFromAddr(p.b.dev.GID()), TrafficClass: 0x20})
+	p := newPair(t, pairOpts{typ: verbs.UD})
+	mtu := p.a.dev.ActiveMTU().Bytes()
+	ah, err := p.a.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(p.b.dev.Addr()), TrafficClass: 0x20})
 	must(t, err)
 	for _, size := range []int{0, 1, 1000, mtu} {
-		for _, op := range []Opcode{OpSend, OpSendImm} {
+		for _, op := range []verbs.WROpcode{verbs.OpSend, verbs.OpSendImm} {
 			src := p.a.reg(t, size)
 			fill(src.Bytes(), size)
 			dst := p.b.reg(t, GRHLen+size)
-			must(t, p.b.qp.PostRecv([]RecvWR{{ID: 5, SGL: []SGE{sge(dst, 0, GRHLen+size)}}}))
-			must(t, p.a.qp.PostSend([]SendWR{{ID: 6, Opcode: op, Flags: Signaled, SGL: []SGE{sge(src, 0, size)},
+			must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 5, SGL: []verbs.SGE{sge(dst, 0, GRHLen+size)}}}))
+			must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 6, Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(src, 0, size)},
 				AH: ah, RemoteQPN: p.b.qp.QPN(), RemoteQKey: 0x11111111, Imm: 0xFEED}}))
 			wa := p.poll(&p.a, 1)[0]
 			wb := p.poll(&p.b, 1)[0]
-			if wa.Status != Success || wb.Status != Success {
+			if wa.Status != verbs.Success || wb.Status != verbs.Success {
 				t.Fatalf("size %d: WCs %v / %v", size, &wa, &wb)
 			}
-			if wb.ByteLen != uint32(GRHLen+size) || wb.SrcQP != p.a.qp.QPN() || wb.Flags&WithGRH == 0 {
+			if wb.ByteLen != uint32(GRHLen+size) || wb.SrcQP != p.a.qp.QPN() || wb.Flags&verbs.WithGRH == 0 {
 				t.Fatalf("size %d: recv WC %v", size, &wb)
 			}
-			if (op == OpSendImm) != (wb.Flags&WithImm != 0) || op == OpSendImm && wb.Imm != 0xFEED {
+			if (op == verbs.OpSendImm) != (wb.Flags&verbs.WithImm != 0) || op == verbs.OpSendImm && wb.Imm != 0xFEED {
 				t.Fatalf("size %d: recv WC %v", size, &wb)
 			}
 			g := dst.Bytes()
@@ -184,20 +185,20 @@ func TestUDSend(t *testing.T) {
 	}
 	// Too big for the MTU: LOC_LEN_ERR and the send queue errors out.
 	big := p.a.reg(t, mtu+1)
-	must(t, p.a.qp.PostSend([]SendWR{{ID: 8, Opcode: OpSend, SGL: []SGE{sge(big, 0, mtu+1)}, AH: ah,
+	must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 8, Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(big, 0, mtu+1)}, AH: ah,
 		RemoteQPN: p.b.qp.QPN(), RemoteQKey: 0x11111111}}))
-	if wa := p.poll(&p.a, 1)[0]; wa.Status != LocLenErr {
+	if wa := p.poll(&p.a, 1)[0]; wa.Status != verbs.LocLenErr {
 		t.Fatalf("oversized UD send: %v", &wa)
 	}
-	if s := p.a.qp.State(); s != SQE {
+	if s := p.a.qp.State(); s != verbs.StateSQE {
 		t.Fatalf("state after UD send error %v, want SQE", s)
 	}
 	// A wrong Q_Key is dropped by the receiver.
-	must(t, p.a.qp.Modify(&Attr{State: RTS}, AttrState))
+	must(t, p.a.qp.Modify(&verbs.QPAttr{State: verbs.StateRTS}, verbs.AttrState))
 	src := p.a.reg(t, 8)
 	dst := p.b.reg(t, 64)
-	must(t, p.b.qp.PostRecv([]RecvWR{{ID: 9, SGL: []SGE{sge(dst, 0, 64)}}}))
-	must(t, p.a.qp.PostSend([]SendWR{{ID: 10, Opcode: OpSend, Flags: Signaled, SGL: []SGE{sge(src, 0, 8)}, AH: ah,
+	must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{sge(dst, 0, 64)}}}))
+	must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 10, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(src, 0, 8)}, AH: ah,
 		RemoteQPN: p.b.qp.QPN(), RemoteQKey: 0x22222222}}))
 	p.poll(&p.a, 1)
 	if got := p.settle(&p.b); len(got) != 0 {

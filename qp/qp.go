@@ -2,6 +2,7 @@ package qp
 
 import (
 	"fmt"
+	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -21,17 +22,17 @@ const GSIQKey = 0x80010000
 type QP struct {
 	dev    *Device
 	qpn    uint32
-	typ    Type
+	typ    verbs.QPType
 	pd     *mr.PD
 	scq    *CQ
 	rcq    *CQ
 	srq    *SRQ
 	sigAll bool
-	cap    Cap
+	cap    verbs.QPCap
 
 	mu        sync.Mutex
-	state     State
-	attr      Attr
+	state     verbs.QPState
+	attr      verbs.QPAttr
 	dest      netip.Addr // the peer's address, from the address vector (RC, UC)
 	sport     uint16     // UDP source port, 0xC000 + a hash of the QPN as rxe does
 	mtu       int        // path MTU in bytes
@@ -49,23 +50,43 @@ type QP struct {
 	rnrTimer clock.Timer
 }
 
-// CreateQP creates a queue pair in pd, in the RESET state.
-func (d *Device) CreateQP(pd *mr.PD, init *InitAttr) (*QP, error) {
+// CreateQP creates a queue pair in the PD, in the RESET state. Its CQs
+// and SRQ must come from the same device.
+func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
+	q, err := p.dev.createQP(p, init)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
 	if d.closed.Load() {
-		return nil, ErrClosed
+		return nil, verbs.ErrClosed
+	}
+	pd := p.pd
+	scq, ok1 := init.SendCQ.(*CQ)
+	rcq, ok2 := init.RecvCQ.(*CQ)
+	if !ok1 || !ok2 || scq.dev != d || rcq.dev != d {
+		return nil, fmt.Errorf("%w: send and receive CQs of this device are required", verbs.ErrForeign)
+	}
+	var srq *SRQ
+	if init.SRQ != nil {
+		s, ok := init.SRQ.(*SRQ)
+		if !ok || s.dev != d || s.pd != pd {
+			return nil, fmt.Errorf("%w: SRQ", verbs.ErrForeign)
+		}
+		srq = s
 	}
 	c := init.Cap
 	switch init.Type {
-	case RC, UC, UD, GSI:
+	case verbs.RC, verbs.UC, verbs.UD, verbs.GSI:
 	default:
-		return nil, fmt.Errorf("%w: QP type %v", ErrInvalidAttr, init.Type)
-	}
-	if init.SendCQ == nil || init.RecvCQ == nil {
-		return nil, fmt.Errorf("%w: send and receive CQs are required", ErrInvalidAttr)
+		return nil, fmt.Errorf("%w: QP type %v", verbs.ErrInvalidAttr, init.Type)
 	}
 	if c.MaxSendWR > MaxWR || c.MaxRecvWR > MaxWR || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE ||
 		c.MaxInlineData > MaxInlineData {
-		return nil, ErrInvalidCap
+		return nil, verbs.ErrInvalidCap
 	}
 	if c.MaxSendWR == 0 {
 		c.MaxSendWR = 1
@@ -76,22 +97,22 @@ func (d *Device) CreateQP(pd *mr.PD, init *InitAttr) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	if init.SRQ != nil {
+	if srq != nil {
 		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
 	} else if c.MaxRecvWR == 0 {
 		c.MaxRecvWR = 1
 	}
 	q := &QP{
-		dev: d, typ: init.Type, pd: pd, scq: init.SendCQ, rcq: init.RecvCQ, srq: init.SRQ,
+		dev: d, typ: init.Type, pd: pd, scq: scq, rcq: rcq, srq: srq,
 		sigAll: init.SignalAll, cap: c,
 		sq: sendQueue{max: uint64(c.MaxSendWR), maxSGE: int(c.MaxSendSGE)},
 		rq: recvQueue{max: int(c.MaxRecvWR), maxSGE: int(c.MaxRecvSGE)},
 	}
 	d.qpMu.Lock()
 	defer d.qpMu.Unlock()
-	if init.Type == GSI {
+	if init.Type == verbs.GSI {
 		if d.gsi != nil {
-			return nil, ErrGSIExists
+			return nil, verbs.ErrGSIExists
 		}
 		q.qpn = 1
 		d.gsi = q
@@ -102,10 +123,10 @@ func (d *Device) CreateQP(pd *mr.PD, init *InitAttr) (*QP, error) {
 		}
 		q.qpn = n
 	}
-	if init.SRQ != nil {
-		init.SRQ.mu.Lock()
-		init.SRQ.users++
-		init.SRQ.mu.Unlock()
+	if srq != nil {
+		srq.mu.Lock()
+		srq.users++
+		srq.mu.Unlock()
 	}
 	q.sport = 0xC000 | uint16(q.qpn*0x61C88647>>18)
 	q.reset()
@@ -121,25 +142,28 @@ func (d *Device) CreateQP(pd *mr.PD, init *InitAttr) (*QP, error) {
 func (q *QP) QPN() uint32 { return q.qpn }
 
 // Type returns the QP's transport service.
-func (q *QP) Type() Type { return q.typ }
+func (q *QP) Type() verbs.QPType { return q.typ }
 
 // PD returns the QP's protection domain.
 func (q *QP) PD() *mr.PD { return q.pd }
 
 // State returns the current state.
-func (q *QP) State() State {
+func (q *QP) State() verbs.QPState {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.state
 }
 
-// Query returns the QP's attributes and the attributes it was created with.
-func (q *QP) Query() (Attr, InitAttr) {
+// Query returns the QP's attributes.
+func (q *QP) Query() (verbs.QPAttr, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed {
+		return verbs.QPAttr{}, verbs.ErrDestroyed
+	}
 	a := q.attr
 	a.State, a.CurState, a.Cap = q.state, q.state, q.cap
-	return a, InitAttr{Type: q.typ, SendCQ: q.scq, RecvCQ: q.rcq, SRQ: q.srq, Cap: q.cap, SignalAll: q.sigAll}
+	return a, nil
 }
 
 // Counters returns the QP's counters.
@@ -155,7 +179,7 @@ func (q *QP) Destroy() error {
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
-		return ErrDestroyed
+		return verbs.ErrDestroyed
 	}
 	q.destroyed = true
 	q.stopTimers()
@@ -186,132 +210,132 @@ func (q *QP) Destroy() error {
 // ib_modify_qp_is_ok in the Linux kernel, after IBTA Vol. 1 §11.2.5.3).
 type transition struct {
 	valid    bool
-	req, opt [4]AttrMask // indexed by Type - 1: RC, UC, UD, GSI
+	req, opt [4]verbs.AttrMask // indexed by Type - 1: RC, UC, UD, GSI
 }
 
-var transitions [Err + 1][Err + 1]transition
+var transitions [verbs.StateErr + 1][verbs.StateErr + 1]transition
 
 func init() {
 	const (
 		rc, uc, ud, gsi = 0, 1, 2, 3
-		alt             = AttrAltPath | AttrPathMigState
+		alt             = verbs.AttrAltPath | verbs.AttrPathMigState
 	)
-	set := func(from, to State, req, opt [4]AttrMask) {
+	set := func(from, to verbs.QPState, req, opt [4]verbs.AttrMask) {
 		transitions[from][to] = transition{valid: true, req: req, opt: opt}
 	}
-	for s := Reset; s <= Err; s++ {
-		if s != Reset {
-			set(s, Err, [4]AttrMask{}, [4]AttrMask{})
+	for s := verbs.StateReset; s <= verbs.StateErr; s++ {
+		if s != verbs.StateReset {
+			set(s, verbs.StateErr, [4]verbs.AttrMask{}, [4]verbs.AttrMask{})
 		}
-		set(s, Reset, [4]AttrMask{}, [4]AttrMask{})
+		set(s, verbs.StateReset, [4]verbs.AttrMask{}, [4]verbs.AttrMask{})
 	}
-	set(Reset, Init, [4]AttrMask{
-		rc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
-		uc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
-		ud:  AttrPKeyIndex | AttrPort | AttrQKey,
-		gsi: AttrPKeyIndex | AttrQKey,
-	}, [4]AttrMask{})
-	set(Init, Init, [4]AttrMask{}, [4]AttrMask{
-		rc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
-		uc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
-		ud:  AttrPKeyIndex | AttrPort | AttrQKey,
-		gsi: AttrPKeyIndex | AttrQKey,
+	set(verbs.StateReset, verbs.StateInit, [4]verbs.AttrMask{
+		rc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
+		uc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
+		ud:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey,
+		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
+	}, [4]verbs.AttrMask{})
+	set(verbs.StateInit, verbs.StateInit, [4]verbs.AttrMask{}, [4]verbs.AttrMask{
+		rc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
+		uc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
+		ud:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey,
+		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
 	})
-	set(Init, RTR, [4]AttrMask{
-		rc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRDAtomic | AttrMinRNRTimer,
-		uc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN,
-	}, [4]AttrMask{
-		rc:  AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
-		uc:  AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
-		ud:  AttrPKeyIndex | AttrQKey,
-		gsi: AttrPKeyIndex | AttrQKey,
+	set(verbs.StateInit, verbs.StateRTR, [4]verbs.AttrMask{
+		rc: verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer,
+		uc: verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN,
+	}, [4]verbs.AttrMask{
+		rc:  verbs.AttrAltPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
+		uc:  verbs.AttrAltPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
+		ud:  verbs.AttrPKeyIndex | verbs.AttrQKey,
+		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
 	})
-	set(RTR, RTS, [4]AttrMask{
-		rc:  AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRDAtomic,
-		uc:  AttrSQPSN,
-		ud:  AttrSQPSN,
-		gsi: AttrSQPSN,
-	}, [4]AttrMask{
-		rc:  AttrCurState | alt | AttrAccessFlags | AttrMinRNRTimer,
-		uc:  AttrCurState | alt | AttrAccessFlags,
-		ud:  AttrCurState | AttrQKey,
-		gsi: AttrCurState | AttrQKey,
+	set(verbs.StateRTR, verbs.StateRTS, [4]verbs.AttrMask{
+		rc:  verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN | verbs.AttrMaxQPRDAtomic,
+		uc:  verbs.AttrSQPSN,
+		ud:  verbs.AttrSQPSN,
+		gsi: verbs.AttrSQPSN,
+	}, [4]verbs.AttrMask{
+		rc:  verbs.AttrCurState | alt | verbs.AttrAccessFlags | verbs.AttrMinRNRTimer,
+		uc:  verbs.AttrCurState | alt | verbs.AttrAccessFlags,
+		ud:  verbs.AttrCurState | verbs.AttrQKey,
+		gsi: verbs.AttrCurState | verbs.AttrQKey,
 	})
-	rts := [4]AttrMask{
-		rc:  AttrCurState | AttrAccessFlags | alt | AttrMinRNRTimer,
-		uc:  AttrCurState | AttrAccessFlags | alt,
-		ud:  AttrCurState | AttrQKey,
-		gsi: AttrCurState | AttrQKey,
+	rts := [4]verbs.AttrMask{
+		rc:  verbs.AttrCurState | verbs.AttrAccessFlags | alt | verbs.AttrMinRNRTimer,
+		uc:  verbs.AttrCurState | verbs.AttrAccessFlags | alt,
+		ud:  verbs.AttrCurState | verbs.AttrQKey,
+		gsi: verbs.AttrCurState | verbs.AttrQKey,
 	}
-	set(RTS, RTS, [4]AttrMask{}, rts)
-	set(SQD, RTS, [4]AttrMask{}, rts)
-	n := AttrEnSQDAsyncNotfy
-	set(RTS, SQD, [4]AttrMask{}, [4]AttrMask{n, n, n, n})
-	set(SQD, SQD, [4]AttrMask{}, [4]AttrMask{
-		rc: AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic |
-			AttrMaxDestRDAtomic | alt | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer,
-		uc:  AttrPort | AttrAV | alt | AttrAccessFlags | AttrPKeyIndex,
-		ud:  AttrPKeyIndex | AttrQKey,
-		gsi: AttrPKeyIndex | AttrQKey,
+	set(verbs.StateRTS, verbs.StateRTS, [4]verbs.AttrMask{}, rts)
+	set(verbs.StateSQD, verbs.StateRTS, [4]verbs.AttrMask{}, rts)
+	n := verbs.AttrEnSQDAsyncNotfy
+	set(verbs.StateRTS, verbs.StateSQD, [4]verbs.AttrMask{}, [4]verbs.AttrMask{n, n, n, n})
+	set(verbs.StateSQD, verbs.StateSQD, [4]verbs.AttrMask{}, [4]verbs.AttrMask{
+		rc: verbs.AttrPort | verbs.AttrAV | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRDAtomic |
+			verbs.AttrMaxDestRDAtomic | alt | verbs.AttrAccessFlags | verbs.AttrPKeyIndex | verbs.AttrMinRNRTimer,
+		uc:  verbs.AttrPort | verbs.AttrAV | alt | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
+		ud:  verbs.AttrPKeyIndex | verbs.AttrQKey,
+		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
 	})
-	set(SQE, RTS, [4]AttrMask{}, [4]AttrMask{
-		uc:  AttrCurState | AttrAccessFlags,
-		ud:  AttrCurState | AttrQKey,
-		gsi: AttrCurState | AttrQKey,
+	set(verbs.StateSQE, verbs.StateRTS, [4]verbs.AttrMask{}, [4]verbs.AttrMask{
+		uc:  verbs.AttrCurState | verbs.AttrAccessFlags,
+		ud:  verbs.AttrCurState | verbs.AttrQKey,
+		gsi: verbs.AttrCurState | verbs.AttrQKey,
 	})
 }
 
 // Modify changes the QP's attributes and state, with the rules of
 // ibv_modify_qp: each transition requires some attributes and allows
 // others. A refused modification changes nothing.
-func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	b := q.dev.getBatch()
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return ErrDestroyed
+		return verbs.ErrDestroyed
 	}
 	cur := q.state
-	if mask&AttrCurState != 0 && attr.CurState != cur {
-		return fmt.Errorf("%w: current state is %v, not %v", ErrInvalidAttr, cur, attr.CurState)
+	if mask&verbs.AttrCurState != 0 && attr.CurState != cur {
+		return fmt.Errorf("%w: current state is %v, not %v", verbs.ErrInvalidAttr, cur, attr.CurState)
 	}
 	next := cur
-	if mask&AttrState != 0 {
+	if mask&verbs.AttrState != 0 {
 		next = attr.State
 	}
-	if next > Err {
-		return fmt.Errorf("%w: state %v", ErrInvalidAttr, next)
+	if next > verbs.StateErr {
+		return fmt.Errorf("%w: state %v", verbs.ErrInvalidAttr, next)
 	}
 	tr := transitions[cur][next]
 	if !tr.valid {
-		return fmt.Errorf("%w: %v to %v", ErrInvalidTransition, cur, next)
+		return fmt.Errorf("%w: %v to %v", verbs.ErrInvalidTransition, cur, next)
 	}
 	t := q.typ - 1
-	req, opt := tr.req[t], tr.opt[t]|AttrState|AttrCurState
+	req, opt := tr.req[t], tr.opt[t]|verbs.AttrState|verbs.AttrCurState
 	if miss := req &^ mask; miss != 0 {
-		return fmt.Errorf("%w: %v to %v needs %v", ErrMissingAttr, cur, next, miss)
+		return fmt.Errorf("%w: %v to %v needs %v", verbs.ErrMissingAttr, cur, next, miss)
 	}
 	if extra := mask &^ (req | opt); extra != 0 {
-		return fmt.Errorf("%w: %v to %v does not take %v", ErrExtraAttr, cur, next, extra)
+		return fmt.Errorf("%w: %v to %v does not take %v", verbs.ErrExtraAttr, cur, next, extra)
 	}
 	if err := q.checkAttr(attr, mask); err != nil {
 		return err
 	}
 	q.applyAttr(attr, mask)
-	if next != cur || next == Reset {
+	if next != cur || next == verbs.StateReset {
 		q.dev.log.Debug("modify QP", "qpn", q.qpn, "from", cur, "to", next, "mask", mask)
 	}
 	switch next {
-	case Reset:
+	case verbs.StateReset:
 		q.reset()
-	case RTR:
-		if cur == Init {
+	case verbs.StateRTR:
+		if cur == verbs.StateInit {
 			q.resp.psn = q.attr.RQPSN
 			q.resp.res = make([]readResource, max(1, int(q.attr.MaxDestRDAtomic)))
 		}
-	case RTS:
-		if cur == RTR {
+	case verbs.StateRTS:
+		if cur == verbs.StateRTR {
 			q.req.psn = q.attr.SQPSN
 			q.req.maxSent = q.attr.SQPSN
 			q.req.cwnd = q.dev.maxUnacked
@@ -320,110 +344,110 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 			q.comp.retryLeft = q.attr.RetryCnt
 			q.comp.rnrLeft = q.attr.RNRRetry
 		}
-	case SQD:
-		q.req.drainNotify = attr.SQDrainNotify && mask&AttrEnSQDAsyncNotfy != 0
+	case verbs.StateSQD:
+		q.req.drainNotify = attr.SQDrainNotify && mask&verbs.AttrEnSQDAsyncNotfy != 0
 	}
 	q.state = next
 	switch {
-	case next == Err && cur != Err:
+	case next == verbs.StateErr && cur != verbs.StateErr:
 		q.flush(b)
-	case next == RTS && cur != RTS:
+	case next == verbs.StateRTS && cur != verbs.StateRTS:
 		q.request(b)
-	case next == SQD:
+	case next == verbs.StateSQD:
 		q.checkDrained()
 	}
 	b.flush()
 	return nil
 }
 
-func (q *QP) checkAttr(a *Attr, mask AttrMask) error {
-	bad := func(what string, v any) error { return fmt.Errorf("%w: %s %v", ErrInvalidAttr, what, v) }
+func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.AttrMask) error {
+	bad := func(what string, v any) error { return fmt.Errorf("%w: %s %v", verbs.ErrInvalidAttr, what, v) }
 	switch {
-	case mask&AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU > q.dev.MTU()):
+	case mask&verbs.AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU > q.dev.ActiveMTU()):
 		return bad("path MTU", a.PathMTU)
-	case mask&AttrTimeout != 0 && a.Timeout > 31:
+	case mask&verbs.AttrTimeout != 0 && a.Timeout > 31:
 		return bad("timeout", a.Timeout)
-	case mask&AttrRetryCnt != 0 && a.RetryCnt > 7:
+	case mask&verbs.AttrRetryCnt != 0 && a.RetryCnt > 7:
 		return bad("retry count", a.RetryCnt)
-	case mask&AttrRNRRetry != 0 && a.RNRRetry > 7:
+	case mask&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7:
 		return bad("RNR retry", a.RNRRetry)
-	case mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+	case mask&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
 		return bad("min RNR timer", a.MinRNRTimer)
-	case mask&AttrMaxQPRDAtomic != 0 && a.MaxRDAtomic > MaxRDAtomic:
+	case mask&verbs.AttrMaxQPRDAtomic != 0 && a.MaxRDAtomic > MaxRDAtomic:
 		return bad("max RD atomic", a.MaxRDAtomic)
-	case mask&AttrMaxDestRDAtomic != 0 && a.MaxDestRDAtomic > MaxRDAtomic:
+	case mask&verbs.AttrMaxDestRDAtomic != 0 && a.MaxDestRDAtomic > MaxRDAtomic:
 		return bad("max dest RD atomic", a.MaxDestRDAtomic)
-	case mask&AttrDestQPN != 0 && a.DestQPN > bth.MaxQPN:
+	case mask&verbs.AttrDestQPN != 0 && a.DestQPN > bth.MaxQPN:
 		return bad("dest QPN", a.DestQPN)
-	case mask&AttrRQPSN != 0 && !a.RQPSN.Valid():
+	case mask&verbs.AttrRQPSN != 0 && !a.RQPSN.Valid():
 		return bad("RQ PSN", a.RQPSN)
-	case mask&AttrSQPSN != 0 && !a.SQPSN.Valid():
+	case mask&verbs.AttrSQPSN != 0 && !a.SQPSN.Valid():
 		return bad("SQ PSN", a.SQPSN)
-	case mask&AttrPort != 0 && a.Port != 1:
+	case mask&verbs.AttrPort != 0 && a.Port != 1:
 		return bad("port", a.Port)
-	case mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0:
+	case mask&verbs.AttrPKeyIndex != 0 && a.PKeyIndex != 0:
 		return bad("P_Key index", a.PKeyIndex)
-	case mask&AttrAccessFlags != 0 && a.Access&^(mr.LocalWrite|mr.RemoteAccess) != 0:
+	case mask&verbs.AttrAccessFlags != 0 && a.Access&^(verbs.LocalWrite|verbs.RemoteAccess) != 0:
 		return bad("access flags", a.Access)
-	case mask&AttrAV != 0 && !a.AH.DestAddr().IsValid():
+	case mask&verbs.AttrAV != 0 && !a.AH.DestAddr().IsValid():
 		return bad("address vector", a.AH.DGID)
-	case mask&AttrAV != 0 && a.AH.DestAddr().Is4() != q.dev.gid.Is4():
+	case mask&verbs.AttrAV != 0 && a.AH.DestAddr().Is4() != q.dev.gid.Is4():
 		return fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
-			ErrInvalidAttr, a.AH.DestAddr(), q.dev.gid)
+			verbs.ErrInvalidAttr, a.AH.DestAddr(), q.dev.gid)
 	}
 	return nil
 }
 
-func (q *QP) applyAttr(a *Attr, mask AttrMask) {
+func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.AttrMask) {
 	t := &q.attr
-	if mask&AttrAccessFlags != 0 {
+	if mask&verbs.AttrAccessFlags != 0 {
 		t.Access = a.Access
 	}
-	if mask&AttrPKeyIndex != 0 {
+	if mask&verbs.AttrPKeyIndex != 0 {
 		t.PKeyIndex = a.PKeyIndex
 	}
-	if mask&AttrPort != 0 {
+	if mask&verbs.AttrPort != 0 {
 		t.Port = a.Port
 	}
-	if mask&AttrQKey != 0 {
+	if mask&verbs.AttrQKey != 0 {
 		t.QKey = a.QKey
 	}
-	if mask&AttrAV != 0 {
+	if mask&verbs.AttrAV != 0 {
 		t.AH = a.AH
 		q.dest = a.AH.DestAddr()
 	}
-	if mask&AttrPathMTU != 0 {
+	if mask&verbs.AttrPathMTU != 0 {
 		t.PathMTU = a.PathMTU
 		q.mtu = a.PathMTU.Bytes()
 	}
-	if mask&AttrTimeout != 0 {
+	if mask&verbs.AttrTimeout != 0 {
 		t.Timeout = a.Timeout
 	}
-	if mask&AttrRetryCnt != 0 {
+	if mask&verbs.AttrRetryCnt != 0 {
 		t.RetryCnt = a.RetryCnt
 	}
-	if mask&AttrRNRRetry != 0 {
+	if mask&verbs.AttrRNRRetry != 0 {
 		t.RNRRetry = a.RNRRetry
 	}
-	if mask&AttrRQPSN != 0 {
+	if mask&verbs.AttrRQPSN != 0 {
 		t.RQPSN = a.RQPSN
 	}
-	if mask&AttrMaxQPRDAtomic != 0 {
+	if mask&verbs.AttrMaxQPRDAtomic != 0 {
 		t.MaxRDAtomic = a.MaxRDAtomic
 	}
-	if mask&AttrMinRNRTimer != 0 {
+	if mask&verbs.AttrMinRNRTimer != 0 {
 		t.MinRNRTimer = a.MinRNRTimer
 	}
-	if mask&AttrSQPSN != 0 {
+	if mask&verbs.AttrSQPSN != 0 {
 		t.SQPSN = a.SQPSN
 	}
-	if mask&AttrMaxDestRDAtomic != 0 {
+	if mask&verbs.AttrMaxDestRDAtomic != 0 {
 		t.MaxDestRDAtomic = a.MaxDestRDAtomic
 		if q.resp.res != nil {
 			q.resp.res = make([]readResource, max(1, int(a.MaxDestRDAtomic)))
 		}
 	}
-	if mask&AttrDestQPN != 0 {
+	if mask&verbs.AttrDestQPN != 0 {
 		t.DestQPN = a.DestQPN
 	}
 }
@@ -432,7 +456,7 @@ func (q *QP) applyAttr(a *Attr, mask AttrMask) {
 // protocol state.
 func (q *QP) reset() {
 	q.stopTimers()
-	q.state = Reset
+	q.state = verbs.StateReset
 	q.sq.first, q.sq.next, q.sq.tail = 0, 0, 0
 	q.rq.head, q.rq.n = 0, 0
 	q.req = reqState{}
@@ -440,16 +464,16 @@ func (q *QP) reset() {
 	q.resp = respState{recv: q.resp.recv}
 	q.commEst = false
 	switch {
-	case q.typ == UD || q.typ == GSI:
+	case q.typ == verbs.UD || q.typ == verbs.GSI:
 		// A datagram QP has no path MTU attribute: the port's active MTU
 		// bounds its messages.
-		q.attr.PathMTU = q.dev.MTU()
+		q.attr.PathMTU = q.dev.ActiveMTU()
 		q.mtu = q.attr.PathMTU.Bytes()
 	case q.mtu == 0:
-		q.mtu = MTU256.Bytes() // rxe starts new QPs at 256 until modified
-		q.attr.PathMTU = MTU256
+		q.mtu = verbs.MTU256.Bytes() // rxe starts new QPs at 256 until modified
+		q.attr.PathMTU = verbs.MTU256
 	}
-	if q.typ == GSI {
+	if q.typ == verbs.GSI {
 		q.attr.QKey = GSIQKey
 	}
 }
@@ -468,14 +492,14 @@ func (q *QP) stopTimers() {
 // PostSend posts send work requests, in order. Requests are checked as
 // they are posted; the first bad one stops the post with a *PostError.
 // In the ERR state requests are accepted and complete with WR_FLUSH_ERR.
-func (q *QP) PostSend(wrs []SendWR) error {
+func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	b := q.dev.getBatch()
 	q.mu.Lock()
 	err := q.postSend(wrs)
 	switch q.state {
-	case RTS:
+	case verbs.StateRTS:
 		q.request(b)
-	case Err, SQE:
+	case verbs.StateErr, verbs.StateSQE:
 		q.flushSend()
 	}
 	b.flush()
@@ -484,89 +508,89 @@ func (q *QP) PostSend(wrs []SendWR) error {
 	return err
 }
 
-func (q *QP) postSend(wrs []SendWR) error {
+func (q *QP) postSend(wrs []verbs.SendWR) error {
 	if q.destroyed {
-		return ErrDestroyed
+		return verbs.ErrDestroyed
 	}
 	switch q.state {
-	case Reset, Init, RTR:
-		return fmt.Errorf("%w: post send in %v", ErrInvalidState, q.state)
+	case verbs.StateReset, verbs.StateInit, verbs.StateRTR:
+		return fmt.Errorf("%w: post send in %v", verbs.ErrInvalidState, q.state)
 	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := q.checkSendWR(wr); err != nil {
-			return &PostError{Index: i, Err: err}
+			return &verbs.PostError{Index: i, Err: err}
 		}
 		if q.sq.tail-q.sq.first == q.sq.max {
-			return &PostError{Index: i, Err: ErrQueueFull}
+			return &verbs.PostError{Index: i, Err: verbs.ErrQueueFull}
 		}
 		q.sq.post(wr, q)
 	}
 	return nil
 }
 
-func (q *QP) checkSendWR(wr *SendWR) error {
+func (q *QP) checkSendWR(wr *verbs.SendWR) error {
 	op := wr.Opcode
 	switch q.typ {
-	case UD, GSI:
-		if op != OpSend && op != OpSendImm {
-			return fmt.Errorf("%w: %v on a UD QP", ErrInvalidWR, op)
+	case verbs.UD, verbs.GSI:
+		if op != verbs.OpSend && op != verbs.OpSendImm {
+			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalidWR, op)
 		}
 		if wr.AH == nil {
-			return fmt.Errorf("%w: UD send without an address handle", ErrInvalidWR)
+			return fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalidWR)
 		}
 		if wr.RemoteQPN > bth.MaxQPN {
-			return fmt.Errorf("%w: remote QPN %#x", ErrInvalidWR, wr.RemoteQPN)
+			return fmt.Errorf("%w: remote QPN %#x", verbs.ErrInvalidWR, wr.RemoteQPN)
 		}
-	case UC:
-		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && op != OpLocalInv {
-			return fmt.Errorf("%w: %v on a UC QP", ErrInvalidWR, op)
+	case verbs.UC:
+		if op != verbs.OpSend && op != verbs.OpSendImm && op != verbs.OpWrite && op != verbs.OpWriteImm && op != verbs.OpLocalInv {
+			return fmt.Errorf("%w: %v on a UC QP", verbs.ErrInvalidWR, op)
 		}
-	case RC:
-		if _, ok := opcodeNames[op]; !ok {
-			return fmt.Errorf("%w: opcode %v", ErrInvalidWR, op)
+	case verbs.RC:
+		if !op.Valid() {
+			return fmt.Errorf("%w: opcode %v", verbs.ErrInvalidWR, op)
 		}
 	}
 	if len(wr.SGL) > q.sq.maxSGE {
-		return ErrTooManySGE
+		return verbs.ErrTooManySGE
 	}
-	if wr.Flags&Inline != 0 {
+	if wr.Flags&verbs.Inline != 0 {
 		if len(wr.InlineData) > int(q.cap.MaxInlineData) {
-			return ErrInlineTooLong
+			return verbs.ErrInlineTooLong
 		}
-		if op.needsResponse() {
-			return fmt.Errorf("%w: inline %v", ErrInvalidWR, op)
+		if op.NeedsResponse() {
+			return fmt.Errorf("%w: inline %v", verbs.ErrInvalidWR, op)
 		}
 	}
-	if op.isAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
-		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", ErrInvalidWR)
+	if op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
+		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", verbs.ErrInvalidWR)
 	}
 	return nil
 }
 
 // PostRecv posts receive work requests to the QP's own receive queue.
-func (q *QP) PostRecv(wrs []RecvWR) error {
+func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return ErrDestroyed
+		return verbs.ErrDestroyed
 	}
 	if q.srq != nil {
-		return ErrHasSRQ
+		return verbs.ErrHasSRQ
 	}
-	if q.state == Reset {
-		return fmt.Errorf("%w: post receive in RESET", ErrInvalidState)
+	if q.state == verbs.StateReset {
+		return fmt.Errorf("%w: post receive in RESET", verbs.ErrInvalidState)
 	}
 	for i := range wrs {
 		if err := checkRecvWR(&wrs[i], q.rq.maxSGE); err != nil {
-			return &PostError{Index: i, Err: err}
+			return &verbs.PostError{Index: i, Err: err}
 		}
 		if q.rq.full() {
-			return &PostError{Index: i, Err: ErrQueueFull}
+			return &verbs.PostError{Index: i, Err: verbs.ErrQueueFull}
 		}
 		q.rq.post(&wrs[i])
 	}
-	if q.state == Err {
+	if q.state == verbs.StateErr {
 		q.flushRecv()
 	}
 	return nil
@@ -574,11 +598,11 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 
 // toErr moves the QP to ERR after a fatal error and flushes its queues.
 func (q *QP) toErr(b *txBatch) {
-	if q.state == Err {
+	if q.state == verbs.StateErr {
 		return
 	}
 	q.dev.log.Debug("QP error", "qpn", q.qpn, "from", q.state)
-	q.state = Err
+	q.state = verbs.StateErr
 	q.flush(b)
 }
 
@@ -589,7 +613,7 @@ func (q *QP) flush(*txBatch) {
 	q.flushSend()
 	q.flushRecv()
 	if q.srq != nil {
-		q.dev.event(Event{Type: EventLastWQEReached, QPN: q.qpn})
+		q.dev.event(verbs.Event{Type: verbs.EventLastWQEReached, QPN: q.qpn})
 	}
 }
 
@@ -597,7 +621,7 @@ func (q *QP) flushSend() {
 	for s := q.sq.first; s != q.sq.tail; s++ {
 		w := q.sq.at(s)
 		if w.state != wqeDone {
-			w.state, w.status = wqeDone, WRFlushErr
+			w.state, w.status = wqeDone, verbs.WRFlushErr
 		}
 	}
 	q.sq.next = q.sq.tail
@@ -609,13 +633,13 @@ func (q *QP) flushRecv() {
 		q.resp.haveRecv = false
 	}
 	for w := q.rq.peek(); w != nil; w = q.rq.peek() {
-		wc := WC{ID: w.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		wc := verbs.WC{ID: w.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
 		q.rcq.push(&wc, false)
 		q.rq.pop()
 	}
 	if q.resp.haveRecv {
 		// A receive taken from the SRQ for a message in progress.
-		wc := WC{ID: q.resp.recv.id, Status: WRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		wc := verbs.WC{ID: q.resp.recv.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
 		q.rcq.push(&wc, false)
 		q.resp.haveRecv = false
 	}
@@ -632,7 +656,7 @@ func (q *QP) flushAndUnlock(b *txBatch) {
 // armTimer (re)starts the retransmission timer while packets are
 // unacknowledged.
 func (q *QP) armTimer() {
-	if q.typ != RC || q.attr.Timeout == 0 || q.comp.rnrWait {
+	if q.typ != verbs.RC || q.attr.Timeout == 0 || q.comp.rnrWait {
 		return
 	}
 	if q.comp.psn == q.req.psn {
@@ -665,7 +689,7 @@ func (q *QP) onTimeout() {
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.flushAndUnlock(b)
-	if q.destroyed || !q.comp.timerArmed || q.state != RTS && q.state != SQD {
+	if q.destroyed || !q.comp.timerArmed || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return
 	}
 	if now := q.dev.clk.Now(); now.Before(q.comp.deadline) {
@@ -686,7 +710,7 @@ func (q *QP) onRNRTimer() {
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.flushAndUnlock(b)
-	if q.destroyed || !q.comp.rnrWait || q.state != RTS && q.state != SQD {
+	if q.destroyed || !q.comp.rnrWait || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return
 	}
 	if now := q.dev.clk.Now(); now.Before(q.comp.rnrDeadline) {
@@ -715,15 +739,18 @@ func (q *QP) startRNRWait(psn bth.PSN, d time.Duration) {
 
 // checkDrained reports SQ_DRAINED once an SQD QP has nothing in flight.
 func (q *QP) checkDrained() {
-	if q.state == SQD && q.req.drainNotify && q.sq.first == q.sq.next {
+	if q.state == verbs.StateSQD && q.req.drainNotify && q.sq.first == q.sq.next {
 		q.req.drainNotify = false
-		q.dev.event(Event{Type: EventSQDrained, QPN: q.qpn})
+		q.dev.event(verbs.Event{Type: verbs.EventSQDrained, QPN: q.qpn})
 	}
 }
 
 // LogValue makes a QP print as the minimal sample's QP dump in slog.
 func (q *QP) LogValue() slog.Value {
-	a, _ := q.Query()
+	q.mu.Lock()
+	a := q.attr
+	a.State = q.state
+	q.mu.Unlock()
 	return slog.GroupValue(
 		slog.Uint64("qpn", uint64(q.qpn)), slog.String("state", a.State.String()),
 		slog.Int("mtu", int(a.PathMTU)), slog.Uint64("sq_psn", uint64(a.SQPSN)),

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"github.com/goroce/goroce/verbs"
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
@@ -19,14 +20,15 @@ const (
 
 // sendWQE is a posted send work request and its progress.
 type sendWQE struct {
-	wr     SendWR // wr.SGL aliases sgl
-	sgl    []SGE
+	wr     verbs.SendWR // wr.SGL aliases sgl
+	sgl    []verbs.SGE
 	inline []byte
 	length uint64
-	dest   netip.Addr // UD: the address handle's address
+	dest   netip.Addr // UD: the address handle's address and traffic class
+	tos    uint8
 
 	state    wqeState
-	status   Status
+	status   verbs.Status
 	assigned bool // firstPSN and npsn are set; they stay right across rewinds
 	firstPSN bth.PSN
 	npsn     uint32 // PSNs the request takes (responses for a READ)
@@ -53,20 +55,20 @@ type sendQueue struct {
 func (s *sendQueue) at(seq uint64) *sendWQE { return &s.ring[seq%s.max] }
 
 // post appends a copy of wr; the caller checked it and that there is room.
-func (s *sendQueue) post(wr *SendWR, q *QP) {
+func (s *sendQueue) post(wr *verbs.SendWR, q *QP) {
 	if s.ring == nil {
 		s.ring = make([]sendWQE, s.max)
 	}
 	w := s.at(s.tail)
 	if cap(w.sgl) < s.maxSGE {
-		w.sgl = make([]SGE, 0, s.maxSGE)
+		w.sgl = make([]verbs.SGE, 0, s.maxSGE)
 	}
 	w.sgl = append(w.sgl[:0], wr.SGL...)
 	w.wr = *wr
 	w.wr.SGL = w.sgl
 	w.inline = w.inline[:0]
 	w.length = 0
-	if wr.Flags&Inline != 0 {
+	if wr.Flags&verbs.Inline != 0 {
 		if cap(w.inline) < int(q.cap.MaxInlineData) {
 			w.inline = make([]byte, 0, q.cap.MaxInlineData)
 		}
@@ -78,9 +80,10 @@ func (s *sendQueue) post(wr *SendWR, q *QP) {
 		}
 	}
 	if wr.AH != nil {
-		w.dest = wr.AH.attr.DestAddr()
+		a := wr.AH.Attr()
+		w.dest, w.tos = a.DestAddr(), a.TrafficClass
 	}
-	w.state, w.status, w.sent, w.npsn, w.orig, w.assigned = wqePosted, Success, 0, 0, 0, false
+	w.state, w.status, w.sent, w.npsn, w.orig, w.assigned = wqePosted, verbs.Success, 0, 0, 0, false
 	s.tail++
 }
 
@@ -104,41 +107,41 @@ const minWindow = 8
 // request sends what the send queue holds, as far as the QP's state, the
 // window, fences and the READ/atomic limit allow.
 func (q *QP) request(b *txBatch) {
-	if q.state != RTS && q.state != SQD || q.comp.rnrWait {
+	if q.state != verbs.StateRTS && q.state != verbs.StateSQD || q.comp.rnrWait {
 		return
 	}
 	for q.sq.next != q.sq.tail {
 		w := q.sq.at(q.sq.next)
 		if w.state == wqePosted {
-			if q.state == SQD {
+			if q.state == verbs.StateSQD {
 				break
 			}
 			op := w.wr.Opcode
-			if w.wr.Flags&Fence != 0 && q.req.rdOutstanding > 0 {
+			if w.wr.Flags&verbs.Fence != 0 && q.req.rdOutstanding > 0 {
 				break
 			}
-			if op.needsResponse() && q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) {
+			if op.NeedsResponse() && q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) {
 				break
 			}
-			if op == OpLocalInv {
+			if op == verbs.OpLocalInv {
 				// A local operation takes no PSN; it is assigned so that
 				// rewinds and acknowledgements step over it.
 				w.firstPSN, w.npsn, w.assigned = q.req.psn, 0, true
 				if !q.localInvalidate(w) {
-					q.failWQE(w, LocProtErr, b)
+					q.failWQE(w, verbs.LocProtErr, b)
 					return
 				}
 				q.sq.next++
 				q.retire()
 				continue
 			}
-			if w.length > MaxMsgSize || (q.typ == UD || q.typ == GSI) && w.length > uint64(q.mtu) {
-				q.failWQE(w, LocLenErr, b)
+			if w.length > verbs.MaxMsgSize || (q.typ == verbs.UD || q.typ == verbs.GSI) && w.length > uint64(q.mtu) {
+				q.failWQE(w, verbs.LocLenErr, b)
 				return
 			}
 			w.firstPSN, w.assigned = q.req.psn, true
 			w.npsn = q.packets(w.length)
-			if op.isAtomic() {
+			if op.IsAtomic() {
 				w.npsn = 1
 			}
 		}
@@ -147,14 +150,14 @@ func (q *QP) request(b *txBatch) {
 		}
 		q.sq.next++
 		switch {
-		case q.typ != RC:
+		case q.typ != verbs.RC:
 			w.state = wqeDone // UC and UD complete once sent
 			q.retire()
-		case w.wr.Opcode.needsResponse():
+		case w.wr.Opcode.NeedsResponse():
 			q.req.rdOutstanding++
 		}
 	}
-	if q.typ == RC {
+	if q.typ == verbs.RC {
 		q.armTimerIfIdle()
 	}
 }
@@ -170,7 +173,7 @@ func (q *QP) packets(n uint64) uint32 {
 // windowFull reports whether npsn more PSNs would exceed the number of
 // unacknowledged PSNs allowed. A request always fits an empty window.
 func (q *QP) windowFull(npsn uint32) bool {
-	if q.typ != RC {
+	if q.typ != verbs.RC {
 		return false
 	}
 	out := uint32(q.req.psn.Diff(q.comp.psn))
@@ -200,10 +203,10 @@ func (q *QP) shrink() {
 // sent; false means stop for now (window full, or w failed).
 func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 	op := w.wr.Opcode
-	if op == OpRead {
+	if op == verbs.OpRead {
 		return q.emitRead(w, b)
 	}
-	if op.isAtomic() {
+	if op.IsAtomic() {
 		return q.emitAtomic(w, b)
 	}
 	for {
@@ -217,15 +220,15 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 		first, last := w.sent == 0, w.sent+n == w.length
 		f := bth.BTHFields{
 			Opcode: wireOpcode(op, first, last, q.typ),
-			SE:     last && w.wr.Flags&Solicited != 0,
+			SE:     last && w.wr.Flags&verbs.Solicited != 0,
 			PKey:   bth.DefaultPKey,
 			DestQP: q.attr.DestQPN,
 			PSN:    q.req.psn,
-			AckReq: q.typ == RC && q.ackReq(last),
+			AckReq: q.typ == verbs.RC && q.ackReq(last),
 		}
 		dest, tos := q.dest, q.attr.AH.TrafficClass
-		if q.typ == UD || q.typ == GSI {
-			f.DestQP, dest, tos = w.wr.RemoteQPN, w.dest, w.wr.AH.attr.TrafficClass
+		if q.typ == verbs.UD || q.typ == verbs.GSI {
+			f.DestQP, dest, tos = w.wr.RemoteQPN, w.dest, w.tos
 		}
 		buf := b.buf()
 		var p bth.Packet
@@ -241,13 +244,13 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 		}
 		if p.DETH != nil {
 			qkey := w.wr.RemoteQKey
-			if qkey&0x80000000 != 0 && q.typ != GSI {
+			if qkey&0x80000000 != 0 && q.typ != verbs.GSI {
 				qkey = q.attr.QKey
 			}
 			p.DETH.Encode(&bth.DETHFields{QKey: qkey, SrcQP: q.qpn})
 		}
 		if !q.gather(w, w.sent, p.Payload) {
-			q.failWQE(w, LocProtErr, b)
+			q.failWQE(w, verbs.LocProtErr, b)
 			return false
 		}
 		b.add(size, dest, q.sport, tos)
@@ -256,7 +259,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 		w.state = wqeStarted
 		if last {
 			w.state = wqeSent
-			if op.isSend() {
+			if op.IsSend() {
 				q.ctr.RDMASends++
 			}
 			return true
@@ -320,7 +323,7 @@ func (q *QP) emitAtomic(w *sendWQE, b *txBatch) bool {
 	}
 	f := bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
 	op := bth.RCFetchAdd
-	if w.wr.Opcode == OpAtomicCmpSwp {
+	if w.wr.Opcode == verbs.OpAtomicCmpSwp {
 		op, f.SwapAdd, f.Compare = bth.RCCompareSwap, w.wr.Swap, w.wr.CompareAdd
 	}
 	buf := b.buf()
@@ -336,10 +339,10 @@ func (q *QP) emitAtomic(w *sendWQE, b *txBatch) bool {
 }
 
 // wireOpcode returns the BTH opcode for a packet of a SEND or WRITE.
-func wireOpcode(op Opcode, first, last bool, t Type) bth.Opcode {
+func wireOpcode(op verbs.WROpcode, first, last bool, t verbs.QPType) bth.Opcode {
 	var o bth.Opcode
 	switch op {
-	case OpSend, OpSendImm, OpSendInv:
+	case verbs.OpSend, verbs.OpSendImm, verbs.OpSendInv:
 		switch {
 		case first && last:
 			o = bth.RCSendOnly
@@ -352,9 +355,9 @@ func wireOpcode(op Opcode, first, last bool, t Type) bth.Opcode {
 		}
 		if last {
 			switch op {
-			case OpSendImm:
+			case verbs.OpSendImm:
 				o++ // SEND_LAST_WITH_IMMEDIATE, SEND_ONLY_WITH_IMMEDIATE
-			case OpSendInv:
+			case verbs.OpSendInv:
 				if first {
 					o = bth.RCSendOnlyInvalidate
 				} else {
@@ -373,15 +376,15 @@ func wireOpcode(op Opcode, first, last bool, t Type) bth.Opcode {
 		default:
 			o = bth.RCWriteMiddle
 		}
-		if last && op == OpWriteImm {
+		if last && op == verbs.OpWriteImm {
 			o++
 		}
 	}
 	switch t {
-	case UC:
+	case verbs.UC:
 		return o.WithTransport(bth.TransportUC)
-	case UD, GSI:
-		if op == OpSendImm {
+	case verbs.UD, verbs.GSI:
+		if op == verbs.OpSendImm {
 			return bth.UDSendOnlyImm
 		}
 		return bth.UDSendOnly
@@ -392,7 +395,7 @@ func wireOpcode(op Opcode, first, last bool, t Type) bth.Opcode {
 // gather copies the payload of w from byte off into dst. It reports false
 // when an SGE does not name valid local memory.
 func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
-	if w.wr.Flags&Inline != 0 {
+	if w.wr.Flags&verbs.Inline != 0 {
 		copy(dst, w.inline[off:])
 		return true
 	}
@@ -420,7 +423,7 @@ func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
 // scatter copies src into the memory of sgl from byte off. It reports
 // false when an SGE does not name valid, locally writable memory or the
 // list is too short.
-func (q *QP) scatter(sgl []SGE, off uint64, src []byte) bool {
+func (q *QP) scatter(sgl []verbs.SGE, off uint64, src []byte) bool {
 	for _, e := range sgl {
 		if len(src) == 0 {
 			break
@@ -472,12 +475,12 @@ func (q *QP) rewind(psn bth.PSN) {
 			q.sq.next = s
 			w.sent = uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
 			w.state = wqeStarted
-			if w.wr.Opcode.isAtomic() {
+			if w.wr.Opcode.IsAtomic() {
 				w.sent = 0
 			}
 			continue
 		}
-		if w.wr.Opcode.needsResponse() {
+		if w.wr.Opcode.NeedsResponse() {
 			q.req.rdOutstanding++
 		}
 	}

@@ -2,9 +2,9 @@ package qp
 
 import (
 	"encoding/binary"
+	"github.com/goroce/goroce/verbs"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -49,7 +49,7 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	if q.destroyed {
 		return
 	}
-	if p.Info.Transport != q.typ.transport() {
+	if p.Info.Transport != transportOf(q.typ) {
 		q.ctr.DropBadOpcode++
 		return
 	}
@@ -58,12 +58,12 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 		return
 	}
 	switch q.state {
-	case RTR, RTS, SQD, SQE:
+	case verbs.StateRTR, verbs.StateRTS, verbs.StateSQD, verbs.StateSQE:
 	default:
 		q.ctr.DropBadState++
 		return
 	}
-	if q.typ == UD || q.typ == GSI {
+	if q.typ == verbs.UD || q.typ == verbs.GSI {
 		if p.DETH.QKey() != q.attr.QKey {
 			q.ctr.DropBadQKey++
 			return
@@ -84,11 +84,11 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 		q.ctr.DropBadOpcode++
 		return
 	}
-	if q.state == RTR && !q.commEst {
+	if q.state == verbs.StateRTR && !q.commEst {
 		q.commEst = true
-		q.dev.event(Event{Type: EventCommEstablished, QPN: q.qpn})
+		q.dev.event(verbs.Event{Type: verbs.EventCommEstablished, QPN: q.qpn})
 	}
-	if q.typ == UC {
+	if q.typ == verbs.UC {
 		q.respondUC(p, b)
 		return
 	}
@@ -122,20 +122,20 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	// Opcode sequence: a message in progress continues with MIDDLE or
 	// LAST of the same operation; otherwise a FIRST or ONLY starts one.
 	if q.resp.inMsg != bth.OpInvalid && (start || op != q.resp.inMsg) || q.resp.inMsg == bth.OpInvalid && !start {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "opcode sequence")
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "opcode sequence")
 		return
 	}
-	var need mr.Access
+	var need verbs.Access
 	switch op {
 	case bth.OpWrite:
-		need = mr.RemoteWrite
+		need = verbs.RemoteWrite
 	case bth.OpReadRequest:
-		need = mr.RemoteRead
+		need = verbs.RemoteRead
 	case bth.OpCompareSwap, bth.OpFetchAdd:
-		need = mr.RemoteAtomic
+		need = verbs.RemoteAtomic
 	}
 	if q.attr.Access&need != need {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "QP access flags")
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "QP access flags")
 		return
 	}
 	// A SEND, and a WRITE with immediate at its end, consume a receive.
@@ -148,7 +148,7 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	n := uint64(len(p.Payload))
 	if info.Payload && op != bth.OpReadResponse {
 		if !end && n != uint64(q.mtu) || end && n > uint64(q.mtu) {
-			q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "payload length")
+			q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "payload length")
 			return
 		}
 	}
@@ -171,11 +171,11 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 	r := &q.resp.recv
 	n := uint64(len(p.Payload))
 	if q.resp.recvOff+n > r.len {
-		q.respErrorRecv(b, bth.NAKInvalidRequest, psn, LocLenErr, "message longer than the receive")
+		q.respErrorRecv(b, bth.NAKInvalidRequest, psn, verbs.LocLenErr, "message longer than the receive")
 		return
 	}
 	if !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
-		q.respErrorRecv(b, bth.NAKRemoteOpError, psn, LocProtErr, "receive SGE")
+		q.respErrorRecv(b, bth.NAKRemoteOpError, psn, verbs.LocProtErr, "receive SGE")
 		return
 	}
 	q.resp.recvOff += n
@@ -184,18 +184,18 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 		q.advance(p, psn)
 		return
 	}
-	wc := WC{ID: r.id, Opcode: WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
+	wc := verbs.WC{ID: r.id, Opcode: verbs.WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
 	if p.ImmDt != nil {
-		wc.Imm, wc.Flags = p.ImmDt.Imm(), WithImm
+		wc.Imm, wc.Flags = p.ImmDt.Imm(), verbs.WithImm
 	}
 	if p.IETH != nil {
 		m, err := q.dev.mrs.Find(q.pd, p.IETH.RKey())
 		if err != nil {
-			q.respErrorRecv(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "invalidate key")
+			q.respErrorRecv(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "invalidate key")
 			return
 		}
 		m.Invalidate()
-		wc.Imm, wc.Flags = p.IETH.RKey(), WithInv
+		wc.Imm, wc.Flags = p.IETH.RKey(), verbs.WithInv
 	}
 	q.ctr.RDMARecvs++
 	q.finishMessage(p, psn, &wc)
@@ -205,9 +205,9 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 	if start {
 		f := p.RETH.Fields()
 		if f.DMALen > 0 {
-			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteWrite)
+			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, verbs.RemoteWrite)
 			if err != nil {
-				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
+				q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 				return
 			}
 			m.Release()
@@ -216,15 +216,15 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 	}
 	n := uint64(len(p.Payload))
 	if n > q.resp.resid || end && n != q.resp.resid {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "WRITE longer or shorter than its DMA length")
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "WRITE longer or shorter than its DMA length")
 		return
 	}
 	if n > 0 {
 		// Look the key up for every packet: a region deregistered in the
 		// middle of a message stops the rest.
-		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), mr.RemoteWrite)
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), verbs.RemoteWrite)
 		if err != nil {
-			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
+			q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 			return
 		}
 		copy(mem, p.Payload)
@@ -241,8 +241,8 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 		q.finishMessage(p, psn, nil)
 		return
 	}
-	wc := WC{ID: q.resp.recv.id, Opcode: WCRecvRDMAWithIm, ByteLen: q.resp.dmaLen, QPN: q.qpn,
-		Imm: p.ImmDt.Imm(), Flags: WithImm}
+	wc := verbs.WC{ID: q.resp.recv.id, Opcode: verbs.WCRecvRDMAWithIm, ByteLen: q.resp.dmaLen, QPN: q.qpn,
+		Imm: p.ImmDt.Imm(), Flags: verbs.WithImm}
 	q.finishMessage(p, psn, &wc)
 }
 
@@ -256,7 +256,7 @@ func (q *QP) advance(p *bth.Packet, psn bth.PSN) {
 
 // finishMessage completes a SEND or WRITE message: the receive completes
 // (if wc is set), the MSN counts it, and it is acknowledged if asked.
-func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *WC) {
+func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *verbs.WC) {
 	q.resp.inMsg = bth.OpInvalid
 	q.resp.msn++
 	if wc != nil {
@@ -264,21 +264,21 @@ func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *WC) {
 		q.rcq.push(wc, p.BTH.SE())
 	}
 	q.resp.psn = psn.Next()
-	if q.typ == RC && p.BTH.AckReq() {
+	if q.typ == verbs.RC && p.BTH.AckReq() {
 		q.pendAck(psn)
 	}
 }
 
 func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.RETH.Fields()
-	if f.DMALen > MaxMsgSize {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "READ too long")
+	if f.DMALen > verbs.MaxMsgSize {
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "READ too long")
 		return
 	}
 	if f.DMALen > 0 {
-		m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteRead)
+		m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, verbs.RemoteRead)
 		if err != nil {
-			q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
+			q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 			return
 		}
 		m.Release()
@@ -320,11 +320,11 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 			r.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
 		}
 		if n > 0 {
-			m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA+off, uint32(n), mr.RemoteRead)
+			m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
 			if err != nil {
 				// Deregistered while we answered: what went out stays
 				// out; NAK the rest.
-				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), RemAccessErr, err.Error())
+				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), verbs.RemAccessErr, err.Error())
 				return
 			}
 			copy(r.Payload, mem)
@@ -338,14 +338,14 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.AtomicETH.Fields()
 	if f.VA%8 != 0 {
-		q.respError(b, bth.NAKInvalidRequest, psn, RemInvReqErr, "atomic not 8-byte aligned")
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "atomic not 8-byte aligned")
 		return
 	}
 	q.dev.atomicMu.Lock()
-	m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, 8, mr.RemoteAtomic)
+	m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, 8, verbs.RemoteAtomic)
 	if err != nil {
 		q.dev.atomicMu.Unlock()
-		q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
+		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 		return
 	}
 	orig := binary.NativeEndian.Uint64(mem)
@@ -396,9 +396,9 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		}
 		f := p.RETH.Fields()
 		if f.DMALen > 0 {
-			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, mr.RemoteRead)
+			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, verbs.RemoteRead)
 			if err != nil {
-				q.respError(b, bth.NAKRemoteAccessError, psn, RemAccessErr, err.Error())
+				q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 				return
 			}
 			m.Release()
@@ -457,7 +457,7 @@ func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
 
 // respError NAKs psn with code and moves the QP to ERR, as rxe's class A
 // and C errors do.
-func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status, why string) {
+func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st verbs.Status, why string) {
 	q.dev.log.Debug("responder error", "qpn", q.qpn, "psn", uint32(psn), "nak", code, "status", st, "why", why)
 	q.sendAck(b, bth.NAKSyndrome(code), psn)
 	q.toErr(b)
@@ -465,9 +465,9 @@ func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status, why
 
 // respErrorRecv is respError for a failure that the receive in progress
 // completes with.
-func (q *QP) respErrorRecv(b *txBatch, code bth.NAKCode, psn bth.PSN, st Status, why string) {
+func (q *QP) respErrorRecv(b *txBatch, code bth.NAKCode, psn bth.PSN, st verbs.Status, why string) {
 	if q.resp.haveRecv {
-		wc := WC{ID: q.resp.recv.id, Status: st, Opcode: WCRecv, QPN: q.qpn}
+		wc := verbs.WC{ID: q.resp.recv.id, Status: st, Opcode: verbs.WCRecv, QPN: q.qpn}
 		q.rcq.push(&wc, false)
 		q.resp.haveRecv = false
 	}
@@ -523,7 +523,7 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		q.ucDropMessage(start, end)
 		return
 	}
-	if op == bth.OpWrite && q.attr.Access&mr.RemoteWrite == 0 {
+	if op == bth.OpWrite && q.attr.Access&verbs.RemoteWrite == 0 {
 		q.ucDropMessage(start, end)
 		return
 	}
@@ -544,7 +544,7 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		r := &q.resp.recv
 		if q.resp.recvOff+n > r.len || !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
 			// The receive completes in error; the QP goes on.
-			wc := WC{ID: r.id, Status: LocLenErr, Opcode: WCRecv, QPN: q.qpn}
+			wc := verbs.WC{ID: r.id, Status: verbs.LocLenErr, Opcode: verbs.WCRecv, QPN: q.qpn}
 			q.rcq.push(&wc, false)
 			q.resp.haveRecv = false
 			q.ucDropMessage(start, end)
@@ -553,9 +553,9 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		q.resp.recvOff += n
 		q.resp.inMsg = bth.OpSend
 		if end {
-			wc := WC{ID: r.id, Opcode: WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
+			wc := verbs.WC{ID: r.id, Opcode: verbs.WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
 			if p.ImmDt != nil {
-				wc.Imm, wc.Flags = p.ImmDt.Imm(), WithImm
+				wc.Imm, wc.Flags = p.ImmDt.Imm(), verbs.WithImm
 			}
 			q.ctr.RDMARecvs++
 			q.finishMessage(p, psn, &wc)
@@ -571,7 +571,7 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		return
 	}
 	if n > 0 {
-		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), mr.RemoteWrite)
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), verbs.RemoteWrite)
 		if err != nil {
 			q.ucDropMessage(start, end)
 			return
@@ -583,10 +583,10 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 	q.resp.resid -= n
 	q.resp.inMsg = bth.OpWrite
 	if end {
-		var wc *WC
+		var wc *verbs.WC
 		if p.ImmDt != nil {
-			wc = &WC{ID: q.resp.recv.id, Opcode: WCRecvRDMAWithIm, ByteLen: q.resp.dmaLen, QPN: q.qpn,
-				Imm: p.ImmDt.Imm(), Flags: WithImm}
+			wc = &verbs.WC{ID: q.resp.recv.id, Opcode: verbs.WCRecvRDMAWithIm, ByteLen: q.resp.dmaLen, QPN: q.qpn,
+				Imm: p.ImmDt.Imm(), Flags: verbs.WithImm}
 		}
 		q.finishMessage(p, psn, wc)
 	}
@@ -617,17 +617,17 @@ func (q *QP) respondUD(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	r := &q.resp.recv
 	q.resp.haveRecv = false
 	n := uint64(len(p.Payload))
-	wc := WC{ID: r.id, Opcode: WCRecv, QPN: q.qpn, SrcQP: p.DETH.SrcQP(), Flags: WithGRH}
+	wc := verbs.WC{ID: r.id, Opcode: verbs.WCRecv, QPN: q.qpn, SrcQP: p.DETH.SrcQP(), Flags: verbs.WithGRH}
 	var grh [GRHLen]byte
 	buildGRH(&grh, tp)
 	if GRHLen+n > r.len || !q.scatter(r.sgl, 0, grh[:]) || !q.scatter(r.sgl, GRHLen, p.Payload) {
-		wc.Status, wc.Flags = LocLenErr, 0
+		wc.Status, wc.Flags = verbs.LocLenErr, 0
 		q.rcq.push(&wc, false)
 		return
 	}
 	wc.ByteLen = uint32(GRHLen + n)
 	if p.ImmDt != nil {
-		wc.Imm, wc.Flags = p.ImmDt.Imm(), wc.Flags|WithImm
+		wc.Imm, wc.Flags = p.ImmDt.Imm(), wc.Flags|verbs.WithImm
 	}
 	q.resp.psn = p.BTH.PSN().Next()
 	q.ctr.RDMARecvs++
@@ -663,4 +663,15 @@ func buildGRH(g *[GRHLen]byte, tp *transport.Packet) {
 	s, d := tp.Src.As16(), tp.Dst.As16()
 	copy(g[8:], s[:])
 	copy(g[24:], d[:])
+}
+
+// transportOf returns the BTH transport class of a QP type.
+func transportOf(t verbs.QPType) bth.Transport {
+	switch t {
+	case verbs.RC:
+		return bth.TransportRC
+	case verbs.UC:
+		return bth.TransportUC
+	}
+	return bth.TransportUD
 }

@@ -1,6 +1,8 @@
 package qp
 
 import (
+	"fmt"
+	"github.com/goroce/goroce/verbs"
 	"sync"
 
 	"github.com/goroce/goroce/mr"
@@ -9,7 +11,7 @@ import (
 // recvWQE is a posted receive.
 type recvWQE struct {
 	id  uint64
-	sgl []SGE
+	sgl []verbs.SGE
 	len uint64 // total length of sgl
 }
 
@@ -26,14 +28,14 @@ type recvQueue struct {
 func (q *recvQueue) full() bool { return q.n == q.max }
 
 // post appends wr; the caller checked it.
-func (q *recvQueue) post(wr *RecvWR) {
+func (q *recvQueue) post(wr *verbs.RecvWR) {
 	if q.ring == nil {
 		q.ring = make([]recvWQE, q.max)
 	}
 	i := (q.head + q.n) % q.max
 	w := &q.ring[i]
 	if cap(w.sgl) < q.maxSGE {
-		w.sgl = make([]SGE, 0, q.maxSGE)
+		w.sgl = make([]verbs.SGE, 0, q.maxSGE)
 	}
 	w.id = wr.ID
 	w.sgl = append(w.sgl[:0], wr.SGL...)
@@ -61,9 +63,9 @@ func (q *recvQueue) pop() {
 	q.n--
 }
 
-func checkRecvWR(wr *RecvWR, maxSGE int) error {
+func checkRecvWR(wr *verbs.RecvWR, maxSGE int) error {
 	if len(wr.SGL) > maxSGE {
-		return ErrTooManySGE
+		return verbs.ErrTooManySGE
 	}
 	return nil
 }
@@ -80,19 +82,18 @@ type SRQ struct {
 	dead  bool
 }
 
-// SRQAttr holds a shared receive queue's sizes and limit (ibv_srq_attr).
-type SRQAttr struct {
-	MaxWR  uint32
-	MaxSGE uint32
-	// Limit arms the SRQ limit event: when fewer receives than Limit
-	// remain, the device reports EventSRQLimitReached once.
-	Limit uint32
+// CreateSRQ returns a shared receive queue in the PD.
+func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
+	s, err := p.dev.createSRQ(p.pd, attr)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// CreateSRQ returns a shared receive queue in pd.
-func (d *Device) CreateSRQ(pd *mr.PD, attr SRQAttr) (*SRQ, error) {
+func (d *Device) createSRQ(pd *mr.PD, attr verbs.SRQAttr) (*SRQ, error) {
 	if attr.MaxWR == 0 || attr.MaxWR > MaxWR || attr.MaxSGE > MaxSGE || attr.Limit > attr.MaxWR {
-		return nil, ErrInvalidCap
+		return nil, verbs.ErrInvalidCap
 	}
 	if attr.MaxSGE == 0 {
 		attr.MaxSGE = 1
@@ -103,18 +104,18 @@ func (d *Device) CreateSRQ(pd *mr.PD, attr SRQAttr) (*SRQ, error) {
 }
 
 // PostRecv posts receives to the SRQ.
-func (s *SRQ) PostRecv(wrs []RecvWR) error {
+func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
-		return ErrDestroyed
+		return verbs.ErrDestroyed
 	}
 	for i := range wrs {
 		if err := checkRecvWR(&wrs[i], s.q.maxSGE); err != nil {
-			return &PostError{Index: i, Err: err}
+			return &verbs.PostError{Index: i, Err: err}
 		}
 		if s.q.full() {
-			return &PostError{Index: i, Err: ErrQueueFull}
+			return &verbs.PostError{Index: i, Err: verbs.ErrQueueFull}
 		}
 		s.q.post(&wrs[i])
 	}
@@ -126,17 +127,17 @@ func (s *SRQ) Modify(limit uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(limit) > s.q.max {
-		return ErrInvalidAttr
+		return verbs.ErrInvalidAttr
 	}
 	s.limit = int(limit)
 	return nil
 }
 
 // Query returns the SRQ's attributes.
-func (s *SRQ) Query() SRQAttr {
+func (s *SRQ) Query() verbs.SRQAttr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return SRQAttr{MaxWR: uint32(s.q.max), MaxSGE: uint32(s.q.maxSGE), Limit: uint32(s.limit)}
+	return verbs.SRQAttr{MaxWR: uint32(s.q.max), MaxSGE: uint32(s.q.maxSGE), Limit: uint32(s.limit)}
 }
 
 // Len returns the number of posted receives.
@@ -151,7 +152,7 @@ func (s *SRQ) Destroy() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.users > 0 {
-		return ErrBusy
+		return verbs.ErrBusy
 	}
 	if !s.dead {
 		s.dead = true
@@ -177,24 +178,32 @@ func (s *SRQ) take(w *recvWQE) bool {
 	}
 	s.mu.Unlock()
 	if fire {
-		s.dev.event(Event{Type: EventSRQLimitReached, SRQ: s})
+		s.dev.event(verbs.Event{Type: verbs.EventSRQLimitReached, SRQ: s})
 	}
 	return true
 }
 
-// AH is an address handle: the destination of UD sends.
+// AH is an address handle: the destination of UD sends. It is immutable
+// and safe for concurrent use.
 type AH struct {
-	pd   *mr.PD
-	attr AHAttr
+	attr verbs.AHAttr
 }
 
-// CreateAH returns an address handle for attr in pd.
-func (d *Device) CreateAH(pd *mr.PD, attr AHAttr) (*AH, error) {
+// CreateAH returns an address handle for attr in the PD.
+func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
 	if !attr.DestAddr().IsValid() || attr.DestAddr().IsUnspecified() {
-		return nil, ErrInvalidAttr
+		return nil, verbs.ErrInvalidAttr
 	}
-	return &AH{pd: pd, attr: attr}, nil
+	if attr.DestAddr().Is4() != p.dev.gid.Is4() {
+		return nil, fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
+			verbs.ErrInvalidAttr, attr.DestAddr(), p.dev.gid)
+	}
+	return &AH{attr: attr}, nil
 }
 
 // Attr returns the handle's address vector.
-func (a *AH) Attr() AHAttr { return a.attr }
+func (a *AH) Attr() verbs.AHAttr { return a.attr }
+
+// Destroy frees the handle; work requests already posted keep their copy
+// of the address.
+func (a *AH) Destroy() error { return nil }

@@ -1,4 +1,4 @@
-package qp
+package verbs
 
 import (
 	"errors"
@@ -6,22 +6,21 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/mr"
 )
 
-// Type is a queue pair's transport service.
-type Type uint8
+// QPType is a queue pair's transport service.
+type QPType uint8
 
 // QP types. GSI is the general services QP, QP 1, that carries management
 // datagrams (the IB CM) as UD.
 const (
-	RC Type = iota + 1
+	RC QPType = iota + 1
 	UC
 	UD
 	GSI
 )
 
-func (t Type) String() string {
+func (t QPType) String() string {
 	switch t {
 	case RC:
 		return "RC"
@@ -32,40 +31,30 @@ func (t Type) String() string {
 	case GSI:
 		return "GSI"
 	}
-	return fmt.Sprintf("Type(%d)", uint8(t))
+	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
 
-func (t Type) transport() bth.Transport {
-	switch t {
-	case RC:
-		return bth.TransportRC
-	case UC:
-		return bth.TransportUC
-	}
-	return bth.TransportUD
-}
-
-// State is a queue pair's state (IBTA Vol. 1 §10.3.1).
-type State uint8
+// QPState is a queue pair's state (IBTA Vol. 1 §10.3.1).
+type QPState uint8
 
 // QP states, with the numbering of ibv_qp_state.
 const (
-	Reset State = iota
-	Init
-	RTR
-	RTS
-	SQD
-	SQE
-	Err
+	StateReset QPState = iota
+	StateInit
+	StateRTR
+	StateRTS
+	StateSQD
+	StateSQE
+	StateErr
 )
 
-var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+var stateNames = [...]string{"RESET", "INIT", "StateRTR", "StateRTS", "StateSQD", "StateSQE", "ERR"}
 
-func (s State) String() string {
+func (s QPState) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
 	}
-	return fmt.Sprintf("State(%d)", uint8(s))
+	return fmt.Sprintf("QPState(%d)", uint8(s))
 }
 
 // MTU is a path MTU, numbered as ibv_mtu: 1 is 256 bytes, 5 is 4096.
@@ -106,43 +95,48 @@ func (m MTU) String() string {
 	return fmt.Sprintf("MTU(%d)", uint8(m))
 }
 
-// Opcode is the operation of a send work request, numbered as
+// WROpcode is the operation of a send work request, numbered as
 // ibv_wr_opcode.
-type Opcode uint8
+type WROpcode uint8
 
 // Send work request opcodes.
 const (
-	OpWrite          Opcode = 0
-	OpWriteImm       Opcode = 1
-	OpSend           Opcode = 2
-	OpSendImm        Opcode = 3
-	OpRead           Opcode = 4
-	OpAtomicCmpSwp   Opcode = 5
-	OpAtomicFetchAdd Opcode = 6
-	OpLocalInv       Opcode = 7
-	OpSendInv        Opcode = 9
+	OpWrite          WROpcode = 0
+	OpWriteImm       WROpcode = 1
+	OpSend           WROpcode = 2
+	OpSendImm        WROpcode = 3
+	OpRead           WROpcode = 4
+	OpAtomicCmpSwp   WROpcode = 5
+	OpAtomicFetchAdd WROpcode = 6
+	OpLocalInv       WROpcode = 7
+	OpSendInv        WROpcode = 9
 )
 
-var opcodeNames = map[Opcode]string{
+var opcodeNames = map[WROpcode]string{
 	OpWrite: "RDMA_WRITE", OpWriteImm: "RDMA_WRITE_WITH_IMM", OpSend: "SEND",
 	OpSendImm: "SEND_WITH_IMM", OpRead: "RDMA_READ", OpAtomicCmpSwp: "ATOMIC_CMP_AND_SWP",
 	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpSendInv: "SEND_WITH_INV",
 }
 
-func (o Opcode) String() string {
+func (o WROpcode) String() string {
 	if n, ok := opcodeNames[o]; ok {
 		return n
 	}
-	return fmt.Sprintf("Opcode(%d)", uint8(o))
+	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
 
-func (o Opcode) isAtomic() bool { return o == OpAtomicCmpSwp || o == OpAtomicFetchAdd }
+// IsAtomic reports whether the operation is an atomic.
+func (o WROpcode) IsAtomic() bool { return o == OpAtomicCmpSwp || o == OpAtomicFetchAdd }
 
-// needsResponse reports whether the operation completes on a response
-// rather than an ACK.
-func (o Opcode) needsResponse() bool { return o == OpRead || o.isAtomic() }
+// NeedsResponse reports whether the operation completes on a response
+// (READ, atomics) rather than an ACK.
+func (o WROpcode) NeedsResponse() bool { return o == OpRead || o.IsAtomic() }
 
-func (o Opcode) isSend() bool { return o == OpSend || o == OpSendImm || o == OpSendInv }
+// IsSend reports whether the operation is a SEND of some kind.
+func (o WROpcode) IsSend() bool { return o == OpSend || o == OpSendImm || o == OpSendInv }
+
+// Valid reports whether the operation is one the verbs define.
+func (o WROpcode) Valid() bool { _, ok := opcodeNames[o]; return ok }
 
 // SendFlags modify a send work request, with the values of
 // ibv_send_flags.
@@ -173,7 +167,7 @@ type SGE struct {
 // SendWR is a send work request, the fields of ibv_send_wr.
 type SendWR struct {
 	ID     uint64
-	Opcode Opcode
+	Opcode WROpcode
 	Flags  SendFlags
 	SGL    []SGE
 	// InlineData is the payload of an Inline request, copied at post
@@ -194,7 +188,7 @@ type SendWR struct {
 	Swap       uint64
 	// AH, RemoteQPN and RemoteQKey address a UD send. A Q_Key with the
 	// high bit set means the QP's own Q_Key.
-	AH         *AH
+	AH         AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
 }
@@ -321,30 +315,24 @@ func (w *WC) String() string {
 		w.ID, w.Status, w.Opcode, w.ByteLen, w.QPN, w.SrcQP, uint8(w.Flags), w.Imm)
 }
 
-// Cap holds a queue pair's queue sizes.
-type Cap struct {
+// QPCap holds a queue pair's queue sizes.
+type QPCap struct {
 	MaxSendWR, MaxRecvWR   uint32
 	MaxSendSGE, MaxRecvSGE uint32
 	MaxInlineData          uint32
 }
 
-// Limits of the software device.
-const (
-	MaxWR         = 1 << 15
-	MaxSGE        = 32
-	MaxInlineData = 256
-	MaxCQE        = 1 << 20
-	MaxRDAtomic   = 128
-	MaxMsgSize    = 1 << 31
-)
+// MaxMsgSize is the largest message RoCE carries (2^31 bytes).
+const MaxMsgSize = 1 << 31
 
-// InitAttr holds what a queue pair is created with (ibv_qp_init_attr).
-type InitAttr struct {
-	Type   Type
-	SendCQ *CQ
-	RecvCQ *CQ
-	SRQ    *SRQ // nil: the QP has its own receive queue
-	Cap    Cap
+// QPInitAttr holds what a queue pair is created with (ibv_qp_init_attr).
+// The CQs and the SRQ must come from the same device as the PD.
+type QPInitAttr struct {
+	Type   QPType
+	SendCQ CQ
+	RecvCQ CQ
+	SRQ    SRQ // nil: the QP has its own receive queue
+	Cap    QPCap
 	// SignalAll generates a completion for every send request, signaled
 	// or not (sq_sig_all).
 	SignalAll bool
@@ -371,16 +359,16 @@ func (a *AHAttr) DestAddr() netip.Addr { return netip.AddrFrom16(a.DGID).Unmap()
 // for IPv6, the IPv4-mapped address for IPv4.
 func GIDFromAddr(a netip.Addr) [16]byte { return a.As16() }
 
-// Attr holds a queue pair's attributes (ibv_qp_attr).
-type Attr struct {
-	State           State
-	CurState        State
+// QPAttr holds a queue pair's attributes (ibv_qp_attr).
+type QPAttr struct {
+	State           QPState
+	CurState        QPState
 	PathMTU         MTU
 	QKey            uint32
 	RQPSN           bth.PSN
 	SQPSN           bth.PSN
 	DestQPN         uint32
-	Access          mr.Access // remote operations the QP accepts
+	Access          Access // remote operations the QP accepts
 	PKeyIndex       uint16
 	Port            uint8
 	AH              AHAttr
@@ -391,10 +379,10 @@ type Attr struct {
 	MaxRDAtomic     uint8 // outstanding READ and atomic requests as requester
 	MaxDestRDAtomic uint8 // as responder
 	SQDrainNotify   bool
-	Cap             Cap // read-only: returned by Query
+	Cap             QPCap // read-only: returned by Query
 }
 
-// AttrMask says which fields of Attr a Modify sets, with the values of
+// AttrMask says which fields of QPAttr a Modify sets, with the values of
 // ibv_qp_attr_mask.
 type AttrMask uint32
 
@@ -446,22 +434,23 @@ func (m AttrMask) String() string {
 // Errors returned by the verbs. Remote errors and flushed requests are
 // completion statuses, not errors.
 var (
-	ErrInvalidTransition = errors.New("qp: invalid state transition")
-	ErrMissingAttr       = errors.New("qp: required attribute missing")
-	ErrExtraAttr         = errors.New("qp: attribute not allowed in this transition")
-	ErrInvalidAttr       = errors.New("qp: invalid attribute value")
-	ErrInvalidState      = errors.New("qp: operation not allowed in this QP state")
-	ErrQueueFull         = errors.New("qp: work queue full")
-	ErrInvalidWR         = errors.New("qp: invalid work request")
-	ErrTooManySGE        = errors.New("qp: too many scatter/gather elements")
-	ErrInlineTooLong     = errors.New("qp: inline data too long")
-	ErrHasSRQ            = errors.New("qp: QP uses a shared receive queue")
-	ErrInvalidCap        = errors.New("qp: capability exceeds the device's limits")
-	ErrDestroyed         = errors.New("qp: object destroyed")
-	ErrBusy              = errors.New("qp: object in use")
-	ErrClosed            = errors.New("qp: device closed")
-	ErrNoQPN             = errors.New("qp: no free QP number")
-	ErrGSIExists         = errors.New("qp: the device already has a GSI QP")
+	ErrInvalidTransition = errors.New("verbs: invalid state transition")
+	ErrMissingAttr       = errors.New("verbs: required attribute missing")
+	ErrExtraAttr         = errors.New("verbs: attribute not allowed in this transition")
+	ErrInvalidAttr       = errors.New("verbs: invalid attribute value")
+	ErrInvalidState      = errors.New("verbs: operation not allowed in this QP state")
+	ErrQueueFull         = errors.New("verbs: work queue full")
+	ErrInvalidWR         = errors.New("verbs: invalid work request")
+	ErrTooManySGE        = errors.New("verbs: too many scatter/gather elements")
+	ErrInlineTooLong     = errors.New("verbs: inline data too long")
+	ErrHasSRQ            = errors.New("verbs: QP uses a shared receive queue")
+	ErrInvalidCap        = errors.New("verbs: capability exceeds the device's limits")
+	ErrDestroyed         = errors.New("verbs: object destroyed")
+	ErrBusy              = errors.New("verbs: object in use")
+	ErrClosed            = errors.New("verbs: device closed")
+	ErrNoQPN             = errors.New("verbs: no free QP number")
+	ErrGSIExists         = errors.New("verbs: the device already has a GSI QP")
+	ErrForeign           = errors.New("verbs: object belongs to another device or backend")
 )
 
 // PostError reports the first work request a post refused. Requests
@@ -474,3 +463,57 @@ type PostError struct {
 
 func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
 func (e *PostError) Unwrap() error { return e.Err }
+
+// EventType is the kind of an asynchronous event.
+type EventType uint8
+
+// Asynchronous events, as ibv_event_type names them.
+const (
+	EventCQErr EventType = iota + 1
+	EventQPFatal
+	EventQPReqErr
+	EventQPAccessErr
+	EventCommEstablished
+	EventSQDrained
+	EventLastWQEReached
+	EventSRQLimitReached
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventCQErr:
+		return "CQ_ERR"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventQPReqErr:
+		return "QP_REQ_ERR"
+	case EventQPAccessErr:
+		return "QP_ACCESS_ERR"
+	case EventCommEstablished:
+		return "COMM_EST"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	case EventLastWQEReached:
+		return "QP_LAST_WQE_REACHED"
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
+	}
+	return "UNKNOWN"
+}
+
+// Event is an asynchronous event; the field for its kind of object is set.
+type Event struct {
+	Type EventType
+	QPN  uint32
+	CQ   CQ
+	SRQ  SRQ
+}
+
+// SRQAttr holds a shared receive queue's sizes and limit (ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  uint32
+	MaxSGE uint32
+	// Limit arms the SRQ limit event: when fewer receives than Limit
+	// remain, the device reports EventSRQLimitReached once.
+	Limit uint32
+}
