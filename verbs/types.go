@@ -48,7 +48,7 @@ const (
 	StateErr
 )
 
-var stateNames = [...]string{"RESET", "INIT", "StateRTR", "StateRTS", "StateSQD", "StateSQE", "ERR"}
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
 func (s QPState) String() string {
 	if int(s) < len(stateNames) {
@@ -353,7 +353,7 @@ type AHAttr struct {
 }
 
 // DestAddr returns the IP address of the destination GID.
-func (a *AHAttr) DestAddr() netip.Addr { return netip.AddrFrom16(a.DGID).Unmap() }
+func (a AHAttr) DestAddr() netip.Addr { return netip.AddrFrom16(a.DGID).Unmap() }
 
 // GIDFromAddr returns the RoCEv2 GID of an IP address: the address itself
 // for IPv6, the IPv4-mapped address for IPv4.

@@ -1,0 +1,159 @@
+package roce
+
+import (
+	"fmt"
+
+	"github.com/goroce/goroce/bth"
+)
+
+// Remote is what a program learns about the other end of a connection
+// from the out-of-band exchange or the connection manager.
+type Remote struct {
+	QPN uint32
+	PSN uint32 // the PSN the peer starts sending with
+	GID [16]byte
+}
+
+// ConnParams are the attributes Connect gives a QP. The zero value gives
+// the values of rdma-core's example programs: path MTU 1024, local ACK
+// timeout 14, 7 retries, 7 RNR retries (forever), minimum RNR timer 12,
+// one outstanding READ or atomic each way, every remote right.
+type ConnParams struct {
+	MTU MTU
+	// PSN is the PSN this side starts sending with.
+	PSN uint32
+	// Access is what the peer may do to this side's memory through the
+	// QP; 0 means every remote right.
+	Access          Access
+	Timeout         uint8
+	RetryCnt        uint8
+	RNRRetry        uint8
+	MinRNRTimer     uint8
+	MaxRDAtomic     uint8
+	MaxDestRDAtomic uint8
+	TrafficClass    uint8
+	HopLimit        uint8
+	SGIDIndex       uint8
+	// QKey is a UD QP's Q_Key; 0 means DefaultQKey.
+	QKey uint32
+	// NoAccess gives the peer no remote rights (Access 0 means all).
+	NoAccess bool
+}
+
+func (p *ConnParams) withDefaults() ConnParams {
+	c := ConnParams{}
+	if p != nil {
+		c = *p
+	}
+	if c.MTU == 0 {
+		c.MTU = MTU1024
+	}
+	if c.Access == 0 && !c.NoAccess {
+		c.Access = LocalWrite | RemoteAccess
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 14
+	}
+	if c.RetryCnt == 0 {
+		c.RetryCnt = 7
+	}
+	if c.RNRRetry == 0 {
+		c.RNRRetry = 7
+	}
+	if c.MinRNRTimer == 0 {
+		c.MinRNRTimer = 12
+	}
+	if c.MaxRDAtomic == 0 {
+		c.MaxRDAtomic = 1
+	}
+	if c.MaxDestRDAtomic == 0 {
+		c.MaxDestRDAtomic = 1
+	}
+	if c.HopLimit == 0 {
+		c.HopLimit = 64
+	}
+	if c.QKey == 0 {
+		c.QKey = DefaultQKey
+	}
+	return c
+}
+
+// ModifyToInit moves a QP from RESET to INIT: port 1, P_Key index 0, and
+// the remote rights (RC, UC) or the Q_Key (UD).
+func ModifyToInit(q QP, p *ConnParams) error {
+	c := p.withDefaults()
+	a := QPAttr{State: StateInit, Port: 1, Access: c.Access, QKey: c.QKey}
+	mask := AttrState | AttrPKeyIndex | AttrPort
+	if q.Type() == UD || q.Type() == GSI {
+		mask |= AttrQKey
+	} else {
+		mask |= AttrAccessFlags
+	}
+	if err := q.Modify(&a, mask); err != nil {
+		return fmt.Errorf("roce: QP %d to INIT: %w", q.QPN(), err)
+	}
+	return nil
+}
+
+// ModifyToRTR moves a QP from INIT to RTR towards r.
+func ModifyToRTR(q QP, r *Remote, p *ConnParams) error {
+	c := p.withDefaults()
+	a := QPAttr{State: StateRTR}
+	mask := AttrState
+	switch q.Type() {
+	case RC, UC:
+		if r.QPN > bth.MaxQPN || r.PSN > bth.PSNMask {
+			return fmt.Errorf("roce: QP %d to RTR: %w: remote QPN %#x PSN %#x", q.QPN(), ErrInvalidAttr, r.QPN, r.PSN)
+		}
+		a.PathMTU, a.DestQPN, a.RQPSN = c.MTU, r.QPN, bth.PSN(r.PSN)
+		a.AH = AHAttr{DGID: r.GID, SGIDIndex: c.SGIDIndex, HopLimit: c.HopLimit, TrafficClass: c.TrafficClass, Port: 1}
+		mask |= AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
+		if q.Type() == RC {
+			a.MaxDestRDAtomic, a.MinRNRTimer = c.MaxDestRDAtomic, c.MinRNRTimer
+			mask |= AttrMaxDestRDAtomic | AttrMinRNRTimer
+		}
+	}
+	if err := q.Modify(&a, mask); err != nil {
+		return fmt.Errorf("roce: QP %d to RTR: %w", q.QPN(), err)
+	}
+	return nil
+}
+
+// ModifyToRTS moves a QP from RTR to RTS, sending from PSN p.PSN.
+func ModifyToRTS(q QP, p *ConnParams) error {
+	c := p.withDefaults()
+	if c.PSN > bth.PSNMask {
+		return fmt.Errorf("roce: QP %d to RTS: %w: PSN %#x", q.QPN(), ErrInvalidAttr, c.PSN)
+	}
+	a := QPAttr{State: StateRTS, SQPSN: bth.PSN(c.PSN), Timeout: c.Timeout, RetryCnt: c.RetryCnt,
+		RNRRetry: c.RNRRetry, MaxRDAtomic: c.MaxRDAtomic}
+	mask := AttrState | AttrSQPSN
+	if q.Type() == RC {
+		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic
+	}
+	if err := q.Modify(&a, mask); err != nil {
+		return fmt.Errorf("roce: QP %d to RTS: %w", q.QPN(), err)
+	}
+	return nil
+}
+
+// Connect moves a QP in RESET through INIT and RTR to RTS towards r (a QP
+// already in INIT goes on from there). For UD, r may be nil.
+func Connect(q QP, r *Remote, p *ConnParams) error {
+	st, err := q.Query()
+	if err != nil {
+		return err
+	}
+	if st.State == StateReset {
+		if err := ModifyToInit(q, p); err != nil {
+			return err
+		}
+	}
+	if r == nil {
+		r = &Remote{}
+	}
+	if err := ModifyToRTR(q, r, p); err != nil {
+		return err
+	}
+	return ModifyToRTS(q, p)
+}

@@ -1,0 +1,209 @@
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/pcapfile"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/afpacket"
+	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/transport/udp"
+)
+
+// Config says how Open builds a software device. A nil *Config means a
+// UDP transport on 127.0.0.1:4791.
+type Config struct {
+	// Transport is "udp" (the default), "afpacket" or "mem".
+	Transport string
+	// Addr is the local IP address: the source of every packet and the
+	// device's GID. Default 127.0.0.1 (udp), or the interface's first
+	// address (afpacket).
+	Addr netip.Addr
+	// Port is the local UDP port, and PeerPort the one peers listen on
+	// (both default 4791, the RoCEv2 port).
+	Port, PeerPort uint16
+	// Interface is the network interface of the afpacket transport;
+	// default, the one that holds Addr.
+	Interface string
+	// Network is the in-memory network of the mem transport.
+	Network *mem.Network
+	// Link, when set, is used as the transport and the fields above are
+	// ignored.
+	Link transport.Transport
+	// Pcap names a file to record every packet sent and received in.
+	Pcap string
+	// BusyPoll makes the udp transport spin this long on an empty socket
+	// before sleeping: lower latency for a core.
+	BusyPoll time.Duration
+	// NoOffload turns UDP GSO and GRO off.
+	NoOffload bool
+	// TOS is the DSCP/ECN byte of afpacket frames.
+	TOS uint8
+	// Logger receives the engine's debug records; nil discards.
+	Logger *slog.Logger
+	// Clock runs the engine's timers; nil is the system clock.
+	Clock clock.Clock
+	// MaxUnackedPSNs bounds the packets in flight per QP (0: the engine's
+	// default).
+	MaxUnackedPSNs int
+}
+
+// SoftDevice is goroce's software RDMA device, as Open returns it. It
+// implements Device and is safe for concurrent use.
+type SoftDevice struct {
+	*qp.Device
+	pcap  *os.File
+	pw    *pcapfile.Writer
+	sniff *transport.Sniffer
+}
+
+var _ Device = (*SoftDevice)(nil)
+
+// ErrUnknownTransport means Config.Transport named no transport.
+var ErrUnknownTransport = errors.New("roce: unknown transport (want udp, afpacket or mem)")
+
+// Open returns a software RDMA device as cfg describes.
+func Open(cfg *Config) (*SoftDevice, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	t := c.Link
+	if t == nil {
+		var err error
+		if t, err = c.transport(); err != nil {
+			return nil, err
+		}
+	}
+	sd := &SoftDevice{}
+	if c.Pcap != "" {
+		f, err := os.Create(c.Pcap)
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("roce: pcap: %w", err)
+		}
+		w, err := pcapfile.NewWriter(f, pcapfile.LinkTypeRaw)
+		if err != nil {
+			f.Close()
+			t.Close()
+			return nil, fmt.Errorf("roce: pcap: %w", err)
+		}
+		sd.pcap, sd.pw = f, w
+		sd.sniff = transport.Sniff(t, w)
+		t = sd.sniff
+	}
+	d, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs})
+	if err != nil {
+		t.Close()
+		sd.closePcap()
+		return nil, err
+	}
+	sd.Device = d
+	return sd, nil
+}
+
+func (c *Config) transport() (transport.Transport, error) {
+	switch c.Transport {
+	case "", "udp":
+		addr := c.Addr
+		if !addr.IsValid() {
+			addr = netip.MustParseAddr("127.0.0.1")
+		}
+		port := c.Port
+		if port == 0 {
+			port = 4791
+		}
+		uc := &udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: c.PeerPort, BusyPoll: c.BusyPoll,
+			Logger: c.Logger}
+		if c.NoOffload {
+			uc.GSO, uc.GRO = udp.OffloadOff, udp.OffloadOff
+		}
+		return udp.New(uc)
+	case "afpacket":
+		ifname, addr := c.Interface, c.Addr
+		if ifname == "" || !addr.IsValid() {
+			var err error
+			if ifname, addr, err = findInterface(ifname, addr); err != nil {
+				return nil, err
+			}
+		}
+		return afpacket.New(&afpacket.Config{Interface: ifname, Addr: addr, Port: c.Port, PeerPort: c.PeerPort,
+			TOS: c.TOS, Logger: c.Logger})
+	case "mem":
+		if c.Network == nil {
+			return nil, errors.New("roce: the mem transport needs Config.Network")
+		}
+		addr := c.Addr
+		if !addr.IsValid() {
+			return nil, errors.New("roce: the mem transport needs Config.Addr")
+		}
+		return c.Network.Endpoint(addr)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownTransport, c.Transport)
+}
+
+// findInterface completes an (interface, address) pair: the interface
+// that holds addr, or the first IP address of the named interface.
+func findInterface(ifname string, addr netip.Addr) (string, netip.Addr, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", addr, fmt.Errorf("roce: %w", err)
+	}
+	for _, ifi := range ifs {
+		if ifname != "" && ifi.Name != ifname {
+			continue
+		}
+		addrs, _ := ifi.Addrs()
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, _ := netip.AddrFromSlice(n.IP)
+			ip = ip.Unmap()
+			if addr.IsValid() && ip == addr || !addr.IsValid() && !ip.IsLinkLocalUnicast() {
+				return ifi.Name, ip, nil
+			}
+		}
+	}
+	switch {
+	case ifname == "" && !addr.IsValid():
+		return "", addr, errors.New("roce: afpacket needs an interface (--dev) or an address (--bind)")
+	case ifname == "":
+		return "", addr, fmt.Errorf("roce: no interface holds %v", addr)
+	}
+	return "", addr, fmt.Errorf("roce: interface %q has no usable IP address", ifname)
+}
+
+// Close closes the device, its transport and its capture file.
+func (d *SoftDevice) Close() error {
+	err := d.Device.Close()
+	if perr := d.closePcap(); err == nil {
+		err = perr
+	}
+	return err
+}
+
+func (d *SoftDevice) closePcap() error {
+	if d.pcap == nil {
+		return nil
+	}
+	err := d.pw.Flush()
+	if cerr := d.pcap.Close(); err == nil {
+		err = cerr
+	}
+	d.pcap = nil
+	return err
+}
+
+// Transport returns the transport's counters (packets, bytes, ICRC
+// errors) with the engine's.
+func (d *SoftDevice) TransportStats() transport.Stats { return d.Device.Transport().Stats() }

@@ -1,0 +1,282 @@
+package roce
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+)
+
+// Step kinds of a trace, as the minimal RDMA sample's logs name them.
+const (
+	// StepControl is a control-path step: setup and teardown.
+	StepControl = "SLOW"
+	// StepData is a data-path step: posting work, polling completions.
+	StepData = "DATA"
+	// StepDetail is a dump that goes with a step: a QP's attributes, a
+	// work request's SGEs, a completion.
+	StepDetail = "INFO"
+)
+
+// Trace returns d wrapped so that every verb the program calls, and every
+// completion it polls, is logged to log at Info level, numbered, with the
+// attributes "step" (the number) and "kind" (StepControl, StepData or
+// StepDetail). Objects made through the wrapper are wrapped too; they work
+// with the backend as the originals do. An empty poll is not logged.
+func Trace(d Device, log *slog.Logger) Device {
+	return &traceDevice{Device: d, t: &tracer{log: log}}
+}
+
+// Untrace returns the device inside a Trace wrapper, or d itself.
+func Untrace(d Device) Device {
+	if td, ok := d.(*traceDevice); ok {
+		return td.Device
+	}
+	return d
+}
+
+type tracer struct {
+	log  *slog.Logger
+	step atomic.Uint64
+}
+
+func (t *tracer) logf(kind, format string, args ...any) {
+	if !t.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	t.log.LogAttrs(context.Background(), slog.LevelInfo, fmt.Sprintf(format, args...),
+		slog.Uint64("step", t.step.Add(1)), slog.String("kind", kind))
+}
+
+type traceDevice struct {
+	Device
+	t *tracer
+}
+
+func (d *traceDevice) AllocPD() (PD, error) {
+	d.t.logf(StepControl, "alloc PD on %s", d.Name())
+	pd, err := d.Device.AllocPD()
+	if err != nil {
+		d.t.logf(StepDetail, "alloc PD failed: %v", err)
+		return nil, err
+	}
+	return &tracePD{PD: pd, t: d.t}, nil
+}
+
+func (d *traceDevice) CreateCQ(cqe int) (CQ, error) {
+	d.t.logf(StepControl, "create CQ cqe=%d", cqe)
+	cq, err := d.Device.CreateCQ(cqe)
+	if err != nil {
+		d.t.logf(StepDetail, "create CQ failed: %v", err)
+		return nil, err
+	}
+	return &traceCQ{CQ: cq, t: d.t}, nil
+}
+
+func (d *traceDevice) Close() error {
+	d.t.logf(StepControl, "close device %s", d.Name())
+	return d.Device.Close()
+}
+
+type tracePD struct {
+	PD
+	t *tracer
+}
+
+func (p *tracePD) RegMR(buf []byte, access Access) (MR, error) {
+	mr, err := p.PD.RegMR(buf, access)
+	if err != nil {
+		p.t.logf(StepControl, "register MR len=%d access=%v failed: %v", len(buf), access, err)
+		return nil, err
+	}
+	p.t.logf(StepControl, "register MR addr=%#x len=%d lkey=%#x rkey=%#x access=%v",
+		mr.Addr(), mr.Len(), mr.LKey(), mr.RKey(), access)
+	return mr, nil
+}
+
+func (p *tracePD) CreateQP(attr *QPInitAttr) (QP, error) {
+	a := *attr
+	a.SendCQ, a.RecvCQ, a.SRQ = untraceCQ(a.SendCQ), untraceCQ(a.RecvCQ), untraceSRQ(a.SRQ)
+	p.t.logf(StepControl, "create %v QP", a.Type)
+	q, err := p.PD.CreateQP(&a)
+	if err != nil {
+		p.t.logf(StepDetail, "create QP failed: %v", err)
+		return nil, err
+	}
+	c := a.Cap
+	p.t.logf(StepDetail, "QP caps: qpn=%d max_send_wr=%d max_recv_wr=%d max_sge={s=%d,r=%d} max_inline=%d",
+		q.QPN(), c.MaxSendWR, c.MaxRecvWR, c.MaxSendSGE, c.MaxRecvSGE, c.MaxInlineData)
+	tq := &traceQP{QP: q, t: p.t}
+	tq.dump()
+	return tq, nil
+}
+
+func (p *tracePD) CreateSRQ(attr SRQAttr) (SRQ, error) {
+	p.t.logf(StepControl, "create SRQ max_wr=%d max_sge=%d limit=%d", attr.MaxWR, attr.MaxSGE, attr.Limit)
+	s, err := p.PD.CreateSRQ(attr)
+	if err != nil {
+		return nil, err
+	}
+	return &traceSRQ{SRQ: s, t: p.t}, nil
+}
+
+func (p *tracePD) CreateAH(attr AHAttr) (AH, error) {
+	p.t.logf(StepControl, "create AH dest=%v", attr.DestAddr())
+	return p.PD.CreateAH(attr)
+}
+
+func untraceCQ(c CQ) CQ {
+	if tc, ok := c.(*traceCQ); ok {
+		return tc.CQ
+	}
+	return c
+}
+
+func untraceSRQ(s SRQ) SRQ {
+	if ts, ok := s.(*traceSRQ); ok {
+		return ts.SRQ
+	}
+	return s
+}
+
+type traceQP struct {
+	QP
+	t *tracer
+}
+
+// dump logs the QP's attributes the way the minimal sample's dump_qp does.
+func (q *traceQP) dump() {
+	a, err := q.QP.Query()
+	if err != nil {
+		return
+	}
+	q.t.logf(StepDetail, "QP dump: qpn=%d state=%v mtu=%d sq_psn=%d rq_psn=%d max_rd_atomic=%d "+
+		"max_dest_rd_atomic=%d retry=%d rnr_retry=%d timeout=%d dest_qpn=%d dest=%v",
+		q.QPN(), a.State, a.PathMTU, a.SQPSN, a.RQPSN, a.MaxRDAtomic, a.MaxDestRDAtomic,
+		a.RetryCnt, a.RNRRetry, a.Timeout, a.DestQPN, a.AH.DestAddr())
+}
+
+func (q *traceQP) Modify(attr *QPAttr, mask AttrMask) error {
+	before, _ := q.QP.Query()
+	to := before.State
+	if mask&AttrState != 0 {
+		to = attr.State
+	}
+	q.t.logf(StepControl, "modify QP %d %v -> %v (%v)", q.QPN(), before.State, to, mask)
+	if err := q.QP.Modify(attr, mask); err != nil {
+		q.t.logf(StepDetail, "modify QP %d failed: %v", q.QPN(), err)
+		return err
+	}
+	q.dump()
+	return nil
+}
+
+func (q *traceQP) PostSend(wrs []SendWR) error {
+	for i := range wrs {
+		w := &wrs[i]
+		var n uint64
+		for _, s := range w.SGL {
+			n += uint64(s.Length)
+		}
+		if w.Flags&Inline != 0 {
+			n = uint64(len(w.InlineData))
+		}
+		q.t.logf(StepData, "post %v len=%d on QP %d", w.Opcode, n, q.QPN())
+		for _, s := range w.SGL {
+			q.t.logf(StepDetail, "SGE(%v): addr=%#x len=%d lkey=%#x", w.Opcode, s.Addr, s.Length, s.LKey)
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "WR: wr_id=%d opcode=%v signaled=%d num_sge=%d", w.ID, w.Opcode,
+			btoi(w.Flags&Signaled != 0), len(w.SGL))
+		switch w.Opcode {
+		case OpWrite, OpWriteImm, OpRead:
+			fmt.Fprintf(&b, " remote_addr=%#x rkey=%#x", w.RemoteAddr, w.RKey)
+		case OpAtomicCmpSwp, OpAtomicFetchAdd:
+			fmt.Fprintf(&b, " remote_addr=%#x rkey=%#x compare_add=%d swap=%d", w.RemoteAddr, w.RKey, w.CompareAdd, w.Swap)
+		}
+		if w.Opcode == OpSendImm || w.Opcode == OpWriteImm {
+			fmt.Fprintf(&b, " imm=%#x", w.Imm)
+		}
+		if w.Flags&Fence != 0 {
+			b.WriteString(" fence=1")
+		}
+		if w.AH != nil {
+			fmt.Fprintf(&b, " dest=%v remote_qpn=%d qkey=%#x", w.AH.Attr().DestAddr(), w.RemoteQPN, w.RemoteQKey)
+		}
+		q.t.logf(StepDetail, "%s", b.String())
+	}
+	err := q.QP.PostSend(wrs)
+	if err != nil {
+		q.t.logf(StepDetail, "post send failed: %v", err)
+	}
+	return err
+}
+
+func (q *traceQP) PostRecv(wrs []RecvWR) error {
+	for i := range wrs {
+		w := &wrs[i]
+		q.t.logf(StepData, "post RECV wr_id=%d num_sge=%d on QP %d", w.ID, len(w.SGL), q.QPN())
+		for _, s := range w.SGL {
+			q.t.logf(StepDetail, "SGE(RECV): addr=%#x len=%d lkey=%#x", s.Addr, s.Length, s.LKey)
+		}
+	}
+	err := q.QP.PostRecv(wrs)
+	if err != nil {
+		q.t.logf(StepDetail, "post recv failed: %v", err)
+	}
+	return err
+}
+
+func (q *traceQP) Destroy() error {
+	q.t.logf(StepControl, "destroy QP %d", q.QPN())
+	return q.QP.Destroy()
+}
+
+type traceCQ struct {
+	CQ
+	t *tracer
+}
+
+func (c *traceCQ) Poll(wc []WC) int {
+	n := c.CQ.Poll(wc)
+	for i := range n {
+		w := &wc[i]
+		c.t.logf(StepDetail, "WC: wr_id=%d status=%v opcode=%v byte_len=%d qp_num=%d%s",
+			w.ID, w.Status, w.Opcode, w.ByteLen, w.QPN, wcExtra(w))
+	}
+	return n
+}
+
+func wcExtra(w *WC) string {
+	var b strings.Builder
+	if w.Flags&WithImm != 0 {
+		fmt.Fprintf(&b, " imm=%#x", w.Imm)
+	}
+	if w.Flags&WithInv != 0 {
+		fmt.Fprintf(&b, " invalidated_rkey=%#x", w.Imm)
+	}
+	if w.Flags&WithGRH != 0 {
+		fmt.Fprintf(&b, " src_qp=%d", w.SrcQP)
+	}
+	return b.String()
+}
+
+type traceSRQ struct {
+	SRQ
+	t *tracer
+}
+
+func (s *traceSRQ) PostRecv(wrs []RecvWR) error {
+	for i := range wrs {
+		s.t.logf(StepData, "post SRQ RECV wr_id=%d num_sge=%d", wrs[i].ID, len(wrs[i].SGL))
+	}
+	return s.SRQ.PostRecv(wrs)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
