@@ -124,7 +124,9 @@ func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
 			break
 		}
 		if w.wr.Opcode.NeedsResponse() {
-			lost = s < q.sq.next
+			// Sent in this pass, and the responder acknowledges PSNs
+			// whose responses have not come: they were lost.
+			lost = s < q.sq.next && !psn.LessThan(q.comp.psn)
 			break
 		}
 		if last := w.lastPSN(); !psn.LessThan(last) {

@@ -34,7 +34,7 @@ type QP struct {
 	state     verbs.QPState
 	attr      verbs.QPAttr
 	dest      netip.Addr // the peer's address, from the address vector (RC, UC)
-	sport     uint16     // UDP source port, 0xC000 + a hash of the QPN as rxe does
+	sport     uint16     // UDP source port, chosen per QP as rxe does (see udpSourcePort)
 	mtu       int        // path MTU in bytes
 	destroyed bool
 	commEst   bool
@@ -128,7 +128,7 @@ func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
 		srq.users++
 		srq.mu.Unlock()
 	}
-	q.sport = 0xC000 | uint16(q.qpn*0x61C88647>>18)
+	q.sport = udpSourcePort(q.qpn, 0, 0)
 	q.reset()
 	pd.Hold()
 	q.scq.users.Add(1)
@@ -450,6 +450,29 @@ func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.AttrMask) {
 	if mask&verbs.AttrDestQPN != 0 {
 		t.DestQPN = a.DestQPN
 	}
+	if mask&(verbs.AttrAV|verbs.AttrDestQPN) != 0 && (q.typ == verbs.RC || q.typ == verbs.UC) {
+		q.sport = udpSourcePort(q.qpn, t.DestQPN, t.AH.FlowLabel)
+	}
+}
+
+// udpSourcePort returns the UDP source port of a QP's packets, as Linux's
+// rxe picks it (so that each connection is one flow for ECMP and RSS):
+// for a connected QP, from the flow label of its address vector or, when
+// that is 0, from the product of the two QP numbers (the kernel's
+// rdma_get_udp_sport); for a datagram QP (dest 0), 0xC000 plus a 14-bit
+// hash of the QPN (hash_32). Both land in 0xC000-0xFFFF.
+func udpSourcePort(qpn, destQPN, flowLabel uint32) uint16 {
+	if destQPN == 0 && flowLabel == 0 {
+		return 0xC000 | uint16(qpn*0x61C88647>>18)
+	}
+	fl := flowLabel & 0xFFFFF
+	if fl == 0 {
+		v := uint64(qpn) * uint64(destQPN)
+		v ^= v >> 20
+		v ^= v >> 40
+		fl = uint32(v & 0xFFFFF)
+	}
+	return 0xC000 | uint16(fl&0x3FFF^fl>>14)
 }
 
 // reset puts the QP back to its RESET condition: empty queues, no
