@@ -51,7 +51,7 @@ type Device struct {
 
 	atomicMu sync.Mutex // makes responder atomics atomic against each other
 
-	batches sync.Pool
+	batches chan *txBatch // a capped free list; sync.Pool would drop them at every GC
 	events  chan verbs.Event
 	closed  atomic.Bool
 
@@ -91,8 +91,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if d.maxPacket < bth.RCWriteFirst.HeaderLen()+verbs.MTU256.Bytes()+bth.ICRCLen {
 		return nil, errors.New("qp: transport packets too small for a 256-byte MTU")
 	}
-	bs := t.BatchSize()
-	d.batches.New = func() any { return newTxBatch(d, bs) }
+	d.batches = make(chan *txBatch, maxFreeBatches)
 	if err := t.Start(d.receive); err != nil {
 		return nil, err
 	}
@@ -303,8 +302,25 @@ func newTxBatch(d *Device, n int) *txBatch {
 	return b
 }
 
-func (d *Device) getBatch() *txBatch  { return d.batches.Get().(*txBatch) }
-func (d *Device) putBatch(b *txBatch) { d.batches.Put(b) }
+// maxFreeBatches caps the free list of send batches: one per goroutine
+// that sends at once (receive loops, posting threads, timers) is enough.
+const maxFreeBatches = 8
+
+func (d *Device) getBatch() *txBatch {
+	select {
+	case b := <-d.batches:
+		return b
+	default:
+		return newTxBatch(d, d.t.BatchSize())
+	}
+}
+
+func (d *Device) putBatch(b *txBatch) {
+	select {
+	case d.batches <- b:
+	default:
+	}
+}
 
 // buf returns the buffer for the next packet, sending the batch first if
 // it is full.

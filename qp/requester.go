@@ -57,12 +57,15 @@ func (s *sendQueue) at(seq uint64) *sendWQE { return &s.ring[seq%s.max] }
 // post appends a copy of wr; the caller checked it and that there is room.
 func (s *sendQueue) post(wr *verbs.SendWR, q *QP) {
 	if s.ring == nil {
+		// One array backs every slot's SGE list, so that posting
+		// allocates nothing once the ring exists.
 		s.ring = make([]sendWQE, s.max)
+		sges := make([]verbs.SGE, int(s.max)*s.maxSGE)
+		for i := range s.ring {
+			s.ring[i].sgl = sges[i*s.maxSGE : i*s.maxSGE : (i+1)*s.maxSGE]
+		}
 	}
 	w := s.at(s.tail)
-	if cap(w.sgl) < s.maxSGE {
-		w.sgl = make([]verbs.SGE, 0, s.maxSGE)
-	}
 	w.sgl = append(w.sgl[:0], wr.SGL...)
 	w.wr = *wr
 	w.wr.SGL = w.sgl

@@ -31,12 +31,13 @@ func (q *recvQueue) full() bool { return q.n == q.max }
 func (q *recvQueue) post(wr *verbs.RecvWR) {
 	if q.ring == nil {
 		q.ring = make([]recvWQE, q.max)
+		sges := make([]verbs.SGE, q.max*q.maxSGE)
+		for i := range q.ring {
+			q.ring[i].sgl = sges[i*q.maxSGE : i*q.maxSGE : (i+1)*q.maxSGE]
+		}
 	}
 	i := (q.head + q.n) % q.max
 	w := &q.ring[i]
-	if cap(w.sgl) < q.maxSGE {
-		w.sgl = make([]verbs.SGE, 0, q.maxSGE)
-	}
 	w.id = wr.ID
 	w.sgl = append(w.sgl[:0], wr.SGL...)
 	w.len = 0

@@ -64,19 +64,22 @@ type Config struct {
 
 // Network joins endpoints. It is safe for concurrent use.
 type Network struct {
-	cfg   Config
-	clk   clock.Clock
-	sim   *clock.Manual // set in simulation mode
-	mu    sync.Mutex
-	rng   *rand.Rand
-	eps   map[netip.Addr]*Endpoint
-	queue []*inflight // ordered by (at, seq)
-	seq   uint64
-	last  map[link]time.Time // latest delivery time per link, to keep delays in order
-	kick  chan struct{}
-	done  chan struct{}
-	wg    sync.WaitGroup
-	stats Stats
+	cfg    Config
+	clk    clock.Clock
+	sim    *clock.Manual // set in simulation mode
+	mu     sync.Mutex
+	stepMu sync.Mutex // one delivery at a time
+	rng    *rand.Rand
+	eps    map[netip.Addr]*Endpoint
+	queue  []*inflight // ordered by (at, seq)
+	seq    uint64
+	last   map[link]time.Time // latest delivery time per link, to keep delays in order
+	free   []*inflight        // delivered packets, for reuse: no allocation per packet
+	batch  []*inflight        // the batch being delivered (one deliverer at a time)
+	kick   chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
+	stats  Stats
 }
 
 // Stats counts what the network did to packets.
@@ -87,11 +90,36 @@ type Stats struct {
 type link struct{ from, to netip.Addr }
 
 type inflight struct {
-	at   time.Time
-	seq  uint64
-	to   *Endpoint
-	pkt  transport.Packet
-	data []byte
+	at  time.Time
+	seq uint64
+	to  *Endpoint
+	pkt transport.Packet
+	buf []byte // backing store of pkt.Data
+}
+
+// alloc returns a free inflight with room for n bytes; the caller holds
+// n.mu.
+func (n *Network) alloc(size int) *inflight {
+	var q *inflight
+	if k := len(n.free); k > 0 {
+		q, n.free = n.free[k-1], n.free[:k-1]
+	} else {
+		q = &inflight{}
+	}
+	if cap(q.buf) < size {
+		q.buf = make([]byte, max(size, n.cfg.MaxPacket))
+	}
+	return q
+}
+
+// release gives delivered packets back for reuse.
+func (n *Network) release(batch []*inflight) {
+	n.mu.Lock()
+	for _, q := range batch {
+		q.to, q.pkt = nil, transport.Packet{}
+		n.free = append(n.free, q)
+	}
+	n.mu.Unlock()
 }
 
 // NewNetwork returns an empty network.
@@ -263,7 +291,8 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 			copies = 2
 		}
 		for range copies {
-			data := slices.Clone(p.Data)
+			q := n.alloc(len(p.Data))
+			data := append(q.buf[:0], p.Data...)
 			at := now.Add(n.cfg.Latency)
 			if f.Delay > 0 {
 				at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
@@ -286,7 +315,7 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 				n.stats.Truncated++
 				data = data[:n.rng.IntN(len(data))]
 			}
-			q := &inflight{at: at, seq: n.seq, to: to, pkt: p, data: data}
+			q.at, q.seq, q.to, q.pkt = at, n.seq, to, p
 			q.pkt.Data = data
 			n.seq++
 			n.insert(q)
@@ -324,7 +353,7 @@ func (n *Network) due(now time.Time) (*Endpoint, []*inflight) {
 		return nil, nil
 	}
 	to := n.queue[0].to
-	var out []*inflight
+	out := n.batch[:0]
 	rest := n.queue[:0]
 	for i, q := range n.queue {
 		if !q.at.After(now) && q.to == to && len(out) < n.cfg.BatchSize {
@@ -340,6 +369,7 @@ func (n *Network) due(now time.Time) (*Endpoint, []*inflight) {
 	clear(n.queue[len(rest):])
 	n.queue = rest
 	n.stats.Delivered += uint64(len(out))
+	n.batch = out
 	return to, out
 }
 
@@ -383,11 +413,14 @@ var ErrTimeLimit = errors.New("mem: simulated time limit passed")
 // Step delivers the packets due now (simulation mode). It reports whether
 // it delivered any.
 func (n *Network) Step() bool {
+	n.stepMu.Lock()
+	defer n.stepMu.Unlock()
 	to, batch := n.due(n.clk.Now())
 	if to == nil {
 		return false
 	}
 	to.deliver(batch)
+	n.release(batch)
 	return true
 }
 

@@ -1,0 +1,133 @@
+package qp
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// benchStream keeps depth requests of size bytes in flight from A to B over
+// the simulated link and reports throughput and cost per packet.
+func benchStream(b *testing.B, op verbs.WROpcode, size int, mtu verbs.MTU) {
+	const depth = 16
+	p := newPair(b, pairOpts{mtu: mtu, cap: verbs.QPCap{MaxSendWR: depth * 2, MaxRecvWR: depth * 2,
+		MaxSendSGE: 1, MaxRecvSGE: 1}})
+	local := p.a.reg(b, depth*size)
+	remote := p.b.reg(b, depth*size)
+	wr := make([]verbs.SendWR, 1)
+	rwr := make([]verbs.RecvWR, 1)
+	wcs := make([]verbs.WC, 64)
+	posted, done := 0, 0
+	post := func() {
+		s := posted % depth * size
+		if op == verbs.OpSend {
+			rwr[0] = verbs.RecvWR{ID: uint64(posted), SGL: rwr[0].SGL[:0]}
+			rwr[0].SGL = append(rwr[0].SGL, sge(remote, s, size))
+			if err := p.b.qp.PostRecv(rwr); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wr[0] = verbs.SendWR{ID: uint64(posted), Opcode: op, Flags: verbs.Signaled, SGL: wr[0].SGL[:0],
+			RemoteAddr: remote.Addr() + uint64(s), RKey: remote.RKey()}
+		wr[0].SGL = append(wr[0].SGL, sge(local, s, size))
+		if err := p.a.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		posted++
+	}
+	rwr[0].SGL = make([]verbs.SGE, 0, 1)
+	wr[0].SGL = make([]verbs.SGE, 0, 1)
+	pkts := (size + mtu.Bytes() - 1) / mtu.Bytes()
+	run := func(n int) {
+		for posted < done+depth && posted < n {
+			post()
+		}
+		err := p.net.Run(func() bool {
+			p.b.cq.Poll(wcs) // receive completions, for SEND
+			for k := p.a.cq.Poll(wcs); k > 0; k = p.a.cq.Poll(wcs) {
+				for i := range wcs[:k] {
+					if wcs[i].Status != verbs.Success {
+						b.Fatalf("WC %v", &wcs[i])
+					}
+				}
+				done += k
+				for posted < done+depth && posted < n {
+					post()
+				}
+			}
+			return done >= n
+		}, time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	run(depth * 4) // warm up: queues, pools, batches
+	posted, done = 0, 0
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	run(b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*pkts), "ns/pkt")
+}
+
+// BenchmarkStream measures the engine's throughput over the simulated
+// link: both devices, the link's copy and ICRC seal and check, in one
+// goroutine.
+func BenchmarkStream(b *testing.B) {
+	for _, c := range []struct {
+		op   verbs.WROpcode
+		size int
+		mtu  verbs.MTU
+	}{
+		{verbs.OpWrite, 64 << 10, verbs.MTU4096},
+		{verbs.OpRead, 64 << 10, verbs.MTU4096},
+		{verbs.OpSend, 64 << 10, verbs.MTU4096},
+		{verbs.OpWrite, 64 << 10, verbs.MTU1024},
+		{verbs.OpWrite, 2, verbs.MTU4096},
+	} {
+		b.Run(fmt.Sprintf("%v/%d/mtu%v", c.op, c.size, c.mtu), func(b *testing.B) {
+			benchStream(b, c.op, c.size, c.mtu)
+		})
+	}
+}
+
+// TestSteadyStateAllocs checks that moving data allocates nothing once
+// queues and pools are warm: not in the engine, not in the link.
+func TestSteadyStateAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are noisy under -short runs with other tests")
+	}
+	for _, op := range []verbs.WROpcode{verbs.OpWrite, verbs.OpRead, verbs.OpSend} {
+		p := newPair(t, pairOpts{mtu: verbs.MTU4096})
+		local := p.a.reg(t, 64<<10)
+		remote := p.b.reg(t, 64<<10)
+		wr := []verbs.SendWR{{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, 64<<10)},
+			RemoteAddr: remote.Addr(), RKey: remote.RKey()}}
+		rwr := []verbs.RecvWR{{SGL: []verbs.SGE{sge(remote, 0, 64<<10)}}}
+		wcs := make([]verbs.WC, 4)
+		done := func() bool { return p.a.cq.Poll(wcs) > 0 }
+		one := func() {
+			if op == verbs.OpSend {
+				if err := p.b.qp.PostRecv(rwr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.a.qp.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.net.Run(done, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			p.b.cq.Poll(wcs)
+		}
+		for range 10 {
+			one()
+		}
+		if n := testing.AllocsPerRun(50, one); n != 0 {
+			t.Errorf("%v of 64 KiB (16 packets and their ACK): %v allocations", op, n)
+		}
+	}
+}
