@@ -64,7 +64,7 @@ type Table struct {
 	mu   sync.Mutex // serializes registration and deregistration
 	dir  [1 << dirBits]atomic.Pointer[chunk]
 	next uint32   // next never-used index
-	free []uint32 // indices given back
+	free []uint32 // keys of deregistered regions, whose indices are free
 	rnd  *rand.Rand
 	pds  atomic.Uint32
 }
@@ -155,18 +155,25 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	t := pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var idx uint32
+	var idx, r uint32
 	if n := len(t.free); n > 0 {
-		idx, t.free = t.free[n-1], t.free[:n-1]
+		var old uint32
+		old, t.free = t.free[n-1], t.free[:n-1]
+		// A reused index never gets the key it had: a stale rkey must
+		// not reach the new region.
+		idx, r = old>>8, uint32(t.rnd.IntN(255))
+		if r >= old&0xFF {
+			r++
+		}
 	} else {
 		if t.next > MaxRegions {
 			return nil, ErrTableFull
 		}
-		idx = t.next
+		idx, r = t.next, uint32(t.rnd.IntN(256))
 		t.next++
 	}
 	m := &MR{pd: pd, buf: buf, iova: iova, access: access, index: idx, valid: true}
-	m.key = idx<<8 | uint32(t.rnd.IntN(256))
+	m.key = idx<<8 | r
 	c := t.dir[idx>>chunkBits].Load()
 	if c == nil {
 		c = new(chunk)
@@ -190,7 +197,7 @@ func (m *MR) Dereg() error {
 	t := m.pd.t
 	t.mu.Lock()
 	t.dir[m.index>>chunkBits].Load()[m.index&(1<<chunkBits-1)].Store(nil)
-	t.free = append(t.free, m.index)
+	t.free = append(t.free, m.key)
 	t.mu.Unlock()
 	m.pd.Drop()
 	return nil
