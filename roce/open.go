@@ -47,6 +47,10 @@ type Config struct {
 	NoOffload bool
 	// TOS is the DSCP/ECN byte of afpacket frames.
 	TOS uint8
+	// Faults, when set, are applied to what the device sends (seeded by
+	// FaultSeed), to test reliability over a real link.
+	Faults    transport.Faults
+	FaultSeed uint64
 	// Logger receives the engine's debug records; nil discards.
 	Logger *slog.Logger
 	// Clock runs the engine's timers; nil is the system clock.
@@ -60,9 +64,10 @@ type Config struct {
 // implements Device and is safe for concurrent use.
 type SoftDevice struct {
 	*qp.Device
-	pcap  *os.File
-	pw    *pcapfile.Writer
-	sniff *transport.Sniffer
+	pcap   *os.File
+	pw     *pcapfile.Writer
+	sniff  *transport.Sniffer
+	faulty *transport.Faulty
 }
 
 var _ Device = (*SoftDevice)(nil)
@@ -84,6 +89,10 @@ func Open(cfg *Config) (*SoftDevice, error) {
 		}
 	}
 	sd := &SoftDevice{}
+	if c.Faults.Any() {
+		sd.faulty = transport.NewFaulty(t, c.Faults, c.FaultSeed)
+		t = sd.faulty
+	}
 	if c.Pcap != "" {
 		f, err := os.Create(c.Pcap)
 		if err != nil {
@@ -204,6 +213,14 @@ func (d *SoftDevice) closePcap() error {
 	return err
 }
 
-// Transport returns the transport's counters (packets, bytes, ICRC
-// errors) with the engine's.
+// TransportStats returns the transport's counters: packets, bytes, ICRC
+// errors.
 func (d *SoftDevice) TransportStats() transport.Stats { return d.Device.Transport().Stats() }
+
+// FaultStats returns what Config.Faults did, when set.
+func (d *SoftDevice) FaultStats() transport.FaultStats {
+	if d.faulty == nil {
+		return transport.FaultStats{}
+	}
+	return d.faulty.FaultStats()
+}

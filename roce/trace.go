@@ -151,7 +151,7 @@ func (q *traceQP) dump() {
 	if err != nil {
 		return
 	}
-	q.t.logf(StepDetail, "QP dump: qpn=%d state=%v mtu=%d sq_psn=%d rq_psn=%d max_rd_atomic=%d "+
+	q.t.logf(StepDetail, "QP dump: qpn=%d state=%v mtu=%v sq_psn=%d rq_psn=%d max_rd_atomic=%d "+
 		"max_dest_rd_atomic=%d retry=%d rnr_retry=%d timeout=%d dest_qpn=%d dest=%v",
 		q.QPN(), a.State, a.PathMTU, a.SQPSN, a.RQPSN, a.MaxRDAtomic, a.MaxDestRDAtomic,
 		a.RetryCnt, a.RNRRetry, a.Timeout, a.DestQPN, a.AH.DestAddr())

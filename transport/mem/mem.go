@@ -25,20 +25,8 @@ import (
 	"github.com/goroce/goroce/transport"
 )
 
-// Faults are probabilities, from 0 to 1, applied to each packet sent, and
-// a delay bound.
-type Faults struct {
-	Drop      float64
-	Duplicate float64
-	// Reorder holds a packet back by ReorderDelay so later ones pass it.
-	Reorder  float64
-	Corrupt  float64 // flip one random bit (the ICRC catches it)
-	Truncate float64 // cut the packet short at a random length
-	// Delay adds a random delay up to this to every packet, keeping the
-	// order of packets between two endpoints (a queue that fills and
-	// drains); Reorder is what reorders.
-	Delay time.Duration
-}
+// Faults are the faults the network applies to each packet sent.
+type Faults = transport.Faults
 
 // Config configures a Network. Zero fields mean defaults.
 type Config struct {

@@ -1,0 +1,150 @@
+package transport
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Faults are probabilities, from 0 to 1, applied to each packet a faulty
+// transport sends.
+type Faults struct {
+	Drop      float64
+	Duplicate float64
+	// Reorder holds a packet back so the next one passes it.
+	Reorder float64
+	// Corrupt flips a random bit (the receiver's ICRC check drops it).
+	Corrupt float64
+	// Truncate cuts the packet short at a random length.
+	Truncate float64
+	// Delay adds a random delay up to this to every packet, in order.
+	Delay time.Duration
+}
+
+// Any reports whether f injects anything.
+func (f *Faults) Any() bool {
+	return f.Drop > 0 || f.Duplicate > 0 || f.Reorder > 0 || f.Corrupt > 0 || f.Truncate > 0 || f.Delay > 0
+}
+
+// FaultStats counts what a faulty transport did.
+type FaultStats struct {
+	Dropped, Duplicated, Reordered, Corrupted, Truncated uint64
+}
+
+// Faulty wraps a live transport and applies faults to what it sends, from
+// a random source seeded with seed. Reordering holds one packet per
+// destination until the next packet to it (or 1 ms) passes. It is safe
+// for concurrent use. The in-memory network has its own, deterministic,
+// fault injection; this one is for real links (roce demo --loss over UDP).
+type Faulty struct {
+	Transport
+	f     Faults
+	mu    sync.Mutex
+	rng   *rand.Rand
+	held  map[netip.Addr]*heldPacket
+	stats FaultStats
+	buf   []Packet
+}
+
+type heldPacket struct {
+	p     Packet
+	timer *time.Timer
+}
+
+// NewFaulty returns t with faults f applied to what it sends.
+func NewFaulty(t Transport, f Faults, seed uint64) *Faulty {
+	return &Faulty{Transport: t, f: f, rng: rand.New(rand.NewPCG(seed, seed^0x5DEECE66D)),
+		held: make(map[netip.Addr]*heldPacket)}
+}
+
+// FaultStats returns what the wrapper did so far.
+func (t *Faulty) FaultStats() FaultStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}
+
+func (t *Faulty) chance(p float64) bool { return p > 0 && t.rng.Float64() < p }
+
+// Send applies the faults and passes what is left to the transport.
+func (t *Faulty) Send(pkts []Packet) error {
+	t.mu.Lock()
+	out := t.buf[:0]
+	for _, p := range pkts {
+		if t.chance(t.f.Drop) {
+			t.stats.Dropped++
+			continue
+		}
+		n := 1
+		if t.chance(t.f.Duplicate) {
+			t.stats.Duplicated++
+			n = 2
+		}
+		for range n {
+			q := p
+			if t.chance(t.f.Corrupt) || t.chance(t.f.Truncate) {
+				// Corrupt a copy: the caller's buffer may be retransmitted.
+				q.Data = append([]byte(nil), p.Data...)
+				if t.f.Truncate > 0 && t.rng.IntN(2) == 0 {
+					t.stats.Truncated++
+					q.Data = q.Data[:t.rng.IntN(len(q.Data))]
+				} else {
+					t.stats.Corrupted++
+					bit := t.rng.IntN(len(q.Data) * 8)
+					q.Data[bit/8] ^= 1 << (bit % 8)
+				}
+			}
+			if h := t.held[q.Dst]; h != nil && h.timer.Stop() {
+				// The held packet goes after this one.
+				delete(t.held, q.Dst)
+				out = append(out, q, h.p)
+				continue
+			}
+			if t.chance(t.f.Reorder) {
+				t.stats.Reordered++
+				t.hold(q)
+				continue
+			}
+			out = append(out, q)
+		}
+	}
+	t.buf = out[:0]
+	t.mu.Unlock()
+	if len(out) == 0 {
+		return nil
+	}
+	if t.f.Delay > 0 {
+		time.Sleep(time.Duration(t.rng.Int64N(int64(t.f.Delay))))
+	}
+	return t.Transport.Send(out)
+}
+
+// hold keeps p back; a timer sends it if nothing passes it within 1 ms.
+// The caller holds t.mu.
+func (t *Faulty) hold(p Packet) {
+	p.Data = append([]byte(nil), p.Data...)
+	h := &heldPacket{p: p}
+	h.timer = time.AfterFunc(time.Millisecond, func() {
+		t.mu.Lock()
+		if t.held[p.Dst] != h {
+			t.mu.Unlock()
+			return
+		}
+		delete(t.held, p.Dst)
+		t.mu.Unlock()
+		t.Transport.Send([]Packet{h.p})
+	})
+	t.held[p.Dst] = h
+}
+
+// Close stops held packets and closes the transport.
+func (t *Faulty) Close() error {
+	t.mu.Lock()
+	for _, h := range t.held {
+		h.timer.Stop()
+	}
+	t.held = map[netip.Addr]*heldPacket{}
+	t.mu.Unlock()
+	return t.Transport.Close()
+}

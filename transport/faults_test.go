@@ -1,0 +1,42 @@
+package transport
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// recorder is a transport that keeps what it is given.
+type recorder struct {
+	Transport
+	got []Packet
+}
+
+func (r *recorder) Send(p []Packet) error { r.got = append(r.got, p...); return nil }
+func (r *recorder) Close() error          { return nil }
+
+func TestFaulty(t *testing.T) {
+	dst := netip.MustParseAddr("198.18.0.2")
+	mk := func(i int) Packet { return Packet{Data: []byte{byte(i), 1, 2, 3}, Dst: dst} }
+	r := &recorder{}
+	f := NewFaulty(r, Faults{Drop: 0.1, Duplicate: 0.1, Corrupt: 0.05}, 1)
+	for i := range 1000 {
+		f.Send([]Packet{mk(i)})
+	}
+	s := f.FaultStats()
+	if want := 1000 - int(s.Dropped) + int(s.Duplicated); len(r.got) != want {
+		t.Fatalf("%d packets passed, want %d (%+v)", len(r.got), want, s)
+	}
+	if s.Dropped < 60 || s.Dropped > 140 || s.Duplicated < 50 || s.Corrupted == 0 {
+		t.Fatalf("fault counts off: %+v", s)
+	}
+	// Reordering: a held packet goes after the next one.
+	r2 := &recorder{}
+	g := NewFaulty(r2, Faults{Reorder: 1}, 2)
+	g.Send([]Packet{mk(1)})
+	g.f.Reorder = 0
+	g.Send([]Packet{mk(2)})
+	if len(r2.got) != 2 || r2.got[0].Data[0] != 2 || r2.got[1].Data[0] != 1 {
+		t.Fatalf("reorder: %v", r2.got)
+	}
+	g.Close()
+}
