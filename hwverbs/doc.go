@@ -1,0 +1,77 @@
+// Package hwverbs gives goroce's verbs interfaces (package verbs) over
+// libibverbs, for real RNICs and the Linux kernel's soft-RoCE (rxe), so
+// that roce.Connect, roce.Trace and the end-to-end tests of
+// roce/rocetest run unchanged on hardware.
+//
+// # Building
+//
+// cgo is optional. The default build is pure Go and needs no C library:
+// Open and Devices then return ErrNotBuilt, whose text says what to
+// install and how to build. The libibverbs backend is built with
+//
+//	apt-get install libibverbs-dev rdma-core   # headers, libibverbs, providers
+//	go build -tags hwverbs ./...               # cgo must be enabled
+//
+// and needs libibverbs1 and the provider of the device (ibverbs-providers
+// on Debian) where it runs. All the C code is in one file
+// (ibverbs_cgo.go); stub.go, with the complementary build constraint,
+// stands in for it otherwise, as Go's os/user does. Built is true in the
+// libibverbs build.
+//
+// # Memory
+//
+// The NIC reads and writes registered memory by its virtual address
+// while the program runs, so that memory must neither move nor be freed
+// while registered. RegMR accepts both kinds of buffer:
+//
+//   - memory from Alloc, mapped with mmap outside the Go heap: the
+//     garbage collector never sees it; Free unmaps it after Dereg;
+//   - ordinary Go memory (make([]byte, n)): RegMR pins the buffer's
+//     backing array with a runtime.Pinner for the region's lifetime, and
+//     Dereg (or Device.Close) unpins it. Go's collector does not move
+//     heap objects and a pinned object is not freed, which is what the
+//     cgo pointer rules ask of memory C keeps using after a call.
+//
+// Close the device (or Dereg every region) before dropping it: a pinned
+// buffer whose Pinner becomes unreachable makes the runtime panic.
+//
+// Only C memory crosses into libibverbs on the data path: each QP, SRQ
+// and CQ owns preallocated C arrays of work requests, scatter/gather
+// elements and completions, PostSend, PostRecv and Poll translate into
+// them and call a small C function that posts or polls a whole batch.
+// They allocate nothing in Go.
+//
+// # GIDs
+//
+// A RoCE port has a table of GIDs: on rxe, index 0 holds the link-local
+// IPv6 address made from the MAC and index 1 the IPv4-mapped address of
+// the interface. Open chooses one the way perftest does (the first
+// IPv4-mapped GID, then RoCE v2 over v1), unless Config names an index or
+// an address. goroce's verbs number GIDs as the software device does, in
+// which index 0 is the device's own GID, so hwverbs maps index 0 (of
+// Device.GID, AHAttr.SGIDIndex and the address vector of Modify) to the
+// chosen entry, and any other index to that entry of the table;
+// Device.GIDIndex reports the table index behind index 0.
+//
+// # Events
+//
+// Each device runs one goroutine. It turns completion events
+// (ibv_get_cq_event on the device's completion channel, each acknowledged
+// at once with ibv_ack_cq_events) into a value on the CQ's C() channel,
+// and asynchronous events (ibv_get_async_event) into Device.Events.
+// Close stops it and waits for it.
+//
+// # Errors
+//
+// An ibv call that fails returns an *Error holding the errno and, where
+// one fits, the verbs sentinel error (verbs.ErrQueueFull for a full
+// queue, verbs.ErrBusy for a PD still in use, …), so errors.Is works with
+// both.
+//
+// # UD
+//
+// Address handles always carry a GRH, as RoCE needs. A UD receive buffer
+// starts with the 40-byte GRH area the device fills in (for IPv4, 20 zero
+// bytes then the IPv4 header), so a receive for an MTU-sized message
+// needs MTU+40 bytes.
+package hwverbs

@@ -1,0 +1,327 @@
+package hwverbs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"syscall"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// Interface checks: every object implements its verbs interface, in both
+// builds.
+var (
+	_ verbs.Device = (*Device)(nil)
+	_ verbs.PD     = (*PD)(nil)
+	_ verbs.MR     = (*MR)(nil)
+	_ verbs.CQ     = (*CQ)(nil)
+	_ verbs.QP     = (*QP)(nil)
+	_ verbs.SRQ    = (*SRQ)(nil)
+	_ verbs.AH     = (*AH)(nil)
+)
+
+// Config says how Open sets a device up. A nil *Config, or a zero field,
+// means the default.
+type Config struct {
+	// Port is the port number; default 1.
+	Port uint8
+	// GIDIndex, when above 0, is the GID table index to use.
+	GIDIndex int
+	// GIDAddr, when valid and GIDIndex is 0, selects the GID table entry
+	// that holds this address (IPv4 or IPv6), as rdma_cm selects one for
+	// a bound address.
+	GIDAddr netip.Addr
+	// Logger receives state changes at Debug level and dropped events at
+	// Warn; nil discards.
+	Logger *slog.Logger
+}
+
+// Errors of Open.
+var (
+	// ErrNotBuilt means the program was built without the libibverbs
+	// backend.
+	ErrNotBuilt = errors.New("hwverbs: built without libibverbs support: " +
+		"install libibverbs-dev and rdma-core (Debian/Ubuntu: apt-get install libibverbs-dev rdma-core), " +
+		"then build with cgo enabled and `go build -tags hwverbs`")
+	// ErrNoDevice means libibverbs found no RDMA device, or none of the
+	// requested name.
+	ErrNoDevice = errors.New("hwverbs: no RDMA device: install rdma-core and the provider library " +
+		"(ibverbs-providers), load the device's driver, or create a soft-RoCE device with " +
+		"`rdma link add rxe0 type rxe netdev eth0`")
+	// ErrNoGID means the port has no usable GID (no IP address on the
+	// interface, or none matching Config).
+	ErrNoGID = errors.New("hwverbs: no usable GID on the port")
+	// ErrUnsupported means the operation exists in goroce's verbs but not
+	// through libibverbs (a GSI QP, which the kernel owns).
+	ErrUnsupported = errors.New("hwverbs: not supported through libibverbs")
+)
+
+// Error is a failed libibverbs call. It wraps the errno and, where one
+// fits, the verbs sentinel error, so that errors.Is matches either.
+type Error struct {
+	// Op is the libibverbs function, such as "ibv_modify_qp".
+	Op string
+	// Errno is what the call returned or left in errno.
+	Errno syscall.Errno
+	// Kind is the verbs sentinel error the errno means here, or nil.
+	Kind error
+	// Detail says more, when hwverbs knows more (may be empty).
+	Detail string
+}
+
+// Error says which call failed, what that means, and the errno.
+func (e *Error) Error() string {
+	s := "hwverbs: " + e.Op + ": "
+	if e.Kind != nil {
+		s += e.Kind.Error() + " (" + e.Errno.Error() + ")"
+	} else {
+		s += e.Errno.Error()
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Unwrap returns the sentinel error, if any, and the errno.
+func (e *Error) Unwrap() []error {
+	if e.Kind != nil {
+		return []error{e.Kind, e.Errno}
+	}
+	return []error{e.Errno}
+}
+
+// errKinds maps errnos to the verbs sentinel errors, per libibverbs call.
+var errKinds = map[string]map[syscall.Errno]error{
+	"ibv_post_send":       {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR},
+	"ibv_post_recv":       {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR},
+	"ibv_post_srq_recv":   {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR},
+	"ibv_create_qp":       {syscall.EINVAL: verbs.ErrInvalidCap},
+	"ibv_create_cq":       {syscall.EINVAL: verbs.ErrInvalidCap},
+	"ibv_create_srq":      {syscall.EINVAL: verbs.ErrInvalidCap},
+	"ibv_create_ah":       {syscall.EINVAL: verbs.ErrInvalidAttr},
+	"ibv_reg_mr":          {syscall.EINVAL: verbs.ErrInvalidAttr},
+	"ibv_modify_qp":       {syscall.EINVAL: verbs.ErrInvalidAttr},
+	"ibv_modify_srq":      {syscall.EINVAL: verbs.ErrInvalidAttr},
+	"ibv_dealloc_pd":      {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_destroy_cq":      {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_destroy_srq":     {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_destroy_qp":      {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_destroy_ah":      {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_dereg_mr":        {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_query_gid":       {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.ENODATA: verbs.ErrInvalidAttr},
+	"ibv_req_notify_cq":   {},
+	"ibv_get_async_event": {},
+}
+
+// errnoError returns the *Error of a failed call. A negative errno (some
+// providers return -errno) is taken as positive; 0 becomes EIO, since the
+// call failed without saying why.
+func errnoError(op string, errno syscall.Errno) *Error {
+	if int(errno) < 0 {
+		errno = -errno
+	}
+	if errno == 0 {
+		errno = syscall.EIO
+	}
+	return &Error{Op: op, Errno: errno, Kind: errKinds[op][errno]}
+}
+
+// gidEntry is one GID table entry as Open reads it.
+type gidEntry struct {
+	index int
+	gid   [16]byte
+	roce2 bool // RoCE v2 (IP/UDP) rather than v1 or IB
+}
+
+// chooseGID returns the table index of the GID to use: the one c names,
+// else the first IPv4-mapped entry, preferring RoCE v2 (perftest's
+// choice, which rdma-core's tools and rxe's IPv4 setups share).
+func chooseGID(entries []gidEntry, c *Config) (int, error) {
+	switch {
+	case c.GIDIndex > 0:
+		for _, e := range entries {
+			if e.index == c.GIDIndex {
+				return e.index, nil
+			}
+		}
+		return 0, fmt.Errorf("%w: index %d is empty or out of range", ErrNoGID, c.GIDIndex)
+	case c.GIDAddr.IsValid():
+		want := verbs.GIDFromAddr(c.GIDAddr)
+		for _, e := range entries {
+			if e.gid == want {
+				return e.index, nil
+			}
+		}
+		return 0, fmt.Errorf("%w: no entry holds %v", ErrNoGID, c.GIDAddr)
+	}
+	best, bestScore := -1, -1
+	for _, e := range entries {
+		if e.gid == ([16]byte{}) {
+			continue
+		}
+		score := 0
+		if netip.AddrFrom16(e.gid).Is4In6() {
+			score += 2
+		}
+		if e.roce2 {
+			score++
+		}
+		if score > bestScore {
+			best, bestScore = e.index, score
+		}
+	}
+	if best < 0 {
+		return 0, ErrNoGID
+	}
+	return best, nil
+}
+
+// tableIndex maps a GID index of goroce's verbs to the port's table:
+// 0 is the device's chosen entry, any other index is itself.
+func tableIndex(verbsIndex, chosen int) int {
+	if verbsIndex == 0 {
+		return chosen
+	}
+	return verbsIndex
+}
+
+// verbsIndex maps a table index back: the chosen entry is 0.
+func verbsIndex(table, chosen int) int {
+	if table == chosen {
+		return 0
+	}
+	return table
+}
+
+// modifyRule is one QP state transition of IBTA Vol. 1 §10.3.1 and
+// §11.2.5.3: the attributes it requires and those it also allows, for
+// RC, UC and UD.
+type modifyRule struct {
+	from, to verbs.QPState
+	req, opt [3]verbs.AttrMask
+}
+
+const (
+	altPath  = verbs.AttrAltPath | verbs.AttrPathMigState
+	rtsOptRC = verbs.AttrCurState | verbs.AttrAccessFlags | altPath | verbs.AttrMinRNRTimer
+	rtsOptUC = verbs.AttrCurState | verbs.AttrAccessFlags | altPath
+	rtsOptUD = verbs.AttrCurState | verbs.AttrQKey
+	initRC   = verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+	initUD   = verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey
+)
+
+var modifyRules = []modifyRule{
+	{from: verbs.StateReset, to: verbs.StateInit, req: [3]verbs.AttrMask{initRC, initRC, initUD}},
+	{from: verbs.StateInit, to: verbs.StateInit, opt: [3]verbs.AttrMask{initRC, initRC, initUD}},
+	{from: verbs.StateInit, to: verbs.StateRTR,
+		req: [3]verbs.AttrMask{
+			verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer,
+			verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN, 0},
+		opt: [3]verbs.AttrMask{
+			altPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
+			altPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
+			verbs.AttrPKeyIndex | verbs.AttrQKey}},
+	{from: verbs.StateRTR, to: verbs.StateRTS,
+		req: [3]verbs.AttrMask{
+			verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN | verbs.AttrMaxQPRDAtomic,
+			verbs.AttrSQPSN, verbs.AttrSQPSN},
+		opt: [3]verbs.AttrMask{rtsOptRC, rtsOptUC, rtsOptUD}},
+	{from: verbs.StateRTS, to: verbs.StateRTS, opt: [3]verbs.AttrMask{rtsOptRC, rtsOptUC, rtsOptUD}},
+	{from: verbs.StateSQD, to: verbs.StateRTS, opt: [3]verbs.AttrMask{rtsOptRC, rtsOptUC, rtsOptUD}},
+	{from: verbs.StateRTS, to: verbs.StateSQD, opt: [3]verbs.AttrMask{
+		verbs.AttrEnSQDAsyncNotfy, verbs.AttrEnSQDAsyncNotfy, verbs.AttrEnSQDAsyncNotfy}},
+	{from: verbs.StateSQD, to: verbs.StateSQD, opt: [3]verbs.AttrMask{
+		verbs.AttrPort | verbs.AttrAV | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
+			verbs.AttrMaxQPRDAtomic | verbs.AttrMaxDestRDAtomic | altPath | verbs.AttrAccessFlags |
+			verbs.AttrPKeyIndex | verbs.AttrMinRNRTimer,
+		verbs.AttrPort | verbs.AttrAV | altPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
+		verbs.AttrPKeyIndex | verbs.AttrQKey}},
+	{from: verbs.StateSQE, to: verbs.StateRTS, opt: [3]verbs.AttrMask{
+		0, verbs.AttrCurState | verbs.AttrAccessFlags, verbs.AttrCurState | verbs.AttrQKey}},
+}
+
+// classifyModify explains why the device refused a modification with
+// EINVAL, when the transition table can: an invalid transition, or a
+// required attribute missing, or one the transition does not take. It
+// returns nil when the mask is right, so the value itself was refused.
+func classifyModify(typ verbs.QPType, cur, next verbs.QPState, mask verbs.AttrMask) error {
+	t := -1
+	switch typ {
+	case verbs.RC:
+		t = 0
+	case verbs.UC:
+		t = 1
+	case verbs.UD:
+		t = 2
+	}
+	if t < 0 || cur > verbs.StateErr || next > verbs.StateErr {
+		return nil
+	}
+	if next == verbs.StateReset || next == verbs.StateErr {
+		return nil // allowed from any state, with no attributes to check
+	}
+	if cur == verbs.StateSQE && t == 0 {
+		return fmt.Errorf("%w: an RC QP has no SQE state", verbs.ErrInvalidTransition)
+	}
+	for _, r := range modifyRules {
+		if r.from != cur || r.to != next {
+			continue
+		}
+		allowed := r.req[t] | r.opt[t] | verbs.AttrState | verbs.AttrCurState
+		if miss := r.req[t] &^ mask; miss != 0 {
+			return fmt.Errorf("%w: %v to %v needs %v", verbs.ErrMissingAttr, cur, next, miss)
+		}
+		if extra := mask &^ allowed; extra != 0 {
+			return fmt.Errorf("%w: %v to %v does not take %v", verbs.ErrExtraAttr, cur, next, extra)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %v to %v", verbs.ErrInvalidTransition, cur, next)
+}
+
+// checkSendOp reports whether a QP of type typ takes opcode op.
+func checkSendOp(typ verbs.QPType, op verbs.WROpcode) error {
+	switch typ {
+	case verbs.UD:
+		if op != verbs.OpSend && op != verbs.OpSendImm {
+			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalidWR, op)
+		}
+	case verbs.UC:
+		if op != verbs.OpSend && op != verbs.OpSendImm && op != verbs.OpWrite && op != verbs.OpWriteImm &&
+			op != verbs.OpLocalInv {
+			return fmt.Errorf("%w: %v on a UC QP", verbs.ErrInvalidWR, op)
+		}
+	default:
+		if !op.Valid() {
+			return fmt.Errorf("%w: opcode %v", verbs.ErrInvalidWR, op)
+		}
+	}
+	return nil
+}
+
+// eventType maps an ibv_event_type to goroce's; ok is false for the
+// events goroce does not name (port, GID and device events).
+func eventType(ibv int) (verbs.EventType, bool) {
+	switch ibv {
+	case 0:
+		return verbs.EventCQErr, true
+	case 1:
+		return verbs.EventQPFatal, true
+	case 2:
+		return verbs.EventQPReqErr, true
+	case 3:
+		return verbs.EventQPAccessErr, true
+	case 4:
+		return verbs.EventCommEstablished, true
+	case 5:
+		return verbs.EventSQDrained, true
+	case 15:
+		return verbs.EventSRQLimitReached, true
+	case 16:
+		return verbs.EventLastWQEReached, true
+	}
+	return 0, false
+}
