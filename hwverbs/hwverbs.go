@@ -196,111 +196,19 @@ func verbsIndex(table, chosen int) int {
 	return table
 }
 
-// modifyRule is one QP state transition of IBTA Vol. 1 §10.3.1 and
-// §11.2.5.3: the attributes it requires and those it also allows, for
-// RC, UC and UD.
-type modifyRule struct {
-	from, to verbs.QPState
-	req, opt [3]verbs.AttrMask
-}
-
-const (
-	altPath  = verbs.AttrAltPath | verbs.AttrPathMigState
-	rtsOptRC = verbs.AttrCurState | verbs.AttrAccessFlags | altPath | verbs.AttrMinRNRTimer
-	rtsOptUC = verbs.AttrCurState | verbs.AttrAccessFlags | altPath
-	rtsOptUD = verbs.AttrCurState | verbs.AttrQKey
-	initRC   = verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
-	initUD   = verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey
-)
-
-var modifyRules = []modifyRule{
-	{from: verbs.StateReset, to: verbs.StateInit, req: [3]verbs.AttrMask{initRC, initRC, initUD}},
-	{from: verbs.StateInit, to: verbs.StateInit, opt: [3]verbs.AttrMask{initRC, initRC, initUD}},
-	{from: verbs.StateInit, to: verbs.StateRTR,
-		req: [3]verbs.AttrMask{
-			verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer,
-			verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN, 0},
-		opt: [3]verbs.AttrMask{
-			altPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
-			altPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
-			verbs.AttrPKeyIndex | verbs.AttrQKey}},
-	{from: verbs.StateRTR, to: verbs.StateRTS,
-		req: [3]verbs.AttrMask{
-			verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN | verbs.AttrMaxQPRDAtomic,
-			verbs.AttrSQPSN, verbs.AttrSQPSN},
-		opt: [3]verbs.AttrMask{rtsOptRC, rtsOptUC, rtsOptUD}},
-	{from: verbs.StateRTS, to: verbs.StateRTS, opt: [3]verbs.AttrMask{rtsOptRC, rtsOptUC, rtsOptUD}},
-	{from: verbs.StateSQD, to: verbs.StateRTS, opt: [3]verbs.AttrMask{rtsOptRC, rtsOptUC, rtsOptUD}},
-	{from: verbs.StateRTS, to: verbs.StateSQD, opt: [3]verbs.AttrMask{
-		verbs.AttrEnSQDAsyncNotfy, verbs.AttrEnSQDAsyncNotfy, verbs.AttrEnSQDAsyncNotfy}},
-	{from: verbs.StateSQD, to: verbs.StateSQD, opt: [3]verbs.AttrMask{
-		verbs.AttrPort | verbs.AttrAV | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
-			verbs.AttrMaxQPRDAtomic | verbs.AttrMaxDestRDAtomic | altPath | verbs.AttrAccessFlags |
-			verbs.AttrPKeyIndex | verbs.AttrMinRNRTimer,
-		verbs.AttrPort | verbs.AttrAV | altPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
-		verbs.AttrPKeyIndex | verbs.AttrQKey}},
-	{from: verbs.StateSQE, to: verbs.StateRTS, opt: [3]verbs.AttrMask{
-		0, verbs.AttrCurState | verbs.AttrAccessFlags, verbs.AttrCurState | verbs.AttrQKey}},
-}
-
 // classifyModify explains why the device refused a modification with
 // EINVAL, when the transition table can: an invalid transition, or a
 // required attribute missing, or one the transition does not take. It
 // returns nil when the mask is right, so the value itself was refused.
 func classifyModify(typ verbs.QPType, cur, next verbs.QPState, mask verbs.AttrMask) error {
-	t := -1
-	switch typ {
-	case verbs.RC:
-		t = 0
-	case verbs.UC:
-		t = 1
-	case verbs.UD:
-		t = 2
-	}
-	if t < 0 || cur > verbs.StateErr || next > verbs.StateErr {
-		return nil
-	}
 	if next == verbs.StateReset || next == verbs.StateErr {
 		return nil // allowed from any state, with no attributes to check
 	}
-	if cur == verbs.StateSQE && t == 0 {
-		return fmt.Errorf("%w: an RC QP has no SQE state", verbs.ErrInvalidTransition)
-	}
-	for _, r := range modifyRules {
-		if r.from != cur || r.to != next {
-			continue
-		}
-		allowed := r.req[t] | r.opt[t] | verbs.AttrState | verbs.AttrCurState
-		if miss := r.req[t] &^ mask; miss != 0 {
-			return fmt.Errorf("%w: %v to %v needs %v", verbs.ErrMissingAttr, cur, next, miss)
-		}
-		if extra := mask &^ allowed; extra != 0 {
-			return fmt.Errorf("%w: %v to %v does not take %v", verbs.ErrExtraAttr, cur, next, extra)
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: %v to %v", verbs.ErrInvalidTransition, cur, next)
+	return verbs.CheckModify(typ, cur, next, mask)
 }
 
 // checkSendOp reports whether a QP of type typ takes opcode op.
-func checkSendOp(typ verbs.QPType, op verbs.WROpcode) error {
-	switch typ {
-	case verbs.UD:
-		if op != verbs.OpSend && op != verbs.OpSendImm {
-			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalidWR, op)
-		}
-	case verbs.UC:
-		if op != verbs.OpSend && op != verbs.OpSendImm && op != verbs.OpWrite && op != verbs.OpWriteImm &&
-			op != verbs.OpLocalInv {
-			return fmt.Errorf("%w: %v on a UC QP", verbs.ErrInvalidWR, op)
-		}
-	default:
-		if !op.Valid() {
-			return fmt.Errorf("%w: opcode %v", verbs.ErrInvalidWR, op)
-		}
-	}
-	return nil
-}
+func checkSendOp(typ verbs.QPType, op verbs.WROpcode) error { return verbs.CheckSendOp(typ, op) }
 
 // eventType maps an ibv_event_type to goroce's; ok is false for the
 // events goroce does not name (port, GID and device events).

@@ -199,7 +199,7 @@ func TestClassifyModify(t *testing.T) {
 		{"RC from SQE", verbs.RC, verbs.StateSQE, verbs.StateRTS, verbs.AttrState, verbs.ErrInvalidTransition},
 		{"UC from SQE", verbs.UC, verbs.StateSQE, verbs.StateRTS, verbs.AttrState, nil},
 		{"RTS to SQD with notify", verbs.RC, verbs.StateRTS, verbs.StateSQD, verbs.AttrState | verbs.AttrEnSQDAsyncNotfy, nil},
-		{"GSI", verbs.GSI, verbs.StateReset, verbs.StateRTS, 0, nil},
+		{"GSI reset to RTS", verbs.GSI, verbs.StateReset, verbs.StateRTS, verbs.AttrState, verbs.ErrInvalidTransition},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := classifyModify(c.typ, c.cur, c.next, c.mask)

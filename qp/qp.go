@@ -205,86 +205,6 @@ func (q *QP) Destroy() error {
 	return nil
 }
 
-// transition is one allowed state change: the attributes it requires and
-// those it allows, per QP type, as ibv_modify_qp checks them (the table of
-// ib_modify_qp_is_ok in the Linux kernel, after IBTA Vol. 1 §11.2.5.3).
-type transition struct {
-	valid    bool
-	req, opt [4]verbs.AttrMask // indexed by Type - 1: RC, UC, UD, GSI
-}
-
-var transitions [verbs.StateErr + 1][verbs.StateErr + 1]transition
-
-func init() {
-	const (
-		rc, uc, ud, gsi = 0, 1, 2, 3
-		alt             = verbs.AttrAltPath | verbs.AttrPathMigState
-	)
-	set := func(from, to verbs.QPState, req, opt [4]verbs.AttrMask) {
-		transitions[from][to] = transition{valid: true, req: req, opt: opt}
-	}
-	for s := verbs.StateReset; s <= verbs.StateErr; s++ {
-		if s != verbs.StateReset {
-			set(s, verbs.StateErr, [4]verbs.AttrMask{}, [4]verbs.AttrMask{})
-		}
-		set(s, verbs.StateReset, [4]verbs.AttrMask{}, [4]verbs.AttrMask{})
-	}
-	set(verbs.StateReset, verbs.StateInit, [4]verbs.AttrMask{
-		rc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
-		uc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
-		ud:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey,
-		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
-	}, [4]verbs.AttrMask{})
-	set(verbs.StateInit, verbs.StateInit, [4]verbs.AttrMask{}, [4]verbs.AttrMask{
-		rc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
-		uc:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags,
-		ud:  verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey,
-		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
-	})
-	set(verbs.StateInit, verbs.StateRTR, [4]verbs.AttrMask{
-		rc: verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer,
-		uc: verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN,
-	}, [4]verbs.AttrMask{
-		rc:  verbs.AttrAltPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
-		uc:  verbs.AttrAltPath | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
-		ud:  verbs.AttrPKeyIndex | verbs.AttrQKey,
-		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
-	})
-	set(verbs.StateRTR, verbs.StateRTS, [4]verbs.AttrMask{
-		rc:  verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN | verbs.AttrMaxQPRDAtomic,
-		uc:  verbs.AttrSQPSN,
-		ud:  verbs.AttrSQPSN,
-		gsi: verbs.AttrSQPSN,
-	}, [4]verbs.AttrMask{
-		rc:  verbs.AttrCurState | alt | verbs.AttrAccessFlags | verbs.AttrMinRNRTimer,
-		uc:  verbs.AttrCurState | alt | verbs.AttrAccessFlags,
-		ud:  verbs.AttrCurState | verbs.AttrQKey,
-		gsi: verbs.AttrCurState | verbs.AttrQKey,
-	})
-	rts := [4]verbs.AttrMask{
-		rc:  verbs.AttrCurState | verbs.AttrAccessFlags | alt | verbs.AttrMinRNRTimer,
-		uc:  verbs.AttrCurState | verbs.AttrAccessFlags | alt,
-		ud:  verbs.AttrCurState | verbs.AttrQKey,
-		gsi: verbs.AttrCurState | verbs.AttrQKey,
-	}
-	set(verbs.StateRTS, verbs.StateRTS, [4]verbs.AttrMask{}, rts)
-	set(verbs.StateSQD, verbs.StateRTS, [4]verbs.AttrMask{}, rts)
-	n := verbs.AttrEnSQDAsyncNotfy
-	set(verbs.StateRTS, verbs.StateSQD, [4]verbs.AttrMask{}, [4]verbs.AttrMask{n, n, n, n})
-	set(verbs.StateSQD, verbs.StateSQD, [4]verbs.AttrMask{}, [4]verbs.AttrMask{
-		rc: verbs.AttrPort | verbs.AttrAV | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRDAtomic |
-			verbs.AttrMaxDestRDAtomic | alt | verbs.AttrAccessFlags | verbs.AttrPKeyIndex | verbs.AttrMinRNRTimer,
-		uc:  verbs.AttrPort | verbs.AttrAV | alt | verbs.AttrAccessFlags | verbs.AttrPKeyIndex,
-		ud:  verbs.AttrPKeyIndex | verbs.AttrQKey,
-		gsi: verbs.AttrPKeyIndex | verbs.AttrQKey,
-	})
-	set(verbs.StateSQE, verbs.StateRTS, [4]verbs.AttrMask{}, [4]verbs.AttrMask{
-		uc:  verbs.AttrCurState | verbs.AttrAccessFlags,
-		ud:  verbs.AttrCurState | verbs.AttrQKey,
-		gsi: verbs.AttrCurState | verbs.AttrQKey,
-	})
-}
-
 // Modify changes the QP's attributes and state, with the rules of
 // ibv_modify_qp: each transition requires some attributes and allows
 // others. A refused modification changes nothing.
@@ -307,17 +227,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	if next > verbs.StateErr {
 		return fmt.Errorf("%w: state %v", verbs.ErrInvalidAttr, next)
 	}
-	tr := transitions[cur][next]
-	if !tr.valid {
-		return fmt.Errorf("%w: %v to %v", verbs.ErrInvalidTransition, cur, next)
-	}
-	t := q.typ - 1
-	req, opt := tr.req[t], tr.opt[t]|verbs.AttrState|verbs.AttrCurState
-	if miss := req &^ mask; miss != 0 {
-		return fmt.Errorf("%w: %v to %v needs %v", verbs.ErrMissingAttr, cur, next, miss)
-	}
-	if extra := mask &^ (req | opt); extra != 0 {
-		return fmt.Errorf("%w: %v to %v does not take %v", verbs.ErrExtraAttr, cur, next, extra)
+	if err := verbs.CheckModify(q.typ, cur, next, mask); err != nil {
+		return err
 	}
 	if err := q.checkAttr(attr, mask); err != nil {
 		return err
@@ -554,24 +465,15 @@ func (q *QP) postSend(wrs []verbs.SendWR) error {
 
 func (q *QP) checkSendWR(wr *verbs.SendWR) error {
 	op := wr.Opcode
-	switch q.typ {
-	case verbs.UD, verbs.GSI:
-		if op != verbs.OpSend && op != verbs.OpSendImm {
-			return fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalidWR, op)
-		}
+	if err := verbs.CheckSendOp(q.typ, op); err != nil {
+		return err
+	}
+	if q.typ == verbs.UD || q.typ == verbs.GSI {
 		if wr.AH == nil {
 			return fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalidWR)
 		}
 		if wr.RemoteQPN > bth.MaxQPN {
 			return fmt.Errorf("%w: remote QPN %#x", verbs.ErrInvalidWR, wr.RemoteQPN)
-		}
-	case verbs.UC:
-		if op != verbs.OpSend && op != verbs.OpSendImm && op != verbs.OpWrite && op != verbs.OpWriteImm && op != verbs.OpLocalInv {
-			return fmt.Errorf("%w: %v on a UC QP", verbs.ErrInvalidWR, op)
-		}
-	case verbs.RC:
-		if !op.Valid() {
-			return fmt.Errorf("%w: opcode %v", verbs.ErrInvalidWR, op)
 		}
 	}
 	if len(wr.SGL) > q.sq.maxSGE {

@@ -1,0 +1,121 @@
+package verbs
+
+import "fmt"
+
+// transition is one allowed QP state change: the attributes it requires
+// and those it allows, per QP type (IBTA Vol. 1 §10.3.1 and §11.2.5.3; the
+// table ib_modify_qp_is_ok checks in the Linux kernel).
+type transition struct {
+	valid    bool
+	req, opt [4]AttrMask // indexed by QPType - 1: RC, UC, UD, GSI
+}
+
+var transitions = func() (t [StateErr + 1][StateErr + 1]transition) {
+	const (
+		rc, uc, ud, gsi = 0, 1, 2, 3
+		alt             = AttrAltPath | AttrPathMigState
+	)
+	set := func(from, to QPState, req, opt [4]AttrMask) {
+		t[from][to] = transition{valid: true, req: req, opt: opt}
+	}
+	for s := StateReset; s <= StateErr; s++ {
+		if s != StateReset {
+			set(s, StateErr, [4]AttrMask{}, [4]AttrMask{})
+		}
+		set(s, StateReset, [4]AttrMask{}, [4]AttrMask{})
+	}
+	init := [4]AttrMask{
+		rc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		uc:  AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		ud:  AttrPKeyIndex | AttrPort | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	}
+	set(StateReset, StateInit, init, [4]AttrMask{})
+	set(StateInit, StateInit, [4]AttrMask{}, init)
+	set(StateInit, StateRTR, [4]AttrMask{
+		rc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRDAtomic | AttrMinRNRTimer,
+		uc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN,
+	}, [4]AttrMask{
+		rc:  AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
+		uc:  AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
+		ud:  AttrPKeyIndex | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	})
+	rts := [4]AttrMask{
+		rc:  AttrCurState | AttrAccessFlags | alt | AttrMinRNRTimer,
+		uc:  AttrCurState | AttrAccessFlags | alt,
+		ud:  AttrCurState | AttrQKey,
+		gsi: AttrCurState | AttrQKey,
+	}
+	set(StateRTR, StateRTS, [4]AttrMask{
+		rc:  AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRDAtomic,
+		uc:  AttrSQPSN,
+		ud:  AttrSQPSN,
+		gsi: AttrSQPSN,
+	}, rts)
+	set(StateRTS, StateRTS, [4]AttrMask{}, rts)
+	set(StateSQD, StateRTS, [4]AttrMask{}, rts)
+	n := AttrEnSQDAsyncNotfy
+	set(StateRTS, StateSQD, [4]AttrMask{}, [4]AttrMask{n, n, n, n})
+	set(StateSQD, StateSQD, [4]AttrMask{}, [4]AttrMask{
+		rc: AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic |
+			AttrMaxDestRDAtomic | alt | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer,
+		uc:  AttrPort | AttrAV | alt | AttrAccessFlags | AttrPKeyIndex,
+		ud:  AttrPKeyIndex | AttrQKey,
+		gsi: AttrPKeyIndex | AttrQKey,
+	})
+	set(StateSQE, StateRTS, [4]AttrMask{}, [4]AttrMask{
+		uc:  AttrCurState | AttrAccessFlags,
+		ud:  AttrCurState | AttrQKey,
+		gsi: AttrCurState | AttrQKey,
+	})
+	return t
+}()
+
+// CheckModify checks a modification of a QP of type typ from state cur
+// with the attributes in mask (AttrState in it names the next state
+// next), by the rules of ibv_modify_qp: each transition requires some
+// attributes and allows others. It returns an error wrapping
+// ErrInvalidTransition, ErrMissingAttr or ErrExtraAttr, or nil. It checks
+// the mask only, not the values.
+func CheckModify(typ QPType, cur, next QPState, mask AttrMask) error {
+	if typ < RC || typ > GSI {
+		return fmt.Errorf("%w: QP type %v", ErrInvalidAttr, typ)
+	}
+	if cur > StateErr || next > StateErr {
+		return fmt.Errorf("%w: state %v to %v", ErrInvalidAttr, cur, next)
+	}
+	tr := transitions[cur][next]
+	if !tr.valid || typ == RC && cur == StateSQE {
+		return fmt.Errorf("%w: %v to %v", ErrInvalidTransition, cur, next)
+	}
+	req, opt := tr.req[typ-1], tr.opt[typ-1]|AttrState|AttrCurState
+	if miss := req &^ mask; miss != 0 {
+		return fmt.Errorf("%w: %v to %v needs %v", ErrMissingAttr, cur, next, miss)
+	}
+	if extra := mask &^ (req | opt); extra != 0 {
+		return fmt.Errorf("%w: %v to %v does not take %v", ErrExtraAttr, cur, next, extra)
+	}
+	return nil
+}
+
+// CheckSendOp reports whether a QP of type typ takes send work requests
+// with opcode op: UD only SENDs (with or without immediate), UC no READ,
+// atomics or SEND with invalidate.
+func CheckSendOp(typ QPType, op WROpcode) error {
+	switch typ {
+	case UD, GSI:
+		if op != OpSend && op != OpSendImm {
+			return fmt.Errorf("%w: %v on a UD QP", ErrInvalidWR, op)
+		}
+	case UC:
+		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && op != OpLocalInv {
+			return fmt.Errorf("%w: %v on a UC QP", ErrInvalidWR, op)
+		}
+	default:
+		if !op.Valid() {
+			return fmt.Errorf("%w: opcode %v", ErrInvalidWR, op)
+		}
+	}
+	return nil
+}
