@@ -232,6 +232,20 @@ func (m *MR) Rekey() (uint32, error) {
 	return m.key, nil
 }
 
+// Sync waits for accesses under way and orders the engine's accesses to
+// the region and the caller's on either side of it. A program that, in
+// the same process, reads memory the engine wrote on a peer's behalf (an
+// RDMA WRITE from a device whose completion it polled), or writes memory
+// a peer's device is about to read through the engine, calls it in
+// between: the completion or request that links the two may have
+// travelled through the kernel's sockets, where Go's memory model (and
+// the race detector) cannot see it. Programs with one device per process
+// do not need it.
+func (m *MR) Sync() {
+	m.mu.Lock()
+	m.mu.Unlock()
+}
+
 // LKey returns the local key.
 func (m *MR) LKey() uint32 {
 	m.mu.RLock()

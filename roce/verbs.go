@@ -167,3 +167,13 @@ func MTUFromBytes(n int) (MTU, bool) { return verbs.MTUFromBytes(n) }
 // GIDFromAddr returns the RoCEv2 GID of an IP address: the address itself
 // for IPv6, the IPv4-mapped address for IPv4.
 func GIDFromAddr(a netip.Addr) [16]byte { return verbs.GIDFromAddr(a) }
+
+// CheckModify checks a QP modification's attribute mask by the rules of
+// ibv_modify_qp (verbs.CheckModify).
+func CheckModify(typ QPType, cur, next QPState, mask AttrMask) error {
+	return verbs.CheckModify(typ, cur, next, mask)
+}
+
+// CheckSendOp reports whether a QP of type typ takes send opcode op
+// (verbs.CheckSendOp).
+func CheckSendOp(typ QPType, op WROpcode) error { return verbs.CheckSendOp(typ, op) }

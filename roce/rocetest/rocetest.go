@@ -122,6 +122,7 @@ func EveryOperation(t testing.TB, da, db roce.Device) {
 				off = uint64(i) * 8192
 			}
 		}
+		Sync(rb)
 		if !bytes.Equal(rb.Bytes()[off:off+n], src) {
 			t.Fatalf("%v: data differs", wr.Opcode)
 		}
@@ -138,6 +139,7 @@ func EveryOperation(t testing.TB, da, db roce.Device) {
 	}
 	// Atomics on an 8-byte counter.
 	binary.NativeEndian.PutUint64(rb.Bytes()[512000:], 40)
+	Sync(rb)
 	res := []roce.SGE{{Addr: a.buf.Addr() + 600000, Length: 8, LKey: a.buf.LKey()}}
 	for _, wr := range []roce.SendWR{
 		{Opcode: roce.OpAtomicFetchAdd, CompareAdd: 2},
@@ -154,7 +156,79 @@ func EveryOperation(t testing.TB, da, db roce.Device) {
 	if got := binary.NativeEndian.Uint64(a.buf.Bytes()[600000:]); got != 42 {
 		t.Fatalf("compare-and-swap found %d", got)
 	}
+	Sync(rb)
 	if got := binary.NativeEndian.Uint64(rb.Bytes()[512000:]); got != 99 {
 		t.Fatalf("counter is %d", got)
+	}
+}
+
+// Stream connects an RC QP on da to one on db, then keeps depth requests
+// of op and size in flight from da to db for b.N requests, and reports
+// throughput (b.SetBytes) and allocations. Every completion is checked;
+// data is not, to measure the stack rather than the test.
+func Stream(b *testing.B, da, db roce.Device, op roce.WROpcode, size, depth int) {
+	a, z := NewSide(b, da, roce.RC), NewSide(b, db, roce.RC)
+	p := &roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
+	if err := roce.Connect(a.qp, z.Remote(b, 0), p); err != nil {
+		b.Fatal(err)
+	}
+	if err := roce.Connect(z.qp, a.Remote(b, 0), p); err != nil {
+		b.Fatal(err)
+	}
+	if size*depth > a.buf.Len() {
+		b.Fatalf("%d x %d bytes do not fit the %d-byte buffers", depth, size, a.buf.Len())
+	}
+	wr := []roce.SendWR{{Opcode: op, Flags: roce.Signaled, SGL: make([]roce.SGE, 1)}}
+	rwr := []roce.RecvWR{{SGL: make([]roce.SGE, 1)}}
+	wcs := make([]roce.WC, 64)
+	posted, done := 0, 0
+	post := func() {
+		off := uint64(posted%depth) * uint64(size)
+		if op == roce.OpSend {
+			rwr[0].SGL[0] = roce.SGE{Addr: z.buf.Addr() + off, Length: uint32(size), LKey: z.buf.LKey()}
+			if err := z.qp.PostRecv(rwr); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wr[0].ID = uint64(posted)
+		wr[0].SGL[0] = roce.SGE{Addr: a.buf.Addr() + off, Length: uint32(size), LKey: a.buf.LKey()}
+		wr[0].RemoteAddr, wr[0].RKey = z.buf.Addr()+off, z.buf.RKey()
+		if err := a.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		posted++
+	}
+	run := func(n int) {
+		for done < n {
+			for posted < n && posted < done+depth {
+				post()
+			}
+			if op == roce.OpSend {
+				z.cq.Poll(wcs)
+			}
+			k := a.cq.Poll(wcs)
+			for i := range wcs[:k] {
+				if wcs[i].Status != roce.Success {
+					b.Fatalf("completion %v", &wcs[i])
+				}
+			}
+			done += k
+		}
+	}
+	run(4 * depth)
+	posted, done = 0, 0
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	run(b.N)
+}
+
+// Sync orders the engine's accesses to mr and the test's, when the
+// backend offers it (see mr.MR.Sync): a test that reads the memory a peer
+// device wrote, or writes memory a peer device will read, runs both
+// devices in one process, and the packets between them cross the kernel.
+func Sync(mr roce.MR) {
+	if s, ok := mr.(interface{ Sync() }); ok {
+		s.Sync()
 	}
 }

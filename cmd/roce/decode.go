@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	gplayers "github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+const decodeUsage = "[--json | --flows] FILE... (- for standard input)"
+
+// decodeMode selects what roce decode prints.
+type decodeMode int
+
+const (
+	modeText  decodeMode = iota // one line per RoCE packet
+	modeJSON                    // one JSON object per RoCE packet
+	modeFlows                   // totals per flow direction
+)
+
+// runDecode is the decode command: roce decode [--json|--flows] FILE...
+//
+// It reads pcap and pcapng files (the format is told by its magic number;
+// "-" is standard input) of link type Ethernet (with 802.1Q tags), Linux
+// SLL, Linux SLL2 or raw IP, and prints the RoCEv2 packets among their
+// frames, numbered as in the file, with the time since its first frame.
+// Frames that are not RoCE are skipped (--flows counts them); a RoCE frame
+// that does not decode is printed as malformed, with the reason, and
+// decoding goes on. A file that is not a capture, ends in the middle of a
+// record or has another link type is one error line and exit status 1.
+//
+// The default output is a line per packet:
+//
+//	FRAME TIME SRC:PORT -> DST:PORT OPCODE qp=DESTQP psn=PSN FLAGS [pad=N] [headers] [MAD ...] payload=LEN icrc=ok|BAD|truncated
+//
+// where FLAGS holds A (AckReq), S (solicited event), M (MigReq), F (FECN)
+// and B (BECN), or '.' for each bit not set. The ICRC is computed from the
+// frame's IP header and compared with the packet's; "truncated" means the
+// capture kept too little of the packet to check it. payload is the real
+// payload length, from the UDP length when the capture cut the packet.
+//
+// --json prints the same as one JSON object per line (numbers, 64-bit ones
+// included, as JSON numbers; icrc is the four ICRC bytes read big-endian,
+// as Wireshark shows them). --flows prints totals per flow direction
+// (source and destination address, destination QP): packets, bytes,
+// messages per operation, acknowledgements by kind, retransmitted requests
+// (a request PSN seen before, or inside the PSNs of an earlier READ's
+// responses), resent READ responses and ICRC failures.
+func runDecode(args []string, stdout, stderr io.Writer) int {
+	return decodeMain(args, os.Stdin, stdout, stderr)
+}
+
+// decodeMain is runDecode with the standard input given, for tests.
+func decodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object per RoCE packet")
+	flows := fs.Bool("flows", false, "print per-flow totals (source, destination, destination QP)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: roce decode %s\n\n", decodeUsage)
+		fmt.Fprintln(stderr, "Reads pcap and pcapng captures (Ethernet, Linux SLL and SLL2, raw IP) and prints")
+		fmt.Fprintln(stderr, "their RoCEv2 packets (UDP port 4791). Flags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	files := fs.Args()
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "roce decode: no capture file given (use - for standard input)")
+		fs.Usage()
+		return exitUsage
+	}
+	if *asJSON && *flows {
+		fmt.Fprintln(stderr, "roce decode: --json and --flows cannot be used together")
+		return exitUsage
+	}
+	mode := modeText
+	switch {
+	case *asJSON:
+		mode = modeJSON
+	case *flows:
+		mode = modeFlows
+	}
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	code := exitOK
+	for _, name := range files {
+		err := decodeFile(name, stdin, mode, len(files) > 1, out)
+		if ferr := out.Flush(); ferr != nil && err == nil {
+			err = ferr
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "roce decode: %v\n", err)
+			code = exitFailure
+		}
+	}
+	return code
+}
+
+// decodeFile decodes one capture file (or standard input for "-").
+func decodeFile(name string, stdin io.Reader, mode decodeMode, many bool, out io.Writer) error {
+	var r io.Reader
+	label := name
+	if name == "-" {
+		r, label = stdin, "<stdin>"
+	} else {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r = f
+	}
+	var sink recordSink
+	fileKey := ""
+	if many {
+		fileKey = label
+	}
+	switch mode {
+	case modeJSON:
+		sink = newJSONSink(out, fileKey)
+	case modeFlows:
+		sink = newFlowSink(out)
+	default:
+		sink = newTextSink(out)
+	}
+	if many && mode != modeJSON {
+		fmt.Fprintf(out, "# %s\n", filepath.Base(label))
+	}
+	err := decodeCapture(r, sink)
+	if ferr := sink.finish(); ferr != nil && err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	return nil
+}
+
+// Errors about the capture file as a whole.
+var (
+	errNotCapture      = errors.New("not a pcap or pcapng capture")
+	errUnsupportedLink = errors.New("unsupported link type")
+	errTruncatedFile   = errors.New("capture file ends in the middle of a record")
+)
+
+// packetSource is what pcapgo's Reader and NgReader have in common.
+type packetSource interface {
+	ZeroCopyReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+	LinkType() gplayers.LinkType
+}
+
+// Magic numbers at the start of capture files.
+const (
+	magicPcapMicro = 0xa1b2c3d4
+	magicPcapNano  = 0xa1b23c4d
+	magicPcapng    = 0x0a0d0d0a // section header block type
+	magicGzip      = 0x1f8b
+)
+
+// openCapture detects the format of r by its magic number and returns a
+// reader for it.
+func openCapture(r io.Reader) (packetSource, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, err := br.Peek(4)
+	if len(head) < 4 {
+		if err == nil || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: only %d bytes", errNotCapture, len(head))
+		}
+		return nil, err
+	}
+	le, be := binary.LittleEndian.Uint32(head), binary.BigEndian.Uint32(head)
+	switch {
+	case le == magicPcapMicro || be == magicPcapMicro || le == magicPcapNano || be == magicPcapNano ||
+		binary.BigEndian.Uint16(head) == magicGzip:
+		pr, err := pcapgo.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("bad pcap file header: %w", readErr(err))
+		}
+		return pr, nil
+	case be == magicPcapng:
+		nr, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		if err != nil {
+			return nil, fmt.Errorf("bad pcapng file: %w", readErr(err))
+		}
+		return nr, nil
+	}
+	return nil, fmt.Errorf("%w: it starts with % x", errNotCapture, head)
+}
+
+// readErr turns the end of input in the middle of a structure into
+// errTruncatedFile.
+func readErr(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return errTruncatedFile
+	}
+	return err
+}
+
+// linkLayer returns the gopacket layer type that a frame of link type lt
+// starts with; raw IP (101) is told apart by the IP version.
+func linkLayer(lt gplayers.LinkType, data []byte) (gopacket.LayerType, error) {
+	switch lt {
+	case gplayers.LinkTypeEthernet:
+		return gplayers.LayerTypeEthernet, nil
+	case gplayers.LinkTypeLinuxSLL:
+		return gplayers.LayerTypeLinuxSLL, nil
+	case gplayers.LinkTypeLinuxSLL2:
+		return gplayers.LayerTypeLinuxSLL2, nil
+	case gplayers.LinkTypeIPv4:
+		return gplayers.LayerTypeIPv4, nil
+	case gplayers.LinkTypeIPv6:
+		return gplayers.LayerTypeIPv6, nil
+	case gplayers.LinkTypeRaw:
+		if len(data) > 0 && data[0]>>4 == 6 {
+			return gplayers.LayerTypeIPv6, nil
+		}
+		return gplayers.LayerTypeIPv4, nil
+	}
+	return gopacket.LayerTypeZero, fmt.Errorf("%w %d (%v); roce decode reads Ethernet (1), Linux SLL (113), "+
+		"Linux SLL2 (276) and raw IP (101, 228, 229)", errUnsupportedLink, int(lt), lt)
+}
+
+// maxFrames bounds the frames read from one capture.
+const maxFrames = 1<<31 - 1
+
+// decodeCapture reads every frame of the capture in r and hands what it
+// decodes to sink.
+func decodeCapture(r io.Reader, sink recordSink) error {
+	src, err := openCapture(r)
+	if err != nil {
+		return err
+	}
+	// A pcap file has one link type, checked here; a pcapng file gives
+	// one per interface, with each packet.
+	if _, ok := src.(*pcapgo.Reader); ok {
+		if _, err := linkLayer(src.LinkType(), nil); err != nil {
+			return err
+		}
+	}
+	dec := newPacketDecoder()
+	var start time.Time
+	var rec packetRecord
+	for frame := 1; frame <= maxFrames; frame++ {
+		data, ci, err := src.ZeroCopyReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(readErr(err), errTruncatedFile) {
+				return fmt.Errorf("%w (after frame %d)", errTruncatedFile, frame-1)
+			}
+			return fmt.Errorf("frame %d: %w", frame, err)
+		}
+		lt := src.LinkType()
+		if len(ci.AncillaryData) > 0 {
+			if l, ok := ci.AncillaryData[0].(gplayers.LinkType); ok {
+				lt = l
+			}
+		}
+		layer, err := linkLayer(lt, data)
+		if err != nil {
+			return fmt.Errorf("frame %d: %w", frame, err)
+		}
+		if frame == 1 {
+			start = ci.Timestamp
+		}
+		rec = packetRecord{frame: frame, time: ci.Timestamp.Sub(start).Seconds(), wireLen: ci.Length}
+		dec.decode(data, layer, &rec)
+		sink.add(&rec)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var demoSummary = regexp.MustCompile(`verified (\d+) bytes in (\d+) operations; (\d+) packets retransmitted; (\d+) NAKs seen\n$`)
+
+// runDemoT runs roce demo with args and returns the numbers of its last
+// line: bytes verified, operations, retransmissions, NAKs.
+func runDemoT(t *testing.T, args ...string) (out string, nums [4]int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"demo"}, args...), &stdout, &stderr); code != exitOK {
+		t.Fatalf("roce demo %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	}
+	m := demoSummary.FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no summary line:\n%s", stdout.String())
+	}
+	for i := range nums {
+		nums[i], _ = strconv.Atoi(m[i+1])
+	}
+	return stdout.String() + stderr.String(), nums
+}
+
+func TestDemo(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		args  []string
+		bytes int
+		lossy bool
+	}{
+		{"udp", []string{"--count", "8", "--size", "10000"}, 5*8*10000 + 2*8*8, false},
+		{"mem", []string{"--transport", "mem", "--count", "8", "--size", "10000"}, 5*8*10000 + 2*8*8, false},
+		{"mem with faults", []string{"--transport", "mem", "--count", "16", "--size", "20000", "--mtu", "1024",
+			"--loss", "0.05", "--dup", "0.02", "--reorder", "0.02", "--seed", "7"}, 5*16*20000 + 2*16*8, true},
+		{"udp with loss", []string{"--count", "16", "--size", "20000", "--loss", "0.05", "--seed", "3"}, 5*16*20000 + 2*16*8, true},
+		{"writes only", []string{"--ops", "write,read", "--count", "4", "--size", "1"}, 8, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, n := runDemoT(t, c.args...)
+			if n[0] != c.bytes {
+				t.Errorf("verified %d bytes, want %d", n[0], c.bytes)
+			}
+			if c.lossy && n[2] == 0 {
+				t.Error("faults but no retransmissions")
+			}
+			if !c.lossy && (n[2] != 0 || n[3] != 0) {
+				t.Errorf("%d retransmissions and %d NAKs on a clean link", n[2], n[3])
+			}
+		})
+	}
+}
+
+func TestDemoTrace(t *testing.T) {
+	out, _ := runDemoT(t, "--transport", "mem", "--ops", "write", "--count", "1", "--size", "18", "-v")
+	for _, want := range []string{"server] SLOW  create RC QP", "client] DATA  post RDMA_WRITE len=18",
+		"INFO  SGE(RDMA_WRITE): addr=0x", "INFO  WR: wr_id=0 opcode=RDMA_WRITE signaled=1 num_sge=1 remote_addr=0x",
+		"INFO  WC: wr_id=0 status=SUCCESS opcode=RDMA_WRITE byte_len=18", "INFO  QP dump: qpn=17 state=RTS mtu=4096"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoUsage(t *testing.T) {
+	for _, args := range [][]string{{"--ops", "nope"}, {"--mtu", "3000"}, {"--loss", "2"}, {"--transport", "x"},
+		{"--count", "0"}, {"extra"}, {"--no-such-flag"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"demo"}, args...), &stdout, &stderr); code != exitUsage {
+			t.Errorf("demo %v: exit %d, want %d", args, code, exitUsage)
+		}
+		if !strings.Contains(stderr.String(), "roce help demo") {
+			t.Errorf("demo %v: no hint in %q", args, stderr.String())
+		}
+	}
+}

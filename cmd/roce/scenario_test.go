@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/transport/mem"
+)
+
+// scenario runs roce server and roce client for one mode in this process
+// and returns what each printed. The server serves len(clients) clients,
+// one after the other (or at once for params).
+type scenario struct {
+	mode    string
+	server  []string // extra server flags
+	clients []client
+}
+
+type client struct {
+	args  []string
+	stdin string
+}
+
+type result struct {
+	serverOut, serverErr string
+	serverErrV           error
+	clientOut            []string
+	clientErr            []error
+}
+
+func freeTCPPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func runScenario(t *testing.T, transport string, sc scenario) result {
+	t.Helper()
+	port := freeTCPPort(t)
+	rport, err := freeDemoPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memNet *mem.Network
+	if transport == "mem" {
+		memNet = mem.NewNetwork(&mem.Config{Live: true})
+		defer memNet.Close()
+	}
+	flags := func(extra ...string) *scenarioFlags {
+		var f scenarioFlags
+		fs := newFlagSet("test")
+		f.register(fs, false)
+		args := append([]string{"--mode", sc.mode, "-p", fmt.Sprint(port), "--transport", transport,
+			"--roce-port", fmt.Sprint(rport), "--timeout", "20s"}, extra...)
+		m, err := f.parse("test", fs, args, &bytes.Buffer{}, "")
+		if err != nil {
+			t.Fatalf("flags %v: %v", args, err)
+		}
+		if m.name != sc.mode {
+			t.Fatal(m.name)
+		}
+		f.sc.dev.memNet = memNet
+		if transport == "mem" && len(fs.Args()) == 0 {
+			f.sc.dev.bind = "198.18.0.1"
+		}
+		return &f
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var res result
+	sf := flags(append([]string{"--clients", fmt.Sprint(len(sc.clients))}, sc.server...)...)
+	m, _ := findMode(sc.mode)
+	var sout, serr bytes.Buffer
+	done := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		defer close(done)
+		close(ready)
+		res.serverErrV = serve(ctx, sf, m, strings.NewReader(""), &lockedBuffer{b: &sout}, &lockedBuffer{b: &serr})
+	}()
+	<-ready
+	waitListening(t, port)
+	res.clientOut = make([]string, len(sc.clients))
+	res.clientErr = make([]error, len(sc.clients))
+	var wg sync.WaitGroup
+	for i, c := range sc.clients {
+		cf := flags(c.args...)
+		if transport == "mem" {
+			cf.sc.dev.bind = fmt.Sprintf("198.18.0.%d", 10+i)
+		}
+		run := func() {
+			var out bytes.Buffer
+			res.clientErr[i] = dial(ctx, cf, m, "127.0.0.1", strings.NewReader(c.stdin), &out, &bytes.Buffer{})
+			res.clientOut[i] = out.String()
+		}
+		if sc.mode == "params" {
+			wg.Add(1)
+			go func() { defer wg.Done(); run() }()
+		} else {
+			run()
+		}
+	}
+	wg.Wait()
+	<-done
+	res.serverOut, res.serverErr = sout.String(), serr.String()
+	return res
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func waitListening(t *testing.T, port int) {
+	for range 200 {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the server does not listen")
+}
+
+func TestScenarios(t *testing.T) {
+	cases := []struct {
+		sc        scenario
+		client    []string // in the client's output, in order
+		server    []string // in the server's output
+		clientErr string   // an error the client must end with
+	}{
+		{scenario{mode: "reqresp", clients: []client{{args: []string{"-n", "50", "-s", "ping"}}}},
+			[]string{"50 requests answered; round trip µs: min"}, []string{"served 50 requests"}, ""},
+		{scenario{mode: "writeread", clients: []client{{args: []string{"-s", "hello world 789"}}}},
+			[]string{"Passed string is : hello world 789 , with count 15", "The client is connected successfully",
+				"buffer attr, addr: 0x", "SUCCESS, source and destination buffers match", "Client resource clean up is complete"},
+			[]string{"A new connection is accepted from", "The client has requested buffer length of : 15 bytes",
+				"A disconnect event is received from the client...", "Server shut-down is complete"}, ""},
+		{scenario{mode: "write-imm", clients: []client{{args: []string{"-s", "notify me", "--imm", "0x1234", "-n", "2"}}}},
+			[]string{"RDMA_WRITE_WITH_IMM of 9 bytes, imm=0x00001234: done", "imm=0x00001235: done"},
+			[]string{`RECV notified: imm=0x00001234, 9 bytes written: "notify me"`, `RECV notified: imm=0x00001235`}, ""},
+		{scenario{mode: "send", clients: []client{{stdin: "Hello, RDMA!\nsecond\n"}}},
+			[]string{"Server acknowledged", "Server acknowledged"}, []string{"Received: Hello, RDMA!", "Received: second"}, ""},
+		{scenario{mode: "write", clients: []client{{stdin: "Writing directly to server memory\nmore\n"}}},
+			[]string{"Message sent successfully", "Message sent successfully"},
+			[]string{"Received via RDMA WRITE: Writing directly to server memory", "Received via RDMA WRITE: more"}, ""},
+		{scenario{mode: "read", server: []string{"--text", "Hello from server memory!"},
+			clients: []client{{stdin: "0 5\n6 9\n3 100\nx\n"}}},
+			[]string{"Read data (6 bytes from position 0): Hello ", "Read data (4 bytes from position 6): from",
+				"range 3-100 is outside the server's 25 bytes (0-24)", "want two numbers: START END"},
+			[]string{"Stored 25 bytes", "A disconnect event is received"}, ""},
+		{scenario{mode: "lambda", clients: []client{{args: []string{"--fn", "wordcount", "-s", "one two three"}}}},
+			[]string{"wordcount(13 bytes) = 3"}, []string{`call "CALL wordcount 13" -> OK 1`}, ""},
+		{scenario{mode: "lambda", clients: []client{{args: []string{"--fn", "sum", "-s", "1 2 3 40"}}}},
+			[]string{"sum(32 bytes) = 46"}, nil, ""},
+		{scenario{mode: "lambda", clients: []client{{args: []string{"--fn", "rm-rf", "-s", "x"}}}},
+			nil, []string{`-> ERR unknown function`}, `the server refused: unknown function "rm-rf"`},
+		{scenario{mode: "lambda", clients: []client{{args: []string{"--fn", "upper", "-s", strings.Repeat("a", 3000)}}}},
+			nil, nil, "arguments of 3000 bytes exceed the 2048-byte argument region"},
+		{scenario{mode: "params", server: []string{"--dim", "4"}, clients: []client{
+			{args: []string{"-n", "3", "--dim", "4", "--id", "0"}}, {args: []string{"-n", "3", "--dim", "4", "--id", "1"}}}},
+			[]string{"iteration 2: weights"}, []string{"final weights after 6 steps: [0.9910 0.9820 0.9730 0.9640]"}, ""},
+	}
+	for _, transport := range []string{"mem", "udp"} {
+		for _, c := range cases {
+			name := c.sc.mode
+			if c.clientErr != "" {
+				name += "/refused"
+			}
+			t.Run(transport+"/"+name, func(t *testing.T) {
+				res := runScenario(t, transport, c.sc)
+				out := res.clientOut[0]
+				if c.clientErr != "" {
+					if res.clientErr[0] == nil || !strings.Contains(res.clientErr[0].Error(), c.clientErr) {
+						t.Fatalf("client error %v, want %q\n%s", res.clientErr[0], c.clientErr, out)
+					}
+				} else if res.clientErr[0] != nil {
+					t.Fatalf("client: %v\n%s\nserver: %v\n%s%s", res.clientErr[0], out, res.serverErrV, res.serverOut, res.serverErr)
+				}
+				if res.serverErrV != nil && c.clientErr == "" {
+					t.Fatalf("server: %v\n%s%s", res.serverErrV, res.serverOut, res.serverErr)
+				}
+				containsInOrder(t, "client", out, c.client)
+				containsInOrder(t, "server", res.serverOut, c.server)
+			})
+		}
+	}
+}
+
+func containsInOrder(t *testing.T, who, out string, want []string) {
+	t.Helper()
+	rest := out
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Fatalf("%s output lacks %q (in order):\n%s", who, w, out)
+		}
+		rest = rest[i+len(w):]
+	}
+}
+
+func TestScenarioModeMismatch(t *testing.T) {
+	port := freeTCPPort(t)
+	rport, _ := freeDemoPort()
+	mk := func(mode string, extra ...string) (*scenarioFlags, *mode) {
+		var f scenarioFlags
+		fs := newFlagSet("test")
+		f.register(fs, false)
+		m, err := f.parse("test", fs, append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport)}, extra...), &bytes.Buffer{}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &f, m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sf, sm := mk("read", "--text", "x")
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ctx, sf, sm, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}) }()
+	waitListening(t, port)
+	cf, cm := mk("send")
+	err := dial(ctx, cf, cm, "127.0.0.1", strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+	want := "mode mismatch: the server runs --mode read, the client asked for --mode send"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("client: %v", err)
+	}
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("server: %v", err)
+	}
+}

@@ -1,0 +1,543 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/roce"
+)
+
+// session is one connected end of a client/server scenario: a QP towards
+// the peer, a registered buffer, and what the peer told about its own.
+type session struct {
+	role string
+	dev  roce.Device
+	pd   roce.PD
+	cq   roce.CQ
+	qp   roce.QP
+	mr   roce.MR
+	log  *slog.Logger
+	spin time.Duration
+
+	// The peer's buffer, from the exchange.
+	peer bufInfo
+	// Extra key=value pairs of the peer's hello (scenario parameters).
+	extra map[string]string
+	// The TCP connection of the exchange, kept open: its end is the
+	// session's end.
+	conn net.Conn
+	done chan struct{} // closed when the peer hangs up
+	// ownDev: the session opened the device and closes it (the client);
+	// a server's sessions share the listener's.
+	ownDev bool
+}
+
+// bufInfo is a registered buffer as the peer may address it.
+type bufInfo struct {
+	addr uint64
+	rkey uint32
+	len  uint32
+}
+
+func (b bufInfo) String() string {
+	return fmt.Sprintf("addr: %#x, len: %d, stag: %#x", b.addr, b.len, b.rkey)
+}
+
+// hello is what each side sends over TCP before the QPs connect.
+type hello struct {
+	mode  string
+	qpn   uint32
+	psn   uint32
+	gid   [16]byte
+	buf   bufInfo
+	mtu   int
+	extra map[string]string
+}
+
+const helloVersion = "goroce-session/1"
+
+func (h *hello) marshal() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s mode=%s qpn=%x psn=%x gid=%x addr=%x rkey=%x len=%d mtu=%d",
+		helloVersion, h.mode, h.qpn, h.psn, h.gid[:], h.buf.addr, h.buf.rkey, h.buf.len, h.mtu)
+	for k, v := range h.extra {
+		fmt.Fprintf(&b, " %s=%s", k, v)
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+func parseHello(line string) (*hello, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return nil, errors.New("empty hello")
+	}
+	if f[0] == "error" {
+		return nil, &peerError{strings.TrimSpace(strings.TrimPrefix(line, "error"))}
+	}
+	if f[0] != helloVersion {
+		return nil, fmt.Errorf("the peer does not speak %s (it sent %.40q)", helloVersion, line)
+	}
+	h := &hello{extra: map[string]string{}}
+	for _, kv := range f[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("malformed hello field %q", kv)
+		}
+		var err error
+		num := func(base int, bits int) uint64 {
+			n, e := strconv.ParseUint(v, base, bits)
+			if e != nil && err == nil {
+				err = fmt.Errorf("hello field %s=%q: %w", k, v, e)
+			}
+			return n
+		}
+		switch k {
+		case "mode":
+			h.mode = v
+		case "qpn":
+			h.qpn = uint32(num(16, 24))
+		case "psn":
+			h.psn = uint32(num(16, 24))
+		case "gid":
+			b, e := hex.DecodeString(v)
+			if e != nil || len(b) != 16 {
+				return nil, fmt.Errorf("hello field gid=%q is not 16 hex bytes", v)
+			}
+			copy(h.gid[:], b)
+		case "addr":
+			h.buf.addr = num(16, 64)
+		case "rkey":
+			h.buf.rkey = uint32(num(16, 32))
+		case "len":
+			h.buf.len = uint32(num(10, 32))
+		case "mtu":
+			h.mtu = int(num(10, 16))
+		default:
+			h.extra[k] = v
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// peerError is an error the peer reported in the exchange.
+type peerError struct{ msg string }
+
+func (e *peerError) Error() string { return "the peer refused: " + e.msg }
+
+// sessionConfig is what both roles need to set a session up.
+type sessionConfig struct {
+	dev     devFlags
+	mode    string
+	port    int
+	mtu     int
+	bufSize int               // bytes of the local buffer
+	extra   map[string]string // parameters for the peer
+	timeout time.Duration     // bound on the exchange and every wait
+	spin    time.Duration     // busy-poll time before blocking on a CQ
+	recvs   [][2]int          // receives (offset, length) posted before the exchange
+	prepare func(*session)    // runs on a server session before the client hears back
+}
+
+// openSession opens a device and sets a session up on it (the client).
+func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logger) (*session, error) {
+	dev, err := c.dev.open(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	s, err := newSession(c, role, dev, pd, log)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	s.ownDev = true
+	return s, nil
+}
+
+// newSession makes the CQ, QP and buffer of a session on dev and pd.
+func newSession(c *sessionConfig, role string, dev roce.Device, pd roce.PD, log *slog.Logger) (*session, error) {
+	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin, done: make(chan struct{})}
+	step(log, roce.StepControl, "set up CQ, QP and a %d-byte buffer", c.bufSize)
+	var err error
+	if s.cq, err = dev.CreateCQ(256); err != nil {
+		return nil, err
+	}
+	if s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: roce.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+		s.cq.Destroy()
+		return nil, err
+	}
+	if s.mr, err = s.pd.RegMR(make([]byte, max(c.bufSize, 64)), roce.LocalWrite|roce.RemoteAccess); err != nil {
+		s.qp.Destroy()
+		s.cq.Destroy()
+		return nil, err
+	}
+	if err := roce.ModifyToInit(s.qp, nil); err != nil {
+		s.freeResources()
+		return nil, err
+	}
+	for i, r := range c.recvs {
+		if err := s.postRecv(uint64(i), r[0], r[1]); err != nil {
+			s.freeResources()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *session) hello(mode string, mtu int, extra map[string]string) *hello {
+	gid, _ := s.dev.GID(0)
+	return &hello{mode: mode, qpn: s.qp.QPN(), psn: rand.Uint32() & 0xFFFFFF, gid: gid,
+		buf: bufInfo{s.mr.Addr(), s.mr.RKey(), uint32(s.mr.Len())}, mtu: mtu, extra: extra}
+}
+
+// connect moves the QP to RTS towards the peer of the exchange.
+func (s *session) connect(mine, theirs *hello) error {
+	mtu, _ := roce.MTUFromBytes(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
+	p := &roce.ConnParams{MTU: mtu, PSN: mine.psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
+	step(s.log, roce.StepControl, "connect QP %d to the peer's QP %d (path MTU %d)", s.qp.QPN(), theirs.qpn, mtu.Bytes())
+	if err := roce.Connect(s.qp, &roce.Remote{QPN: theirs.qpn, PSN: theirs.psn, GID: theirs.gid}, p); err != nil {
+		return err
+	}
+	s.peer, s.extra = theirs.buf, theirs.extra
+	return nil
+}
+
+// watch closes s.done when the TCP connection of the exchange ends: the
+// peer has gone.
+func (s *session) watch() {
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, err := s.conn.Read(buf); err != nil {
+				close(s.done)
+				return
+			}
+		}
+	}()
+}
+
+// close tears the session down.
+func (s *session) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.ownDev {
+		s.dev.Close()
+		return
+	}
+	s.freeResources()
+}
+
+func (s *session) freeResources() {
+	s.qp.Destroy()
+	s.mr.Dereg()
+	s.cq.Destroy()
+}
+
+// errPeerGone means the peer ended the session.
+var errPeerGone = errors.New("the peer disconnected")
+
+// wait returns the next completion, busy-polling for s.spin first and
+// then blocking, until ctx ends or the peer goes away.
+func (s *session) wait(ctx context.Context) (roce.WC, error) {
+	wc := make([]roce.WC, 1)
+	deadline := time.Now().Add(s.spin)
+	for i := 0; ; i++ {
+		if s.cq.Poll(wc) == 1 {
+			return wc[0], nil
+		}
+		if i%64 == 0 {
+			if time.Now().Before(deadline) {
+				continue
+			}
+			select {
+			case <-s.done:
+				return roce.WC{}, errPeerGone
+			case <-ctx.Done():
+				return roce.WC{}, ctx.Err()
+			default:
+			}
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			s.cq.Wait(wctx)
+			cancel()
+		}
+	}
+}
+
+// expect waits for a completion and checks its status and opcode.
+func (s *session) expect(ctx context.Context, op roce.WCOpcode) (roce.WC, error) {
+	wc, err := s.wait(ctx)
+	if err != nil {
+		return wc, err
+	}
+	if wc.Status != roce.Success {
+		return wc, fmt.Errorf("%v completed with %v", wc.Opcode, wc.Status)
+	}
+	if wc.Opcode != op {
+		return wc, fmt.Errorf("expected a %v completion, got %v", op, &wc)
+	}
+	return wc, nil
+}
+
+// sge returns the SGE for n bytes at off in the local buffer.
+func (s *session) sge(off, n int) []roce.SGE {
+	return []roce.SGE{{Addr: s.mr.Addr() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}}
+}
+
+// postRecv posts a receive of n bytes at off.
+func (s *session) postRecv(id uint64, off, n int) error {
+	return s.qp.PostRecv([]roce.RecvWR{{ID: id, SGL: s.sge(off, n)}})
+}
+
+// do posts one signaled work request and waits for its completion.
+func (s *session) do(ctx context.Context, wr roce.SendWR, op roce.WCOpcode) error {
+	wr.Flags |= roce.Signaled
+	if err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
+		return err
+	}
+	_, err := s.expect(ctx, op)
+	return err
+}
+
+// sendBytes SENDs b from off in the local buffer (after copying it there).
+func (s *session) sendBytes(ctx context.Context, off int, b []byte, imm *uint32) error {
+	copy(s.mr.Bytes()[off:], b)
+	wr := roce.SendWR{Opcode: roce.OpSend, SGL: s.sge(off, len(b))}
+	if imm != nil {
+		wr.Opcode, wr.Imm = roce.OpSendImm, *imm
+	}
+	return s.do(ctx, wr, roce.WCSend)
+}
+
+// dialSession is the client's side of the exchange.
+func dialSession(ctx context.Context, c *sessionConfig, server string, log *slog.Logger) (*session, error) {
+	host := server
+	addr := net.JoinHostPort(host, strconv.Itoa(c.port))
+	step(log, roce.StepControl, "connect to %s over TCP for the exchange", addr)
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	conn, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the server: %w", err)
+	}
+	// The device's address: --bind, or the address this host reaches the
+	// server from.
+	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	cfg, err := c.dev.config(local.String())
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	var s *session
+	if c.dev.transport == "udp" && c.dev.bind == "" && local.Is4() && local.IsLoopback() {
+		// Processes on one host need an address each: the server has
+		// 127.0.0.1, so a client takes the first free one from 127.0.0.2
+		// (the whole of 127.0.0.0/8 is loopback).
+		for a := netip.MustParseAddr("127.0.0.2"); a.As4()[3] < 64; a = a.Next() {
+			cfg.Addr = a
+			if s, err = openSession(c, "client", cfg, log); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+				break
+			}
+		}
+	} else {
+		s, err = openSession(c, "client", cfg, log)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s.conn = conn
+	mine := s.hello(c.mode, c.mtu, c.extra)
+	conn.SetDeadline(time.Now().Add(c.timeout))
+	step(log, roce.StepControl, "exchange QP info: send mine (QPN %d), read the server's", mine.qpn)
+	if _, err := conn.Write([]byte(mine.marshal())); err != nil {
+		s.close()
+		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		s.close()
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("exchange: the server closed the connection before answering")
+		}
+		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	theirs, err := parseHello(line)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	if err := s.connect(mine, theirs); err != nil {
+		s.close()
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	s.watch()
+	return s, nil
+}
+
+// sessionListener is the server's side of the exchange. It owns the
+// device; each accepted client gets a session (CQ, QP, buffer) on it.
+type sessionListener struct {
+	ln  net.Listener
+	cfg *sessionConfig
+	dev roce.Device
+	pd  roce.PD
+	log *slog.Logger
+}
+
+// listenSession opens the server's device on --bind (127.0.0.1 for the
+// udp transport when unset) and listens for clients on TCP there.
+func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error) {
+	def := ""
+	if c.dev.transport == "udp" {
+		def = "127.0.0.1"
+	}
+	cfg, err := c.dev.config(def)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Addr.IsValid() {
+		return nil, usageErr("--bind is needed with --transport %s (the address clients reach)", c.dev.transport)
+	}
+	dev, err := c.dev.open(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	host := cfg.Addr.String()
+	if c.dev.transport == "mem" {
+		host = "127.0.0.1" // the in-process network's addresses are not the host's
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(c.port)))
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	step(log, roce.StepControl, "listen on %v for the exchange; RoCE device %s", ln.Addr(), dev.Name())
+	return &sessionListener{ln: ln, cfg: c, dev: dev, pd: pd, log: log}, nil
+}
+
+// exchangeError is the failure of one client's exchange; the listener
+// goes on.
+type exchangeError struct{ err error }
+
+func (e *exchangeError) Error() string { return e.err.Error() }
+func (e *exchangeError) Unwrap() error { return e.err }
+
+// accept waits for a client and sets a session up with it. A client that
+// asks for another mode is refused with an error both sides print; such
+// failures of one client are *exchangeError.
+func (l *sessionListener) accept(ctx context.Context) (*session, error) {
+	s, err := l.accept1(ctx)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+		var ee *exchangeError
+		if !errors.As(err, &ee) {
+			err = &exchangeError{err}
+		}
+	}
+	return s, err
+}
+
+func (l *sessionListener) accept1(ctx context.Context) (*session, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	var conn net.Conn
+	var line string
+	for conn == nil {
+		ch := make(chan res, 1)
+		go func() { c, err := l.ln.Accept(); ch <- res{c, err} }()
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, fmt.Errorf("accept: %w", net.ErrClosed)
+			}
+			conn = r.c
+		case <-ctx.Done():
+			l.ln.Close()
+			return nil, ctx.Err()
+		}
+		conn.SetDeadline(time.Now().Add(l.cfg.timeout))
+		var err error
+		line, err = bufio.NewReader(conn).ReadString('\n')
+		if errors.Is(err, io.EOF) && line == "" {
+			// A connection that closed without a word (a port probe):
+			// not a client.
+			conn.Close()
+			conn = nil
+			continue
+		}
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("exchange with %v: %w", conn.RemoteAddr(), err)
+		}
+	}
+	theirs, err := parseHello(line)
+	if err != nil {
+		fmt.Fprintf(conn, "error %v\n", err)
+		conn.Close()
+		return nil, fmt.Errorf("exchange with %v: %w", conn.RemoteAddr(), err)
+	}
+	if theirs.mode != l.cfg.mode {
+		msg := fmt.Sprintf("mode mismatch: the server runs --mode %s, the client asked for --mode %s", l.cfg.mode, theirs.mode)
+		fmt.Fprintf(conn, "error %s\n", msg)
+		conn.Close()
+		return nil, errors.New(msg)
+	}
+	s, err := newSession(l.cfg, "server", l.dev, l.pd, l.log)
+	if err != nil {
+		fmt.Fprintf(conn, "error the server could not set up a QP: %v\n", err)
+		conn.Close()
+		return nil, err
+	}
+	s.conn = conn
+	if l.cfg.prepare != nil {
+		l.cfg.prepare(s)
+	}
+	mine := s.hello(l.cfg.mode, l.cfg.mtu, l.cfg.extra)
+	if err := s.connect(mine, theirs); err != nil {
+		fmt.Fprintf(conn, "error %v\n", err)
+		s.close()
+		return nil, err
+	}
+	if _, err := conn.Write([]byte(mine.marshal())); err != nil {
+		s.close()
+		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	conn.SetDeadline(time.Time{})
+	s.watch()
+	return s, nil
+}
+
+func (l *sessionListener) close() {
+	l.ln.Close()
+	l.dev.Close()
+}

@@ -1,0 +1,48 @@
+package roce_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/roce/rocetest"
+)
+
+// BenchmarkUDPStream streams RDMA WRITEs (and READs, SENDs) from one
+// device to another over loopback UDP sockets in this process, keeping
+// depth requests in flight: the engine, the transport and the kernel's
+// UDP path together.
+func BenchmarkUDPStream(b *testing.B) {
+	for _, c := range []struct {
+		op   roce.WROpcode
+		size int
+	}{
+		{roce.OpWrite, 64 << 10}, {roce.OpRead, 64 << 10}, {roce.OpSend, 64 << 10}, {roce.OpWrite, 2},
+	} {
+		b.Run(fmt.Sprintf("%v/%d", c.op, c.size), func(b *testing.B) {
+			port := freePortB(b)
+			da := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
+			db := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port})
+			rocetest.Stream(b, da, db, c.op, c.size, 16)
+		})
+	}
+}
+
+func openB(b *testing.B, c *roce.Config) roce.Device {
+	d, err := roce.Open(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+func freePortB(b *testing.B) uint16 {
+	var t testing.T
+	p := freePort(&t)
+	if t.Failed() {
+		b.Fatal("no free port")
+	}
+	return p
+}
