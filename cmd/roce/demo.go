@@ -193,7 +193,7 @@ func demo(c *demoConfig, portSet bool, stdout, stderr io.Writer) error {
 	defer client.dev.Close()
 	mtu = min(mtu, server.dev.ActiveMTU())
 	params := func(psn uint32) *roce.ConnParams {
-		return &roce.ConnParams{MTU: mtu, PSN: psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Timeout: 12}
+		return &roce.ConnParams{MTU: mtu, PSN: psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	}
 	step(log, roce.StepControl, "connect: exchange QPN, PSN and GID (in process) and move both QPs to RTS")
 	gS, _ := server.dev.GID(0)

@@ -258,11 +258,16 @@ func (s *session) freeResources() {
 // errPeerGone means the peer ended the session.
 var errPeerGone = errors.New("the peer disconnected")
 
+// peerGrace is how long a session keeps polling after the peer hung up,
+// for completions already on their way.
+const peerGrace = 200 * time.Millisecond
+
 // wait returns the next completion, busy-polling for s.spin first and
 // then blocking, until ctx ends or the peer goes away.
 func (s *session) wait(ctx context.Context) (roce.WC, error) {
 	wc := make([]roce.WC, 1)
 	deadline := time.Now().Add(s.spin)
+	var gone time.Time
 	for i := 0; ; i++ {
 		if s.cq.Poll(wc) == 1 {
 			return wc[0], nil
@@ -273,7 +278,13 @@ func (s *session) wait(ctx context.Context) (roce.WC, error) {
 			}
 			select {
 			case <-s.done:
-				return roce.WC{}, errPeerGone
+				// Completions already on their way (an ACK for our last
+				// send) still come; after that, the peer is gone.
+				if gone.IsZero() {
+					gone = time.Now()
+				} else if time.Since(gone) > peerGrace {
+					return roce.WC{}, errPeerGone
+				}
 			case <-ctx.Done():
 				return roce.WC{}, ctx.Err()
 			default:
