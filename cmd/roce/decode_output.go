@@ -344,11 +344,6 @@ type jsonMalformed struct {
 	Malformed string  `json:"malformed"`
 }
 
-// decodeCM is the hook for the CM message of a MAD: package mad's codecs
-// will fill the "cm" object of --json from the MAD data. Until they are
-// wired in it returns nil, which leaves the key out.
-func decodeCM(m *layers.MAD) any { return nil }
-
 // jsonSink prints one JSON object per line.
 type jsonSink struct {
 	w    *errWriter
