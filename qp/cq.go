@@ -3,6 +3,7 @@ package qp
 import (
 	"context"
 	"github.com/goroce/goroce/verbs"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -49,9 +50,27 @@ func (c *CQ) Len() int { return int(c.n.Load()) }
 func (c *CQ) Cap() int { return len(c.ring) }
 
 // Poll moves up to len(wc) completions, oldest first, into wc and returns
-// how many. It does not block; an empty CQ costs one atomic load.
+// how many. It does not block. On an empty CQ it yields the processor
+// (runtime.Gosched) so that the goroutines that fill CQs run even when the
+// program spins on Poll; in busy-poll mode (Config.BusyPoll) it receives
+// from the link itself instead.
 func (c *CQ) Poll(wc []verbs.WC) int {
-	if c.n.Load() == 0 || len(wc) == 0 {
+	if c.n.Load() == 0 {
+		p := c.dev.poller
+		if p == nil {
+			// A program spinning on an empty CQ would keep the
+			// goroutines that fill it from running (Go preempts a
+			// spinning goroutine only every 10 ms): give way.
+			runtime.Gosched()
+			return 0
+		}
+		// In busy-poll mode the caller receives, and handles, what is
+		// waiting on the link.
+		if p.Poll() == 0 || c.n.Load() == 0 {
+			return 0
+		}
+	}
+	if len(wc) == 0 {
 		return 0
 	}
 	c.mu.Lock()

@@ -28,6 +28,12 @@ type Config struct {
 	// AckReqEvery sets AckReq on at least every so many packets of a long
 	// message, besides the last (rxe: 64). 0 means 64.
 	AckReqEvery int
+	// BusyPoll makes a CQ.Poll that finds the CQ empty receive from the
+	// transport on the caller's goroutine first (when the transport is a
+	// transport.Poller): a program that spins on its completions then
+	// drives the whole receive path itself, with no hand-off between
+	// threads, for the lowest latency.
+	BusyPoll bool
 }
 
 // Device is a software RNIC: it owns queue pairs, completion queues and the
@@ -43,6 +49,7 @@ type Device struct {
 	maxUnacked  uint32
 	ackReqEvery uint32
 	maxPacket   int
+	poller      transport.Poller // set in busy-poll mode
 
 	qpMu    sync.Mutex // serializes QP creation and destruction
 	qps     qpTable
@@ -87,6 +94,9 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	}
 	if d.ackReqEvery == 0 {
 		d.ackReqEvery = 64
+	}
+	if p, ok := t.(transport.Poller); ok && cfg.BusyPoll {
+		d.poller = p
 	}
 	if d.maxPacket < bth.RCWriteFirst.HeaderLen()+verbs.MTU256.Bytes()+bth.ICRCLen {
 		return nil, errors.New("qp: transport packets too small for a 256-byte MTU")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/rocetest"
@@ -45,4 +46,22 @@ func freePortB(b *testing.B) uint16 {
 		b.Fatal("no free port")
 	}
 	return p
+}
+
+// BenchmarkUDPPingPong measures the round trip of a 2-byte SEND answered by
+// a SEND, over loopback UDP, with both sides' threads spinning on their
+// CQs: with busy polling each thread receives and handles its own packets.
+func BenchmarkUDPPingPong(b *testing.B) {
+	for _, busy := range []bool{false, true} {
+		b.Run(fmt.Sprintf("busypoll=%v", busy), func(b *testing.B) {
+			port := freePortB(b)
+			var bp time.Duration
+			if busy {
+				bp = time.Microsecond
+			}
+			da := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port, BusyPoll: bp})
+			db := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port, BusyPoll: bp})
+			rocetest.PingPong(b, da, db, 2)
+		})
+	}
 }

@@ -40,8 +40,10 @@ type Config struct {
 	Link transport.Transport
 	// Pcap names a file to record every packet sent and received in.
 	Pcap string
-	// BusyPoll makes the udp transport spin this long on an empty socket
-	// before sleeping: lower latency for a core.
+	// BusyPoll, when positive, puts the device in busy-poll mode: a
+	// CQ.Poll that finds the CQ empty receives from the link on the
+	// caller's goroutine first, so a program that spins on its CQ drives
+	// the receive path itself (the lowest latency, for a core).
 	BusyPoll time.Duration
 	// NoOffload turns UDP GSO and GRO off.
 	NoOffload bool
@@ -109,7 +111,8 @@ func Open(cfg *Config) (*SoftDevice, error) {
 		sd.sniff = transport.Sniff(t, w)
 		t = sd.sniff
 	}
-	d, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs})
+	d, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs,
+		BusyPoll: c.BusyPoll > 0})
 	if err != nil {
 		t.Close()
 		sd.closePcap()
@@ -130,8 +133,7 @@ func (c *Config) transport() (transport.Transport, error) {
 		if port == 0 {
 			port = 4791
 		}
-		uc := &udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: c.PeerPort, BusyPoll: c.BusyPoll,
-			Logger: c.Logger}
+		uc := &udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: c.PeerPort, Logger: c.Logger}
 		if c.NoOffload {
 			uc.GSO, uc.GRO = udp.OffloadOff, udp.OffloadOff
 		}

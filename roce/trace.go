@@ -23,8 +23,13 @@ const (
 // completion it polls, is logged to log at Info level, numbered, with the
 // attributes "step" (the number) and "kind" (StepControl, StepData or
 // StepDetail). Objects made through the wrapper are wrapped too; they work
-// with the backend as the originals do. An empty poll is not logged.
+// with the backend as the originals do. An empty poll is not logged. A
+// nil log discards. A
+// nil log discards.
 func Trace(d Device, log *slog.Logger) Device {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &traceDevice{Device: d, t: &tracer{log: log}}
 }
 

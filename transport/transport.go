@@ -50,9 +50,10 @@ type Transport interface {
 	// not RoCE, or that are malformed are counted and dropped before h.
 	Start(h Handler) error
 	// Send transmits pkts, in order, sealing each one's ICRC. It returns
-	// when the transport no longer needs the packets' memory. An error
-	// means some packets may not have been sent; RoCE's reliability
-	// recovers from that as from loss.
+	// when the transport no longer needs the packets' memory, having
+	// written into each packet the IPID and SrcPort it went out with (and
+	// Src, when it was unset). An error means some packets may not have
+	// been sent; RoCE's reliability recovers from that as from loss.
 	Send(pkts []Packet) error
 	// LocalAddr returns the IP address the transport sends from and
 	// receives on: the address behind the device's RoCEv2 GID.
@@ -68,6 +69,18 @@ type Transport interface {
 	// Close stops delivery, waits for the transport's goroutines to end
 	// and releases its resources.
 	Close() error
+}
+
+// Poller is implemented by transports that can receive on the caller's
+// goroutine. Poll takes what is waiting, without blocking, hands it to the
+// handler before it returns, and reports how many packets (or datagrams)
+// it took; 0 also when the transport's own goroutine was receiving. A
+// device in busy-poll mode calls it from an empty CQ.Poll, so that the
+// thread spinning on completions drives the receive path itself, with no
+// hand-off between threads. Receiving stays in order: the transport's
+// goroutine and pollers take turns.
+type Poller interface {
+	Poll() int
 }
 
 // Stats counts a transport's traffic. Fields are cumulative.

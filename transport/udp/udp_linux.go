@@ -42,6 +42,15 @@ type Transport struct {
 
 	mu      sync.Mutex // guards started and the start of closing
 	started bool
+
+	// rxMu makes receiving a batch and handing it over one step, taken
+	// by the receive goroutine and by pollers (Poll) in turn, so packets
+	// reach the handler in the order they came.
+	rxMu    sync.Mutex
+	rx      *rxState
+	rcv     *receiver
+	rxFD    int
+	rxRun   atomic.Bool // the receive state exists
 	closing atomic.Bool
 	wg      sync.WaitGroup
 }
@@ -242,9 +251,37 @@ func (t *Transport) Start(h transport.Handler) error {
 	rx := newRxState(t)
 	rcv := newReceiver(h, t.cfg.BatchSize, t.local.Port(), &t.stats)
 	rcv.maxPacket = t.maxPacket
+	t.rx, t.rcv = rx, rcv
+	if err := t.rc.Control(func(fd uintptr) { t.rxFD = int(fd) }); err != nil {
+		return fmt.Errorf("udp: %w", err)
+	}
+	t.rxRun.Store(true)
 	t.wg.Add(1)
 	go t.receive(rx, rcv)
 	return nil
+}
+
+// Poll receives what is waiting on the socket, without blocking, on the
+// caller's goroutine, and hands it to the handler before returning. It
+// returns the number of datagrams taken, 0 when there were none or the
+// receive goroutine was at it. A device calls it from a busy-polled CQ, so
+// that the thread that spins on its completions also drives receiving,
+// with no hand-off between threads (transport.Poller).
+func (t *Transport) Poll() int {
+	if !t.rxRun.Load() || t.closing.Load() || !t.rxMu.TryLock() {
+		return 0
+	}
+	defer t.rxMu.Unlock()
+	rx := t.rx
+	rx.reset()
+	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(t.rxFD), uintptr(unsafe.Pointer(&rx.msgs[0])),
+		uintptr(len(rx.msgs)), unix.MSG_DONTWAIT, 0, 0)
+	if e != 0 || n == 0 {
+		return 0
+	}
+	rx.n = int(n)
+	t.deliver(rx, t.rcv)
+	return int(n)
 }
 
 // Close stops delivery, closes the socket and waits for the receive
@@ -306,15 +343,22 @@ func newRxState(t *Transport) *rxState {
 	return rx
 }
 
-// read is the RawConn.Read callback: one recvmmsg, repeated while busy
-// polling. It returns false to wait in the poller.
-func (rx *rxState) read(fd uintptr) bool {
+// reset readies the message headers for a recvmmsg.
+func (rx *rxState) reset() {
 	for i := range rx.msgs {
 		h := &rx.msgs[i].hdr
 		h.Namelen = uint32(unsafe.Sizeof(sockaddr{}))
 		h.SetControllen(rxCmsgSpace)
 		h.Flags = 0
 	}
+}
+
+// read is the RawConn.Read callback: one recvmmsg, repeated while busy
+// polling. It returns false to wait in the poller, having released
+// Transport.rxMu; it returns true holding it, with a batch in rx.
+func (rx *rxState) read(fd uintptr) bool {
+	rx.t.rxMu.Lock()
+	rx.reset()
 	var spinUntil time.Time
 	for try := 0; ; try++ { // bounded by the busy-poll time and Close
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&rx.msgs[0])),
@@ -325,15 +369,18 @@ func (rx *rxState) read(fd uintptr) bool {
 			return true
 		case unix.EAGAIN:
 			if rx.busy <= 0 || rx.t.closing.Load() {
+				rx.t.rxMu.Unlock()
 				return false
 			}
 			if try == 0 {
 				spinUntil = time.Now().Add(rx.busy)
 			} else if try%64 == 0 && time.Now().After(spinUntil) {
+				rx.t.rxMu.Unlock()
 				return false
 			}
 		case unix.EINTR:
 			if try > 100 {
+				rx.t.rxMu.Unlock()
 				return false
 			}
 		default:
@@ -346,7 +393,6 @@ func (rx *rxState) read(fd uintptr) bool {
 // receive is the receive goroutine.
 func (t *Transport) receive(rx *rxState, rcv *receiver) {
 	defer t.wg.Done()
-	var meta rxMeta
 	failures := 0
 	for !t.closing.Load() {
 		if err := t.rc.Read(rx.readFn); err != nil {
@@ -355,7 +401,9 @@ func (t *Transport) receive(rx *rxState, rcv *receiver) {
 			}
 			return
 		}
+		// rx.read returned holding rxMu.
 		if rx.errno != 0 {
+			t.rxMu.Unlock()
 			// Transient socket errors (ENOMEM, ICMP errors) must not
 			// spin the loop.
 			failures++
@@ -365,27 +413,36 @@ func (t *Transport) receive(rx *rxState, rcv *receiver) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		for i := range rx.n {
-			m := &rx.msgs[i]
-			if m.hdr.Flags&unix.MSG_TRUNC != 0 {
-				rcv.malformed++
-				continue
-			}
-			src, ok := rx.names[i].get()
-			if !ok {
-				rcv.malformed++
-				continue
-			}
-			parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.hdr.Controllen)], &meta)
-			dst := meta.dst
-			if !dst.IsValid() {
-				dst = t.local.Addr()
-			}
-			src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-			rcv.datagram(rx.bufs[i][:m.n], src, dst.Unmap(), meta.tos, meta.gsoLen)
-		}
-		rcv.flush()
+		t.deliver(rx, rcv)
+		t.rxMu.Unlock()
 	}
+}
+
+// deliver checks the datagrams of the last recvmmsg and hands the packets
+// to the handler. The caller holds rxMu.
+func (t *Transport) deliver(rx *rxState, rcv *receiver) {
+	var meta rxMeta
+	for i := range rx.n {
+		m := &rx.msgs[i]
+		if m.hdr.Flags&unix.MSG_TRUNC != 0 {
+			rcv.malformed++
+			continue
+		}
+		src, ok := rx.names[i].get()
+		if !ok {
+			rcv.malformed++
+			continue
+		}
+		meta = rxMeta{}
+		parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.hdr.Controllen)], &meta)
+		dst := meta.dst
+		if !dst.IsValid() {
+			dst = t.local.Addr()
+		}
+		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+		rcv.datagram(rx.bufs[i][:m.n], src, dst.Unmap(), meta.tos, meta.gsoLen)
+	}
+	rcv.flush()
 }
 
 // txState holds Send's sendmmsg buffers; Transport.sendMu guards it.
@@ -649,3 +706,5 @@ func (t *Transport) seal(p *transport.Packet, src, dst netip.Addr, id uint16) {
 		p.Src = src
 	}
 }
+
+var _ transport.Poller = (*Transport)(nil)
