@@ -227,7 +227,9 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			PKey:   bth.DefaultPKey,
 			DestQP: q.attr.DestQPN,
 			PSN:    q.req.psn,
-			AckReq: q.typ == verbs.RC && q.ackReq(last),
+			// rxe asks for an ACK on RC (see ackReq) and, though no
+			// one answers it, on every QP1 datagram; UC and UD never.
+			AckReq: q.typ == verbs.RC && q.ackReq(last) || q.typ == verbs.GSI,
 		}
 		dest, tos := q.dest, q.attr.AH.TrafficClass
 		if q.typ == verbs.UD || q.typ == verbs.GSI {

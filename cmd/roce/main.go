@@ -43,6 +43,7 @@ var commands = []command{
 		usage: serverUsage, run: runServer},
 	{name: "client", summary: "run a client/server scenario against a roce server",
 		usage: clientUsage, run: runClient},
+	{name: "rping", summary: rpingSummary, usage: rpingUsage, run: runRping},
 	{name: "decode", summary: "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON or per-flow totals",
 		usage: decodeUsage, run: runDecode},
 }

@@ -1,0 +1,536 @@
+package cm
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/roce"
+)
+
+// Config configures an Agent. A nil *Config or zero fields mean the
+// values rdma_cm uses. It is plain data, read once by NewAgent.
+type Config struct {
+	// Logger receives state changes at Debug level; nil discards.
+	Logger *slog.Logger
+	// Clock runs the retransmission and time-wait timers; nil is the
+	// device's clock.
+	Clock clock.Clock
+	// ResponseTimeout is the CM response timeout exponent this side
+	// announces (4.096 µs × 2^t); 0 means DefaultResponseTimeout (20).
+	ResponseTimeout uint8
+	// MaxRetries is how many times the agent sends a REQ, DREQ or
+	// SIDR_REQ again before giving up; 0 means DefaultMaxRetries (15).
+	// The passive side follows the REQ's max CM retries for its REP.
+	MaxRetries uint8
+	// PacketLifeTime is the path's packet life time exponent; 0 means
+	// DefaultPacketLifeTime (18). It sets the REQ's local ACK timeout
+	// and adds twice its duration to the REQ's response timeout.
+	PacketLifeTime uint8
+	// CAGUID is the local CA GUID of the messages; 0 derives one from
+	// the device's address.
+	CAGUID uint64
+	// AgentID is the high 32 bits of the transaction IDs the agent
+	// makes, as the kernel's MAD agent number; 0 means 1.
+	AgentID uint32
+	// Receives is how many MADs the agent can hold between two passes
+	// of its receive loop; 0 means 64.
+	Receives int
+}
+
+// Stats counts what an agent did. Fields are cumulative. It is a copy,
+// owned by the caller.
+type Stats struct {
+	// Sent and Received count MADs by attribute (REQ, REP, ...); Sent
+	// includes those the GSI QP then failed to send (see SendErrors).
+	Sent, Received map[string]uint64
+	// Retransmits counts REQs, REPs, DREQs and SIDR_REQs sent again
+	// after a timeout.
+	Retransmits uint64
+	// Duplicates counts duplicate REQs, REPs and DREQs answered.
+	Duplicates uint64
+	// Timeouts counts exchanges given up after every retry.
+	Timeouts uint64
+	// Malformed counts receives that were not a CM MAD of class
+	// version 2 (wrong length, class or attribute, bad header).
+	Malformed uint64
+	// Unmatched counts messages for no known connection (dropped, or
+	// answered as the IB CM does: DREP for a DREQ).
+	Unmatched uint64
+	// BacklogFull counts REQs dropped because the listener's backlog was
+	// full; the peer retries them.
+	BacklogFull uint64
+	// SendErrors counts MADs the GSI QP refused or failed to send.
+	SendErrors uint64
+}
+
+// Agent is the connection manager of one device: it owns the device's GSI
+// QP (QP 1) and runs every listener and connection made through it. It is
+// safe for concurrent use. Close it before the device.
+type Agent struct {
+	dev  roce.Device
+	addr netip.Addr
+	gid  [16]byte
+	guid uint64
+	clk  clock.Clock
+	log  *slog.Logger
+	mtu  roce.MTU
+
+	respTimeout uint8
+	maxRetries  uint8
+	lifeTime    uint8
+	agentID     uint32
+
+	pd   roce.PD
+	cq   roce.CQ
+	gsi  roce.QP
+	rmr  roce.MR
+	nrcv int
+
+	mu         sync.Mutex
+	closed     bool
+	ahs        map[netip.Addr]roce.AH
+	conns      map[uint32]*Conn   // by local communication ID
+	remote     map[remoteID]*Conn // by the peer's communication ID and CA GUID
+	qpns       map[remoteQP]*Conn // by the peer's GID and QPN
+	ports      map[uint16]int     // source ports of active connections
+	listeners  map[uint16][]*Listener
+	dlisteners map[uint16][]*DatagramListener
+	sidr       map[uint32]*sidrQuery
+	buf        [mad.Len]byte
+
+	done chan struct{}
+	wg   sync.WaitGroup
+	ctr  counters
+}
+
+// remoteID names a connection by what the peer calls it.
+type remoteID struct {
+	commID uint32
+	guid   uint64
+}
+
+// remoteQP names a connection by the peer's queue pair.
+type remoteQP struct {
+	gid [16]byte
+	qpn uint32
+}
+
+// counters are the agent's statistics, updated atomically.
+type counters struct {
+	sent, recv                  [mad.AttrAPR + 1]atomic.Uint64
+	retransmits, duplicates     atomic.Uint64
+	timeouts, malformed         atomic.Uint64
+	unmatched, backlog, sendErr atomic.Uint64
+}
+
+// softDevice is what the agent needs of a device beyond roce.Device:
+// goroce's software device has them, hardware devices do not.
+type softDevice interface {
+	roce.Device
+	Addr() netip.Addr
+	Clock() clock.Clock
+}
+
+// NewAgent starts the connection manager of dev, which must be goroce's
+// software device (roce.Open's, possibly wrapped by roce.Trace): it
+// creates the device's GSI QP and a goroutine that serves it until Close.
+// A device has at most one agent.
+func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	sd, ok := roce.Untrace(dev).(softDevice)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotSoftware, dev.Name())
+	}
+	a := &Agent{
+		dev: dev, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
+		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
+		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives,
+		ahs: make(map[netip.Addr]roce.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
+		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
+		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
+		done: make(chan struct{}),
+	}
+	a.gid = roce.GIDFromAddr(a.addr)
+	if a.clk == nil {
+		a.clk = sd.Clock()
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.respTimeout == 0 {
+		a.respTimeout = DefaultResponseTimeout
+	}
+	if a.maxRetries == 0 {
+		a.maxRetries = DefaultMaxRetries
+	}
+	if a.lifeTime == 0 {
+		a.lifeTime = DefaultPacketLifeTime
+	}
+	if a.agentID == 0 {
+		a.agentID = 1
+	}
+	if a.guid == 0 {
+		a.guid = guidFromAddr(a.addr)
+	}
+	if a.nrcv <= 0 {
+		a.nrcv = 64
+	}
+	if a.respTimeout > mad.MaxTimeout || a.lifeTime > mad.MaxTimeout || a.maxRetries > 15 {
+		return nil, fmt.Errorf("cm: config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
+			a.respTimeout, a.lifeTime, a.maxRetries)
+	}
+	if err := a.openGSI(); err != nil {
+		a.release()
+		return nil, err
+	}
+	a.wg.Add(1)
+	go a.loop()
+	a.log.Debug("cm agent started", "dev", dev.Name(), "addr", a.addr, "guid", fmt.Sprintf("%#016x", a.guid))
+	return a, nil
+}
+
+// openGSI creates QP 1 with its CQ and receive buffers, brings it to RTS
+// and posts the receives.
+func (a *Agent) openGSI() error {
+	var err error
+	if a.pd, err = a.dev.AllocPD(); err != nil {
+		return fmt.Errorf("cm: %w", err)
+	}
+	if a.cq, err = a.dev.CreateCQ(2 * a.nrcv); err != nil {
+		return fmt.Errorf("cm: %w", err)
+	}
+	a.gsi, err = a.pd.CreateQP(&roce.QPInitAttr{Type: roce.GSI, SendCQ: a.cq, RecvCQ: a.cq,
+		Cap: roce.QPCap{MaxSendWR: 64, MaxRecvWR: uint32(a.nrcv), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}})
+	if err != nil {
+		if errors.Is(err, roce.ErrGSIExists) {
+			return fmt.Errorf("cm: device %s already has a CM agent: %w", a.dev.Name(), err)
+		}
+		return fmt.Errorf("cm: GSI QP: %w", err)
+	}
+	steps := []struct {
+		attr roce.QPAttr
+		mask roce.AttrMask
+	}{
+		{roce.QPAttr{State: roce.StateInit, QKey: mad.GSIQKey}, roce.AttrState | roce.AttrPKeyIndex | roce.AttrQKey},
+		{roce.QPAttr{State: roce.StateRTR}, roce.AttrState},
+		{roce.QPAttr{State: roce.StateRTS}, roce.AttrState | roce.AttrSQPSN},
+	}
+	for _, s := range steps {
+		if err := a.gsi.Modify(&s.attr, s.mask); err != nil {
+			return fmt.Errorf("cm: GSI QP to %v: %w", s.attr.State, err)
+		}
+	}
+	if a.rmr, err = a.pd.RegMR(make([]byte, a.nrcv*recvLen), roce.LocalWrite); err != nil {
+		return fmt.Errorf("cm: %w", err)
+	}
+	for i := range a.nrcv {
+		if err := a.postRecv(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Agent) postRecv(slot int) error {
+	err := a.gsi.PostRecv([]roce.RecvWR{{ID: uint64(slot),
+		SGL: []roce.SGE{{Addr: a.rmr.Addr() + uint64(slot*recvLen), Length: recvLen, LKey: a.rmr.LKey()}}}})
+	if err != nil {
+		return fmt.Errorf("cm: post GSI receive: %w", err)
+	}
+	return nil
+}
+
+// Addr returns the device's IP address, which the agent's connections
+// use.
+func (a *Agent) Addr() netip.Addr { return a.addr }
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() Stats {
+	s := Stats{Sent: map[string]uint64{}, Received: map[string]uint64{},
+		Retransmits: a.ctr.retransmits.Load(), Duplicates: a.ctr.duplicates.Load(), Timeouts: a.ctr.timeouts.Load(),
+		Malformed: a.ctr.malformed.Load(), Unmatched: a.ctr.unmatched.Load(), BacklogFull: a.ctr.backlog.Load(),
+		SendErrors: a.ctr.sendErr.Load()}
+	for id := range a.ctr.sent {
+		if n := a.ctr.sent[id].Load(); n != 0 {
+			s.Sent[mad.AttrName(uint16(id))] = n
+		}
+		if n := a.ctr.recv[id].Load(); n != 0 {
+			s.Received[mad.AttrName(uint16(id))] = n
+		}
+	}
+	return s
+}
+
+// Close stops the agent: listeners are closed (requests waiting for
+// Accept are rejected), connections still up get a DREQ (not waited for)
+// and end with ErrClosed, waits in progress return ErrClosed, and the GSI
+// QP is destroyed. It waits for the agent's goroutine.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	for _, ls := range a.listeners {
+		for _, l := range ls {
+			a.closeListenerLocked(l)
+		}
+	}
+	for _, ls := range a.dlisteners {
+		for _, l := range ls {
+			l.closed = true
+		}
+	}
+	clear(a.dlisteners)
+	// A connection still being decided belongs to its Accept, which
+	// releases it when it finds the agent closed.
+	release := make([]*Conn, 0, len(a.conns))
+	for _, c := range a.conns {
+		if c.state != stREQRcvd && c.state != stMRAReqSent {
+			release = append(release, c)
+		}
+		a.shutdownLocked(c)
+	}
+	for _, q := range a.sidr {
+		q.finish(nil, ErrClosed)
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+	}
+	clear(a.sidr)
+	a.closed = true
+	close(a.done)
+	a.mu.Unlock()
+	a.wg.Wait()
+	a.mu.Lock()
+	clear(a.conns)
+	clear(a.remote)
+	clear(a.qpns)
+	a.mu.Unlock()
+	for _, c := range release {
+		c.release()
+	}
+	return a.release()
+}
+
+// release frees the GSI QP and what goes with it.
+func (a *Agent) release() error {
+	var errs []error
+	if a.gsi != nil {
+		if err := a.gsi.Destroy(); err != nil && !errors.Is(err, roce.ErrDestroyed) {
+			errs = append(errs, err)
+		}
+	}
+	for _, ah := range a.ahs {
+		ah.Destroy()
+	}
+	if a.rmr != nil {
+		a.rmr.Dereg()
+	}
+	if a.cq != nil {
+		a.cq.Destroy()
+	}
+	if a.pd != nil {
+		a.pd.Dealloc()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cm: close: %w", err)
+	}
+	return nil
+}
+
+// loop serves the GSI QP's completions until Close.
+func (a *Agent) loop() {
+	defer a.wg.Done()
+	wcs := make([]roce.WC, 16)
+	for {
+		a.cq.ReqNotify(false)
+		for n := a.cq.Poll(wcs); n > 0; n = a.cq.Poll(wcs) {
+			for i := range wcs[:n] {
+				a.completion(&wcs[i])
+			}
+		}
+		select {
+		case <-a.cq.C():
+		case <-a.done:
+			return
+		}
+	}
+}
+
+// completion handles one GSI completion: a received MAD is processed and
+// its buffer posted again.
+func (a *Agent) completion(wc *roce.WC) {
+	if wc.Opcode != roce.WCRecv {
+		if wc.Status != roce.Success {
+			a.ctr.sendErr.Add(1)
+		}
+		return
+	}
+	if wc.Status != roce.Success {
+		if wc.Status != roce.WRFlushErr {
+			a.ctr.malformed.Add(1)
+			a.postRecv(int(wc.ID))
+		}
+		return
+	}
+	slot := int(wc.ID)
+	if slot < 0 || slot >= a.nrcv {
+		return
+	}
+	buf := a.rmr.Bytes()[slot*recvLen : (slot+1)*recvLen]
+	if wc.ByteLen != recvLen || wc.SrcQP != mad.GSIQPN {
+		a.ctr.malformed.Add(1)
+	} else {
+		a.receive(srcFromGRH(buf[:grhLen]), buf[grhLen:])
+	}
+	if err := a.postRecv(slot); err != nil {
+		a.log.Debug("cm: repost receive", "err", err)
+	}
+}
+
+// receive decodes and dispatches one MAD from src.
+func (a *Agent) receive(src netip.Addr, b []byte) {
+	h, m, err := mad.Decode(b)
+	if err != nil || !src.IsValid() || src.Is4() != a.addr.Is4() {
+		a.ctr.malformed.Add(1)
+		return
+	}
+	if h.AttrID < uint16(len(a.ctr.recv)) {
+		a.ctr.recv[h.AttrID].Add(1)
+	}
+	if h.Method != mad.MethodSend {
+		a.ctr.malformed.Add(1)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	switch m := m.(type) {
+	case *mad.REQ:
+		a.onREQ(src, &h, m)
+	case *mad.MRA:
+		a.onMRA(m)
+	case *mad.REJ:
+		a.onREJ(m)
+	case *mad.REP:
+		a.onREP(src, m)
+	case *mad.RTU:
+		a.onRTU(m)
+	case *mad.DREQ:
+		a.onDREQ(src, &h, m)
+	case *mad.DREP:
+		a.onDREP(m)
+	case *mad.SIDRREQ:
+		a.onSIDRREQ(src, &h, m)
+	case *mad.SIDRREP:
+		a.onSIDRREP(m)
+	default:
+		a.ctr.unmatched.Add(1)
+	}
+}
+
+// send encodes a CM MAD and sends it to QP 1 of dst; the caller holds
+// a.mu. It returns the encoded bytes (valid until the next send) for a
+// caller that keeps them to retransmit.
+func (a *Agent) send(dst netip.Addr, tid uint64, m mad.Message) []byte {
+	if err := mad.Encode(mad.CMHeader(mad.MethodSend, tid), m, a.buf[:]); err != nil {
+		// Every message is built from checked values; this is a bug.
+		a.log.Error("cm: encode", "attr", mad.AttrName(m.AttrID()), "err", err)
+		a.ctr.sendErr.Add(1)
+		return nil
+	}
+	a.sendRaw(dst, a.buf[:])
+	return a.buf[:]
+}
+
+// sendRaw sends an encoded MAD to QP 1 of dst; the caller holds a.mu.
+func (a *Agent) sendRaw(dst netip.Addr, b []byte) {
+	if len(b) != mad.Len {
+		return
+	}
+	// Counted first: the answer may come back before PostSend returns.
+	if id := uint16(b[16])<<8 | uint16(b[17]); id < uint16(len(a.ctr.sent)) {
+		a.ctr.sent[id].Add(1)
+	}
+	ah, err := a.ah(dst)
+	if err == nil {
+		err = a.gsi.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Inline, InlineData: b,
+			AH: ah, RemoteQPN: mad.GSIQPN, RemoteQKey: mad.GSIQKey}})
+	}
+	if err != nil {
+		a.ctr.sendErr.Add(1)
+		a.log.Debug("cm: send", "dst", dst, "err", err)
+	}
+}
+
+// ah returns the address handle of dst, made once; the caller holds a.mu.
+func (a *Agent) ah(dst netip.Addr) (roce.AH, error) {
+	if ah := a.ahs[dst]; ah != nil {
+		return ah, nil
+	}
+	ah, err := a.pd.CreateAH(roce.AHAttr{DGID: roce.GIDFromAddr(dst), HopLimit: hopLimit, Port: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(a.ahs) >= 4096 {
+		for k, v := range a.ahs {
+			v.Destroy()
+			delete(a.ahs, k)
+			break
+		}
+	}
+	a.ahs[dst] = ah
+	return ah, nil
+}
+
+// newLocalID returns an unused, non-zero communication ID; the caller
+// holds a.mu.
+func (a *Agent) newLocalID() uint32 {
+	for {
+		id := rand.Uint32()
+		if id != 0 && a.conns[id] == nil && a.sidr[id] == nil {
+			return id
+		}
+	}
+}
+
+// newPort returns an unused ephemeral source port; the caller holds a.mu.
+func (a *Agent) newPort() uint16 {
+	for range 1 << 16 {
+		p := uint16(ephemeralLow + rand.IntN(ephemeralHigh-ephemeralLow+1))
+		if a.ports[p] == 0 && len(a.listeners[p]) == 0 {
+			return p
+		}
+	}
+	return uint16(ephemeralLow + rand.IntN(ephemeralHigh-ephemeralLow+1))
+}
+
+// reqTimeout is how long the active side waits for an answer to its REQ:
+// twice the packet life time and the response timeout it announced, as
+// the IB CM computes it.
+func (a *Agent) reqTimeout() time.Duration {
+	return 2*cmTimeout(a.lifeTime) + cmTimeout(a.respTimeout)
+}
+
+// checkAddr checks that addr is usable as a local or remote address of
+// this agent.
+func (a *Agent) checkAddr(ip netip.Addr) error {
+	if !ip.IsValid() || ip.Unmap().Is4() != a.addr.Is4() {
+		return fmt.Errorf("%w: %v is not an address of the device's IP version (%v)", ErrAddr, ip, a.addr)
+	}
+	return nil
+}

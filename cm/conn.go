@@ -1,0 +1,855 @@
+package cm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/roce"
+)
+
+// Params are what one side brings to a connection: its QP (or how the
+// agent makes one), the RDMA READ/atomic depths it offers, its retry
+// counts and its private data. The zero value is rping's choice: one
+// outstanding READ each way, 7 retries, 7 RNR retries (forever), a QP the
+// agent creates. It is plain data, read by Dial and Accept.
+type Params struct {
+	// QP is the caller's RC QP, in RESET or INIT, whose receives can be
+	// posted before the connection exists (as rping and perftest do).
+	// nil makes the agent create one in PD with the CQs and Cap below;
+	// the connection's Close destroys what the agent created.
+	QP roce.QP
+	// PD, SendCQ and RecvCQ are used for a QP the agent creates; nil
+	// ones are created too.
+	PD             roce.PD
+	SendCQ, RecvCQ roce.CQ
+	// Cap sizes a QP the agent creates; zero means 16 work requests
+	// and one SGE each way.
+	Cap roce.QPCap
+	// ResponderResources is how many RDMA READ and atomic requests this
+	// side serves at once, InitiatorDepth how many it issues at once;
+	// each is negotiated down to the peer's matching value (0 means 1).
+	ResponderResources, InitiatorDepth uint8
+	// RetryCount and RNRRetryCount are what the peer should use towards
+	// this side (RNRRetryCount, REP) or this side's own (RetryCount,
+	// RNRRetryCount in a REQ); capped at 7, 7 meaning RNR retry forever.
+	// 0 means 7.
+	RetryCount, RNRRetryCount uint8
+	// MinRNRTimer is the QP's minimum RNR NAK timer code; 0 is what
+	// rdma_cm sets (655 ms).
+	MinRNRTimer uint8
+	// PathMTU bounds the path MTU; 0 means the device's active MTU.
+	PathMTU roce.MTU
+	// PrivateData goes to the peer: at most 56 bytes in a REQ (after
+	// rdma_cm's header), 196 in a REP.
+	PrivateData []byte
+}
+
+// ConnInfo is what a connection negotiated. It is plain data.
+type ConnInfo struct {
+	LocalCommID, RemoteCommID uint32
+	LocalQPN, RemoteQPN       uint32
+	// SendPSN is the first PSN this side sends; RecvPSN the first it
+	// expects.
+	SendPSN, RecvPSN uint32
+	// ResponderResources is the QP's max_dest_rd_atomic, InitiatorDepth
+	// its max_rd_atomic.
+	ResponderResources, InitiatorDepth uint8
+	PathMTU                            roce.MTU
+	RetryCount, RNRRetryCount          uint8
+	LocalACKTimeout                    uint8
+	RemoteCAGUID                       uint64
+	ServiceID                          uint64
+}
+
+// connState is where a connection is in the IB CM's state machine (IBTA
+// Vol. 1 §12.9.6).
+type connState uint8
+
+const (
+	stREQSent connState = iota + 1
+	stMRAReqRcvd
+	stREQRcvd
+	stMRAReqSent
+	stREPSent
+	stMRARepRcvd
+	stEstablished
+	stDREQSent
+	stTimeWait
+	stGone
+)
+
+var stateNames = [...]string{"", "REQ_SENT", "MRA_REQ_RCVD", "REQ_RCVD", "MRA_REQ_SENT", "REP_SENT",
+	"MRA_REP_RCVD", "ESTABLISHED", "DREQ_SENT", "TIMEWAIT", "GONE"}
+
+func (s connState) String() string { return stateNames[s] }
+
+// Conn is an RC connection made by Dial or Accept: a QP in RTS towards
+// the peer, and the IB CM state that goes with it. Its methods are safe
+// for concurrent use.
+type Conn struct {
+	a        *Agent
+	active   bool
+	local    netip.AddrPort
+	remote   netip.AddrPort
+	peer     netip.Addr // where the agent sends this connection's MADs
+	peerGID  [16]byte
+	qp       roce.QP
+	own      owned
+	info     ConnInfo
+	peerData []byte
+	req      *mad.REQ // passive side: the REQ, until answered
+	listener *Listener
+	params   Params
+
+	// Under a.mu.
+	state    connState
+	tid      uint64 // of the exchange in progress (REQ's, or the peer's DREQ's)
+	pending  []byte // the MAD to send again on timeout
+	timeout  time.Duration
+	tries    int
+	maxTries int
+	timer    clock.Timer
+	gen      uint64
+	hsErr    error
+	err      error
+	closeErr error
+
+	ready  chan struct{} // closed when the handshake ends, either way
+	done   chan struct{} // closed when the connection ends
+	closed chan struct{} // closed when the disconnect exchange ends
+	flags  struct{ ready, done, closed bool }
+}
+
+// owned is what the agent created for a connection and destroys with it.
+type owned struct {
+	once   sync.Once
+	qp     roce.QP
+	scq    roce.CQ
+	rcq    roce.CQ
+	pd     roce.PD
+	shared bool // scq == rcq
+}
+
+func newConn(a *Agent, active bool) *Conn {
+	return &Conn{a: a, active: active, ready: make(chan struct{}), done: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// QP returns the connection's queue pair.
+func (c *Conn) QP() roce.QP { return c.qp }
+
+// PD returns the protection domain of a QP the agent created, or nil when
+// the caller gave the QP.
+func (c *Conn) PD() roce.PD { return c.own.pd }
+
+// CQs return the completion queues of a QP the agent created (nil when
+// the caller gave the QP).
+func (c *Conn) CQs() (send, recv roce.CQ) { return c.own.scq, c.own.rcq }
+
+// LocalAddr returns this side's address and port (the listener's, or the
+// source port the active side announced).
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// RemoteAddr returns the peer's address and port.
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+
+// PrivateData returns the peer's private data: the REP's 196 bytes for
+// the active side, the 56 bytes after rdma_cm's header of the REQ for the
+// passive side (CM messages carry their whole private data area, so the
+// data is zero-padded).
+func (c *Conn) PrivateData() []byte { return c.peerData }
+
+// Info returns what the connection negotiated.
+func (c *Conn) Info() ConnInfo { return c.info }
+
+// Done returns a channel closed when the connection ends: the peer sent a
+// DREQ (Err is ErrDisconnected), Close was called, or the agent closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, or nil while it is up.
+func (c *Conn) Err() error {
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
+	return c.err
+}
+
+// Close disconnects: it moves the QP to ERR, sends a DREQ and waits for
+// the DREP, for at most the CM's retries; a connection the peer already
+// ended is only released. It then destroys what the agent created for the
+// connection. It returns nil once the peer answered (or had disconnected
+// first), and an error wrapping ErrTimeout when it never did.
+func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
+
+// CloseContext is Close bounded by ctx as well; when ctx ends first the
+// agent goes on sending the DREQ in the background until its retries run
+// out, and CloseContext returns ctx's error.
+func (c *Conn) CloseContext(ctx context.Context) error {
+	a := c.a
+	a.mu.Lock()
+	if c.state == stEstablished {
+		c.endLocked(ErrClosed)
+		a.toErr(c)
+		a.sendDREQ(c)
+	}
+	a.mu.Unlock()
+	var err error
+	select {
+	case <-c.closed:
+		a.mu.Lock()
+		err = c.closeErr
+		a.mu.Unlock()
+	case <-ctx.Done():
+		err = fmt.Errorf("cm: close %v: %w", c.remote, ctx.Err())
+	}
+	c.release()
+	return err
+}
+
+// release destroys what the agent created for the connection, once.
+func (c *Conn) release() {
+	o := &c.own
+	o.once.Do(func() {
+		if o.qp != nil {
+			o.qp.Destroy()
+		}
+		if o.scq != nil {
+			o.scq.Destroy()
+		}
+		if o.rcq != nil && !o.shared {
+			o.rcq.Destroy()
+		}
+		if o.pd != nil {
+			o.pd.Dealloc()
+		}
+	})
+}
+
+// markReady ends the handshake with err (nil: connected); the caller
+// holds a.mu.
+func (c *Conn) markReady(err error) {
+	if c.flags.ready {
+		return
+	}
+	c.flags.ready = true
+	c.hsErr = err
+	close(c.ready)
+}
+
+// endLocked ends the connection with err; the caller holds a.mu.
+func (c *Conn) endLocked(err error) {
+	if c.flags.done {
+		return
+	}
+	c.flags.done = true
+	c.err = err
+	close(c.done)
+}
+
+// closeDone ends the disconnect exchange with err; the caller holds a.mu.
+func (c *Conn) closeDone(err error) {
+	if c.flags.closed {
+		return
+	}
+	c.flags.closed = true
+	c.closeErr = err
+	close(c.closed)
+}
+
+// fail ends a connection that never got up (or a torn-down one) with
+// err: every wait returns; the caller holds a.mu.
+func (c *Conn) fail(err error) {
+	c.markReady(err)
+	c.endLocked(err)
+	c.closeDone(nil)
+}
+
+// Dial connects to a listener at addr (the peer's IP address and rdma_cm
+// TCP port) and returns the connection once the REP has come and the RTU
+// is sent. It fails with a *RejectError when the peer rejects (matching
+// ErrConnRefused when nobody listens on the port), with ErrTimeout when
+// the peer never answers the REQ, or with ctx's error.
+func (a *Agent) Dial(ctx context.Context, addr netip.AddrPort, p *Params) (*Conn, error) {
+	var pp Params
+	if p != nil {
+		pp = *p
+	}
+	dst := addr.Addr().Unmap()
+	if err := a.checkAddr(dst); err != nil {
+		return nil, err
+	}
+	if addr.Port() == 0 {
+		return nil, fmt.Errorf("%w: port 0", ErrAddr)
+	}
+	if len(pp.PrivateData) > mad.MaxREQUserData {
+		return nil, fmt.Errorf("%w: %d bytes in a REQ (at most %d)", ErrPrivateData, len(pp.PrivateData), mad.MaxREQUserData)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := newConn(a, true)
+	c.params = pp
+	c.remote = netip.AddrPortFrom(dst, addr.Port())
+	c.peer, c.peerGID = dst, roce.GIDFromAddr(dst)
+	rr, id := depth(pp.ResponderResources), depth(pp.InitiatorDepth)
+	if err := c.setupQP(&pp, rr > 0); err != nil {
+		return nil, err
+	}
+	mtu := a.mtu
+	if pp.PathMTU != 0 && pp.PathMTU < mtu {
+		mtu = pp.PathMTU
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		c.release()
+		return nil, ErrClosed
+	}
+	sport := a.newPort()
+	a.ports[sport]++
+	c.local = netip.AddrPortFrom(a.addr, sport)
+	c.info = ConnInfo{
+		LocalCommID: a.newLocalID(), LocalQPN: c.qp.QPN(), RecvPSN: rand.Uint32() & bth.PSNMask,
+		ResponderResources: rr, InitiatorDepth: id, PathMTU: mtu,
+		RetryCount: count(pp.RetryCount), RNRRetryCount: count(pp.RNRRetryCount),
+		LocalACKTimeout: ackTimeout(caACKDelay, a.lifeTime), ServiceID: mad.ServiceID(mad.PortSpaceTCP, addr.Port()),
+	}
+	req := &mad.REQ{
+		LocalCommID: c.info.LocalCommID, ServiceID: c.info.ServiceID, LocalCAGUID: a.guid,
+		LocalQPN: c.info.LocalQPN, ResponderResources: rr, InitiatorDepth: id,
+		RemoteCMResponseTimeout: a.respTimeout, TransportServiceType: mad.TransportRC,
+		StartingPSN: c.info.RecvPSN, LocalCMResponseTimeout: a.respTimeout, RetryCount: c.info.RetryCount,
+		PKey: defaultPKey, PathMTU: toMADMTU(mtu), RNRRetryCount: c.info.RNRRetryCount, MaxCMRetries: a.maxRetries,
+		Primary: mad.Path{LocalLID: lidPermissive, RemoteLID: lidPermissive, LocalGID: a.gid, RemoteGID: c.peerGID,
+			FlowLabel: flowLabel(sport, addr.Port()), HopLimit: hopLimit, LocalACKTimeout: c.info.LocalACKTimeout},
+	}
+	cma := mad.CMAHeader{SrcPort: sport, Src: a.addr, Dst: dst}
+	if err := cma.Marshal(req.PrivateData[:]); err != nil {
+		a.ports[sport]--
+		a.mu.Unlock()
+		c.release()
+		return nil, fmt.Errorf("cm: %w", err)
+	}
+	copy(req.PrivateData[mad.CMAHeaderLen:], pp.PrivateData)
+	a.conns[c.info.LocalCommID] = c
+	c.tid = formTID(a.agentID, c.info.LocalCommID)
+	c.state = stREQSent
+	c.maxTries = int(a.maxRetries)
+	a.log.Debug("cm: send REQ", "local_id", c.info.LocalCommID, "qpn", c.info.LocalQPN, "psn", c.info.RecvPSN, "to", c.remote)
+	a.startExchange(c, a.send(c.peer, c.tid, req), a.reqTimeout())
+	a.mu.Unlock()
+
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		a.mu.Lock()
+		if c.state == stREQSent || c.state == stMRAReqRcvd {
+			// The IB CM rejects with "timeout" and its GUID when the
+			// application gives up on a REQ.
+			rej := &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+				MessageRejected: mad.RejectedOther, Reason: mad.RejTimeout, RejectInfoLength: 8}
+			binary.BigEndian.PutUint64(rej.ARI[:], a.guid)
+			a.send(c.peer, c.tid, rej)
+			a.toErr(c)
+			c.fail(fmt.Errorf("cm: connect to %v: %w", c.remote, ctx.Err()))
+			a.forget(c)
+		}
+		a.mu.Unlock()
+	}
+	a.mu.Lock()
+	err := c.hsErr
+	a.mu.Unlock()
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	return c, nil
+}
+
+// depth is a responder resources or initiator depth value, 0 meaning 1.
+func depth(v uint8) uint8 {
+	if v == 0 {
+		return 1
+	}
+	return v
+}
+
+// count is a retry count: 0 means 7, and at most 7.
+func count(v uint8) uint8 {
+	if v == 0 || v > maxCount {
+		return maxCount
+	}
+	return v
+}
+
+// setupQP takes the caller's QP or creates one, and moves it to INIT with
+// the remote rights rdma_cm gives: RDMA WRITE always, READ and atomics
+// when this side serves them.
+func (c *Conn) setupQP(p *Params, reads bool) error {
+	a := c.a
+	if p.QP != nil {
+		c.qp = p.QP
+	} else {
+		o := &c.own
+		var err error
+		pd := p.PD
+		if pd == nil {
+			if pd, err = a.dev.AllocPD(); err != nil {
+				return fmt.Errorf("cm: %w", err)
+			}
+			o.pd = pd
+		}
+		capa := p.Cap
+		if capa.MaxSendWR == 0 && capa.MaxRecvWR == 0 {
+			capa = roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+		}
+		scq, rcq := p.SendCQ, p.RecvCQ
+		if scq == nil && rcq == nil {
+			if scq, err = a.dev.CreateCQ(int(capa.MaxSendWR + capa.MaxRecvWR)); err != nil {
+				c.release()
+				return fmt.Errorf("cm: %w", err)
+			}
+			rcq, o.scq, o.rcq, o.shared = scq, scq, scq, true
+		}
+		if scq == nil {
+			if scq, err = a.dev.CreateCQ(int(capa.MaxSendWR)); err != nil {
+				c.release()
+				return fmt.Errorf("cm: %w", err)
+			}
+			o.scq = scq
+		}
+		if rcq == nil {
+			if rcq, err = a.dev.CreateCQ(int(capa.MaxRecvWR)); err != nil {
+				c.release()
+				return fmt.Errorf("cm: %w", err)
+			}
+			o.rcq = rcq
+		}
+		q, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: scq, RecvCQ: rcq, Cap: capa})
+		if err != nil {
+			c.release()
+			return fmt.Errorf("cm: %w", err)
+		}
+		c.qp, o.qp = q, q
+	}
+	if t := c.qp.Type(); t != roce.RC {
+		c.release()
+		return fmt.Errorf("cm: %w: a %v QP (rdma_cm's TCP port space connects RC QPs)", roce.ErrInvalidAttr, t)
+	}
+	if err := c.initQP(reads); err != nil {
+		c.release()
+		return err
+	}
+	return nil
+}
+
+// initQP moves the QP from RESET (or INIT) to INIT with rdma_cm's remote
+// rights.
+func (c *Conn) initQP(reads bool) error {
+	st, err := c.qp.Query()
+	if err != nil {
+		return fmt.Errorf("cm: %w", err)
+	}
+	if st.State != roce.StateReset && st.State != roce.StateInit {
+		return fmt.Errorf("%w: QP %d is %v", ErrQPState, c.qp.QPN(), st.State)
+	}
+	access := roce.RemoteWrite
+	if reads {
+		access |= roce.RemoteRead | roce.RemoteAtomic
+	}
+	a := roce.QPAttr{State: roce.StateInit, Port: 1, Access: access}
+	if err := c.qp.Modify(&a, roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrAccessFlags); err != nil {
+		return fmt.Errorf("cm: QP %d to INIT: %w", c.qp.QPN(), err)
+	}
+	return nil
+}
+
+// toRTS moves the QP from INIT to RTR and RTS with what the connection
+// negotiated (c.info), towards the peer's GID on path.
+func (c *Conn) toRTS(path *mad.Path) error {
+	i := &c.info
+	if err := c.initQP(i.ResponderResources > 0); err != nil {
+		return err
+	}
+	rtr := roce.QPAttr{State: roce.StateRTR, PathMTU: i.PathMTU, DestQPN: i.RemoteQPN, RQPSN: bth.PSN(i.RecvPSN),
+		MaxDestRDAtomic: i.ResponderResources, MinRNRTimer: c.params.MinRNRTimer,
+		AH: roce.AHAttr{DGID: c.peerGID, FlowLabel: path.FlowLabel, HopLimit: path.HopLimit,
+			TrafficClass: path.TrafficClass, SL: path.SL, Port: 1}}
+	if rtr.AH.HopLimit == 0 {
+		rtr.AH.HopLimit = hopLimit
+	}
+	err := c.qp.Modify(&rtr, roce.AttrState|roce.AttrAV|roce.AttrPathMTU|roce.AttrDestQPN|roce.AttrRQPSN|
+		roce.AttrMaxDestRDAtomic|roce.AttrMinRNRTimer)
+	if err != nil {
+		return fmt.Errorf("cm: QP %d to RTR: %w", c.qp.QPN(), err)
+	}
+	rts := roce.QPAttr{State: roce.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
+		RetryCnt: i.RetryCount, RNRRetry: i.RNRRetryCount, MaxRDAtomic: i.InitiatorDepth}
+	err = c.qp.Modify(&rts, roce.AttrState|roce.AttrSQPSN|roce.AttrTimeout|roce.AttrRetryCnt|roce.AttrRNRRetry|
+		roce.AttrMaxQPRDAtomic)
+	if err != nil {
+		return fmt.Errorf("cm: QP %d to RTS: %w", c.qp.QPN(), err)
+	}
+	c.a.log.Debug("cm: QP ready", "qpn", i.LocalQPN, "remote_qpn", i.RemoteQPN, "sq_psn", i.SendPSN,
+		"rq_psn", i.RecvPSN, "mtu", i.PathMTU)
+	return nil
+}
+
+// toErr moves a connection's QP to ERR, as rdma_cm does on disconnect,
+// rejection and timeout; the caller holds a.mu. Until the REP is sent the
+// passive side's QP belongs to Accept, which does it.
+func (a *Agent) toErr(c *Conn) {
+	if c.state == stREQRcvd || c.state == stMRAReqSent {
+		return
+	}
+	a.qpToErr(c.qp)
+}
+
+func (a *Agent) qpToErr(q roce.QP) {
+	if q == nil {
+		return
+	}
+	if err := q.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil &&
+		!errors.Is(err, roce.ErrDestroyed) {
+		a.log.Debug("cm: QP to ERR", "qpn", q.QPN(), "err", err)
+	}
+}
+
+// startExchange records b as the message to send again every d until
+// answered, and arms the timer; the caller holds a.mu.
+func (a *Agent) startExchange(c *Conn, b []byte, d time.Duration) {
+	c.pending = append(c.pending[:0], b...)
+	c.timeout, c.tries = d, 0
+	a.arm(c, d)
+}
+
+// arm (re)starts the connection's timer; the caller holds a.mu.
+func (a *Agent) arm(c *Conn, d time.Duration) {
+	a.disarm(c)
+	gen := c.gen
+	c.timer = a.clk.AfterFunc(d, func() { a.fire(c, gen) })
+}
+
+// disarm stops the connection's timer; the caller holds a.mu.
+func (a *Agent) disarm(c *Conn) {
+	c.gen++
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+}
+
+// fire runs when a connection's timer expires: it sends the pending
+// message again, gives up after the last retry, or ends the time-wait.
+func (a *Agent) fire(c *Conn, gen uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || c.gen != gen {
+		return
+	}
+	c.timer = nil
+	switch c.state {
+	case stTimeWait:
+		a.forget(c)
+		return
+	case stREQSent, stMRAReqRcvd, stREPSent, stMRARepRcvd, stDREQSent:
+	default:
+		return
+	}
+	if c.tries < c.maxTries {
+		c.tries++
+		a.ctr.retransmits.Add(1)
+		a.log.Debug("cm: retransmit", "local_id", c.info.LocalCommID, "state", c.state, "try", c.tries)
+		a.sendRaw(c.peer, c.pending)
+		a.arm(c, c.timeout)
+		return
+	}
+	a.ctr.timeouts.Add(1)
+	a.log.Debug("cm: timeout", "local_id", c.info.LocalCommID, "state", c.state)
+	switch c.state {
+	case stDREQSent:
+		c.closeDone(fmt.Errorf("cm: disconnect from %v: %w", c.remote, ErrTimeout))
+		a.timeWait(c)
+	default:
+		a.toErr(c)
+		what := "connect to"
+		if !c.active {
+			what = "accept from"
+		}
+		c.fail(fmt.Errorf("cm: %s %v: %w", what, c.remote, ErrTimeout))
+		a.forget(c)
+	}
+}
+
+// timeWait keeps an ended connection's IDs for a while, to answer late
+// duplicates; the caller holds a.mu.
+func (a *Agent) timeWait(c *Conn) {
+	c.state = stTimeWait
+	c.pending = nil
+	delete(a.qpns, remoteQP{c.peerGID, c.info.RemoteQPN})
+	a.arm(c, cmTimeout(c.info.LocalACKTimeout))
+}
+
+// forget drops a connection from the agent's tables; the caller holds
+// a.mu.
+func (a *Agent) forget(c *Conn) {
+	if c.state == stGone {
+		return
+	}
+	a.disarm(c)
+	c.state = stGone
+	c.pending = nil
+	if a.conns[c.info.LocalCommID] == c {
+		delete(a.conns, c.info.LocalCommID)
+	}
+	if k := (remoteID{c.info.RemoteCommID, c.info.RemoteCAGUID}); a.remote[k] == c {
+		delete(a.remote, k)
+	}
+	if k := (remoteQP{c.peerGID, c.info.RemoteQPN}); a.qpns[k] == c {
+		delete(a.qpns, k)
+	}
+	if c.active {
+		if p := c.local.Port(); a.ports[p] > 1 {
+			a.ports[p]--
+		} else {
+			delete(a.ports, p)
+		}
+	}
+}
+
+// sendDREQ starts the disconnect exchange of an established connection;
+// the caller holds a.mu.
+func (a *Agent) sendDREQ(c *Conn) {
+	c.state = stDREQSent
+	a.log.Debug("cm: send DREQ", "local_id", c.info.LocalCommID, "remote_id", c.info.RemoteCommID)
+	dreq := &mad.DREQ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID, RemoteQPN: c.info.RemoteQPN}
+	c.maxTries = int(a.maxRetries)
+	if !c.active && c.req != nil {
+		c.maxTries = int(c.req.MaxCMRetries)
+	}
+	a.startExchange(c, a.send(c.peer, formTID(a.agentID, c.info.LocalCommID), dreq), c.timeout)
+}
+
+// shutdownLocked ends a connection because the agent closes; the caller
+// holds a.mu.
+func (a *Agent) shutdownLocked(c *Conn) {
+	a.disarm(c)
+	switch c.state {
+	case stREQRcvd, stMRAReqSent, stREPSent, stMRARepRcvd:
+		msg := mad.RejectedREQ
+		if c.state == stREPSent || c.state == stMRARepRcvd {
+			msg = mad.RejectedOther
+		}
+		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+			MessageRejected: msg, Reason: mad.RejConsumerDefined})
+		a.toErr(c)
+	case stEstablished:
+		a.toErr(c)
+		a.send(c.peer, formTID(a.agentID, c.info.LocalCommID), &mad.DREQ{LocalCommID: c.info.LocalCommID,
+			RemoteCommID: c.info.RemoteCommID, RemoteQPN: c.info.RemoteQPN})
+	case stREQSent, stMRAReqRcvd:
+		a.toErr(c)
+	}
+	c.fail(ErrClosed)
+	c.state = stGone
+}
+
+// onREP handles a REP: the passive side accepted the active side's REQ.
+func (a *Agent) onREP(src netip.Addr, m *mad.REP) {
+	c := a.conns[m.RemoteCommID]
+	if c == nil || !c.active {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	switch c.state {
+	case stREQSent, stMRAReqRcvd:
+	case stEstablished, stDREQSent, stTimeWait:
+		if m.LocalCommID == c.info.RemoteCommID && c.state == stEstablished {
+			// The RTU was lost: send it again.
+			a.ctr.duplicates.Add(1)
+			a.send(c.peer, c.tid, &mad.RTU{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID})
+		}
+		return
+	default:
+		return
+	}
+	a.disarm(c)
+	if old := a.qpns[remoteQP{c.peerGID, m.LocalQPN}]; old != nil && old != c {
+		// The peer's QP still has a connection here: it is stale.
+		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: m.LocalCommID,
+			MessageRejected: mad.RejectedREP, Reason: mad.RejStaleConn})
+		a.toErr(c)
+		c.fail(fmt.Errorf("cm: connect to %v: %w", c.remote, ErrStale))
+		a.forget(c)
+		a.staleLocked(old)
+		return
+	}
+	i := &c.info
+	i.RemoteCommID, i.RemoteQPN, i.RemoteCAGUID = m.LocalCommID, m.LocalQPN, m.LocalCAGUID
+	i.SendPSN = m.StartingPSN
+	i.InitiatorDepth = min(i.InitiatorDepth, m.ResponderResources)
+	i.ResponderResources = min(i.ResponderResources, m.InitiatorDepth)
+	i.RNRRetryCount = min(m.RNRRetryCount, maxCount)
+	i.LocalACKTimeout = ackTimeout(m.TargetACKDelay, i.LocalACKTimeout-1)
+	c.peerData = append([]byte(nil), m.PrivateData[:]...)
+	path := mad.Path{FlowLabel: flowLabel(c.local.Port(), c.remote.Port()), HopLimit: hopLimit}
+	if err := c.toRTS(&path); err != nil {
+		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID,
+			MessageRejected: mad.RejectedREP, Reason: mad.RejConsumerDefined})
+		a.toErr(c)
+		c.fail(err)
+		a.forget(c)
+		return
+	}
+	a.remote[remoteID{i.RemoteCommID, i.RemoteCAGUID}] = c
+	a.qpns[remoteQP{c.peerGID, i.RemoteQPN}] = c
+	a.send(c.peer, c.tid, &mad.RTU{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID})
+	c.state = stEstablished
+	a.log.Debug("cm: established", "side", "active", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID,
+		"qpn", i.LocalQPN, "psn", i.SendPSN)
+	c.markReady(nil)
+}
+
+// onRTU handles an RTU: the active side is ready, so is the connection.
+func (a *Agent) onRTU(m *mad.RTU) {
+	c := a.conns[m.RemoteCommID]
+	if c == nil || c.active || c.info.RemoteCommID != m.LocalCommID {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	if c.state != stREPSent && c.state != stMRARepRcvd {
+		return
+	}
+	a.establishPassive(c)
+}
+
+// establishPassive marks a passive connection connected; the caller holds
+// a.mu.
+func (a *Agent) establishPassive(c *Conn) {
+	a.disarm(c)
+	c.pending = nil
+	c.state = stEstablished
+	a.log.Debug("cm: established", "side", "passive", "local_id", c.info.LocalCommID,
+		"remote_id", c.info.RemoteCommID, "qpn", c.info.LocalQPN, "psn", c.info.SendPSN)
+	c.markReady(nil)
+}
+
+// onMRA handles an MRA: the peer got our REQ or REP and needs more time.
+func (a *Agent) onMRA(m *mad.MRA) {
+	c := a.conns[m.RemoteCommID]
+	if c == nil {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	switch {
+	case m.MessageMRAed == mad.MRAedREQ && (c.state == stREQSent || c.state == stMRAReqRcvd):
+		c.state = stMRAReqRcvd
+	case m.MessageMRAed == mad.MRAedREP && (c.state == stREPSent || c.state == stMRARepRcvd):
+		c.state = stMRARepRcvd
+	default:
+		return
+	}
+	// Wait the service time the peer asked for, then retry as before.
+	a.arm(c, cmTimeout(m.ServiceTimeout)+cmTimeout(c.info.LocalACKTimeout))
+}
+
+// onREJ handles a REJ of our REQ or REP, or of an established connection.
+func (a *Agent) onREJ(m *mad.REJ) {
+	var c *Conn
+	switch {
+	case m.RemoteCommID != 0:
+		c = a.conns[m.RemoteCommID]
+	case m.Reason == mad.RejTimeout:
+		// The active side gave up on its REQ before learning our ID; its
+		// GUID is in the ARI.
+		c = a.remote[remoteID{m.LocalCommID, ariGUID(m.ARIBytes())}]
+	}
+	if c == nil || c.info.RemoteCommID != 0 && m.LocalCommID != 0 && c.info.RemoteCommID != m.LocalCommID {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	rej := &RejectError{Remote: c.remote, Reason: m.Reason, Msg: m.MessageRejected,
+		ARI: append([]byte(nil), m.ARIBytes()...), PrivateData: append([]byte(nil), m.PrivateData[:]...)}
+	a.log.Debug("cm: REJ received", "local_id", c.info.LocalCommID, "state", c.state, "reason", m.Reason)
+	switch c.state {
+	case stREQSent, stMRAReqRcvd, stREQRcvd, stMRAReqSent, stREPSent, stMRARepRcvd:
+		a.toErr(c)
+		c.fail(rej)
+		a.forget(c)
+	case stEstablished:
+		a.toErr(c)
+		c.endLocked(fmt.Errorf("%w: %w", ErrDisconnected, rej))
+		c.closeDone(nil)
+		a.timeWait(c)
+	case stDREQSent:
+		c.closeDone(nil)
+		a.timeWait(c)
+	}
+}
+
+// onDREQ handles a DREQ: the peer disconnects.
+func (a *Agent) onDREQ(src netip.Addr, h *mad.Header, m *mad.DREQ) {
+	c := a.conns[m.RemoteCommID]
+	if c == nil || c.info.RemoteCommID != m.LocalCommID {
+		// Unknown connection: answer anyway, as the IB CM does, so that
+		// the peer stops asking.
+		a.ctr.unmatched.Add(1)
+		a.send(src, h.TID, &mad.DREP{LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID})
+		return
+	}
+	if m.RemoteQPN != c.info.LocalQPN {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	switch c.state {
+	case stREPSent, stMRARepRcvd:
+		// The RTU was lost but the active side is done already.
+		a.establishPassive(c)
+		fallthrough
+	case stEstablished, stDREQSent:
+		c.tid = h.TID
+		a.disarm(c)
+		a.toErr(c)
+		c.endLocked(ErrDisconnected)
+		c.closeDone(nil)
+		a.log.Debug("cm: DREQ received", "local_id", c.info.LocalCommID, "remote_id", c.info.RemoteCommID)
+		a.send(c.peer, c.tid, &mad.DREP{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID})
+		a.timeWait(c)
+	case stTimeWait:
+		a.ctr.duplicates.Add(1)
+		a.send(c.peer, h.TID, &mad.DREP{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID})
+	}
+}
+
+// onDREP handles a DREP: the peer acknowledged our DREQ.
+func (a *Agent) onDREP(m *mad.DREP) {
+	c := a.conns[m.RemoteCommID]
+	if c == nil || c.info.RemoteCommID != m.LocalCommID {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	if c.state != stDREQSent {
+		return
+	}
+	a.log.Debug("cm: DREP received", "local_id", c.info.LocalCommID)
+	c.closeDone(nil)
+	a.timeWait(c)
+}
+
+// staleLocked tears down a connection whose peer QP connected again: the
+// old one gets a DREQ and ends with ErrStale; the caller holds a.mu.
+func (a *Agent) staleLocked(c *Conn) {
+	if c.state != stEstablished {
+		return
+	}
+	a.toErr(c)
+	c.endLocked(ErrStale)
+	a.sendDREQ(c)
+}

@@ -1,0 +1,96 @@
+package cm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/goroce/goroce/mad"
+)
+
+// Errors of the connection manager. Check them with errors.Is; a rejection
+// is a *RejectError, which also matches ErrRejected (and ErrConnRefused
+// when nobody listened).
+var (
+	// ErrTimeout means the peer did not answer a REQ, REP, DREQ or
+	// SIDR_REQ after the CM's retries (the max CM retries of the
+	// exchange, each waiting a CM response timeout).
+	ErrTimeout = errors.New("cm: no answer from the peer after every CM retry")
+	// ErrRejected matches every *RejectError: the peer sent a REJ (or a
+	// SIDR_REP that was not valid).
+	ErrRejected = errors.New("cm: connection rejected")
+	// ErrConnRefused matches a *RejectError whose reason is "invalid
+	// service ID": nobody listens on that port, the RDMA counterpart of
+	// ECONNREFUSED.
+	ErrConnRefused = errors.New("cm: connection refused")
+	// ErrDisconnected is why a connection ended when the peer sent a
+	// DREQ (or a REJ once connected). It matches io.EOF.
+	ErrDisconnected = fmt.Errorf("cm: peer disconnected: %w", io.EOF)
+	// ErrClosed means the connection, listener or agent was closed
+	// locally.
+	ErrClosed = errors.New("cm: closed")
+	// ErrStale means the connection was torn down because the peer
+	// connected again from the same QP (a stale connection, IBTA Vol. 1
+	// §12.4).
+	ErrStale = errors.New("cm: stale connection replaced by a new one from the same peer QP")
+	// ErrNotSoftware means NewAgent got a device that is not goroce's
+	// software device: hardware and kernel devices own QP 1 themselves,
+	// and programs using them connect through librdmacm.
+	ErrNotSoftware = errors.New("cm: the agent needs goroce's software device (QP 1 of a hardware or kernel device belongs to its kernel; use librdmacm there)")
+	// ErrPrivateData means private data is longer than the message
+	// carries: 56 bytes in a REQ (after rdma_cm's header), 196 in a REP,
+	// 148 in a REJ, 180 in a SIDR_REQ, 136 in a SIDR_REP.
+	ErrPrivateData = errors.New("cm: private data too long")
+	// ErrAddr means an address is unusable: of another IP version than
+	// the device, not the device's own, or a port already listened on.
+	ErrAddr = errors.New("cm: bad address")
+	// ErrQPState means a QP handed to Dial or Accept was not in RESET
+	// or INIT.
+	ErrQPState = errors.New("cm: the QP must be in RESET or INIT")
+)
+
+// RejectError is a REJ from the peer (or one to give it: see Reject). It
+// matches ErrRejected with errors.Is, and ErrConnRefused when the reason
+// is "invalid service ID". It is not modified after it is returned and is
+// safe for concurrent reads.
+type RejectError struct {
+	// Remote is the peer that rejected.
+	Remote netip.AddrPort
+	// Reason is the REJ's reason (IBTA Vol. 1 Table 109).
+	Reason mad.RejectReason
+	// Msg is the message the peer rejected (REQ, REP or other).
+	Msg mad.RejectedMsg
+	// ARI is the used part of the additional reject information.
+	ARI []byte
+	// PrivateData is the REJ's private data, all 148 bytes of it as
+	// received (a REJ always carries the whole area; the sender's data
+	// is at the start, zero-padded).
+	PrivateData []byte
+}
+
+// Error describes the rejection.
+func (e *RejectError) Error() string {
+	to := ""
+	if e.Remote.IsValid() {
+		to = " to " + e.Remote.String()
+	}
+	if e.Reason == mad.RejInvalidServiceID {
+		return fmt.Sprintf("cm: connection%s refused: nobody listens on that port (REJ reason %d, %v)", to, uint16(e.Reason), e.Reason)
+	}
+	return fmt.Sprintf("cm: connection%s rejected: %v (REJ reason %d)", to, e.Reason, uint16(e.Reason))
+}
+
+// Is reports whether target is ErrRejected, or ErrConnRefused for an
+// invalid service ID.
+func (e *RejectError) Is(target error) bool {
+	return target == ErrRejected || target == ErrConnRefused && e.Reason == mad.RejInvalidServiceID
+}
+
+// Reject returns the error a ListenConfig.OnRequest hook returns to
+// refuse a connection: the agent answers with a REJ whose reason is
+// "consumer defined" (28), as rdma_reject does, carrying privateData (at
+// most 148 bytes).
+func Reject(privateData []byte) error {
+	return &RejectError{Reason: mad.RejConsumerDefined, PrivateData: privateData}
+}

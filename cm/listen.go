@@ -1,0 +1,420 @@
+package cm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/roce"
+)
+
+// ListenConfig configures a Listener. A nil *ListenConfig accepts every
+// request with the zero Params (a QP the agent creates). It is plain
+// data, copied by Listen; OnRequest may run on several Accept goroutines
+// at once.
+type ListenConfig struct {
+	// Backlog bounds the requests waiting for Accept (rdma_listen's
+	// backlog); 0 means 16. A REQ that finds the backlog full is dropped
+	// and the peer sends it again, as the kernel's rdma_cm does.
+	Backlog int
+	// OnRequest decides each connection request, on Accept's goroutine:
+	// it returns the Params to accept with (its QP, which may have
+	// receives posted already, and the REP's private data, such as a
+	// buffer's address and rkey), or an error to refuse it. An error made
+	// by Reject sends a REJ "consumer defined" with that error's private
+	// data (a *RejectError with another Reason and ARI sends those) and
+	// Accept goes on to the next request; any other error sends
+	// the same REJ without private data and Accept returns the error.
+	// nil accepts every request with the zero Params.
+	OnRequest func(ctx context.Context, r *Request) (*Params, error)
+}
+
+// Request is a connection request as OnRequest sees it. It is plain data.
+type Request struct {
+	// Local is the listener address the peer asked for; Remote the
+	// peer's address and source port (from rdma_cm's header).
+	Local, Remote netip.AddrPort
+	// PrivateData is the peer's: the 56 bytes that follow rdma_cm's
+	// header in the REQ, zero-padded.
+	PrivateData []byte
+	// ResponderResources and InitiatorDepth are the peer's offer.
+	ResponderResources, InitiatorDepth uint8
+	// RetryCount and RNRRetryCount are the peer's.
+	RetryCount, RNRRetryCount uint8
+	// PathMTU is the REQ's path MTU.
+	PathMTU roce.MTU
+	// RemoteQPN is the peer's QP number.
+	RemoteQPN uint32
+	// RemoteCAGUID is the peer's CA GUID.
+	RemoteCAGUID uint64
+}
+
+// Listener accepts connections to one address and rdma_cm TCP port. Its
+// methods are safe for concurrent use.
+type Listener struct {
+	a       *Agent
+	addr    netip.AddrPort // unspecified address: any
+	cfg     ListenConfig
+	pending chan *Conn
+	done    chan struct{}
+	closed  bool // under a.mu
+}
+
+// Listen starts accepting connection requests for addr: the device's
+// address, or an unspecified one (0.0.0.0, ::) for any, and an rdma_cm
+// TCP port (the service ID 0x0000000001060000 | port). Port 0 picks a free
+// ephemeral port. ctx only bounds the call; the listener lives until
+// Close.
+func (a *Agent) Listen(ctx context.Context, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ip := addr.Addr().Unmap()
+	if ip.IsValid() && !ip.IsUnspecified() && ip != a.addr {
+		return nil, fmt.Errorf("%w: %v is not the device's address %v", ErrAddr, ip, a.addr)
+	}
+	if ip.IsValid() && ip.Is4() != a.addr.Is4() {
+		return nil, fmt.Errorf("%w: %v is not of the device's IP version", ErrAddr, ip)
+	}
+	l := &Listener{a: a, done: make(chan struct{})}
+	if cfg != nil {
+		l.cfg = *cfg
+	}
+	if l.cfg.Backlog <= 0 {
+		l.cfg.Backlog = 16
+	}
+	l.pending = make(chan *Conn, l.cfg.Backlog)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	port := addr.Port()
+	if port == 0 {
+		port = a.newPort()
+	}
+	for _, o := range a.listeners[port] {
+		if o.addr.Addr().IsUnspecified() || !ip.IsValid() || ip.IsUnspecified() || o.addr.Addr() == ip {
+			return nil, fmt.Errorf("%w: port %d is already listened on (%v)", ErrAddr, port, o.addr)
+		}
+	}
+	if !ip.IsValid() {
+		ip = netip.IPv4Unspecified()
+		if a.addr.Is6() {
+			ip = netip.IPv6Unspecified()
+		}
+	}
+	l.addr = netip.AddrPortFrom(ip, port)
+	a.listeners[port] = append(a.listeners[port], l)
+	a.log.Debug("cm: listen", "addr", l.addr)
+	return l, nil
+}
+
+// Addr returns the listener's address and port.
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Close stops the listener: requests not yet accepted are rejected (REJ
+// "consumer defined") and Accept returns ErrClosed. Connections accepted
+// before are not affected.
+func (l *Listener) Close() error {
+	l.a.mu.Lock()
+	defer l.a.mu.Unlock()
+	l.a.closeListenerLocked(l)
+	return nil
+}
+
+func (a *Agent) closeListenerLocked(l *Listener) {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	close(l.done)
+	port := l.addr.Port()
+	ls := a.listeners[port]
+	for i, o := range ls {
+		if o == l {
+			ls = append(ls[:i], ls[i+1:]...)
+			break
+		}
+	}
+	if len(ls) == 0 {
+		delete(a.listeners, port)
+	} else {
+		a.listeners[port] = ls
+	}
+	for {
+		select {
+		case c := <-l.pending:
+			if c.state == stREQRcvd || c.state == stMRAReqSent {
+				a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+					MessageRejected: mad.RejectedREQ, Reason: mad.RejConsumerDefined})
+				c.fail(ErrClosed)
+				a.forget(c)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// Accept waits for a connection request, has ListenConfig.OnRequest
+// decide it, and for an accepted one sends the REP and waits for the RTU.
+// It returns the connection, or an error: ErrClosed once the listener is
+// closed, ctx's error, a *RejectError when the peer rejected the REP,
+// ErrTimeout when the peer never answered it, or OnRequest's own error.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	for {
+		select {
+		case c := <-l.pending:
+			conn, err := l.accept(ctx, c)
+			if conn == nil && err == nil {
+				continue
+			}
+			return conn, err
+		case <-l.done:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cm: accept on %v: %w", l.addr, ctx.Err())
+		}
+	}
+}
+
+// accept completes one request. It returns nil, nil when the request went
+// away or was rejected by OnRequest.
+func (l *Listener) accept(ctx context.Context, c *Conn) (*Conn, error) {
+	a := l.a
+	a.mu.Lock()
+	if c.state != stREQRcvd && c.state != stMRAReqSent {
+		a.mu.Unlock()
+		return nil, nil
+	}
+	m := c.req
+	r := &Request{Local: c.local, Remote: c.remote, PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
+		ResponderResources: m.ResponderResources, InitiatorDepth: m.InitiatorDepth, RetryCount: m.RetryCount,
+		RNRRetryCount: m.RNRRetryCount, PathMTU: fromMADMTU(m.PathMTU), RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID}
+	a.mu.Unlock()
+
+	var p *Params
+	var err error
+	if l.cfg.OnRequest != nil {
+		p, err = l.cfg.OnRequest(ctx, r)
+	}
+	if p == nil && err == nil {
+		p = &Params{}
+	}
+	if err == nil && len(p.PrivateData) > mad.REPPrivateDataLen {
+		err = fmt.Errorf("%w: %d bytes in a REP (at most %d)", ErrPrivateData, len(p.PrivateData), mad.REPPrivateDataLen)
+	}
+	// Until the REP goes out, c.qp and c.own are this goroutine's: the
+	// agent leaves the QP of a connection in REQ_RCVD alone.
+	var rr, id uint8
+	if err == nil {
+		rr = min(depth(p.ResponderResources), m.InitiatorDepth)
+		id = min(depth(p.InitiatorDepth), m.ResponderResources)
+		c.params = *p
+		err = c.setupQP(p, rr > 0)
+	}
+	if err == nil {
+		a.mu.Lock()
+		c.info.ResponderResources, c.info.InitiatorDepth, c.info.LocalQPN = rr, id, c.qp.QPN()
+		a.mu.Unlock()
+		if err = c.toRTS(&m.Primary); err != nil {
+			c.release()
+		}
+	}
+	if err != nil {
+		var rej *RejectError
+		isRej := errors.As(err, &rej)
+		a.mu.Lock()
+		if c.state == stREQRcvd || c.state == stMRAReqSent {
+			msg := &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+				MessageRejected: mad.RejectedREQ, Reason: mad.RejConsumerDefined}
+			if isRej {
+				if rej.Reason != 0 {
+					msg.Reason = rej.Reason
+				}
+				copy(msg.PrivateData[:], rej.PrivateData)
+				msg.RejectInfoLength = uint8(copy(msg.ARI[:], rej.ARI))
+			}
+			a.log.Debug("cm: reject", "local_id", c.info.LocalCommID, "remote", c.remote, "reason", msg.Reason)
+			a.send(c.peer, c.tid, msg)
+			c.fail(err)
+			a.forget(c)
+		}
+		a.mu.Unlock()
+		if isRej {
+			if len(rej.PrivateData) > mad.REJPrivateDataLen {
+				return nil, fmt.Errorf("%w: %d bytes in a REJ (at most %d); sent the first %d", ErrPrivateData,
+					len(rej.PrivateData), mad.REJPrivateDataLen, mad.REJPrivateDataLen)
+			}
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cm: accept from %v: %w", c.remote, err)
+	}
+
+	a.mu.Lock()
+	if c.state != stREQRcvd && c.state != stMRAReqSent {
+		// The peer gave up, or the agent closed, while we decided.
+		err := c.hsErr
+		a.mu.Unlock()
+		a.qpToErr(c.qp)
+		c.release()
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		return nil, nil
+	}
+	i := &c.info
+	rep := &mad.REP{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID, LocalQPN: i.LocalQPN,
+		StartingPSN: i.RecvPSN, ResponderResources: i.ResponderResources, InitiatorDepth: i.InitiatorDepth,
+		TargetACKDelay: caACKDelay, RNRRetryCount: count(p.RNRRetryCount), LocalCAGUID: a.guid}
+	copy(rep.PrivateData[:], p.PrivateData)
+	c.state = stREPSent
+	c.maxTries = int(m.MaxCMRetries)
+	a.qpns[remoteQP{c.peerGID, i.RemoteQPN}] = c
+	a.log.Debug("cm: send REP", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID, "qpn", i.LocalQPN,
+		"psn", i.RecvPSN)
+	a.startExchange(c, a.send(c.peer, c.tid, rep), cmTimeout(m.LocalCMResponseTimeout))
+	a.mu.Unlock()
+
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		a.mu.Lock()
+		if c.state == stREPSent || c.state == stMRARepRcvd {
+			a.send(c.peer, c.tid, &mad.REJ{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID,
+				MessageRejected: mad.RejectedOther, Reason: mad.RejConsumerDefined})
+			a.toErr(c)
+			c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, ctx.Err()))
+			a.forget(c)
+		}
+		a.mu.Unlock()
+	}
+	a.mu.Lock()
+	err = c.hsErr
+	a.mu.Unlock()
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	return c, nil
+}
+
+// onREQ handles a REQ: a duplicate is answered from the connection's
+// state; a new one goes to its listener's backlog, or is rejected.
+func (a *Agent) onREQ(src netip.Addr, h *mad.Header, m *mad.REQ) {
+	if c := a.remote[remoteID{m.LocalCommID, m.LocalCAGUID}]; c != nil && !c.active {
+		a.dupREQ(c)
+		return
+	}
+	rej := func(reason mad.RejectReason, ari []byte) {
+		r := &mad.REJ{RemoteCommID: m.LocalCommID, MessageRejected: mad.RejectedREQ, Reason: reason}
+		r.RejectInfoLength = uint8(copy(r.ARI[:], ari))
+		a.log.Debug("cm: reject REQ", "from", src, "service_id", fmt.Sprintf("%#x", m.ServiceID), "reason", reason)
+		a.send(src, h.TID, r)
+	}
+	ps, port, ok := mad.ParseServiceID(m.ServiceID)
+	if !ok || ps != mad.PortSpaceTCP || len(a.listeners[port]) == 0 {
+		rej(mad.RejInvalidServiceID, nil)
+		return
+	}
+	var cma mad.CMAHeader
+	if err := cma.Unmarshal(m.PrivateData[:]); err != nil || cma.Dst.Unmap().Is4() != a.addr.Is4() {
+		rej(mad.RejConsumerDefined, nil)
+		return
+	}
+	var l *Listener
+	for _, o := range a.listeners[port] {
+		if o.addr.Addr().IsUnspecified() || o.addr.Addr() == cma.Dst.Unmap() {
+			l = o
+			break
+		}
+	}
+	switch {
+	case l == nil:
+		// rdma_cm finds no listener for the address: its handler fails
+		// and the IB CM rejects for the consumer.
+		rej(mad.RejConsumerDefined, nil)
+		return
+	case m.TransportServiceType != mad.TransportRC:
+		rej(mad.RejInvalidTransportType, nil)
+		return
+	case m.Primary.RemoteGID != a.gid:
+		rej(mad.RejInvalidGID, a.gid[:])
+		return
+	case m.PathMTU.Bytes() == 0:
+		rej(mad.RejInvalidMTU, nil)
+		return
+	}
+	peerGID := m.Primary.LocalGID
+	if !gidAddr(peerGID).IsValid() {
+		peerGID = roce.GIDFromAddr(src)
+	}
+	if old := a.qpns[remoteQP{peerGID, m.LocalQPN}]; old != nil {
+		// A new REQ from a QP that has a connection here: the peer lost
+		// it. Refuse as stale and tear the old one down.
+		rej(mad.RejStaleConn, nil)
+		a.staleLocked(old)
+		return
+	}
+	c := newConn(a, false)
+	c.listener = l
+	c.req = m
+	c.tid = h.TID
+	c.peer, c.peerGID = src, peerGID
+	c.local = netip.AddrPortFrom(a.addr, port)
+	c.remote = netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort)
+	c.peerData = append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)
+	mtu := min(fromMADMTU(m.PathMTU), a.mtu)
+	c.info = ConnInfo{
+		LocalCommID: a.newLocalID(), RemoteCommID: m.LocalCommID, RemoteQPN: m.LocalQPN,
+		SendPSN: m.StartingPSN, RecvPSN: rand.Uint32() & bth.PSNMask, PathMTU: mtu,
+		RetryCount: min(m.RetryCount, maxCount), RNRRetryCount: min(m.RNRRetryCount, maxCount),
+		LocalACKTimeout: m.Primary.LocalACKTimeout, RemoteCAGUID: m.LocalCAGUID, ServiceID: m.ServiceID,
+	}
+	c.timeout = cmTimeout(m.LocalCMResponseTimeout)
+	c.state = stREQRcvd
+	select {
+	case l.pending <- c:
+	default:
+		a.ctr.backlog.Add(1)
+		return
+	}
+	a.conns[c.info.LocalCommID] = c
+	a.remote[remoteID{m.LocalCommID, m.LocalCAGUID}] = c
+	a.log.Debug("cm: REQ received", "local_id", c.info.LocalCommID, "remote_id", m.LocalCommID, "from", c.remote,
+		"remote_qpn", m.LocalQPN, "psn", m.StartingPSN)
+}
+
+// dupREQ answers a REQ the passive side has seen already; the caller
+// holds a.mu.
+func (a *Agent) dupREQ(c *Conn) {
+	a.ctr.duplicates.Add(1)
+	i := &c.info
+	switch c.state {
+	case stREQRcvd, stMRAReqSent:
+		// The application is still deciding: ask for more time.
+		c.state = stMRAReqSent
+		a.send(c.peer, c.tid, &mad.MRA{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID,
+			MessageMRAed: mad.MRAedREQ, ServiceTimeout: a.respTimeout})
+	case stREPSent, stMRARepRcvd:
+		// The REP was lost, or crossed the REQ: send it again now.
+		a.sendRaw(c.peer, c.pending)
+	case stTimeWait:
+		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID,
+			MessageRejected: mad.RejectedREQ, Reason: mad.RejStaleConn})
+	}
+}
+
+// ariGUID returns the CA GUID a REJ "timeout" carries in its ARI, or 0.
+func ariGUID(ari []byte) uint64 {
+	if len(ari) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(ari)
+}

@@ -1,0 +1,315 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/roce"
+)
+
+// MaxSIDRUserData is the most private data a SIDR_REQ carries after
+// rdma_cm's header.
+const MaxSIDRUserData = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
+
+// DatagramListenConfig configures a DatagramListener. It is plain data,
+// copied by ListenDatagram.
+type DatagramListenConfig struct {
+	// QP is the UD QP that serves the port: its number goes in the
+	// SIDR_REP. Required.
+	QP roce.QP
+	// QKey is the Q_Key the SIDR_REP announces; 0 means
+	// roce.DefaultQKey, rdma_cm's RDMA_UDP_QKEY.
+	QKey uint32
+	// OnRequest decides each request, on the agent's goroutine, so it
+	// must not block: it returns the SIDR_REP's private data (at most
+	// 136 bytes), or an error to refuse (status "rejected", with the
+	// private data of an error made by Reject). nil answers every
+	// request with no private data.
+	OnRequest func(r *DatagramRequest) ([]byte, error)
+}
+
+// DatagramRequest is a SIDR_REQ as OnRequest sees it. It is plain data.
+type DatagramRequest struct {
+	// Local is the address the peer asked for, Remote the peer's.
+	Local, Remote netip.AddrPort
+	// PrivateData is the peer's: the 180 bytes after rdma_cm's header.
+	PrivateData []byte
+}
+
+// DatagramListener answers service ID resolution requests (SIDR_REQ) for
+// one port of rdma_cm's UDP port space with a UD QP's number and Q_Key.
+// Its methods are safe for concurrent use.
+type DatagramListener struct {
+	a      *Agent
+	addr   netip.AddrPort
+	cfg    DatagramListenConfig
+	closed bool // under a.mu
+}
+
+// DatagramPeer is the answer to ResolveDatagram: where to send UD
+// messages for the service. It is plain data.
+type DatagramPeer struct {
+	Addr        netip.AddrPort
+	QPN         uint32
+	QKey        uint32
+	PrivateData []byte // the SIDR_REP's 136 bytes
+}
+
+// SIDRError is a SIDR_REP whose status is not "valid". It matches
+// ErrRejected, and ErrConnRefused for "service ID not supported" (nobody
+// listens). It is not modified after it is returned.
+type SIDRError struct {
+	Remote      netip.AddrPort
+	Status      mad.SIDRStatus
+	PrivateData []byte
+}
+
+// Error describes the failure.
+func (e *SIDRError) Error() string {
+	return fmt.Sprintf("cm: resolve %v: %v (SIDR_REP status %d)", e.Remote, e.Status, uint8(e.Status))
+}
+
+// Is reports whether target is ErrRejected, or ErrConnRefused for an
+// unsupported service ID.
+func (e *SIDRError) Is(target error) bool {
+	return target == ErrRejected || target == ErrConnRefused && e.Status == mad.SIDRServiceUnsupported
+}
+
+// ListenDatagram answers SIDR_REQs for addr (the device's address or an
+// unspecified one, and a port of rdma_cm's UDP port space, service ID
+// 0x0000000001110000 | port) with cfg.QP's number and Q_Key.
+func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *DatagramListenConfig) (*DatagramListener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cfg == nil || cfg.QP == nil {
+		return nil, errors.New("cm: ListenDatagram needs a UD QP")
+	}
+	if t := cfg.QP.Type(); t != roce.UD {
+		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", roce.ErrInvalidAttr, t)
+	}
+	ip := addr.Addr().Unmap()
+	if ip.IsValid() && !ip.IsUnspecified() && ip != a.addr {
+		return nil, fmt.Errorf("%w: %v is not the device's address %v", ErrAddr, ip, a.addr)
+	}
+	if addr.Port() == 0 {
+		return nil, fmt.Errorf("%w: port 0", ErrAddr)
+	}
+	l := &DatagramListener{a: a, addr: netip.AddrPortFrom(ip, addr.Port()), cfg: *cfg}
+	if l.cfg.QKey == 0 {
+		l.cfg.QKey = roce.DefaultQKey
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	for _, o := range a.dlisteners[addr.Port()] {
+		if !o.addr.Addr().IsValid() || o.addr.Addr().IsUnspecified() || !ip.IsValid() || ip.IsUnspecified() ||
+			o.addr.Addr() == ip {
+			return nil, fmt.Errorf("%w: UDP port %d is already listened on", ErrAddr, addr.Port())
+		}
+	}
+	a.dlisteners[addr.Port()] = append(a.dlisteners[addr.Port()], l)
+	return l, nil
+}
+
+// Addr returns the listener's address and port.
+func (l *DatagramListener) Addr() netip.AddrPort { return l.addr }
+
+// Close stops answering; later SIDR_REQs get "service ID not supported".
+func (l *DatagramListener) Close() error {
+	a := l.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	port := l.addr.Port()
+	ls := a.dlisteners[port]
+	for i, o := range ls {
+		if o == l {
+			ls = append(ls[:i], ls[i+1:]...)
+			break
+		}
+	}
+	if len(ls) == 0 {
+		delete(a.dlisteners, port)
+	} else {
+		a.dlisteners[port] = ls
+	}
+	return nil
+}
+
+// sidrQuery is a SIDR_REQ waiting for its SIDR_REP.
+type sidrQuery struct {
+	id     uint32
+	dst    netip.AddrPort
+	msg    []byte
+	tries  int
+	timer  clock.Timer
+	gen    uint64
+	done   chan struct{}
+	peer   *DatagramPeer
+	err    error
+	closed bool
+}
+
+// finish ends the query; the caller holds a.mu.
+func (q *sidrQuery) finish(p *DatagramPeer, err error) {
+	if q.closed {
+		return
+	}
+	q.closed = true
+	q.peer, q.err = p, err
+	close(q.done)
+}
+
+// ResolveDatagram asks the peer at addr (its IP address and a port of
+// rdma_cm's UDP port space) which UD QP serves the port, with a SIDR_REQ
+// carrying privateData (at most 180 bytes) after rdma_cm's header. It
+// fails with a *SIDRError when the peer answers with another status than
+// "valid", with ErrTimeout when it never answers, or with ctx's error.
+func (a *Agent) ResolveDatagram(ctx context.Context, addr netip.AddrPort, privateData []byte) (*DatagramPeer, error) {
+	dst := addr.Addr().Unmap()
+	if err := a.checkAddr(dst); err != nil {
+		return nil, err
+	}
+	if len(privateData) > MaxSIDRUserData {
+		return nil, fmt.Errorf("%w: %d bytes in a SIDR_REQ (at most %d)", ErrPrivateData, len(privateData), MaxSIDRUserData)
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, ErrClosed
+	}
+	q := &sidrQuery{id: a.newLocalID(), dst: netip.AddrPortFrom(dst, addr.Port()), done: make(chan struct{})}
+	m := &mad.SIDRREQ{RequestID: q.id, PKey: defaultPKey, ServiceID: mad.ServiceID(mad.PortSpaceUDP, addr.Port())}
+	cma := mad.CMAHeader{SrcPort: a.newPort(), Src: a.addr, Dst: dst}
+	if err := cma.Marshal(m.PrivateData[:]); err != nil {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("cm: %w", err)
+	}
+	copy(m.PrivateData[mad.CMAHeaderLen:], privateData)
+	a.sidr[q.id] = q
+	q.msg = append([]byte(nil), a.send(dst, formTID(a.agentID, q.id), m)...)
+	a.armSIDR(q)
+	a.mu.Unlock()
+
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		a.mu.Lock()
+		q.finish(nil, fmt.Errorf("cm: resolve %v: %w", q.dst, ctx.Err()))
+		a.dropSIDR(q)
+		a.mu.Unlock()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return q.peer, q.err
+}
+
+// sidrTimeout is how long a SIDR_REQ waits for its answer.
+func (a *Agent) sidrTimeout() time.Duration { return cmTimeout(a.respTimeout) }
+
+func (a *Agent) armSIDR(q *sidrQuery) {
+	q.gen++
+	gen := q.gen
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.timer = a.clk.AfterFunc(a.sidrTimeout(), func() { a.fireSIDR(q, gen) })
+}
+
+func (a *Agent) fireSIDR(q *sidrQuery, gen uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || q.closed || q.gen != gen {
+		return
+	}
+	if q.tries < int(a.maxRetries) {
+		q.tries++
+		a.ctr.retransmits.Add(1)
+		a.sendRaw(q.dst.Addr(), q.msg)
+		a.armSIDR(q)
+		return
+	}
+	a.ctr.timeouts.Add(1)
+	q.finish(nil, fmt.Errorf("cm: resolve %v: %w", q.dst, ErrTimeout))
+	a.dropSIDR(q)
+}
+
+func (a *Agent) dropSIDR(q *sidrQuery) {
+	q.gen++
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	if a.sidr[q.id] == q {
+		delete(a.sidr, q.id)
+	}
+}
+
+// onSIDRREP handles the answer to a SIDR_REQ.
+func (a *Agent) onSIDRREP(m *mad.SIDRREP) {
+	q := a.sidr[m.RequestID]
+	if q == nil || m.ServiceID != mad.ServiceID(mad.PortSpaceUDP, q.dst.Port()) {
+		a.ctr.unmatched.Add(1)
+		return
+	}
+	pd := append([]byte(nil), m.PrivateData[:]...)
+	if m.Status != mad.SIDRValid {
+		q.finish(nil, &SIDRError{Remote: q.dst, Status: m.Status, PrivateData: pd})
+	} else {
+		q.finish(&DatagramPeer{Addr: q.dst, QPN: m.QPN, QKey: m.QKey, PrivateData: pd}, nil)
+	}
+	a.dropSIDR(q)
+}
+
+// onSIDRREQ answers a SIDR_REQ from its listener, or with "service ID not
+// supported" when there is none.
+func (a *Agent) onSIDRREQ(src netip.Addr, h *mad.Header, m *mad.SIDRREQ) {
+	rep := &mad.SIDRREP{RequestID: m.RequestID, ServiceID: m.ServiceID, Status: mad.SIDRServiceUnsupported}
+	defer func() { a.send(src, h.TID, rep) }()
+	ps, port, ok := mad.ParseServiceID(m.ServiceID)
+	if !ok || ps != mad.PortSpaceUDP {
+		return
+	}
+	var cma mad.CMAHeader
+	if err := cma.Unmarshal(m.PrivateData[:]); err != nil {
+		rep.Status = mad.SIDRRejected
+		return
+	}
+	var l *DatagramListener
+	for _, o := range a.dlisteners[port] {
+		if !o.addr.Addr().IsValid() || o.addr.Addr().IsUnspecified() || o.addr.Addr() == cma.Dst.Unmap() {
+			l = o
+			break
+		}
+	}
+	if l == nil {
+		return
+	}
+	var data []byte
+	var err error
+	if l.cfg.OnRequest != nil {
+		data, err = l.cfg.OnRequest(&DatagramRequest{Local: netip.AddrPortFrom(a.addr, port),
+			Remote:      netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort),
+			PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)})
+	}
+	if err != nil {
+		rep.Status = mad.SIDRRejected
+		var rej *RejectError
+		if errors.As(err, &rej) {
+			copy(rep.PrivateData[:], rej.PrivateData)
+		}
+		return
+	}
+	rep.Status, rep.QPN, rep.QKey = mad.SIDRValid, l.cfg.QP.QPN(), l.cfg.QKey
+	copy(rep.PrivateData[:], data)
+}

@@ -1,0 +1,181 @@
+package cm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/roce"
+)
+
+// udSide is a UD QP in RTS with a receive posted.
+func udSide(t testing.TB, d roce.Device) *side {
+	t.Helper()
+	s := newSide(t, d)
+	q, err := s.pd.CreateQP(&roce.QPInitAttr{Type: roce.UD, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := roce.Connect(q, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.qp = q
+	s.postRecv(t)
+	return s
+}
+
+func TestResolveDatagram(t *testing.T) {
+	checkNoLeak(t)
+	ha, hb := memPair(t, fastConfig(), fastConfig())
+	ctx := ctxT(t, 10*time.Second)
+	srv, cli := udSide(t, hb.dev), udSide(t, ha.dev)
+	l, err := hb.agent.ListenDatagram(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), 4000), &DatagramListenConfig{
+		QP: srv.qp,
+		OnRequest: func(r *DatagramRequest) ([]byte, error) {
+			if r.Remote.Addr() != ha.agent.Addr() || r.Local.Port() != 4000 {
+				return nil, errors.New("unexpected request")
+			}
+			if bytes.HasPrefix(r.PrivateData, []byte("nope")) {
+				return nil, Reject([]byte("not you"))
+			}
+			return []byte("ud service"), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dst := netip.AddrPortFrom(hb.agent.Addr(), 4000)
+	p, err := ha.agent.ResolveDatagram(ctx, dst, []byte("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.QPN != srv.qp.QPN() || p.QKey != roce.DefaultQKey || !bytes.HasPrefix(p.PrivateData, []byte("ud service")) {
+		t.Fatalf("resolved %+v", p)
+	}
+	// The answer is good for sending: a UD SEND to the resolved QP.
+	ah, err := cli.pd.CreateAH(roce.AHAttr{DGID: roce.GIDFromAddr(p.Addr.Addr()), HopLimit: 64, Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(cli.mr.Bytes()[8192:], "datagram")
+	if err := cli.qp.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled, AH: ah, RemoteQPN: p.QPN, RemoteQKey: p.QKey,
+		SGL: []roce.SGE{{Addr: cli.mr.Addr() + 8192, Length: 8, LKey: cli.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, srv.cq); wc.Status != roce.Success || string(srv.mr.Bytes()[40:48]) != "datagram" {
+		t.Fatalf("UD receive %v", &wc)
+	}
+
+	_, err = ha.agent.ResolveDatagram(ctx, dst, []byte("nope"))
+	var se *SIDRError
+	if !errors.As(err, &se) || se.Status != mad.SIDRRejected || !bytes.HasPrefix(se.PrivateData, []byte("not you")) ||
+		!errors.Is(err, ErrRejected) || errors.Is(err, ErrConnRefused) {
+		t.Errorf("rejected resolve: %v", err)
+	}
+	_, err = ha.agent.ResolveDatagram(ctx, netip.AddrPortFrom(hb.agent.Addr(), 4001), nil)
+	if !errors.As(err, &se) || se.Status != mad.SIDRServiceUnsupported || !errors.Is(err, ErrConnRefused) {
+		t.Errorf("resolve of a port nobody serves: %v", err)
+	}
+	t.Log(err)
+	// An RC listener does not answer for the UDP port space.
+	rl, err := hb.agent.Listen(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), 4002), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	if _, err := ha.agent.ResolveDatagram(ctx, netip.AddrPortFrom(hb.agent.Addr(), 4002), nil); !errors.Is(err, ErrConnRefused) {
+		t.Errorf("resolve of an RC port: %v", err)
+	}
+	// Lost SIDR_REPs are recovered by sending the SIDR_REQ again...
+	hb.link.dropNext(mad.AttrSIDRREP, 2)
+	if _, err := ha.agent.ResolveDatagram(ctx, dst, nil); err != nil {
+		t.Errorf("resolve with 2 lost answers: %v", err)
+	}
+	// ... up to the retries.
+	hb.link.dropNext(mad.AttrSIDRREP, 100)
+	if _, err := ha.agent.ResolveDatagram(ctx, dst, nil); !errors.Is(err, ErrTimeout) {
+		t.Errorf("resolve with every answer lost: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := ha.agent.ResolveDatagram(cctx, dst, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("resolve with a cancelled context: %v", err)
+	}
+	if _, err := ha.agent.ListenDatagram(ctx, netip.AddrPortFrom(ha.agent.Addr(), 1), &DatagramListenConfig{QP: rtsQP(t, ha.dev)}); err == nil {
+		t.Error("ListenDatagram took an RC QP")
+	}
+}
+
+// TestSentMADsRoundTrip records every MAD the agents send through the
+// whole protocol and checks that each decodes to a message that encodes
+// back to the same bytes, with the CM header rdma_cm sends.
+func TestSentMADsRoundTrip(t *testing.T) {
+	checkNoLeak(t)
+	ha, hb := memPair(t, fastConfig(), fastConfig())
+	ha.link.record()
+	hb.link.record()
+	ctx := ctxT(t, 10*time.Second)
+	// REQ, MRA (slow decision), REP, RTU, duplicates, DREQ, DREP.
+	slow := time.Duration(fastConfig().MaxRetries+1) * ha.agent.reqTimeout()
+	l, err := hb.agent.Listen(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &ListenConfig{
+		OnRequest: func(context.Context, *Request) (*Params, error) {
+			time.Sleep(slow)
+			return &Params{PrivateData: []byte("rep")}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan acceptResult, 1)
+	go func() {
+		c, err := l.Accept(ctx)
+		accepted <- acceptResult{conn: c, err: err}
+	}()
+	hb.link.dupNext(mad.AttrREP, 1)
+	c, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{PrivateData: []byte("req")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-accepted
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	ha.link.dupNext(mad.AttrDREQ, 1)
+	c.Close()
+	<-r.conn.Done()
+	r.conn.Close()
+	// REJ, SIDR_REQ and SIDR_REP.
+	if _, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 1), nil); !errors.Is(err, ErrConnRefused) {
+		t.Fatal(err)
+	}
+	if _, err := ha.agent.ResolveDatagram(ctx, netip.AddrPortFrom(hb.agent.Addr(), 1), nil); !errors.Is(err, ErrConnRefused) {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, b := range append(ha.link.recorded(), hb.link.recorded()...) {
+		h, m, err := mad.Decode(b)
+		if err != nil {
+			t.Fatalf("%x: %v", b, err)
+		}
+		seen[mad.AttrName(h.AttrID)]++
+		if h.BaseVersion != 1 || h.MgmtClass != mad.ClassCM || h.ClassVersion != 2 || h.Method != mad.MethodSend ||
+			h.Status != 0 || h.ClassSpecific != 0 || h.AttrMod != 0 {
+			t.Errorf("%s header %+v", mad.AttrName(h.AttrID), h)
+		}
+		var again [mad.Len]byte
+		if err := mad.Encode(h, m, again[:]); err != nil || !bytes.Equal(again[:], b) {
+			t.Errorf("%s does not round-trip (%v):\n%x\n%x", mad.AttrName(h.AttrID), err, b, again)
+		}
+	}
+	for _, name := range []string{"REQ", "MRA", "REP", "RTU", "DREQ", "DREP", "REJ", "SIDR_REQ", "SIDR_REP"} {
+		if seen[name] == 0 {
+			t.Errorf("no %s sent (sent %v)", name, seen)
+		}
+	}
+	t.Logf("MADs sent: %v", seen)
+}
