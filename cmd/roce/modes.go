@@ -182,7 +182,7 @@ func reqrespClient(ctx context.Context, s *session, o *modeOpts) error {
 const dashes = "---------------------------------------------------------"
 
 func writereadServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
-	fmt.Fprintf(o.out, "A new connection is accepted from %v\n", s.conn.RemoteAddr())
+	fmt.Fprintf(o.out, "A new connection is accepted from %s\n", s.remote)
 	fmt.Fprintln(o.out, "Client side buffer information is received...")
 	fmt.Fprintf(o.out, "%s\nbuffer attr, %v\n%s\n", dashes, s.peer, dashes)
 	fmt.Fprintf(o.out, "The client has requested buffer length of : %s bytes\n", s.extra["strlen"])

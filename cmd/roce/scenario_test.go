@@ -43,7 +43,7 @@ func freeTCPPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func runScenario(t *testing.T, transport string, sc scenario) result {
+func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 	t.Helper()
 	port := freeTCPPort(t)
 	rport, err := freeDemoPort()
@@ -60,7 +60,7 @@ func runScenario(t *testing.T, transport string, sc scenario) result {
 		fs := newFlagSet("test")
 		f.register(fs, false)
 		args := append([]string{"--mode", sc.mode, "-p", fmt.Sprint(port), "--transport", transport,
-			"--roce-port", fmt.Sprint(rport), "--timeout", "20s"}, extra...)
+			"--roce-port", fmt.Sprint(rport), "--timeout", "20s", "--cm", cmMode}, extra...)
 		m, err := f.parse("test", fs, args, &bytes.Buffer{}, "")
 		if err != nil {
 			t.Fatalf("flags %v: %v", args, err)
@@ -80,15 +80,17 @@ func runScenario(t *testing.T, transport string, sc scenario) result {
 	sf := flags(append([]string{"--clients", fmt.Sprint(len(sc.clients))}, sc.server...)...)
 	m, _ := findMode(sc.mode)
 	var sout, serr bytes.Buffer
+	souts := &lockedBuffer{b: &sout}
 	done := make(chan struct{})
-	ready := make(chan struct{})
 	go func() {
 		defer close(done)
-		close(ready)
-		res.serverErrV = serve(ctx, sf, m, strings.NewReader(""), &lockedBuffer{b: &sout}, &lockedBuffer{b: &serr})
+		res.serverErrV = serve(ctx, sf, m, strings.NewReader(""), souts, &lockedBuffer{b: &serr})
 	}()
-	<-ready
-	waitListening(t, port)
+	waitFor(t, souts, "Server is listening", done)
+	server := "127.0.0.1"
+	if transport == "mem" && cmMode == "rdmacm" {
+		server = "198.18.0.1" // the server's device address on the in-process network
+	}
 	res.clientOut = make([]string, len(sc.clients))
 	res.clientErr = make([]error, len(sc.clients))
 	var wg sync.WaitGroup
@@ -99,7 +101,7 @@ func runScenario(t *testing.T, transport string, sc scenario) result {
 		}
 		run := func() {
 			var out bytes.Buffer
-			res.clientErr[i] = dial(ctx, cf, m, "127.0.0.1", strings.NewReader(c.stdin), &out, &bytes.Buffer{})
+			res.clientErr[i] = dial(ctx, cf, m, server, strings.NewReader(c.stdin), &out, &bytes.Buffer{})
 			res.clientOut[i] = out.String()
 		}
 		if sc.mode == "params" {
@@ -118,6 +120,28 @@ func runScenario(t *testing.T, transport string, sc scenario) result {
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits until out holds want, or the server ended (done).
+func waitFor(t *testing.T, out *lockedBuffer, want string, done <-chan struct{}) {
+	t.Helper()
+	for range 500 {
+		if strings.Contains(out.String(), want) {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("the server ended before %q:\n%s", want, out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the server did not print %q", want)
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
@@ -177,14 +201,14 @@ func TestScenarios(t *testing.T) {
 			{args: []string{"-n", "3", "--dim", "4", "--id", "0"}}, {args: []string{"-n", "3", "--dim", "4", "--id", "1"}}}},
 			[]string{"iteration 2: weights"}, []string{"final weights after 6 steps: [0.9910 0.9820 0.9730 0.9640]"}, ""},
 	}
-	for _, transport := range []string{"mem", "udp"} {
+	for _, link := range [][2]string{{"mem", "rdmacm"}, {"udp", "rdmacm"}, {"mem", "tcp"}, {"udp", "tcp"}} {
 		for _, c := range cases {
 			name := c.sc.mode
 			if c.clientErr != "" {
 				name += "/refused"
 			}
-			t.Run(transport+"/"+name, func(t *testing.T) {
-				res := runScenario(t, transport, c.sc)
+			t.Run(link[0]+"/"+link[1]+"/"+name, func(t *testing.T) {
+				res := runScenario(t, link[0], link[1], c.sc)
 				out := res.clientOut[0]
 				if c.clientErr != "" {
 					if res.clientErr[0] == nil || !strings.Contains(res.clientErr[0].Error(), c.clientErr) {
@@ -216,13 +240,20 @@ func containsInOrder(t *testing.T, who, out string, want []string) {
 }
 
 func TestScenarioModeMismatch(t *testing.T) {
+	for _, cmMode := range []string{"rdmacm", "tcp"} {
+		t.Run(cmMode, func(t *testing.T) { modeMismatch(t, cmMode) })
+	}
+}
+
+func modeMismatch(t *testing.T, cmMode string) {
 	port := freeTCPPort(t)
 	rport, _ := freeDemoPort()
 	mk := func(mode string, extra ...string) (*scenarioFlags, *mode) {
 		var f scenarioFlags
 		fs := newFlagSet("test")
 		f.register(fs, false)
-		m, err := f.parse("test", fs, append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport)}, extra...), &bytes.Buffer{}, "")
+		m, err := f.parse("test", fs, append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport),
+			"--cm", cmMode}, extra...), &bytes.Buffer{}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,8 +263,10 @@ func TestScenarioModeMismatch(t *testing.T) {
 	defer cancel()
 	sf, sm := mk("read", "--text", "x")
 	errc := make(chan error, 1)
-	go func() { errc <- serve(ctx, sf, sm, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}) }()
-	waitListening(t, port)
+	out := &lockedBuffer{b: &bytes.Buffer{}}
+	done := make(chan struct{})
+	go func() { defer close(done); errc <- serve(ctx, sf, sm, strings.NewReader(""), out, &bytes.Buffer{}) }()
+	waitFor(t, out, "Server is listening", done)
 	cf, cm := mk("send")
 	err := dial(ctx, cf, cm, "127.0.0.1", strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
 	want := "mode mismatch: the server runs --mode read, the client asked for --mode send"

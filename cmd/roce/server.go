@@ -31,8 +31,9 @@ type scenarioFlags struct {
 func (f *scenarioFlags) register(fs *flag.FlagSet, client bool) {
 	f.sc.dev.register(fs)
 	fs.StringVar(&f.sc.mode, "mode", "", "the scenario: "+modeNames())
-	fs.IntVar(&f.sc.port, "p", 7471, "TCP `port` of the connection exchange")
-	fs.IntVar(&f.sc.port, "port", 7471, "TCP `port` of the connection exchange")
+	fs.StringVar(&f.sc.cm, "cm", "rdmacm", "how the sides connect: rdmacm (IB CM on QP1, as librdmacm does) or tcp (an exchange on TCP -p)")
+	fs.IntVar(&f.sc.port, "p", 7471, "`port` of the connection: rdma_cm's port space, or TCP with --cm tcp")
+	fs.IntVar(&f.sc.port, "port", 7471, "`port` of the connection: rdma_cm's port space, or TCP with --cm tcp")
 	fs.IntVar(&f.sc.mtu, "mtu", 4096, "path MTU in bytes (the smaller of the two sides wins)")
 	fs.IntVar(&f.sc.bufSize, "buf", 4096, "size of the registered buffer in `bytes`")
 	fs.DurationVar(&f.sc.timeout, "timeout", 30*time.Second, "bound on the connection exchange and on each wait")
@@ -83,6 +84,8 @@ func (f *scenarioFlags) parse(name string, fs *flag.FlagSet, args []string, stdo
 		return nil, usageErr("--dim must be 1 to %d for a %d-byte --buf", (f.sc.bufSize-128)/16, f.sc.bufSize)
 	case f.sc.timeout <= 0:
 		return nil, usageErr("--timeout must be positive")
+	case f.sc.cm != "rdmacm" && f.sc.cm != "tcp":
+		return nil, usageErr("--cm must be rdmacm or tcp, not %q", f.sc.cm)
 	}
 	f.sc.extra = map[string]string{"strlen": strconv.Itoa(len(f.opts.str))}
 	if f.sc.mode != "writeread" {
@@ -122,6 +125,7 @@ func serve(ctx context.Context, f *scenarioFlags, m *mode, in io.Reader, stdout,
 		return err
 	}
 	defer l.close()
+	l.oneClient = o.clients == 1
 	var state any
 	if m.setup != nil {
 		if state, err = m.setup(l, o); err != nil {
@@ -156,7 +160,7 @@ func serve(ctx context.Context, f *scenarioFlags, m *mode, in io.Reader, stdout,
 					firstErr = err
 				}
 				mu.Unlock()
-				fmt.Fprintf(stderr, "roce server: session with %v: %v\n", s.conn.RemoteAddr(), err)
+				fmt.Fprintf(stderr, "roce server: session with %s: %v\n", s.remote, err)
 			}
 		}
 		if m.name == "params" {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -35,10 +36,12 @@ type session struct {
 	peer bufInfo
 	// Extra key=value pairs of the peer's hello (scenario parameters).
 	extra map[string]string
-	// The TCP connection of the exchange, kept open: its end is the
-	// session's end.
-	conn net.Conn
-	done chan struct{} // closed when the peer hangs up
+	// done is closed when the peer hangs up: the TCP connection of the
+	// exchange ends, or rdma_cm's DREQ comes. hangup ends the session
+	// from this side; remote names the peer.
+	done   <-chan struct{}
+	hangup func()
+	remote string
 	// ownDev: the session opened the device and closes it (the client);
 	// a server's sessions share the listener's.
 	ownDev bool
@@ -152,6 +155,7 @@ type sessionConfig struct {
 	spin    time.Duration     // busy-poll time before blocking on a CQ
 	recvs   [][2]int          // receives (offset, length) posted before the exchange
 	prepare func(*session)    // runs on a server session before the client hears back
+	cm      string            // how the sides connect: rdmacm or tcp
 }
 
 // openSession opens a device and sets a session up on it (the client).
@@ -176,7 +180,7 @@ func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logg
 
 // newSession makes the CQ, QP and buffer of a session on dev and pd.
 func newSession(c *sessionConfig, role string, dev roce.Device, pd roce.PD, log *slog.Logger) (*session, error) {
-	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin, done: make(chan struct{})}
+	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin}
 	step(log, roce.StepControl, "set up CQ, QP and a %d-byte buffer", c.bufSize)
 	var err error
 	if s.cq, err = dev.CreateCQ(256); err != nil {
@@ -223,14 +227,17 @@ func (s *session) connect(mine, theirs *hello) error {
 	return nil
 }
 
-// watch closes s.done when the TCP connection of the exchange ends: the
-// peer has gone.
-func (s *session) watch() {
+// watchTCP makes conn, the TCP connection of the exchange, the session's
+// lifeline: its end is the peer's departure, closing it is hanging up.
+func (s *session) watchTCP(conn net.Conn) {
+	done := make(chan struct{})
+	s.done, s.remote = done, conn.RemoteAddr().String()
+	s.hangup = func() { conn.Close() }
 	go func() {
 		buf := make([]byte, 64)
 		for {
-			if _, err := s.conn.Read(buf); err != nil {
-				close(s.done)
+			if _, err := conn.Read(buf); err != nil {
+				close(done)
 				return
 			}
 		}
@@ -239,8 +246,8 @@ func (s *session) watch() {
 
 // close tears the session down.
 func (s *session) close() {
-	if s.conn != nil {
-		s.conn.Close()
+	if s.hangup != nil {
+		s.hangup()
 	}
 	if s.ownDev {
 		s.dev.Close()
@@ -302,6 +309,15 @@ func (s *session) expect(ctx context.Context, op roce.WCOpcode) (roce.WC, error)
 	if err != nil {
 		return wc, err
 	}
+	if wc.Status == roce.WRFlushErr {
+		// A disconnect moves the QP to ERR, which flushes what was
+		// posted: when the peer is leaving, that is the session's end.
+		select {
+		case <-s.done:
+			return wc, errPeerGone
+		case <-time.After(peerGrace):
+		}
+	}
 	if wc.Status != roce.Success {
 		return wc, fmt.Errorf("%v completed with %v", wc.Opcode, wc.Status)
 	}
@@ -341,8 +357,17 @@ func (s *session) sendBytes(ctx context.Context, off int, b []byte, imm *uint32)
 	return s.do(ctx, wr, roce.WCSend)
 }
 
-// dialSession is the client's side of the exchange.
+// dialSession connects a client to the server, over rdma_cm or the TCP
+// exchange.
 func dialSession(ctx context.Context, c *sessionConfig, server string, log *slog.Logger) (*session, error) {
+	if c.cm == "rdmacm" {
+		return dialSessionCM(ctx, c, server, log)
+	}
+	return dialSessionTCP(ctx, c, server, log)
+}
+
+// dialSessionTCP is the client's side of the TCP exchange.
+func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *slog.Logger) (*session, error) {
 	host := server
 	addr := net.JoinHostPort(host, strconv.Itoa(c.port))
 	step(log, roce.StepControl, "connect to %s over TCP for the exchange", addr)
@@ -379,7 +404,7 @@ func dialSession(ctx context.Context, c *sessionConfig, server string, log *slog
 		conn.Close()
 		return nil, err
 	}
-	s.conn = conn
+	s.hangup = func() { conn.Close() }
 	mine := s.hello(c.mode, c.mtu, c.extra)
 	conn.SetDeadline(time.Now().Add(c.timeout))
 	step(log, roce.StepControl, "exchange QP info: send mine (QPN %d), read the server's", mine.qpn)
@@ -405,18 +430,26 @@ func dialSession(ctx context.Context, c *sessionConfig, server string, log *slog
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
-	s.watch()
+	s.watchTCP(conn)
 	return s, nil
 }
 
 // sessionListener is the server's side of the exchange. It owns the
 // device; each accepted client gets a session (CQ, QP, buffer) on it.
 type sessionListener struct {
-	ln  net.Listener
+	ln  net.Listener // the TCP exchange's, or nil over rdma_cm
 	cfg *sessionConfig
 	dev roce.Device
 	pd  roce.PD
 	log *slog.Logger
+
+	// Over rdma_cm.
+	agent     *cm.Agent
+	cmln      *cm.Listener
+	pending   *session // the session onRequest made for the request Accept returns
+	refused   error    // why onRequest refused the last request
+	oneClient bool     // a refused client ends the server
+	cancel    func()
 }
 
 // listenSession opens the server's device on --bind (127.0.0.1 for the
@@ -446,13 +479,22 @@ func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error)
 	if c.dev.transport == "mem" {
 		host = "127.0.0.1" // the in-process network's addresses are not the host's
 	}
+	l := &sessionListener{cfg: c, dev: dev, pd: pd, log: log}
+	if c.cm == "rdmacm" {
+		if err := l.listenCM(context.Background(), cfg.Addr); err != nil {
+			dev.Close()
+			return nil, err
+		}
+		return l, nil
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(c.port)))
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	step(log, roce.StepControl, "listen on %v for the exchange; RoCE device %s", ln.Addr(), dev.Name())
-	return &sessionListener{ln: ln, cfg: c, dev: dev, pd: pd, log: log}, nil
+	l.ln = ln
+	return l, nil
 }
 
 // exchangeError is the failure of one client's exchange; the listener
@@ -466,6 +508,9 @@ func (e *exchangeError) Unwrap() error { return e.err }
 // asks for another mode is refused with an error both sides print; such
 // failures of one client are *exchangeError.
 func (l *sessionListener) accept(ctx context.Context) (*session, error) {
+	if l.cmln != nil {
+		return l.acceptCM(ctx)
+	}
 	s, err := l.accept1(ctx)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 		var ee *exchangeError
@@ -529,7 +574,7 @@ func (l *sessionListener) accept1(ctx context.Context) (*session, error) {
 		conn.Close()
 		return nil, err
 	}
-	s.conn = conn
+	s.hangup = func() { conn.Close() }
 	if l.cfg.prepare != nil {
 		l.cfg.prepare(s)
 	}
@@ -544,11 +589,17 @@ func (l *sessionListener) accept1(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("exchange: %w", err)
 	}
 	conn.SetDeadline(time.Time{})
-	s.watch()
+	s.watchTCP(conn)
 	return s, nil
 }
 
 func (l *sessionListener) close() {
-	l.ln.Close()
+	if l.ln != nil {
+		l.ln.Close()
+	}
+	if l.cmln != nil {
+		l.cmln.Close()
+		l.agent.Close()
+	}
 	l.dev.Close()
 }
