@@ -63,7 +63,7 @@ func TestWireICRC(t *testing.T) {
 			}
 			gsoIDs := 0
 			for i, p := range sent {
-				fr, ip := nextFrame(t, fd, a.LocalPort(), b.LocalPort())
+				fr, ip := nextFrame(t, fd, a.SendPort(), b.LocalPort())
 				if ip == nil {
 					t.Fatalf("frame %d of %d not captured", i, len(sent))
 				}

@@ -21,6 +21,12 @@
 // reported in transport.Packet.IPID. The don't-fragment bit is assumed set,
 // as rxe and both goroce transports send it.
 //
+// Packets are received on the bound port (4791) and sent from a second
+// socket on the same address with an ephemeral port: RoCEv2 receivers look
+// only at the destination port, and a socket that only sends, blocking and
+// outside Go's netpoller, spares the receive path a wakeup for every
+// datagram sent.
+//
 // Batches move with sendmmsg and recvmmsg. Where the kernel supports them,
 // consecutive packets to the same peer of the same size go out in one UDP
 // GSO send (UDP_SEGMENT), and received trains are coalesced with UDP_GRO;

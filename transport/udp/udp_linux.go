@@ -37,8 +37,15 @@ type Transport struct {
 	log       *slog.Logger
 	stats     counters
 
+	// Sends go out on a second socket, blocking and unknown to Go's
+	// netpoller, bound to the same address and an ephemeral port (RoCEv2
+	// peers look only at the destination port). On the receiving socket,
+	// every sent datagram freed would wake the netpoller (EPOLLOUT) for
+	// nothing, a context switch per send. sendMu guards tx and txFD.
 	sendMu sync.Mutex
 	tx     txState
+	txFD   int
+	txPort uint16
 
 	mu      sync.Mutex // guards started and the start of closing
 	started bool
@@ -144,10 +151,67 @@ func (t *Transport) setup() error {
 	if t.maxPacket < bth.BTHLen+bth.ICRCLen {
 		return errorf(ErrBadConfig, "max packet %d is too small", t.maxPacket)
 	}
+	if err := t.openSender(); err != nil {
+		return err
+	}
 	t.tx.init(t)
-	t.log.Debug("udp transport open", "addr", t.local, "peer_port", r.PeerPort,
+	t.log.Debug("udp transport open", "addr", t.local, "send_port", t.txPort, "peer_port", r.PeerPort,
 		"gso", t.gso.Load(), "gro", t.gro, "batch", r.BatchSize, "max_packet", t.maxPacket,
 		"busy_poll", r.BusyPoll)
+	return nil
+}
+
+// openSender opens the sending socket: the receiving socket's address
+// with an ephemeral port, IPv4's DF, the send buffer and, as the bound on
+// a send waiting for buffer space, SendTimeout.
+func (t *Transport) openSender() error {
+	r := &t.cfg
+	fam := unix.AF_INET6
+	if r.ipv4 {
+		fam = unix.AF_INET
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return fmt.Errorf("udp: send socket: %w", os.NewSyscallError("socket", err))
+	}
+	fail := func(call string, err error) error {
+		unix.Close(fd)
+		return fmt.Errorf("udp: send socket: %w", os.NewSyscallError(call, err))
+	}
+	tv := unix.NsecToTimeval(r.SendTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+		return fail("setsockopt", err)
+	}
+	var sa unix.Sockaddr
+	if r.ipv4 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return fail("setsockopt", err)
+		}
+		sa = &unix.SockaddrInet4{Addr: t.local.Addr().As4()}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			return fail("setsockopt", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
+			return fail("setsockopt", err)
+		}
+		sa = &unix.SockaddrInet6{Addr: t.local.Addr().As16()}
+	}
+	setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, r.WriteBuffer)
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("bind", err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	switch a := got.(type) {
+	case *unix.SockaddrInet4:
+		t.txPort = uint16(a.Port)
+	case *unix.SockaddrInet6:
+		t.txPort = uint16(a.Port)
+	}
+	t.txFD = fd
 	return nil
 }
 
@@ -211,8 +275,11 @@ func (t *Transport) LocalAddr() netip.Addr { return t.local.Addr() }
 // LocalAddrPort returns the bound address and UDP port.
 func (t *Transport) LocalAddrPort() netip.AddrPort { return t.local }
 
-// LocalPort returns the UDP port the transport sends from and receives on.
+// LocalPort returns the UDP port the transport receives on.
 func (t *Transport) LocalPort() uint16 { return t.local.Port() }
+
+// SendPort returns the UDP port the transport sends from.
+func (t *Transport) SendPort() uint16 { return t.txPort }
 
 // PeerPort returns the UDP port the transport sends to.
 func (t *Transport) PeerPort() uint16 { return t.cfg.PeerPort }
@@ -294,6 +361,10 @@ func (t *Transport) Close() error {
 	}
 	t.mu.Unlock()
 	err := t.conn.Close()
+	t.sendMu.Lock() // a Send in progress ends within SendTimeout
+	unix.Close(t.txFD)
+	t.txFD = -1
+	t.sendMu.Unlock()
 	t.wg.Wait()
 	t.log.Debug("udp transport closed", "addr", t.local)
 	return err
@@ -455,10 +526,9 @@ type txState struct {
 	count []int // and its number of packets
 	nmsg  int
 
-	start   int        // first message of the next sendmmsg
-	sent    int        // messages it sent
-	errno   unix.Errno // its error, when it sent none
-	writeFn func(uintptr) bool
+	start int        // first message of the next sendmmsg
+	sent  int        // messages it sent
+	errno unix.Errno // its error, when it sent none
 }
 
 func (tx *txState) init(t *Transport) {
@@ -469,13 +539,13 @@ func (tx *txState) init(t *Transport) {
 	tx.ctrl = make([]byte, b*txCmsgSpace)
 	tx.first = make([]int, b)
 	tx.count = make([]int, b)
-	tx.writeFn = tx.write
 }
 
-// write is the RawConn.Write callback: one sendmmsg from message start.
-func (tx *txState) write(fd uintptr) bool {
+// write is one sendmmsg from message start on the blocking send socket.
+// It reports false when the send timed out waiting for buffer space.
+func (tx *txState) write(fd int) bool {
 	for range 100 { // EINTR retries
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&tx.msgs[tx.start])),
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&tx.msgs[tx.start])),
 			uintptr(tx.nmsg-tx.start), 0, 0, 0)
 		switch e {
 		case 0:
@@ -508,9 +578,9 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 	t.sendMu.Lock()
 	defer t.sendMu.Unlock()
 	tx := &t.tx
-	if err := t.conn.SetWriteDeadline(time.Now().Add(t.cfg.SendTimeout)); err != nil {
+	if t.txFD < 0 {
 		t.stats.txErrors.Add(uint64(len(pkts)))
-		return fmt.Errorf("udp: send: %w", err)
+		return fmt.Errorf("udp: send: %w", net.ErrClosed)
 	}
 	var firstErr error
 	var packets, bytes, errs uint64
@@ -526,14 +596,14 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 		}
 		tx.start = 0
 		for tx.start < tx.nmsg {
-			if err := t.rc.Write(tx.writeFn); err != nil {
-				// Timed out or closed: nothing from here on is sent.
+			if !tx.write(t.txFD) {
+				// Timed out: nothing from here on is sent.
 				for m := tx.start; m < tx.nmsg; m++ {
 					errs += uint64(tx.count[m])
 				}
 				errs += uint64(len(pkts) - next)
 				t.stats.add(packets, bytes, errs)
-				return fmt.Errorf("udp: send: %w", err)
+				return fmt.Errorf("udp: send: no room in the socket buffer for %v: %w", t.cfg.SendTimeout, os.ErrDeadlineExceeded)
 			}
 			if tx.errno == 0 {
 				for m := tx.start; m < tx.start+tx.sent; m++ {
@@ -695,7 +765,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 // with DF and ID id (the segment index of a GSO send; 0 for a single
 // datagram from an unconnected socket), or IPv6.
 func (t *Transport) seal(p *transport.Packet, src, dst netip.Addr, id uint16) {
-	f := bth.Flow{Src: src, Dst: dst, SrcPort: t.local.Port(), DstPort: t.cfg.PeerPort}
+	f := bth.Flow{Src: src, Dst: dst, SrcPort: t.txPort, DstPort: t.cfg.PeerPort}
 	if t.cfg.ipv4 {
 		f.ID, f.DF = id, true
 	}

@@ -82,15 +82,15 @@ func exchange(t *testing.T, rng *rand.Rand, a, b *Transport, cb *collector, size
 			if !bytes.Equal(g.Data, p.Data) {
 				t.Fatalf("batch of %d, packet %d (%d bytes): data differs", n, i, len(p.Data))
 			}
-			if g.Src != a.LocalAddr() || g.Dst != b.LocalAddr() || g.SrcPort != a.LocalPort() {
+			if g.Src != a.LocalAddr() || g.Dst != b.LocalAddr() || g.SrcPort != a.SendPort() {
 				t.Errorf("packet %d: got %v:%d -> %v, want %v:%d -> %v", i, g.Src, g.SrcPort, g.Dst,
-					a.LocalAddr(), a.LocalPort(), b.LocalAddr())
+					a.LocalAddr(), a.SendPort(), b.LocalAddr())
 			}
 			if g.IPID != p.IPID || g.TOS != tos {
 				t.Errorf("packet %d: IPID %d TOS %#x, sent %d %#x", i, g.IPID, g.TOS, p.IPID, tos)
 			}
-			if p.SrcPort != a.LocalPort() {
-				t.Errorf("packet %d: Send left SrcPort %d, socket port %d", i, p.SrcPort, a.LocalPort())
+			if p.SrcPort != a.SendPort() {
+				t.Errorf("packet %d: Send left SrcPort %d, socket port %d", i, p.SrcPort, a.SendPort())
 			}
 			f := bth.Flow{Src: g.Src, Dst: g.Dst, SrcPort: g.SrcPort, DstPort: b.LocalPort(), ID: g.IPID, DF: g.Src.Is4()}
 			if !f.Verify(g.Data) {
