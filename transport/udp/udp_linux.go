@@ -53,11 +53,14 @@ type Transport struct {
 	// rxMu makes receiving a batch and handing it over one step, taken
 	// by the receive goroutine and by pollers (Poll) in turn, so packets
 	// reach the handler in the order they came.
-	rxMu    sync.Mutex
-	rx      *rxState
-	rcv     *receiver
-	rxFD    int
-	rxRun   atomic.Bool // the receive state exists
+	rxMu  sync.Mutex
+	rx    *rxState
+	rcv   *receiver
+	rxFD  int
+	rxRun atomic.Bool // the receive state exists
+	// polled is when Poll last ran (Unix ns): while a poller drives
+	// receiving, the receive goroutine stays out of its way.
+	polled  atomic.Int64
 	closing atomic.Bool
 	wg      sync.WaitGroup
 }
@@ -335,7 +338,11 @@ func (t *Transport) Start(h transport.Handler) error {
 // that the thread that spins on its completions also drives receiving,
 // with no hand-off between threads (transport.Poller).
 func (t *Transport) Poll() int {
-	if !t.rxRun.Load() || t.closing.Load() || !t.rxMu.TryLock() {
+	if !t.rxRun.Load() || t.closing.Load() {
+		return 0
+	}
+	t.polled.Store(time.Now().UnixNano())
+	if !t.rxMu.TryLock() {
 		return 0
 	}
 	defer t.rxMu.Unlock()
@@ -461,11 +468,21 @@ func (rx *rxState) read(fd uintptr) bool {
 	}
 }
 
+// pollerGrace is how long after a Poll the receive goroutine leaves
+// receiving to pollers. Waiting in the netpoller meanwhile would wake it
+// for every datagram a poller then takes: a thread switch per packet,
+// on the cores the pollers spin on.
+const pollerGrace = time.Millisecond
+
 // receive is the receive goroutine.
 func (t *Transport) receive(rx *rxState, rcv *receiver) {
 	defer t.wg.Done()
 	failures := 0
 	for !t.closing.Load() {
+		if since := time.Duration(time.Now().UnixNano() - t.polled.Load()); since < pollerGrace {
+			time.Sleep(pollerGrace - since)
+			continue
+		}
 		if err := t.rc.Read(rx.readFn); err != nil {
 			if !t.closing.Load() {
 				t.log.Warn("udp receive stopped", "addr", t.local, "err", err)
