@@ -66,7 +66,7 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 		}
 		// In busy-poll mode the caller receives, and handles, what is
 		// waiting on the link.
-		if p.Poll() == 0 || c.n.Load() == 0 {
+		if c.dev.poll() == 0 || c.n.Load() == 0 {
 			return 0
 		}
 	}

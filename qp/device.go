@@ -50,6 +50,8 @@ type Device struct {
 	ackReqEvery uint32
 	maxPacket   int
 	poller      transport.Poller // set in busy-poll mode
+	polling     atomic.Int32     // polls receiving on programs' threads now
+	acks        ackDeferrer
 
 	qpMu    sync.Mutex // serializes QP creation and destruction
 	qps     qpTable
@@ -125,6 +127,28 @@ func (d *Device) Close() error {
 		q.Destroy()
 	}
 	return d.t.Close()
+}
+
+// Progress receives and handles, on the caller's goroutine, what waits on
+// the link, and reports how many packets (or datagrams) it took. It works
+// in busy-poll mode only (Config.BusyPoll) and returns 0 otherwise. An
+// empty CQ.Poll does the same; Progress is for programs that spin on
+// memory an RDMA WRITE fills rather than on a CQ (perftest's write
+// latency test), so that their spinning thread drives the receive path.
+func (d *Device) Progress() int {
+	if d.poller == nil {
+		return 0
+	}
+	return d.poll()
+}
+
+// poll receives on the caller's thread (busy-poll mode).
+func (d *Device) poll() int {
+	d.polled()
+	d.polling.Add(1)
+	n := d.poller.Poll()
+	d.polling.Add(-1)
+	return n
 }
 
 // Name names the device after its address: goroce:198.18.0.1.
@@ -205,6 +229,7 @@ func (d *Device) event(e verbs.Event) {
 // across consecutive packets for the same QP so that the packets the QP
 // answers with go out in one batch.
 func (d *Device) receive(pkts []transport.Packet) {
+	polling := d.polling.Load() > 0
 	var cur *QP
 	var b *txBatch
 	var pkt bth.Packet
@@ -225,7 +250,7 @@ func (d *Device) receive(pkts []transport.Packet) {
 		}
 		if q != cur {
 			if cur != nil {
-				cur.flushAndUnlock(b)
+				d.releaseQP(cur, b, polling)
 			} else {
 				b = d.getBatch()
 			}
@@ -235,7 +260,7 @@ func (d *Device) receive(pkts []transport.Packet) {
 		q.recv(&pkt, tp, b)
 	}
 	if cur != nil {
-		cur.flushAndUnlock(b)
+		d.releaseQP(cur, b, polling)
 		d.putBatch(b)
 	}
 }

@@ -181,6 +181,13 @@ func (q *QP) Destroy() error {
 		q.mu.Unlock()
 		return verbs.ErrDestroyed
 	}
+	if q.resp.ackPending {
+		// A deferred ACK (busy-poll mode) still answers what came.
+		b := q.dev.getBatch()
+		q.sendPendingAck(b)
+		b.flush()
+		q.dev.putBatch(b)
+	}
 	q.destroyed = true
 	q.stopTimers()
 	ctr := q.ctr
@@ -215,6 +222,12 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	defer q.mu.Unlock()
 	if q.destroyed {
 		return verbs.ErrDestroyed
+	}
+	if q.resp.ackPending {
+		// A deferred ACK (busy-poll mode) answers what came in the
+		// state the QP was in.
+		q.sendPendingAck(b)
+		b.flush()
 	}
 	cur := q.state
 	if mask&verbs.AttrCurState != 0 && attr.CurState != cur {
@@ -436,8 +449,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	case verbs.StateErr, verbs.StateSQE:
 		q.flushSend()
 	}
-	b.flush()
-	q.mu.Unlock()
+	q.flushAndUnlock(b) // with an ACK left waiting (busy-poll mode)
 	q.dev.putBatch(b)
 	return err
 }

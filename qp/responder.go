@@ -27,8 +27,9 @@ type respState struct {
 	res     []readResource // responder resources for READ and atomics
 	resNext int
 
-	ackPending bool
-	ackPSN     bth.PSN
+	ackPending  bool
+	ackPSN      bth.PSN
+	ackDeferred bool // on Device.acks' list (busy-poll mode)
 }
 
 // readResource remembers an executed READ or atomic so a duplicate can be

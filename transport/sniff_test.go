@@ -163,9 +163,9 @@ func TestSniffUDP(t *testing.T) {
 					t.Errorf("record %d (%v:%d -> %v:%d ID %d): ICRC does not verify", i,
 						fr.Flow.Src, fr.Flow.SrcPort, fr.Flow.Dst, fr.Flow.DstPort, fr.Flow.ID)
 				}
-				if fr.Flow.Src == a.LocalAddr() && fr.Flow.SrcPort == a.LocalPort() {
-					if !bytes.Equal(fr.Payload, pkts[sent].Data) {
-						t.Errorf("sent record %d differs", sent)
+				if fr.Flow.Dst == b.LocalAddr() && fr.Flow.DstPort == b.LocalPort() {
+					if !bytes.Equal(fr.Payload, pkts[sent].Data) || fr.Flow.Src != a.LocalAddr() || fr.Flow.SrcPort != a.SendPort() {
+						t.Errorf("sent record %d differs (from %v:%d)", sent, fr.Flow.Src, fr.Flow.SrcPort)
 					}
 					sent++
 				} else {

@@ -58,9 +58,9 @@ type Transport struct {
 	rcv   *receiver
 	rxFD  int
 	rxRun atomic.Bool // the receive state exists
-	// polled is when Poll last ran (Unix ns): while a poller drives
-	// receiving, the receive goroutine stays out of its way.
-	polled  atomic.Int64
+	// polls counts Poll calls: while a poller drives receiving, the
+	// receive goroutine stays out of its way.
+	polls   atomic.Uint64
 	closing atomic.Bool
 	wg      sync.WaitGroup
 }
@@ -341,7 +341,7 @@ func (t *Transport) Poll() int {
 	if !t.rxRun.Load() || t.closing.Load() {
 		return 0
 	}
-	t.polled.Store(time.Now().UnixNano())
+	t.polls.Add(1)
 	if !t.rxMu.TryLock() {
 		return 0
 	}
@@ -469,7 +469,7 @@ func (rx *rxState) read(fd uintptr) bool {
 }
 
 // pollerGrace is how long after a Poll the receive goroutine leaves
-// receiving to pollers. Waiting in the netpoller meanwhile would wake it
+// receiving to pollers (it looks again after that long). Waiting in the netpoller meanwhile would wake it
 // for every datagram a poller then takes: a thread switch per packet,
 // on the cores the pollers spin on.
 const pollerGrace = time.Millisecond
@@ -478,9 +478,11 @@ const pollerGrace = time.Millisecond
 func (t *Transport) receive(rx *rxState, rcv *receiver) {
 	defer t.wg.Done()
 	failures := 0
+	var polls uint64
 	for !t.closing.Load() {
-		if since := time.Duration(time.Now().UnixNano() - t.polled.Load()); since < pollerGrace {
-			time.Sleep(pollerGrace - since)
+		if p := t.polls.Load(); p != polls {
+			polls = p
+			time.Sleep(pollerGrace)
 			continue
 		}
 		if err := t.rc.Read(rx.readFn); err != nil {

@@ -1,0 +1,194 @@
+package qp
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
+)
+
+// pollLink is one end of a two-end link that delivers only when polled
+// (a transport.Poller with no goroutine of its own), and records the
+// opcodes of each Send call.
+type pollLink struct {
+	mu    sync.Mutex
+	addr  netip.Addr
+	peer  *pollLink
+	h     transport.Handler
+	inbox []transport.Packet
+	sends [][]bth.Opcode // opcodes of each Send call
+}
+
+func newPollLinks() (a, b *pollLink) {
+	a = &pollLink{addr: addrA}
+	b = &pollLink{addr: addrB, peer: a}
+	a.peer = b
+	return a, b
+}
+
+func (l *pollLink) Start(h transport.Handler) error { l.h = h; return nil }
+func (l *pollLink) Send(pkts []transport.Packet) error {
+	var ops []bth.Opcode
+	var copies []transport.Packet
+	for _, p := range pkts {
+		ops = append(ops, bth.BTH(p.Data).Opcode())
+		p.Data = slices.Clone(p.Data)
+		p.Src = l.addr
+		copies = append(copies, p)
+	}
+	l.mu.Lock()
+	l.sends = append(l.sends, ops)
+	l.mu.Unlock()
+	l.peer.mu.Lock()
+	l.peer.inbox = append(l.peer.inbox, copies...)
+	l.peer.mu.Unlock()
+	return nil
+}
+func (l *pollLink) Poll() int {
+	l.mu.Lock()
+	in := l.inbox
+	l.inbox = nil
+	l.mu.Unlock()
+	if len(in) > 0 {
+		l.h(in)
+	}
+	return len(in)
+}
+func (l *pollLink) waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inbox)
+}
+func (l *pollLink) takeSends() [][]bth.Opcode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sends
+	l.sends = nil
+	return s
+}
+func (l *pollLink) LocalAddr() netip.Addr  { return l.addr }
+func (l *pollLink) BatchSize() int         { return 64 }
+func (l *pollLink) MaxPacket() int         { return 4096 + 64 }
+func (l *pollLink) Stats() transport.Stats { return transport.Stats{} }
+func (l *pollLink) Close() error           { return nil }
+
+// busyEnd makes a busy-poll device on l with a connected-to-be RC QP.
+func busyEnd(t *testing.T, l *pollLink, clk clock.Clock) end {
+	t.Helper()
+	d, err := New(l, &Config{Clock: clk, BusyPoll: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	must(t, err)
+	e := end{dev: d, pd: pd.(*PD)}
+	cq, err := d.CreateCQ(64)
+	must(t, err)
+	e.cq = cq.(*CQ)
+	e.qp, err = d.createQP(e.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	return e
+}
+
+// TestBusyPollDeferredAck checks the deferred ACK of busy-poll mode: the
+// ACK for what a poll received leaves with the answer the program posts
+// next, in one Send; the next poll, a timer, a Destroy and a Modify each
+// send it when no answer comes.
+func TestBusyPollDeferredAck(t *testing.T) {
+	la, lb := newPollLinks()
+	clk := clock.NewManual(time.Unix(0, 0))
+	a, b := busyEnd(t, la, clk), busyEnd(t, lb, clk)
+	o := pairOpts{}
+	o.defaults()
+	connect(t, &a, &b, o)
+	connect(t, &b, &a, o)
+	ma, mb := a.reg(t, 4096), b.reg(t, 4096)
+	wc := make([]verbs.WC, 8)
+
+	// ping sends a SEND from a to b, and polls b until its receive
+	// completes.
+	ping := func(id uint64) {
+		t.Helper()
+		must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: id, SGL: []verbs.SGE{sge(mb, 0, 64)}}}))
+		must(t, a.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+			SGL: []verbs.SGE{sge(ma, 0, 32)}}}))
+		if n := b.cq.Poll(wc); n != 1 || wc[0].Opcode != verbs.WCRecv || wc[0].Status != verbs.Success {
+			t.Fatalf("b polled %d: %+v", n, wc[0])
+		}
+		if n := la.waiting(); n != 0 {
+			t.Fatalf("the ACK went out before b's next step: %d packets for a", n)
+		}
+		lb.takeSends()
+	}
+	// acked checks that a's SEND completes from what waits for a.
+	acked := func(what string) {
+		t.Helper()
+		if n := la.waiting(); n != 1 {
+			t.Fatalf("%s: %d packets wait for a, want the ACK", what, n)
+		}
+		if n := a.cq.Poll(wc); n != 1 || wc[0].Opcode != verbs.WCSend || wc[0].Status != verbs.Success {
+			t.Fatalf("%s: a polled %d: %+v", what, n, wc[0])
+		}
+	}
+
+	// The answer carries the ACK: one Send with both.
+	ping(1)
+	must(t, a.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{sge(ma, 64, 64)}}}))
+	must(t, b.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{sge(mb, 64, 16)}}}))
+	sends := lb.takeSends()
+	if len(sends) != 1 || len(sends[0]) != 2 || !slices.Contains(sends[0], bth.RCAcknowledge) ||
+		!slices.Contains(sends[0], bth.RCSendOnly) {
+		t.Fatalf("b's answer went out as %v, want one Send of the SEND and the ACK", sends)
+	}
+	if n := a.cq.Poll(wc); n != 2 {
+		t.Fatalf("a polled %d completions, want its SEND's and its receive's", n)
+	}
+	// a's ACK for b's SEND waits in turn, and a's next poll sends it.
+	if n := a.cq.Poll(wc); n != 0 {
+		t.Fatalf("a polled %d", n)
+	}
+	if n := b.cq.Poll(wc); n != 1 || wc[0].Opcode != verbs.WCSend || wc[0].ID != 2 {
+		t.Fatalf("b polled %d: %+v", n, wc[0])
+	}
+	if sa, sb := a.qp.Counters().AcksSent, b.qp.Counters().AcksSent; sa != 1 || sb != 1 {
+		t.Fatalf("ACKs sent: a %d, b %d; want 1 each", sa, sb)
+	}
+
+	// No answer: the next poll sends it.
+	ping(3)
+	if n := b.cq.Poll(wc); n != 0 {
+		t.Fatalf("b polled %d", n)
+	}
+	acked("next poll")
+
+	// No answer and no poll: the timer sends it.
+	ping(4)
+	clk.Advance(ackDeferMax - time.Microsecond)
+	if n := la.waiting(); n != 0 {
+		t.Fatalf("the ACK went out %v early", time.Microsecond)
+	}
+	clk.Advance(time.Microsecond)
+	acked("timer")
+
+	// A Modify sends it before the state changes, a Destroy before the
+	// QP goes.
+	ping(5)
+	must(t, b.qp.Modify(&verbs.QPAttr{State: verbs.StateSQD}, verbs.AttrState))
+	acked("modify")
+	ping(6)
+	must(t, b.qp.Destroy())
+	acked("destroy")
+	clk.Advance(time.Second) // nothing is left to fire
+	if n := la.waiting(); n != 0 {
+		t.Fatalf("%d packets after the destroy", n)
+	}
+}
