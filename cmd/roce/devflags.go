@@ -89,6 +89,39 @@ func resolveAddr(s string) (netip.Addr, error) {
 	return ips[0].Unmap(), nil
 }
 
+// routeSource returns the local address the kernel would send from to
+// reach dst (connecting a UDP socket picks a route and sends nothing).
+func routeSource(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("no route to %v: %w", dst, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// openClientAt opens a client's device with open(addr). Processes on one
+// host need an address each: a udp client without --bind whose address
+// would be an IPv4 loopback one (the server's, or 127.0.0.1) takes the
+// first free one of 127.0.0.2 to 127.0.0.63 other than addr instead (the
+// whole of 127.0.0.0/8 is loopback), leaving 127.0.0.1 to servers.
+func openClientAt[T any](transport, bind string, addr netip.Addr, open func(netip.Addr) (T, error)) (T, error) {
+	if transport != "udp" || bind != "" || !addr.Is4() || !addr.IsLoopback() {
+		return open(addr)
+	}
+	var v T
+	var err error
+	for a := netip.MustParseAddr("127.0.0.2"); a.As4()[3] < 64; a = a.Next() {
+		if a == addr {
+			continue
+		}
+		if v, err = open(a); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	return v, err
+}
+
 // open opens a device as cfg says, traced to log when --trace is on.
 func (d *devFlags) open(cfg *roce.Config, log *slog.Logger) (roce.Device, error) {
 	dev, err := roce.Open(cfg)

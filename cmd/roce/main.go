@@ -43,7 +43,12 @@ var commands = []command{
 		usage: serverUsage, run: runServer},
 	{name: "client", summary: "run a client/server scenario against a roce server",
 		usage: clientUsage, run: runClient},
+	{name: "pingpong", summary: "play rdma-core's ibv_{rc,uc,ud,srq}_pingpong, against them or another roce",
+		usage: pingpongUsage, run: runPingpong},
+	{name: "perf", summary: "measure bandwidth or latency as perftest's ib_{write,read,send,atomic}_{bw,lat} do, against them or another roce",
+		usage: perfUsage, run: runPerf},
 	{name: "rping", summary: rpingSummary, usage: rpingUsage, run: runRping},
+	{name: "rawudp", summary: rawudpSummary, usage: rawudpUsage, run: runRawUDP},
 	{name: "decode", summary: "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON or per-flow totals",
 		usage: decodeUsage, run: runDecode},
 }

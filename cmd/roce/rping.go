@@ -349,7 +349,7 @@ func (r *rpinger) run(ctx context.Context) error {
 		case o.server && remote.IsValid() && !remote.IsUnspecified():
 			local = remote
 		case o.client:
-			local = rpingSourceFor(remote, o.rocePort)
+			local, _ = routeSource(remote)
 		case o.transport == "udp":
 			// A software device has one address; afpacket takes the
 			// interface's.
@@ -360,8 +360,16 @@ func (r *rpinger) run(ctx context.Context) error {
 	if o.debug {
 		log = slog.New(slog.NewTextHandler(r.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	r.dev, err = roce.Open(&roce.Config{Transport: o.transport, Addr: local, Interface: o.iface,
-		Port: uint16(o.rocePort), PeerPort: uint16(o.rocePort), Pcap: o.pcap, Logger: log})
+	open := func(a netip.Addr) (*roce.SoftDevice, error) {
+		local = a
+		return roce.Open(&roce.Config{Transport: o.transport, Addr: a, Interface: o.iface,
+			Port: uint16(o.rocePort), PeerPort: uint16(o.rocePort), Pcap: o.pcap, Logger: log})
+	}
+	if o.client {
+		r.dev, err = openClientAt(o.transport, o.bind, local, open)
+	} else {
+		r.dev, err = open(local)
+	}
 	if err != nil {
 		hint := ""
 		switch {
@@ -385,21 +393,6 @@ func (r *rpinger) run(ctx context.Context) error {
 		return r.runServer(ctx, remote)
 	}
 	return r.runClient(ctx, remote)
-}
-
-// rpingSourceFor returns the local address the host would send to dst
-// from, or an invalid address.
-func rpingSourceFor(dst netip.Addr, port int) netip.Addr {
-	c, err := net.Dial("udp", netip.AddrPortFrom(dst, uint16(port)).String())
-	if err != nil {
-		return netip.Addr{}
-	}
-	defer c.Close()
-	ap, err := netip.ParseAddrPort(c.LocalAddr().String())
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr().Unmap()
 }
 
 // setup makes rping's verbs objects: a PD, one CQ of 2 × 16 entries, an

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/cm"
@@ -386,20 +385,10 @@ func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *s
 		conn.Close()
 		return nil, err
 	}
-	var s *session
-	if c.dev.transport == "udp" && c.dev.bind == "" && local.Is4() && local.IsLoopback() {
-		// Processes on one host need an address each: the server has
-		// 127.0.0.1, so a client takes the first free one from 127.0.0.2
-		// (the whole of 127.0.0.0/8 is loopback).
-		for a := netip.MustParseAddr("127.0.0.2"); a.As4()[3] < 64; a = a.Next() {
-			cfg.Addr = a
-			if s, err = openSession(c, "client", cfg, log); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-				break
-			}
-		}
-	} else {
-		s, err = openSession(c, "client", cfg, log)
-	}
+	s, err := openClientAt(c.dev.transport, c.dev.bind, cfg.Addr, func(a netip.Addr) (*session, error) {
+		cfg.Addr = a
+		return openSession(c, "client", cfg, log)
+	})
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
@@ -87,27 +85,19 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 		return nil, err
 	}
 	// The device's address: --bind, or the one this host reaches the
-	// server from (a UDP "connection" sends nothing).
-	local := raddr
-	if u, err := net.Dial("udp", net.JoinHostPort(raddr.String(), "9")); err == nil {
-		local = u.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-		u.Close()
+	// server from.
+	local, err := routeSource(raddr)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := c.dev.config(local.String())
 	if err != nil {
 		return nil, err
 	}
-	var s *session
-	if c.dev.transport == "udp" && c.dev.bind == "" && local.Is4() && local.IsLoopback() {
-		for a := netip.MustParseAddr("127.0.0.2"); a.As4()[3] < 64; a = a.Next() {
-			cfg.Addr = a
-			if s, err = openSession(c, "client", cfg, log); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-				break
-			}
-		}
-	} else {
-		s, err = openSession(c, "client", cfg, log)
-	}
+	s, err := openClientAt(c.dev.transport, c.dev.bind, cfg.Addr, func(a netip.Addr) (*session, error) {
+		cfg.Addr = a
+		return openSession(c, "client", cfg, log)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,445 @@
+package main
+
+// roce perf -R: perftest's rdma_cm mode. The exchange that travels over
+// TCP otherwise goes, one message per RC SEND, over a first rdma_cm
+// connection (the "comm" QP, with one 56-byte receive posted at a time);
+// the per-QP handshake is then perftest's 56-byte binary struct and the
+// closing exchange has no "done". The data QPs get their own rdma_cm
+// connections, one per QP on the same port, bracketed by two handshakes
+// of an empty entry (perftest_communication.c, create_rdma_cm_connection;
+// rxe_write_bw_rdmacm.pcap).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
+)
+
+// perfExchange is the out-of-band session a test's flow uses: perftest's
+// TCP exchange (oob.Perftest) or its rdma_cm one (perfCM).
+type perfExchange interface {
+	ExchangeVersions(ctx context.Context) (oob.Compat, error)
+	CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error)
+	CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error)
+	HandShake(ctx context.Context, local oob.PerftestDest) (oob.PerftestDest, error)
+	ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([]oob.PerftestDest, error)
+	Barrier(ctx context.Context) error
+	ExchangeBWReports(ctx context.Context, local oob.BWReport) (oob.BWReport, error)
+	CloseConnection(ctx context.Context) error
+}
+
+var _ perfExchange = (*oob.Perftest)(nil)
+
+// Sizes of the comm QP's buffer: one receive of sizeof(struct
+// pingpong_dest), as perftest posts, and the message being sent.
+const (
+	perfCMRecvLen = oob.PerftestDestCMLen
+	perfCMMsgMax  = 64
+	// perfCMDialTries and perfCMDialGap are how perftest's client retries
+	// the data connections (rdma_cm_client_connection): the server starts
+	// listening for them only after the handshake before them.
+	perfCMDialTries = 10
+	perfCMDialGap   = 100 * time.Millisecond
+)
+
+// perfCM is perftest's exchange over an rdma_cm connection. It is used by
+// one goroutine.
+type perfCM struct {
+	role     oob.Role
+	gidIndex int32
+	agent    *cm.Agent
+	comm     *cm.Conn
+	qp       roce.QP
+	scq, rcq roce.CQ
+	mr       roce.MR
+	buf      []byte // [0:56] the receive, [64:128] the send
+	sendWR   []roce.SendWR
+	recvWR   []roce.RecvWR
+	wc       []roce.WC
+	waiter   *cqWaiter
+	compat   oob.Compat
+	first    oob.PerftestDest
+	hasFirst bool
+	data     []*cm.Conn
+}
+
+// openCM starts the device's connection manager and makes the comm
+// connection: the client dials the server's rdma_cm port, the server
+// accepts one connection on it.
+func (r *perfRun) openCM() error {
+	o := r.o
+	if o.backend == "hw" {
+		return errors.New("-R needs --backend soft: a libibverbs device's rdma_cm belongs to librdmacm")
+	}
+	a, err := cm.NewAgent(r.dev, &cm.Config{Logger: r.log})
+	if err != nil {
+		return err
+	}
+	c := &perfCM{role: r.role, gidIndex: int32(r.gidIdx), agent: a, waiter: newCQWaiter(r.spin),
+		wc: make([]roce.WC, 1)}
+	r.cm = c
+	pd, err := r.dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	c.buf = make([]byte, 2*perfCMMsgMax)
+	if c.mr, err = pd.RegMR(c.buf, roce.LocalWrite); err != nil {
+		return err
+	}
+	if c.scq, err = r.dev.CreateCQ(2); err != nil {
+		return err
+	}
+	if c.rcq, err = r.dev.CreateCQ(2); err != nil {
+		return err
+	}
+	if c.qp, err = pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: c.scq, RecvCQ: c.rcq,
+		Cap: roce.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return err
+	}
+	c.sendWR = []roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled,
+		SGL: []roce.SGE{{Addr: c.mr.Addr() + perfCMMsgMax, LKey: c.mr.LKey()}}}}
+	c.recvWR = []roce.RecvWR{{SGL: []roce.SGE{{Addr: c.mr.Addr(), Length: perfCMRecvLen, LKey: c.mr.LKey()}}}}
+	// The receive goes in before the connection exists, as perftest's
+	// post_one_recv_wqe does: the QP must be in INIT for it.
+	if err := roce.ModifyToInit(c.qp, nil); err != nil {
+		return err
+	}
+	if err := c.qp.PostRecv(c.recvWR); err != nil {
+		return err
+	}
+	p := r.cmParams(c.qp)
+	if r.role == oob.Client {
+		addr, err := r.cmServer()
+		if err != nil {
+			return err
+		}
+		if c.comm, err = a.Dial(r.ctx, addr, p); err != nil {
+			return fmt.Errorf("couldn't connect to %v with rdma_cm: %w", addr, err)
+		}
+		return nil
+	}
+	ln, err := a.Listen(r.ctx, netip.AddrPortFrom(a.Addr(), uint16(o.port)), &cm.ListenConfig{
+		OnRequest: func(context.Context, *cm.Request) (*cm.Params, error) { return p, nil }})
+	if err != nil {
+		return err
+	}
+	r.print("\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	c.comm, err = ln.Accept(r.ctx)
+	ln.Close()
+	if err != nil {
+		return fmt.Errorf("no client connected: %w", err)
+	}
+	return nil
+}
+
+// cmServer resolves the server's address and rdma_cm port.
+func (r *perfRun) cmServer() (netip.AddrPort, error) {
+	a, err := resolveAddr(r.o.server)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(a, uint16(r.o.port)), nil
+}
+
+// cmParams are the connection parameters perftest gives rdma_connect and
+// rdma_accept: the READ/atomic depths for those tests, 7 retries, 7 RNR
+// retries, the min RNR timer it sets after accepting.
+func (r *perfRun) cmParams(q roce.QP) *cm.Params {
+	p := &cm.Params{QP: q, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: perfMinRNRTimer, PathMTU: r.mtu}
+	if r.o.verb == perfRead || r.o.verb == perfAtomic {
+		n := uint8(perfSoftOutReads)
+		if r.o.outReads > 0 {
+			n = uint8(r.o.outReads)
+		}
+		p.ResponderResources, p.InitiatorDepth = n, n
+	}
+	return p
+}
+
+// connectCM connects the data QPs (create_rdma_cm_connection): an empty
+// handshake, one rdma_cm connection per QP, another empty handshake.
+func (r *perfRun) connectCM() error {
+	c := r.cm
+	var zero oob.PerftestDest
+	if _, err := c.handShake(r.ctx, "hand_shake (before rdma_cm)", zero); err != nil {
+		return err
+	}
+	c.hasFirst = false
+	if r.role == oob.Client {
+		addr, err := r.cmServer()
+		if err != nil {
+			return err
+		}
+		for i, q := range r.qps {
+			var conn *cm.Conn
+			for try := 1; ; try++ {
+				conn, err = c.agent.Dial(r.ctx, addr, r.cmParams(q))
+				if err == nil || !errors.Is(err, cm.ErrConnRefused) || try == perfCMDialTries {
+					break
+				}
+				// The refusal left the QP in ERR: back to RESET for the
+				// next try (perftest makes a new cm_id and QP).
+				if err := q.Modify(&roce.QPAttr{State: roce.StateReset}, roce.AttrState); err != nil {
+					return fmt.Errorf("QP %d to RESET after a refused connection: %w", q.QPN(), err)
+				}
+				t := time.NewTimer(perfCMDialGap)
+				select {
+				case <-t.C:
+				case <-r.ctx.Done():
+					t.Stop()
+					return r.ctx.Err()
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("failed to connect QP %d through rdma_cm: %w", i, err)
+			}
+			c.data = append(c.data, conn)
+		}
+	} else {
+		next := 0
+		ln, err := c.agent.Listen(r.ctx, netip.AddrPortFrom(c.agent.Addr(), uint16(r.o.port)), &cm.ListenConfig{
+			Backlog: len(r.qps),
+			OnRequest: func(context.Context, *cm.Request) (*cm.Params, error) {
+				if next == len(r.qps) {
+					return nil, cm.Reject(nil)
+				}
+				next++
+				return r.cmParams(r.qps[next-1]), nil
+			}})
+		if err != nil {
+			return err
+		}
+		for range r.qps {
+			conn, err := ln.Accept(r.ctx)
+			if err != nil {
+				ln.Close()
+				return fmt.Errorf("failed to accept a data QP through rdma_cm: %w", err)
+			}
+			c.data = append(c.data, conn)
+		}
+		ln.Close()
+	}
+	for i := range r.local {
+		// The PSN the connection gave the QP, where perftest shows a number
+		// it drew and never used.
+		r.local[i].PSN = c.data[i].Info().SendPSN
+	}
+	if _, err := c.handShake(r.ctx, "hand_shake (after rdma_cm)", zero); err != nil {
+		return err
+	}
+	c.hasFirst = false
+	return nil
+}
+
+// closeCM ends the rdma_cm connections as perftest does: the client
+// disconnects the data QPs, the server the comm QP; each side then waits
+// (briefly) for the other's disconnects.
+func (r *perfRun) closeCM() {
+	c := r.cm
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	mine, theirs := c.data, []*cm.Conn{c.comm}
+	if r.role == oob.Server {
+		mine, theirs = theirs, mine
+	}
+	for _, conn := range mine {
+		if conn != nil {
+			conn.CloseContext(ctx)
+		}
+	}
+	for _, conn := range theirs {
+		if conn == nil {
+			continue
+		}
+		select {
+		case <-conn.Done():
+		case <-ctx.Done():
+		}
+		conn.CloseContext(ctx)
+	}
+	c.agent.Close()
+}
+
+// send sends one message and waits for its completion.
+func (c *perfCM) send(ctx context.Context, step string, b []byte) error {
+	copy(c.buf[perfCMMsgMax:], b)
+	c.sendWR[0].SGL[0].Length = uint32(len(b))
+	if err := c.qp.PostSend(c.sendWR); err != nil {
+		return fmt.Errorf("perftest rdma_cm %s: post send: %w", step, err)
+	}
+	n, err := c.waiter.poll(ctx, c.scq, c.wc)
+	if err != nil {
+		return fmt.Errorf("perftest rdma_cm %s: send: %w", step, err)
+	}
+	if n != 1 || c.wc[0].Status != roce.Success {
+		return fmt.Errorf("perftest rdma_cm %s: send completed with %v", step, c.wc[0].Status)
+	}
+	return nil
+}
+
+// recv waits for one message of len(b) bytes, copies it and posts the
+// next receive.
+func (c *perfCM) recv(ctx context.Context, step string, b []byte) error {
+	n, err := c.waiter.poll(ctx, c.rcq, c.wc)
+	if err != nil {
+		return fmt.Errorf("perftest rdma_cm %s: receive: %w", step, err)
+	}
+	w := &c.wc[0]
+	if n != 1 || w.Status != roce.Success {
+		return fmt.Errorf("perftest rdma_cm %s: receive completed with %v", step, w.Status)
+	}
+	if int(w.ByteLen) != len(b) {
+		return fmt.Errorf("perftest rdma_cm %s: expected a %d-byte message, got %d bytes", step, len(b), w.ByteLen)
+	}
+	copy(b, c.buf[:len(b)])
+	if err := c.qp.PostRecv(c.recvWR); err != nil {
+		return fmt.Errorf("perftest rdma_cm %s: post receive: %w", step, err)
+	}
+	return nil
+}
+
+// exchange moves one message each way: the client sends first.
+func (c *perfCM) exchange(ctx context.Context, step string, out, in []byte) error {
+	if c.role == oob.Client {
+		if err := c.send(ctx, step, out); err != nil {
+			return err
+		}
+		return c.recv(ctx, step, in)
+	}
+	if err := c.recv(ctx, step, in); err != nil {
+		return err
+	}
+	return c.send(ctx, step, out)
+}
+
+func (c *perfCM) ExchangeVersions(ctx context.Context) (oob.Compat, error) {
+	var out, in [oob.VersionLen]byte
+	if err := oob.EncodeVersion(out[:], oob.PerftestVersion); err != nil {
+		return oob.Compat{}, err
+	}
+	if err := c.exchange(ctx, "exchange_versions", out[:], in[:]); err != nil {
+		return oob.Compat{}, err
+	}
+	v, err := oob.ParseVersion(in[:])
+	if err != nil {
+		return oob.Compat{}, err
+	}
+	c.compat = oob.CompatFor(v)
+	if c.compat.Number < oob.MinPeerVersion {
+		return c.compat, fmt.Errorf("%w: peer version %q, want %v or later", oob.ErrVersion, v, oob.MinPeerVersion)
+	}
+	return c.compat, nil
+}
+
+func (c *perfCM) CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error) {
+	if !c.compat.SysData {
+		return local, nil
+	}
+	var out, in [2 * oob.SysDataLen]byte
+	if err := local.Encode(out[:]); err != nil {
+		return oob.SysData{}, err
+	}
+	if err := c.exchange(ctx, "check_sys_data", out[:4], in[:4]); err != nil {
+		return oob.SysData{}, err
+	}
+	if err := c.exchange(ctx, "check_sys_data", out[4:], in[4:]); err != nil {
+		return oob.SysData{}, err
+	}
+	remote, err := oob.ParseSysData(in[:])
+	if err != nil {
+		return oob.SysData{}, err
+	}
+	return local.Agree(remote), nil
+}
+
+func (c *perfCM) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error) {
+	n := c.compat.MTULen
+	if n == 0 {
+		return local, nil
+	}
+	var out, in [oob.MTULenOld]byte
+	if err := oob.EncodeMTU(out[:n], local); err != nil {
+		return 0, err
+	}
+	if err := c.exchange(ctx, "check_mtu", out[:n], in[:n]); err != nil {
+		return 0, err
+	}
+	remote, err := oob.ParseMTU(in[:n])
+	if err != nil {
+		return 0, err
+	}
+	return oob.AgreeMTU(local, remote), nil
+}
+
+func (c *perfCM) HandShake(ctx context.Context, local oob.PerftestDest) (oob.PerftestDest, error) {
+	return c.handShake(ctx, "hand_shake", local)
+}
+
+func (c *perfCM) handShake(ctx context.Context, step string, local oob.PerftestDest) (oob.PerftestDest, error) {
+	var out, in [oob.PerftestDestCMLen]byte
+	if err := local.EncodeCM(out[:], c.gidIndex); err != nil {
+		return oob.PerftestDest{}, err
+	}
+	if err := c.exchange(ctx, step, out[:], in[:]); err != nil {
+		return oob.PerftestDest{}, err
+	}
+	d, _, err := oob.ParsePerftestDestCM(in[:])
+	if err != nil {
+		return oob.PerftestDest{}, err
+	}
+	if !c.hasFirst {
+		c.first, c.hasFirst = local, true
+	}
+	return d, nil
+}
+
+func (c *perfCM) ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([]oob.PerftestDest, error) {
+	remote := make([]oob.PerftestDest, len(local))
+	for i := range local {
+		d, err := c.handShake(ctx, "hand_shake (QP "+strconv.Itoa(i)+")", local[i])
+		if err != nil {
+			return nil, err
+		}
+		remote[i] = d
+	}
+	c.first, c.hasFirst = local[0], true
+	return remote, nil
+}
+
+func (c *perfCM) Barrier(ctx context.Context) error {
+	_, err := c.handShake(ctx, "barrier", c.first)
+	return err
+}
+
+func (c *perfCM) ExchangeBWReports(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
+	var out, in [9 * oob.ReportFieldLen]byte
+	n, err := local.Encode(out[:], c.compat, false)
+	if err != nil {
+		return oob.BWReport{}, err
+	}
+	off := 0
+	for _, size := range oob.BWReportFields(c.compat, false) {
+		if err := c.exchange(ctx, "xchg_bw_reports", out[off:off+size], in[off:off+size]); err != nil {
+			return oob.BWReport{}, err
+		}
+		off += size
+	}
+	return oob.ParseBWReport(in[:n], c.compat, false)
+}
+
+// CloseConnection is ctx_close_connection over rdma_cm: a handshake and
+// no "done".
+func (c *perfCM) CloseConnection(ctx context.Context) error {
+	_, err := c.handShake(ctx, "close_connection handshake", c.first)
+	return err
+}

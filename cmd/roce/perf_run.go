@@ -1,0 +1,567 @@
+package main
+
+// The data paths of roce perf: perftest's run_iter_bw, run_iter_bw_server,
+// run_iter_lat_send, run_iter_lat_write and run_iter_lat, with the
+// same signaling, counting and timestamps, but posting every work request
+// the send queue has room for in one PostSend and polling completions in
+// batches. Nothing here allocates per message.
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
+)
+
+// perfPollBatch is how many completions one poll takes (perftest: 16).
+const perfPollBatch = 64
+
+// perfPhase is a duration run's state (perftest's START_STATE ...).
+type perfPhase int
+
+const (
+	phaseStart perfPhase = iota // warming up: not counted
+	phaseSample
+	phaseStop // cooling down: not counted
+	phaseEnd
+)
+
+// perfPhases times a -D run: margin, sample, margin.
+type perfPhases struct {
+	start          time.Duration // since the run's base time; < 0 until started
+	margin, period time.Duration
+}
+
+func newPhases(o *perfOptions) perfPhases {
+	return perfPhases{start: -1, margin: time.Duration(o.margin) * time.Second, period: time.Duration(o.duration) * time.Second}
+}
+
+func (p *perfPhases) at(now time.Duration) perfPhase {
+	switch {
+	case p.start < 0 || now < p.start+p.margin:
+		return phaseStart
+	case now < p.start+p.period-p.margin:
+		return phaseSample
+	case now < p.start+p.period:
+		return phaseStop
+	}
+	return phaseEnd
+}
+
+// window returns the sample period's bounds.
+func (p *perfPhases) window() (time.Duration, time.Duration) {
+	return p.start + p.margin, p.start + p.period - p.margin
+}
+
+// perfMem samples the allocator around the traffic.
+type perfMem struct{ mallocs uint64 }
+
+func (m *perfMem) begin() {
+	var s runtime.MemStats
+	runtime.ReadMemStats(&s)
+	m.mallocs = s.Mallocs
+}
+
+func (m *perfMem) end() uint64 {
+	var s runtime.MemStats
+	runtime.ReadMemStats(&s)
+	return s.Mallocs - m.mallocs
+}
+
+// sendArea and recvArea are QP i's halves of the buffer: it sends (and
+// reads into) the first, peers write into the second.
+func (r *perfRun) sendArea(i int) uint64 { return r.mr.Addr() + uint64(i*r.bufSz) }
+func (r *perfRun) recvArea(i int) uint64 { return r.mr.Addr() + uint64((r.o.qps+i)*r.bufSz) }
+
+// sendWR returns the work request QP i posts over and over.
+func (r *perfRun) sendWR(i int, sge []roce.SGE) roce.SendWR {
+	o := r.o
+	sge[0] = roce.SGE{Addr: r.sendArea(i), Length: uint32(o.size), LKey: r.mr.LKey()}
+	w := roce.SendWR{ID: uint64(i), SGL: sge[:1:1], RemoteAddr: r.remote[i].VAddr, RKey: r.remote[i].RKey}
+	switch o.verb {
+	case perfSend:
+		w.Opcode = roce.OpSend
+	case perfWrite:
+		w.Opcode = roce.OpWrite
+	case perfRead:
+		w.Opcode = roce.OpRead
+	case perfAtomic:
+		w.Opcode = roce.OpAtomicFetchAdd
+		w.CompareAdd = perfAtomicAdd
+		if o.atomic == perfAtomicCAS {
+			w.Opcode, w.CompareAdd, w.Swap = roce.OpAtomicCmpSwp, 0, perfAtomicSwap
+		}
+	}
+	return w
+}
+
+// recvWRs returns n receive requests for QP i, all alike.
+func (r *perfRun) recvWRs(i, n int) []roce.RecvWR {
+	sge := []roce.SGE{{Addr: r.recvArea(i), Length: uint32(r.o.size), LKey: r.mr.LKey()}}
+	wrs := make([]roce.RecvWR, n)
+	for k := range wrs {
+		wrs[k] = roce.RecvWR{ID: uint64(i), SGL: sge}
+	}
+	return wrs
+}
+
+// postRecvs posts rx_depth receives on every QP (ctx_set_recv_wqes).
+func (r *perfRun) postRecvs() error {
+	for i, q := range r.qps {
+		if err := q.PostRecv(r.recvWRs(i, r.o.rxDepth)); err != nil {
+			return fmt.Errorf("couldn't post recv QP %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func perfWCError(side string, w *roce.WC, done, total uint64) error {
+	return fmt.Errorf("completion with error at %s: status %s (%d), wr_id %d, vendor error %#x (%d of %d done)",
+		side, w.Status, int(w.Status), w.ID, w.VendorErr, done, total)
+}
+
+// runBWClient is run_iter_bw: keep tx_depth requests in flight on every
+// QP, signal every cq_mod-th (and the last), count cq_mod per completion.
+func (r *perfRun) runBWClient() (*perfResult, error) {
+	o := r.o
+	nq := len(r.qps)
+	dur := o.duration > 0
+	iters := uint64(o.iters)
+	tot := iters * uint64(nq)
+	cqMod := uint64(o.cqMod)
+	depth := uint64(o.txDepth)
+	peak := !o.noPeak && tot <= 1<<24
+	var posted, completed []time.Duration
+	if peak {
+		posted, completed = make([]time.Duration, tot), make([]time.Duration, tot)
+	}
+	scnt, ccnt := make([]uint64, nq), make([]uint64, nq)
+	batch := make([][]roce.SendWR, nq)
+	for i := range batch {
+		batch[i] = make([]roce.SendWR, o.txDepth)
+		sges := make([]roce.SGE, o.txDepth)
+		for k := range batch[i] {
+			batch[i][k] = r.sendWR(i, sges[k:])
+		}
+	}
+	wcs := make([]roce.WC, perfPollBatch)
+	w := newCQWaiter(r.spin)
+	ph := newPhases(o)
+	var totS, totC, sampled uint64
+	var firstPost, lastDone time.Duration
+	var mem perfMem
+	mem.begin()
+	base := time.Now()
+	ph.start = 0
+	for totS < tot || totC < tot || dur {
+		now := time.Since(base)
+		if dur && ph.at(now) == phaseEnd {
+			break
+		}
+		postedNow := false
+		for i := range nq {
+			k := 0
+			for (dur || scnt[i] < iters) && scnt[i]-ccnt[i]+1 <= depth {
+				s := scnt[i]
+				wr := &batch[i][k]
+				wr.Flags = 0
+				if cqMod == 1 || s%cqMod == cqMod-1 || !dur && s == iters-1 {
+					wr.Flags = roce.Signaled
+				}
+				scnt[i]++
+				k++
+			}
+			if k == 0 {
+				continue
+			}
+			t := time.Since(base)
+			if totS == 0 {
+				firstPost = t
+			}
+			if peak {
+				for j := range uint64(k) {
+					posted[totS+j] = t
+				}
+			}
+			if err := r.qps[i].PostSend(batch[i][:k]); err != nil {
+				return nil, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
+			}
+			totS += uint64(k)
+			postedNow = true
+		}
+		if totC < tot || dur && totC < totS {
+			ne := r.sendCQ.Poll(wcs)
+			if ne == 0 && !postedNow {
+				var err error
+				if ne, err = w.pollFor(r.ctx, r.sendCQ, wcs, 10*time.Millisecond); err != nil {
+					return nil, fmt.Errorf("%d of %d sends completed: %w", totC, tot, err)
+				}
+			}
+			t := time.Since(base)
+			for k := range wcs[:ne] {
+				wc := &wcs[k]
+				if wc.Status != roce.Success {
+					return nil, perfWCError("send", wc, totC, tot)
+				}
+				ccnt[wc.ID] += cqMod
+				totC += cqMod
+				if peak {
+					completed[min(totC, tot)-1] = t
+				}
+				if dur && ph.at(t) == phaseSample {
+					sampled += cqMod
+				}
+			}
+			if ne > 0 {
+				lastDone = t
+			}
+		}
+	}
+	res := &perfResult{messages: totS, allocs: mem.end(), elapsed: time.Since(base)}
+	b := &perfBW{size: uint64(o.size)}
+	if dur {
+		from, to := ph.window()
+		b.iters = sampled
+		b.avg, b.rate = perfBWAverage(o.size, sampled, to-from)
+	} else {
+		b.iters = tot
+		b.avg, b.rate = perfBWAverage(o.size, tot, lastDone-firstPost)
+		if peak {
+			b.peak = perfBWPeak(o.size, posted, completed, cqMod)
+		}
+	}
+	res.bw = b
+	return res, nil
+}
+
+// runBWServer is run_iter_bw_server: receive and repost until every
+// message is in, timed from the first one.
+func (r *perfRun) runBWServer() (*perfResult, error) {
+	o := r.o
+	nq := len(r.qps)
+	dur := o.duration > 0
+	iters := uint64(o.iters)
+	tot := iters * uint64(nq)
+	wrs := make([][]roce.RecvWR, nq)
+	for i := range wrs {
+		wrs[i] = r.recvWRs(i, o.rxDepth)
+	}
+	postedQP := make([]uint64, nq)
+	for i := range postedQP {
+		postedQP[i] = uint64(o.rxDepth)
+	}
+	repost := make([]int, nq)
+	wcs := make([]roce.WC, perfPollBatch)
+	w := newCQWaiter(r.spin)
+	ph := newPhases(o)
+	var rcnt, sampled uint64
+	var first, last time.Duration
+	started := false
+	var mem perfMem
+	mem.begin()
+	base := time.Now()
+	for rcnt < tot || dur {
+		now := time.Since(base)
+		if dur && ph.at(now) == phaseEnd {
+			break
+		}
+		ne, err := w.pollFor(r.ctx, r.recvCQ, wcs, 10*time.Millisecond)
+		if err != nil {
+			return nil, fmt.Errorf("%d of %d messages received: %w", rcnt, tot, err)
+		}
+		if ne == 0 {
+			continue
+		}
+		t := time.Since(base)
+		if !started {
+			started, first = true, t
+			ph.start = t
+		}
+		for k := range wcs[:ne] {
+			wc := &wcs[k]
+			if wc.Status != roce.Success {
+				return nil, perfWCError("receive", wc, rcnt, tot)
+			}
+			i := wc.ID
+			rcnt++
+			if dur && ph.at(t) == phaseSample {
+				sampled++
+			}
+			if dur || postedQP[i]+1 <= iters {
+				repost[i]++
+				postedQP[i]++
+			}
+		}
+		for i, n := range repost {
+			if n > 0 {
+				if err := r.qps[i].PostRecv(wrs[i][:n]); err != nil {
+					return nil, fmt.Errorf("couldn't post recv QP %d: %w", i, err)
+				}
+				repost[i] = 0
+			}
+		}
+		last = t
+	}
+	res := &perfResult{messages: rcnt, allocs: mem.end(), elapsed: time.Since(base)}
+	b := &perfBW{size: uint64(o.size)}
+	if dur {
+		from, to := ph.window()
+		b.iters = sampled
+		b.avg, b.rate = perfBWAverage(o.size, sampled, to-from)
+	} else {
+		b.iters = tot
+		b.avg, b.rate = perfBWAverage(o.size, tot, last-first)
+	}
+	res.bw = b
+	return res, nil
+}
+
+// runLatSend is run_iter_lat_send: the client sends first; each side
+// waits for the other's message before sending the next.
+func (r *perfRun) runLatSend() (*perfResult, error) {
+	o := r.o
+	dur := o.duration > 0
+	iters := uint64(o.iters)
+	client := r.role == oob.Client
+	q := r.qps[0]
+	sge := make([]roce.SGE, 1)
+	wr := []roce.SendWR{r.sendWR(0, sge)}
+	rwr := r.recvWRs(0, 1)
+	wc := make([]roce.WC, 1)
+	w := newCQWaiter(r.latSpin())
+	var tposted []time.Duration
+	if !dur {
+		tposted = make([]time.Duration, iters)
+	}
+	ph := newPhases(o)
+	var scnt, rcnt, sampled uint64
+	var mem perfMem
+	mem.begin()
+	base := time.Now()
+	for scnt < iters || rcnt < iters || dur && ph.at(time.Since(base)) != phaseEnd {
+		if (rcnt < iters || dur) && !(scnt < 1 && client) {
+			ne, err := r.waitOne(w, r.recvCQ, wc, dur, &ph, base)
+			if err != nil {
+				return nil, fmt.Errorf("%d of %d messages received: %w", rcnt, iters, err)
+			}
+			if ne == 0 { // the run's time is up
+				break
+			}
+			if ph.start < 0 {
+				ph.start = time.Since(base)
+			}
+			if wc[0].Status != roce.Success {
+				return nil, perfWCError("receive", &wc[0], rcnt, iters)
+			}
+			rcnt++
+			if dur && ph.at(time.Since(base)) == phaseSample {
+				sampled++
+			}
+			if dur || rcnt+uint64(o.rxDepth) <= iters {
+				if err := q.PostRecv(rwr); err != nil {
+					return nil, fmt.Errorf("couldn't post recv: rcnt=%d: %w", rcnt, err)
+				}
+			}
+		}
+		if scnt < iters || dur && ph.at(time.Since(base)) != phaseEnd {
+			if !dur {
+				tposted[scnt] = time.Since(base)
+			}
+			scnt++
+			poll := scnt%uint64(o.cqMod) == 0 || !dur && scnt == iters
+			wr[0].Flags = 0
+			if poll {
+				wr[0].Flags = roce.Signaled
+			}
+			if err := q.PostSend(wr); err != nil {
+				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			if poll {
+				ne, err := r.waitOne(w, r.sendCQ, wc, false, &ph, base)
+				if err != nil {
+					return nil, fmt.Errorf("send %d of %d: %w", scnt, iters, err)
+				}
+				if ne > 0 && wc[0].Status != roce.Success {
+					return nil, perfWCError("send", &wc[0], scnt, iters)
+				}
+			}
+		}
+	}
+	return r.latResult(tposted, sampled, &ph, scnt, mem.end(), time.Since(base), 2), nil
+}
+
+// runLatWrite is run_iter_lat_write: each side RDMA WRITEs into the
+// other's buffer, whose last byte carries the iteration number, and
+// spins on its own buffer for the peer's; the server writes first.
+func (r *perfRun) runLatWrite() (*perfResult, error) {
+	o := r.o
+	dur := o.duration > 0
+	iters := uint64(o.iters)
+	server := r.role == oob.Server
+	q := r.qps[0]
+	sge := make([]roce.SGE, 1)
+	wr := []roce.SendWR{r.sendWR(0, sge)}
+	wr[0].Flags = roce.Signaled
+	postByte := &r.buf[o.size-1]               // the last byte of what this side writes
+	pollByte := &r.buf[o.qps*r.bufSz+o.size-1] // the last byte the peer writes here
+	wc := make([]roce.WC, 1)
+	w := newCQWaiter(r.latSpin())
+	var tposted []time.Duration
+	if !dur {
+		tposted = make([]time.Duration, iters)
+	}
+	ph := newPhases(o)
+	var scnt, ccnt, rcnt, sampled uint64
+	var mem perfMem
+	mem.begin()
+	base := time.Now()
+	ph.start = 0
+	for scnt < iters || ccnt < iters || rcnt < iters || dur && ph.at(time.Since(base)) != phaseEnd {
+		if (rcnt < iters || dur) && !(scnt < 1 && server) {
+			rcnt++
+			if err := r.waitByte(pollByte, byte(rcnt), dur, &ph, base); err != nil {
+				return nil, fmt.Errorf("write %d of %d from the peer: %w", rcnt, iters, err)
+			}
+		}
+		if dur && ph.at(time.Since(base)) == phaseEnd {
+			break
+		}
+		if scnt < iters || dur {
+			if !dur {
+				tposted[scnt] = time.Since(base)
+			}
+			scnt++
+			*postByte = byte(scnt) // the previous WRITE has completed: nobody reads it
+			if err := q.PostSend(wr); err != nil {
+				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+		}
+		if ccnt < iters || dur {
+			ne, err := r.waitOne(w, r.sendCQ, wc, false, &ph, base)
+			if err != nil {
+				return nil, fmt.Errorf("write %d of %d: %w", scnt, iters, err)
+			}
+			if ne > 0 {
+				if wc[0].Status != roce.Success {
+					return nil, perfWCError("send", &wc[0], ccnt, iters)
+				}
+				ccnt++
+				if dur && ph.at(time.Since(base)) == phaseSample {
+					sampled++
+				}
+			}
+		}
+	}
+	return r.latResult(tposted, sampled, &ph, scnt, mem.end(), time.Since(base), 2), nil
+}
+
+// runLatRead is run_iter_lat for READ and atomics: post one, wait for
+// its completion, again.
+func (r *perfRun) runLatRead() (*perfResult, error) {
+	o := r.o
+	dur := o.duration > 0
+	iters := uint64(o.iters)
+	q := r.qps[0]
+	sge := make([]roce.SGE, 1)
+	wr := []roce.SendWR{r.sendWR(0, sge)}
+	wr[0].Flags = roce.Signaled
+	wc := make([]roce.WC, 1)
+	w := newCQWaiter(r.latSpin())
+	var tposted []time.Duration
+	if !dur {
+		tposted = make([]time.Duration, iters)
+	}
+	ph := newPhases(o)
+	var scnt, sampled uint64
+	var mem perfMem
+	mem.begin()
+	base := time.Now()
+	ph.start = 0
+	for scnt < iters || dur && ph.at(time.Since(base)) != phaseEnd {
+		if !dur {
+			tposted[scnt] = time.Since(base)
+		}
+		scnt++
+		if err := q.PostSend(wr); err != nil {
+			return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+		}
+		ne, err := r.waitOne(w, r.sendCQ, wc, false, &ph, base)
+		if err != nil {
+			return nil, fmt.Errorf("request %d of %d: %w", scnt, iters, err)
+		}
+		if ne > 0 {
+			if wc[0].Status != roce.Success {
+				return nil, perfWCError("send", &wc[0], scnt-1, iters)
+			}
+			if dur && ph.at(time.Since(base)) == phaseSample {
+				sampled++
+			}
+		}
+	}
+	return r.latResult(tposted, sampled, &ph, scnt, mem.end(), time.Since(base), 1), nil
+}
+
+// latSpin is how a latency test waits: it busy-polls where that pays
+// (libibverbs, or a transport that busy-polls too).
+func (r *perfRun) latSpin() time.Duration {
+	if r.spin != 0 {
+		return -1
+	}
+	return 0
+}
+
+// waitOne waits for one completion on cq. In a duration run that may
+// end while waiting (untilEnd), it returns 0 once the run's time is up.
+func (r *perfRun) waitOne(w *cqWaiter, cq roce.CQ, wc []roce.WC, untilEnd bool, ph *perfPhases, base time.Time) (int, error) {
+	for {
+		ne, err := w.pollFor(r.ctx, cq, wc, 10*time.Millisecond)
+		if ne > 0 || err != nil {
+			return ne, err
+		}
+		if untilEnd && ph.at(time.Since(base)) == phaseEnd {
+			return 0, nil
+		}
+	}
+}
+
+// waitByte spins until the byte at p is want, the run's time is up (in a
+// duration run), or the deadline passes. A busy-polled software device's
+// receive path runs on this thread between looks; otherwise the software
+// device sleeps a little between them, so that the engine's goroutines
+// run.
+func (r *perfRun) waitByte(p *byte, want byte, dur bool, ph *perfPhases, base time.Time) error {
+	for i := 1; ; i++ {
+		if perfLoadByte(p) == want {
+			return nil
+		}
+		if r.progress != nil && r.progress() > 0 {
+			continue
+		}
+		if i&63 == 0 {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			if dur && ph.at(time.Since(base)) == phaseEnd {
+				return nil
+			}
+			if r.spin == 0 {
+				time.Sleep(time.Microsecond)
+				continue
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
+// perfLoadByte reads a byte that the RDMA device writes behind the program's
+// back, as perftest's volatile poll does: the software engine writes it
+// from its own goroutine, a NIC by DMA. It is kept out of the race
+// detector's view (the write is a remote peer's, ordered by the
+// protocol, not by Go synchronisation) and out of line, so that every
+// call loads the byte again.
+//
+//go:norace
+//go:noinline
+func perfLoadByte(p *byte) byte { return *p }
