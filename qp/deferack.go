@@ -105,6 +105,7 @@ func (d *Device) releaseQP(q *QP, b *txBatch, polling bool) {
 	if polling && q.resp.ackPending {
 		d.deferAck(q)
 		b.flush()
+		q.updateActive()
 		q.mu.Unlock()
 		return
 	}

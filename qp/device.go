@@ -25,6 +25,10 @@ type Config struct {
 	// MaxUnackedPSNs bounds the packets a requester has in flight on one
 	// QP (rxe uses 128). 0 means 512.
 	MaxUnackedPSNs int
+	// SharedUnackedPSNs bounds the packets in flight over all the QPs of
+	// the device that have some: each gets an equal share, down to a
+	// floor of 8. 0 means twice MaxUnackedPSNs.
+	SharedUnackedPSNs int
 	// AckReqEvery sets AckReq on at least every so many packets of a long
 	// message, besides the last (rxe: 64). 0 means 64.
 	AckReqEvery int
@@ -46,12 +50,15 @@ type Device struct {
 	gid netip.Addr
 	mrs *mr.Table
 
-	maxUnacked  uint32
-	ackReqEvery uint32
-	maxPacket   int
-	poller      transport.Poller // set in busy-poll mode
-	polling     atomic.Int32     // polls receiving on programs' threads now
-	acks        ackDeferrer
+	maxUnacked    uint32
+	sharedUnacked uint32       // PSNs in flight over all QPs, shared by the active ones
+	activeRC      atomic.Int32 // RC QPs with PSNs in flight
+	inflight      atomic.Int64 // their PSNs in flight
+	ackReqEvery   uint32
+	maxPacket     int
+	poller        transport.Poller // set in busy-poll mode
+	polling       atomic.Int32     // polls receiving on programs' threads now
+	acks          ackDeferrer
 
 	qpMu    sync.Mutex // serializes QP creation and destruction
 	qps     qpTable
@@ -93,6 +100,10 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	}
 	if d.maxUnacked == 0 {
 		d.maxUnacked = 512
+	}
+	d.sharedUnacked = uint32(cfg.SharedUnackedPSNs)
+	if d.sharedUnacked == 0 {
+		d.sharedUnacked = 2 * d.maxUnacked
 	}
 	if d.ackReqEvery == 0 {
 		d.ackReqEvery = 64

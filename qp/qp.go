@@ -189,6 +189,7 @@ func (q *QP) Destroy() error {
 		q.dev.putBatch(b)
 	}
 	q.destroyed = true
+	q.updateActive()
 	q.stopTimers()
 	ctr := q.ctr
 	q.mu.Unlock()
@@ -220,6 +221,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer q.updateActive()
 	if q.destroyed {
 		return verbs.ErrDestroyed
 	}
@@ -587,6 +589,7 @@ func (q *QP) flushRecv() {
 func (q *QP) flushAndUnlock(b *txBatch) {
 	q.sendPendingAck(b)
 	b.flush()
+	q.updateActive()
 	q.mu.Unlock()
 }
 

@@ -102,6 +102,11 @@ type reqState struct {
 	// so that go-back-N resends little on a lossy path.
 	cwnd      uint32
 	cwndAcked uint32
+	// active: PSNs are unacknowledged, and the QP counts in
+	// Device.activeRC, among the QPs that share the device's window;
+	// counted is how many of its PSNs Device.inflight holds.
+	active  bool
+	counted uint32
 }
 
 // minWindow is the smallest window the requester shrinks to.
@@ -112,6 +117,12 @@ const minWindow = 8
 func (q *QP) request(b *txBatch) {
 	if q.state != verbs.StateRTS && q.state != verbs.StateSQD || q.comp.rnrWait {
 		return
+	}
+	if !q.req.active && q.typ == verbs.RC && q.sq.next != q.sq.tail {
+		// Count among the senders before sending, so that QPs starting
+		// together take shares at once.
+		q.req.active = true
+		q.dev.activeRC.Add(1)
 	}
 	for q.sq.next != q.sq.tail {
 		w := q.sq.at(q.sq.next)
@@ -176,11 +187,59 @@ func (q *QP) packets(n uint64) uint32 {
 // windowFull reports whether npsn more PSNs would exceed the number of
 // unacknowledged PSNs allowed. A request always fits an empty window.
 func (q *QP) windowFull(npsn uint32) bool {
+	return q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn)), npsn)
+}
+
+// windowFullAt is windowFull with out PSNs unacknowledged.
+func (q *QP) windowFullAt(out, npsn uint32) bool {
 	if q.typ != verbs.RC {
 		return false
 	}
-	out := uint32(q.req.psn.Diff(q.comp.psn))
-	return out != 0 && out+npsn > q.req.cwnd
+	if out == 0 {
+		return false
+	}
+	if out+npsn > q.window() {
+		return true
+	}
+	// The device's total too, counting what this QP sent since it last
+	// reported.
+	d := q.dev
+	return d.activeRC.Load() > 1 && d.inflight.Load()+int64(out)-int64(q.req.counted)+int64(npsn) > int64(d.sharedUnacked)
+}
+
+// window is how many PSNs may be unacknowledged now: the QP's cwnd, and
+// its share of the device's window while other QPs have packets in
+// flight too, so that many streams together overrun a receiver no more
+// than one does.
+func (q *QP) window() uint32 {
+	w := q.req.cwnd
+	if n := uint32(q.dev.activeRC.Load()); n > 1 {
+		w = min(w, max(minWindow, q.dev.sharedUnacked/n))
+	}
+	return w
+}
+
+// updateActive keeps Device.activeRC, the number of RC QPs with PSNs in
+// flight, and Device.inflight, their sum, up to date; it runs wherever a
+// QP's lock is released after its PSNs may have moved, and before a QP
+// starts sending from idle.
+func (q *QP) updateActive() {
+	var out uint32
+	if !q.destroyed && q.typ == verbs.RC && (q.state == verbs.StateRTS || q.state == verbs.StateSQD) {
+		out = uint32(q.req.psn.Diff(q.comp.psn))
+	}
+	if act := out != 0; act != q.req.active {
+		q.req.active = act
+		if act {
+			q.dev.activeRC.Add(1)
+		} else {
+			q.dev.activeRC.Add(-1)
+		}
+	}
+	if out != q.req.counted {
+		q.dev.inflight.Add(int64(out) - int64(q.req.counted))
+		q.req.counted = out
+	}
 }
 
 // grow widens the window as n more PSNs are acknowledged: by an eighth
@@ -229,7 +288,10 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			PSN:    q.req.psn,
 			// rxe asks for an ACK on RC (see ackReq) and, though no
 			// one answers it, on every QP1 datagram; UC and UD never.
-			AckReq: q.typ == verbs.RC && q.ackReq(last) || q.typ == verbs.GSI,
+			// A packet that fills the window asks too, or nothing
+			// would open it but the retransmission timer.
+			AckReq: q.typ == verbs.RC && (q.ackReq(last) || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn))+1, 1)) ||
+				q.typ == verbs.GSI,
 		}
 		dest, tos := q.dest, q.attr.AH.TrafficClass
 		if q.typ == verbs.UD || q.typ == verbs.GSI {
@@ -276,7 +338,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 // least every AckReqEvery packets (never more than half the window).
 func (q *QP) ackReq(last bool) bool {
 	q.req.sinceAckReq++
-	every := min(q.dev.ackReqEvery, q.req.cwnd/2)
+	every := min(q.dev.ackReqEvery, q.window()/2)
 	if last || q.req.sinceAckReq >= every {
 		q.req.sinceAckReq = 0
 		return true
