@@ -43,7 +43,9 @@ type Config struct {
 	// BusyPoll, when positive, puts the device in busy-poll mode: a
 	// CQ.Poll that finds the CQ empty receives from the link on the
 	// caller's goroutine first, so a program that spins on its CQ drives
-	// the receive path itself (the lowest latency, for a core).
+	// the receive path itself (the lowest latency, for a core); while no
+	// program polls, the udp transport's receive loop spins this long on
+	// an empty socket before it sleeps.
 	BusyPoll time.Duration
 	// NoOffload turns UDP GSO and GRO off.
 	NoOffload bool
@@ -133,7 +135,7 @@ func (c *Config) transport() (transport.Transport, error) {
 		if port == 0 {
 			port = 4791
 		}
-		uc := &udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: c.PeerPort, Logger: c.Logger}
+		uc := &udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: c.PeerPort, Logger: c.Logger, BusyPoll: c.BusyPoll}
 		if c.NoOffload {
 			uc.GSO, uc.GRO = udp.OffloadOff, udp.OffloadOff
 		}

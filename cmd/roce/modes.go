@@ -584,37 +584,36 @@ func lambdaClient(ctx context.Context, s *session, o *modeOpts) error {
 
 // --- params ----------------------------------------------------------
 
+// paramsState is the parameter server's: the weights, updated under mu.
+// Clients never read them directly: each READs the copy the server put in
+// its own session's buffer before answering, so that no READ races with
+// another client's update.
 type paramsState struct {
 	mu      sync.Mutex
-	weights roce.MR
+	weights []byte // dim little-endian float64s
 	dim     int
 	lr      float64
 	steps   int
 }
 
 func paramsSetup(l *sessionListener, o *modeOpts) (any, error) {
-	st := &paramsState{dim: o.dim, lr: o.lr}
-	mr, err := l.pd.RegMR(make([]byte, 8*o.dim), roce.LocalWrite|roce.RemoteRead)
-	if err != nil {
-		return nil, err
-	}
-	st.weights = mr
+	st := &paramsState{dim: o.dim, lr: o.lr, weights: make([]byte, 8*o.dim)}
 	for j := range o.dim {
-		binary.LittleEndian.PutUint64(mr.Bytes()[8*j:], math.Float64bits(1))
+		binary.LittleEndian.PutUint64(st.weights[8*j:], math.Float64bits(1))
 	}
-	l.cfg.extra["waddr"] = strconv.FormatUint(mr.Addr(), 16)
-	l.cfg.extra["wrkey"] = strconv.FormatUint(uint64(mr.RKey()), 16)
 	l.cfg.extra["dim"] = strconv.Itoa(o.dim)
 	fmt.Fprintf(o.out, "weights: %d float64s, all 1.0; learning rate %g\n", o.dim, o.lr)
 	return st, nil
 }
 
-// The params protocol: the client WRITEs its gradient (dim float64s)
-// into its session's buffer on the server and SENDs "STEP i"; the server
-// applies w -= lr*g under a lock and answers "DONE i"; the client READs
-// the weights.
+// The params protocol, in each session's buffer on the server: the client
+// WRITEs its gradient (dim float64s) at 0 and SENDs "STEP i" (received at
+// 8*dim); the server applies w -= lr*g under a lock, copies the weights to
+// 8*dim+128 and answers "DONE i" (sent from 8*dim+64); the client READs
+// the weights from there.
 func paramsServer(ctx context.Context, s *session, o *modeOpts, state any) error {
 	st := state.(*paramsState)
+	b := s.mr.Bytes()
 	for {
 		wc, err := s.expect(ctx, roce.WCRecv)
 		if errors.Is(err, errPeerGone) {
@@ -623,15 +622,16 @@ func paramsServer(ctx context.Context, s *session, o *modeOpts, state any) error
 		if err != nil {
 			return err
 		}
-		msg := string(s.mr.Bytes()[8*st.dim : 8*st.dim+int(wc.ByteLen)])
+		msg := string(b[8*st.dim : 8*st.dim+int(wc.ByteLen)])
 		st.mu.Lock()
-		w := st.weights.Bytes()
+		w := st.weights
 		for j := range st.dim {
-			g := math.Float64frombits(binary.LittleEndian.Uint64(s.mr.Bytes()[8*j:]))
+			g := math.Float64frombits(binary.LittleEndian.Uint64(b[8*j:]))
 			v := math.Float64frombits(binary.LittleEndian.Uint64(w[8*j:]))
 			binary.LittleEndian.PutUint64(w[8*j:], math.Float64bits(v-st.lr*g))
 		}
 		st.steps++
+		copy(b[8*st.dim+128:], w)
 		st.mu.Unlock()
 		if err := s.postRecv(0, 8*st.dim, 64); err != nil {
 			return err
@@ -651,11 +651,10 @@ func paramsClient(ctx context.Context, s *session, o *modeOpts) error {
 	if err != nil || dim < 1 {
 		return errors.New("the server did not describe its weights")
 	}
-	waddr, err1 := strconv.ParseUint(s.extra["waddr"], 16, 64)
-	wrkey, err2 := strconv.ParseUint(s.extra["wrkey"], 16, 32)
-	if err1 != nil || err2 != nil || s.peer.len < uint32(8*dim+64) || s.mr.Len() < 16*dim+128 {
+	if s.peer.len < uint32(16*dim+128) || s.mr.Len() < 16*dim+128 {
 		return errors.New("the server's buffers do not fit the weights")
 	}
+	waddr := s.peer.addr + uint64(8*dim+128)
 	b := s.mr.Bytes()
 	wOff := 8*dim + 128
 	for it := range o.n {
@@ -676,7 +675,7 @@ func paramsClient(ctx context.Context, s *session, o *modeOpts) error {
 			return err
 		}
 		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpRead, SGL: s.sge(wOff, 8*dim), RemoteAddr: waddr,
-			RKey: uint32(wrkey)}, roce.WCRead); err != nil {
+			RKey: s.peer.rkey}, roce.WCRead); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.out, "iteration %d: weights %s\n", it, formatWeights(b[wOff:wOff+8*dim]))

@@ -172,7 +172,7 @@ func serve(ctx context.Context, f *scenarioFlags, m *mode, in io.Reader, stdout,
 	}
 	wg.Wait()
 	if st, ok := state.(*paramsState); ok {
-		fmt.Fprintf(stdout, "final weights after %d steps: %s\n", st.steps, formatWeights(st.weights.Bytes()))
+		fmt.Fprintf(stdout, "final weights after %d steps: %s\n", st.steps, formatWeights(st.weights))
 	}
 	fmt.Fprintln(stdout, "Server shut-down is complete")
 	return firstErr
