@@ -29,8 +29,12 @@ vet:
 race:
 	$(GO) test -race -timeout 20m $(PKGS)
 
+# The Go benchmarks, then the end-to-end comparison: roce perf between two
+# processes against the raw-UDP baseline (go run ./bench -h).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) build -o bin/roce ./cmd/roce
+	$(GO) run ./bench -roce bin/roce -json bin/bench.json
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

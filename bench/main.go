@@ -1,0 +1,338 @@
+// Command bench runs goroce's end-to-end comparison: roce perf between
+// two processes over loopback UDP against the raw-UDP baseline (roce
+// rawudp) measured in the same run with the same batching, and prints the
+// ratios the performance targets are stated in.
+//
+//	go run ./bench -roce PATH [-D SECONDS] [-runs N] [-json FILE]
+//
+// It starts every process itself, on 127.0.0.1 (servers) and 127.0.0.2
+// (clients), on ports of its own, bounds each run in time and ends what it
+// started. `make bench` runs it after the Go benchmarks.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	roce := flag.String("roce", "", "path of the roce binary (go build -o bin/roce ./cmd/roce)")
+	secs := flag.Int("D", 4, "seconds per bandwidth run")
+	runs := flag.Int("runs", 3, "runs per case; the median is reported")
+	iters := flag.Int("n", 20000, "iterations per latency run")
+	jsonOut := flag.String("json", "", "also write the results to this JSON file")
+	only := flag.String("only", "", "run only the cases whose name contains this")
+	flag.Parse()
+	if *roce == "" || *secs < 1 || *secs > 60 || *runs < 1 || *runs > 9 || *iters < 100 || *iters > 1_000_000 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./bench -roce PATH [-D 1-60] [-runs 1-9] [-n ITERS]")
+		os.Exit(2)
+	}
+	b := &bencher{roce: *roce, secs: *secs, runs: *runs, iters: *iters, only: *only}
+	if err := b.run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if *jsonOut != "" {
+		data, _ := json.MarshalIndent(b.results, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(data, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// Ports of the bench's own, away from the defaults other programs use.
+const (
+	rocePort = "47931"
+	tcpPort  = "18631"
+)
+
+type bencher struct {
+	roce    string
+	secs    int
+	runs    int
+	iters   int
+	only    string
+	results []result
+}
+
+// result is one case's median.
+type result struct {
+	Name   string    `json:"name"`
+	Value  float64   `json:"value"`
+	Unit   string    `json:"unit"`
+	Runs   []float64 `json:"runs"`
+	Extra  string    `json:"extra,omitempty"`
+	Ratio  float64   `json:"ratio,omitempty"`
+	Of     string    `json:"ratio_of,omitempty"`
+	Target string    `json:"target,omitempty"`
+	Met    *bool     `json:"met,omitempty"`
+}
+
+func (b *bencher) run() error {
+	fmt.Printf("goroce end-to-end bench: two processes over loopback UDP (servers 127.0.0.1, clients 127.0.0.2), median of %d runs\n\n", b.runs)
+	fmt.Printf("%-44s %14s   %-22s %s\n", "case", "result", "ratio", "target")
+	raw, err := b.bw("raw UDP 4112 B datagrams, GSO 15 + GRO", nil, b.rawudp("15"))
+	if err != nil {
+		return err
+	}
+	b.bw("raw UDP 4112 B datagrams, sendmmsg x64", nil, b.rawudp("0"))
+	write, err := b.bw("WRITE 64 KiB, MTU 4096, 1 QP", &ratio{of: raw, name: "raw UDP", min: 0.8, abs: 2.0},
+		b.perf("write", "-s", "65536", "-m", "4096"))
+	if err != nil {
+		return err
+	}
+	b.bw("READ 64 KiB, MTU 4096, 1 QP", &ratio{of: write, name: "WRITE", min: 0.8}, b.perf("read", "-s", "65536", "-m", "4096"))
+	b.bw("SEND 64 KiB, MTU 4096, 1 QP", &ratio{of: write, name: "WRITE", min: 0.8}, b.perf("send", "-s", "65536", "-m", "4096"))
+	b.bw("WRITE 64 KiB, MTU 4096, 64 QPs", &ratio{of: write, name: "1 QP", min: 1.0}, b.perf("write", "-s", "65536", "-m", "4096", "-q", "64"))
+	for _, op := range []string{"write", "send", "read"} {
+		b.lat(strings.ToUpper(op)+" 2 B latency, busy poll", op, "--busy-poll", "1ms")
+	}
+	b.lat("WRITE 2 B latency, sleeping on the CQ", "write")
+	return nil
+}
+
+// ratio is a bandwidth target relative to another case.
+type ratio struct {
+	of   *result
+	name string
+	min  float64 // at least this fraction of of
+	abs  float64 // and at least this many GB/s (0: none)
+}
+
+// pairCmd is a server and a client command line (without the binary).
+type pairCmd struct {
+	server, client []string
+	ready          string // what the server prints when it listens
+	parse          func(out []byte) (float64, string, error)
+}
+
+func (b *bencher) rawudp(gso string) pairCmd {
+	d := strconv.Itoa(b.secs)
+	return pairCmd{
+		server: []string{"rawudp", "-p", tcpPort, "--bind", "127.0.0.1"},
+		client: []string{"rawudp", "-p", tcpPort, "--bind", "127.0.0.2", "--gso", gso, "-D", d, "--json", "127.0.0.1"},
+		ready:  "rawudp server on",
+		parse: func(out []byte) (float64, string, error) {
+			var r struct {
+				GBps      float64 `json:"gb_per_sec"`
+				Datagrams uint64  `json:"datagrams"`
+				Sent      uint64  `json:"sent_datagrams"`
+			}
+			if err := json.Unmarshal(lastLine(out), &r); err != nil {
+				return 0, "", fmt.Errorf("rawudp output: %w: %s", err, out)
+			}
+			return r.GBps, fmt.Sprintf("%d of %d datagrams arrived", r.Datagrams, r.Sent), nil
+		},
+	}
+}
+
+func (b *bencher) perf(args ...string) pairCmd {
+	common := append(append([]string{"perf"}, args...), "-p", tcpPort, "--roce-port", rocePort, "-D", strconv.Itoa(b.secs))
+	return pairCmd{
+		server: append(slices.Clone(common), "--bind", "127.0.0.1"),
+		client: append(slices.Clone(common), "--bind", "127.0.0.2", "--json", "127.0.0.1"),
+		ready:  "Waiting for client",
+		parse: func(out []byte) (float64, string, error) {
+			var r struct {
+				Results   map[string]float64 `json:"results"`
+				AllocsMsg *float64           `json:"allocs_per_msg"`
+			}
+			if err := json.Unmarshal(lastLine(out), &r); err != nil {
+				return 0, "", fmt.Errorf("perf output: %w: %s", err, out)
+			}
+			mib, ok := r.Results["bw_avg_mib_s"]
+			if !ok {
+				return 0, "", fmt.Errorf("perf output has no bandwidth: %s", out)
+			}
+			extra := ""
+			if r.AllocsMsg != nil {
+				extra = fmt.Sprintf("%.3f allocs/msg", *r.AllocsMsg)
+			}
+			return mib * (1 << 20) / 1e9, extra, nil
+		},
+	}
+}
+
+// bw runs a bandwidth case b.runs times and reports its median in GB/s.
+func (b *bencher) bw(name string, rt *ratio, pc pairCmd) (*result, error) {
+	if b.only != "" && !strings.Contains(name, b.only) && !strings.Contains(name, "64 KiB, MTU 4096, 1 QP") && !strings.HasPrefix(name, "raw UDP 4112 B datagrams, GSO") {
+		return &result{Name: name}, nil
+	}
+	r := result{Name: name, Unit: "GB/s"}
+	for range b.runs {
+		out, err := b.runPair(pc)
+		if err != nil {
+			fmt.Printf("%-44s failed: %v\n", name, err)
+			return nil, err
+		}
+		v, extra, err := pc.parse(out)
+		if err != nil {
+			return nil, err
+		}
+		r.Runs = append(r.Runs, v)
+		r.Extra = extra
+	}
+	r.Value = median(r.Runs)
+	rs, target := "", "(baseline)"
+	if rt != nil && rt.of != nil && rt.of.Value > 0 {
+		r.Ratio, r.Of = r.Value/rt.of.Value, rt.name
+		met := r.Ratio >= rt.min && r.Value >= rt.abs
+		r.Met = &met
+		rs = fmt.Sprintf("%.2f of %s", r.Ratio, rt.name)
+		target = fmt.Sprintf(">= %.2f of %s", rt.min, rt.name)
+		if rt.abs > 0 {
+			target = fmt.Sprintf(">= %.1f GB/s and %s", rt.abs, target)
+		}
+		r.Target = target
+		target += map[bool]string{true: "  met", false: "  NOT MET"}[met]
+	}
+	fmt.Printf("%-44s %9.3f GB/s   %-22s %s\n", name, r.Value, rs, target)
+	if r.Extra != "" {
+		fmt.Printf("%-44s (%s; runs %s)\n", "", r.Extra, fmtRuns(r.Runs))
+	}
+	b.results = append(b.results, r)
+	return &b.results[len(b.results)-1], nil
+}
+
+// lat runs a 2-byte latency case and reports the median of the runs'
+// typical (median) half round trips, as perftest reports them.
+func (b *bencher) lat(name, op string, extra ...string) {
+	if b.only != "" && !strings.Contains(name, b.only) {
+		return
+	}
+	common := append([]string{"perf", op, "--lat", "-s", "2", "-p", tcpPort, "--roce-port", rocePort}, extra...)
+	pc := pairCmd{
+		server: append(slices.Clone(common), "-n", strconv.Itoa(b.iters), "--bind", "127.0.0.1"),
+		client: append(slices.Clone(common), "-n", strconv.Itoa(b.iters), "--bind", "127.0.0.2", "--json", "127.0.0.1"),
+		ready:  "Waiting for client",
+	}
+	r := result{Name: name, Unit: "us"}
+	var avgs []float64
+	for range b.runs {
+		out, err := b.runPair(pc)
+		if err != nil {
+			fmt.Printf("%-44s failed: %v\n", name, err)
+			return
+		}
+		var j struct {
+			Results map[string]float64 `json:"results"`
+		}
+		if err := json.Unmarshal(lastLine(out), &j); err != nil {
+			fmt.Printf("%-44s bad output: %v\n", name, err)
+			return
+		}
+		r.Runs = append(r.Runs, j.Results["t_typical_us"])
+		avgs = append(avgs, j.Results["t_avg_us"])
+	}
+	r.Value = median(r.Runs)
+	r.Extra = fmt.Sprintf("t_avg %.2f us", median(avgs))
+	target := ""
+	if len(extra) > 0 && op == "write" {
+		met := r.Value <= 10
+		r.Met, r.Target = &met, "<= 10 us half round trip"
+		target = r.Target + map[bool]string{true: "  met", false: "  NOT MET"}[met]
+	}
+	fmt.Printf("%-44s %9.2f us     %-22s %s\n", name, r.Value, r.Extra, target)
+	b.results = append(b.results, r)
+}
+
+// runPair starts the server, waits for it to listen, runs the client and
+// returns the client's output; both are bounded in time and ended.
+func (b *bencher) runPair(pc pairCmd) ([]byte, error) {
+	limit := time.Duration(b.secs)*time.Second + 60*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	srv := exec.CommandContext(ctx, b.roce, pc.server...)
+	rw := &readyWriter{want: pc.ready, ready: make(chan struct{})}
+	srv.Stdout, srv.Stderr = rw, rw
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { srv.Wait(); close(exited) }()
+	defer func() {
+		srv.Process.Kill()
+		<-exited
+	}()
+	select {
+	case <-rw.ready:
+	case <-exited:
+		return nil, fmt.Errorf("server %v ended before listening: %s", pc.server, rw.text())
+	case <-time.After(20 * time.Second):
+		return nil, fmt.Errorf("server %v did not listen within 20 s", pc.server)
+	}
+	cli := exec.CommandContext(ctx, b.roce, pc.client...)
+	var cliErr strings.Builder
+	cli.Stderr = &cliErr
+	out, err := cli.Output()
+	if err != nil {
+		return nil, fmt.Errorf("client %v: %v: %s", pc.client, err, cliErr.String())
+	}
+	// The server ends by itself once its client is done.
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+	}
+	return out, nil
+}
+
+// readyWriter collects a server's output and signals when want appears.
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   strings.Builder
+	want  string
+	ready chan struct{}
+	seen  bool
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.seen && strings.Contains(w.buf.String(), w.want) {
+		w.seen = true
+		close(w.ready)
+	}
+	return len(p), nil
+}
+
+func (w *readyWriter) text() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func lastLine(out []byte) []byte {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return []byte(lines[len(lines)-1])
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtRuns(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	return strings.Join(parts, " ")
+}
