@@ -5,7 +5,7 @@ PKGS     := ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test vet fmt-check race bench fuzz interop clean
+.PHONY: all build run test vet fmt-check race bench fuzz interop vmbench clean
 
 all: build
 
@@ -45,9 +45,14 @@ fuzz:
 	done
 
 # Interoperability with the Linux kernel's soft-RoCE (rxe) and rdma-core's
-# tools in QEMU VMs; needs root. See interop/README.md.
+# tools in QEMU VMs, hwverbs on rxe, and goroce next to rxe in the same VMs;
+# needs root. See interop/README.md. Exit 77: skipped.
 interop:
-	./interop/run.sh
+	./interop/all.sh
+
+# Only goroce and rxe side by side in the lab VMs (bandwidth, latency).
+vmbench:
+	./interop/vmbench.sh
 
 clean:
 	$(GO) clean -testcache

@@ -1,0 +1,550 @@
+#!/bin/bash
+# goroce interop matrix: rdma-core and perftest tools on the kernel's soft-RoCE (rxe) in the lab
+# VMs against each other and against goroce on the host. What `make interop` runs.
+#
+#   interop/run.sh [options] [FILTER...]
+#     FILTER       extended regular expressions; a case runs when its id (TOOL/VARIANT, e.g.
+#                  rc_pingpong/cli-udp-1024) matches any of them. Default: every case.
+#     -l, --list   print the selected case ids and exit (needs no root, boots nothing)
+#     -k, --keep   leave the lab running at the end (next runs reuse it and skip the boot)
+#     -p, --pcap   capture each case on br0 into out/pcap/CASE.pcap
+#   Environment: INTEROP_FILTER (one more ERE), INTEROP_OUT (out dir, default interop/out),
+#     INTEROP_CASES (case table, default interop/cases.txt), INTEROP_LOSS (percent, 3),
+#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1170 s),
+#     INTEROP_PUSH (files to copy into the guests' /lab/bin), INTEROP_KEEP=1, INTEROP_PCAP=1,
+#     GO (go command), plus the lab settings in lib.sh (GOROCE_LAB_DIR, GOROCE_LAB_NS, ACCEL...).
+# Exit: 0 all selected cases passed; 1 a case failed or did not run; 77 the lab could not be
+# built or booted (printed as SKIPPED with the reason; never a pass); 2 usage.
+source "$(dirname "$0")/lib.sh"
+
+OUT="${INTEROP_OUT:-$IOP/out}"
+CASES="${INTEROP_CASES:-$IOP/cases.txt}"
+LOSS="${INTEROP_LOSS:-3}"
+DEF_TMO="${INTEROP_TIMEOUT:-45}"
+BUDGET="${INTEROP_BUDGET:-1170}"
+KEEP="${INTEROP_KEEP:-0}"
+PCAP="${INTEROP_PCAP:-0}"
+RESTARTS="${INTEROP_RESTARTS:-2}"
+READY_WAIT=20            # seconds for a server to start listening
+SERVER_GRACE=20          # seconds a server may take to finish after its client
+GOROCE_BIN="$STATE/roce" # host commands run with $STATE first on PATH, so "roce" is this binary
+
+# Variants, in run order (grouped by MTU so the guests switch MTU twice) and matrix column order.
+#   mode: the word in cases.txt that selects the variant
+#   server/client: WHERE:WHAT, WHERE = vm1 | vm2 | host, WHAT = tool (the VM tool column of
+#     cases.txt) | goroce (the goroce column); loss: L = INTEROP_LOSS % on tap1 (VM1's port)
+#   opts: what {HOST} becomes (- = nothing)
+VARIANTS="
+# mode    variant       server       client       mtu   loss  opts
+ref       ref-1024      vm1:tool     vm2:tool     1024  0     -
+refloss   ref-loss      vm1:tool     vm2:tool     1024  L     -
+udp       cli-udp-1024  vm1:tool     host:goroce  1024  0     udp
+udp       srv-udp-1024  host:goroce  vm1:tool     1024  0     udp
+afpacket  cli-afp-1024  vm1:tool     host:goroce  1024  0     afp
+afpacket  srv-afp-1024  host:goroce  vm1:tool     1024  0     afp
+loss      cli-udp-loss  vm1:tool     host:goroce  1024  L     udp
+loss      srv-udp-loss  host:goroce  vm1:tool     1024  L     udp
+cliloss   cli-udp-loss  vm1:tool     host:goroce  1024  L     udp
+ref4096   ref-4096      vm1:tool     vm2:tool     4096  0     -
+udp       cli-udp-4096  vm1:tool     host:goroce  4096  0     udp
+udp       srv-udp-4096  host:goroce  vm1:tool     4096  0     udp
+afpacket  cli-afp-4096  vm1:tool     host:goroce  4096  0     afp
+afpacket  srv-afp-4096  host:goroce  vm1:tool     4096  0     afp
+"
+host_opts() {
+    case $1 in
+    udp) echo "--bind $HOST_IP --transport udp" ;;
+    afp) echo "--bind $HOST_IP --transport afpacket --dev $HOSTIF" ;;
+    *) echo "" ;;
+    esac
+}
+
+usage() { sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 2; }
+LIST=0
+FILTERS=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    -l | --list) LIST=1 ;;
+    -k | --keep) KEEP=1 ;;
+    -p | --pcap) PCAP=1 ;;
+    -h | --help) usage ;;
+    -*) echo "unknown option $1" >&2; usage ;;
+    *) FILTERS+=("$1") ;;
+    esac
+    shift
+done
+[ -n "${INTEROP_FILTER:-}" ] && FILTERS+=("$INTEROP_FILTER")
+
+# trim VAR TEXT: VAR = TEXT without leading and trailing white space (no subshell: the
+# case table expands into 100+ cases, and forks are slow on a loaded 2-core machine).
+trim() {
+    local t=$2
+    t=${t#"${t%%[![:space:]]*}"}
+    t=${t%"${t##*[![:space:]]}"}
+    printf -v "$1" '%s' "$t"
+}
+
+# ---------------------------------------------------------------------------- case list
+# Each case is one line of fields separated by \x1f:
+#   id tool variant mtu loss check expect wait timeout srv_where srv_cmd cli_where cli_cmd uses_goroce
+US=$'\x1f'
+declare -a CASE_LIST=() TOOLS=() VCOLS=()
+
+# expand VAR CMD ROLE SERVER_ADDR MTU OPTS: VAR = CMD with its placeholders filled in for one side.
+expand() {
+    local c=$2 role=$3 addr=$4 mtu=$5 opts=$6 keep re pre mid post
+    local -a words
+    if [ "$role" = server ]; then keep=S; else keep=C; fi
+    re="^(.*)\{([SC]):([^}]*)\}(.*)$"
+    while [[ "$c" =~ $re ]]; do # one {S:..} or {C:..} per turn, the last one first
+        pre=${BASH_REMATCH[1]} mid=${BASH_REMATCH[3]} post=${BASH_REMATCH[4]}
+        if [ "${BASH_REMATCH[2]}" = "$keep" ]; then c=$pre$mid$post; else c=$pre$post; fi
+    done
+    if [[ "$c" != *"{SERVER}"* ]] && [ "$role" = client ]; then c="$c $addr"; fi
+    c=${c//\{MTU\}/$mtu}
+    c=${c//\{SERVER\}/$addr}
+    c=${c//\{HOST\}/$opts}
+    read -ra words <<< "$c" # also collapses the blanks an empty placeholder leaves
+    printf -v "$1" '%s' "${words[*]}"
+}
+
+where_addr() { if [ "$1" = host ]; then echo "$HOST_IP"; else vm_ip "${1#vm}"; fi; }
+
+selected() {
+    local f
+    [ ${#FILTERS[@]} = 0 ] && return 0
+    for f in "${FILTERS[@]}"; do [[ "$1" =~ $f ]] && return 0; done
+    return 1
+}
+
+load_cases() {
+    [ -r "$CASES" ] || die "no case table $CASES"
+    local -a tl=() tm=() to=() tv=() tg=()
+    local line name modes opts vmc gc i f
+    while IFS= read -r line || [ -n "$line" ]; do
+        trim line "$line"
+        [ -z "$line" ] || [ "${line:0:1}" = "#" ] && continue
+        IFS='|' read -r name modes opts vmc gc <<< "$line"
+        trim name "$name"
+        trim modes "$modes"
+        modes=" $modes "
+        trim opts "$opts"
+        trim vmc "$vmc"
+        trim gc "${gc:-}"
+        [ -n "$name" ] && [ -n "$vmc" ] || die "$CASES: bad line: $line"
+        tl+=("$name") tm+=("$modes") to+=("$opts") tv+=("$vmc") tg+=("$gc")
+    done < "$CASES"
+    local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug o
+    while read -r mode variant srv cli mtu loss hopts; do
+        [ -z "$mode" ] || [ "${mode:0:1}" = "#" ] && continue
+        [ "$loss" = L ] && loss=$LOSS
+        sw=${srv%%:*} sk=${srv#*:} cw=${cli%%:*} ck=${cli#*:}
+        addr=$(where_addr "$sw")
+        hostopts=$(host_opts "$hopts")
+        for i in "${!tl[@]}"; do
+            [[ "${tm[$i]}" == *" $mode "* ]] || continue
+            id="${tl[$i]}/$variant"
+            selected "$id" || continue
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO
+            for o in ${to[$i]}; do
+                case $o in
+                check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
+                wait=*) wait=${o#*=} ;; timeout=*) tmo=${o#*=} ;;
+                *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
+                esac
+            done
+            ug=0
+            if [ "$sk" = goroce ] || [ "$ck" = goroce ]; then
+                ug=1
+                [ -n "${tg[$i]}" ] || continue # no goroce command for this tool
+            fi
+            f=${tv[$i]}; [ "$sk" = goroce ] && f=${tg[$i]}
+            expand scmd "$f" server "$addr" "$mtu" "$hostopts"
+            f=${tv[$i]}; [ "$ck" = goroce ] && f=${tg[$i]}
+            expand ccmd "$f" client "$addr" "$mtu" "$hostopts"
+            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$loss$US$check$US$expect$US$wait$US$tmo$US$sw$US$scmd$US$cw$US$ccmd$US$ug")
+            [[ " ${TOOLS[*]} " == *" ${tl[$i]} "* ]] || TOOLS+=("${tl[$i]}")
+            [[ " ${VCOLS[*]} " == *" $variant "* ]] || VCOLS+=("$variant")
+        done
+    done <<< "$VARIANTS"
+    # matrix rows in table order
+    local -a rows=()
+    for name in "${tl[@]}"; do [[ " ${TOOLS[*]} " == *" $name "* ]] && rows+=("$name"); done
+    TOOLS=("${rows[@]}")
+}
+
+load_cases
+if [ "$LIST" = 1 ]; then
+    for c in "${CASE_LIST[@]}"; do
+        IFS=$US read -r id _ _ mtu loss _ _ _ _ sw scmd cw ccmd _ <<< "$c"
+        printf '%-26s mtu=%s loss=%s%%\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "$loss" "$sw" "$scmd" "$cw" "$ccmd"
+    done
+    echo "${#CASE_LIST[@]} cases"
+    exit 0
+fi
+[ ${#CASE_LIST[@]} -gt 0 ] || die "no case matches ${FILTERS[*]}"
+
+# ------------------------------------------------------------------------------ the run
+need_root
+mkdir -p "$STATE"
+exec 7> "$STATE/run.lock"
+flock -n 7 || skip "another interop run is using the lab ($STATE/run.lock)"
+RUN_T0=$(now)
+START=$SECONDS
+mkdir -p "$OUT/logs"
+rm -f "$OUT"/logs/*.log "$OUT/matrix.txt" "$OUT/results.tsv"
+[ "$PCAP" = 1 ] && mkdir -p "$OUT/pcap" && rm -f "$OUT"/pcap/*.pcap
+TMP=$(mktemp -d /tmp/goroce-interop.XXXXXX)
+declare -A RES=() WHY=() DUR=() W=() H=()
+LAB_STARTED=0 RESTARTED=0 CUR_MTU="" TCPDUMP_PID="" GOROCE_NOTE="" BOOT_NOTE="" VERSIONS=""
+
+finish() {
+    local r
+    for r in srv cli; do [ -n "${H[$r]:-}" ] && side_cancel "$r"; done
+    pid_alive "$TCPDUMP_PID" && kill -INT "$TCPDUMP_PID"
+    if ns_exists; then loss_off > /dev/null 2>&1; fi
+    if [ "$LAB_STARTED" = 1 ] && [ "$KEEP" != 1 ]; then lab_down > /dev/null 2>&1; fi
+    rm -rf "$TMP"
+}
+trap finish EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM
+
+# goroce, when a selected case needs it
+NEED_GOROCE=0
+for c in "${CASE_LIST[@]}"; do [ "${c##*"$US"}" = 1 ] && NEED_GOROCE=1 && break; done
+if [ "$NEED_GOROCE" = 1 ]; then
+    GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+    t0=$(now)
+    rm -f "$GOROCE_BIN"
+    if (cd "$SRC" && timeout 600 "$GO" build -o "$GOROCE_BIN" ./cmd/roce) > "$OUT/build.log" 2>&1; then
+        GOROCE_NOTE="goroce: built $GOROCE_BIN in $(elapsed "$t0") s"
+    else
+        GOROCE_NOTE="goroce: BUILD FAILED (go build ./cmd/roce; see $OUT/build.log); goroce cases fail"
+    fi
+    log "$GOROCE_NOTE"
+fi
+
+# the lab: reuse a running one (and leave it running), or boot one (and stop it at the end)
+t0=$(now)
+if vm_ready 1 && vm_ready 2 && ns_exists; then
+    BOOT_NOTE="lab: reused the running lab"
+else
+    LAB_STARTED=1
+    lab_up 2>&1 | tee "$OUT/lab-up.log" >&2
+    rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || exit "$rc" # lab_up printed SKIPPED and the reason
+    BOOT_NOTE="lab: up in $(elapsed "$t0") s ($(accel_opts | awk '{ print $2 }'); boot $(grep -o 'ready [0-9.]* s' "$OUT/lab-up.log" | awk '{ print $2 }' | paste -sd/ -) s per VM)"
+fi
+log "$BOOT_NOTE"
+loss_off > /dev/null 2>&1 # a reused lab may hold loss rules from an interrupted run
+[ -n "${INTEROP_PUSH:-}" ] && { push_files $INTEROP_PUSH || die "INTEROP_PUSH failed"; }
+VERSIONS=$(vm_run 1 20 'echo "kernel $(uname -r);" $(dpkg-query -W -f "\${Package} \${Version}; " rdma-core perftest)' 2> /dev/null)
+
+# ------------------------------------------------------------------- one side of a case
+# side_start ROLE WHERE TIMEOUT CMD: ROLE is srv or cli; WHERE host | vm1 | vm2.
+side_start() {
+    local r=$1 w=$2 t=$3 c=$4
+    W[$r]=$w
+    rm -f "$TMP/$r".*
+    if [ "$w" = host ]; then
+        (
+            ip netns exec "$NS" env PATH="$STATE:$PATH" timeout -k 5 "$t" bash -c "$c" > "$TMP/$r.out" 2>&1 7>&- &
+            echo $! > "$TMP/$r.pid"
+            wait $!
+            echo $? > "$TMP/$r.rc.tmp"
+            mv "$TMP/$r.rc.tmp" "$TMP/$r.rc"
+        ) &
+        H[$r]=$!
+    else
+        H[$r]=$(job_start "${w#vm}" "$t" "$c")
+    fi
+}
+side_done() {
+    if [ "${W[$1]}" = host ]; then [ -e "$TMP/$1.rc" ]; else job_done "${W[$1]#vm}" "${H[$1]}"; fi
+}
+# side_wait ROLE LIMIT: 0 when the side ended within LIMIT seconds.
+side_wait() {
+    local end=$((SECONDS + $2))
+    until side_done "$1"; do
+        [ $SECONDS -ge $end ] && return 1
+        sleep 0.1
+    done
+}
+side_rc() {
+    if [ "${W[$1]}" = host ]; then cat "$TMP/$1.rc" 2> /dev/null || echo 255
+    else cat "$(jobs_dir "${W[$1]#vm}")/${H[$1]}.rc" 2> /dev/null || echo 255; fi
+}
+side_out() {
+    if [ "${W[$1]}" = host ]; then cat "$TMP/$1.out" 2> /dev/null; else job_out "${W[$1]#vm}" "${H[$1]}"; fi
+}
+side_cancel() {
+    local p
+    if [ "${W[$1]}" = host ]; then
+        p=$(cat "$TMP/$1.pid" 2> /dev/null)
+        side_done "$1" || { pid_alive "$p" && kill -TERM "$p"; }
+    else
+        side_done "$1" || job_cancel "${W[$1]#vm}" "${H[$1]}"
+    fi
+}
+# side_end ROLE: stop it if needed (10 s at most), forget it.
+side_end() {
+    side_cancel "$1"
+    side_wait "$1" 10 || echo "warning: ${W[$1]} $1 did not stop" >&2
+    if [ "${W[$1]}" = host ]; then wait "${H[$1]}" 2> /dev/null; else job_clean "${W[$1]#vm}" "${H[$1]}"; fi
+    H[$1]=""
+}
+
+# phase TEXT: a time-stamped line for the case log.
+phase() { echo "$(date +%T.%3N) $*" >> "$TMP/phases"; }
+
+# server_ready WAITSPEC: 0 when the server listens (or has had its SECONDS), 1 if it ended or
+# did not get there within READY_WAIT.
+server_ready() {
+    local spec=$1 port end id rc
+    end=$((SECONDS + READY_WAIT))
+    case $spec in
+    tcp:*)
+        port=${spec#tcp:}
+        if [ "${W[srv]}" = host ]; then
+            until [ -n "$(ip netns exec "$NS" ss -ltnH "sport = :$port" 2> /dev/null)" ]; do
+                side_done srv && return 1
+                [ $SECONDS -ge $end ] && return 1
+                sleep 0.1
+            done
+            return 0
+        fi
+        id=$(job_start "${W[srv]#vm}" "$READY_WAIT" \
+            "for i in \$(seq $((READY_WAIT * 10))); do ss -ltnH 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done; exit 1")
+        until job_done "${W[srv]#vm}" "$id"; do
+            if side_done srv || [ $SECONDS -ge $((end + 5)) ]; then
+                job_cancel "${W[srv]#vm}" "$id"
+                return 1
+            fi
+            sleep 0.1
+        done
+        rc=$(cat "$(jobs_dir "${W[srv]#vm}")/$id.rc")
+        job_clean "${W[srv]#vm}" "$id"
+        return "$rc"
+        ;;
+    *)
+        for _ in $(seq $((spec * 10))); do side_done srv && return 1; sleep 0.1; done
+        return 0
+        ;;
+    esac
+}
+
+# check_output CHECK ROLE FILE: the VM tool's output shows a completed run.
+#   pp:  ibv_*_pingpong's "N bytes in S seconds" and "N iters in S seconds" (both sides)
+#   bw:  perftest's result line "#bytes #iterations BW-peak BW-average MsgRate" (both sides)
+#   lat: perftest's result line (client; the server's numbers are not measured, so only its
+#        "remote address" line, i.e. a completed exchange, is required)
+#   perftest prints inf/nan figures when its clock calibration fails ("Correlation coefficient
+#   r^2 < 0.9", common under TCG on a busy host); the run itself completed, so that counts.
+RESULT_RE='^[[:space:]]*[0-9]+[[:space:]]+[0-9]+([[:space:]]+(-?nan|inf|[0-9.]+)){3}'
+check_output() {
+    local check=$1 role=$2 f=$3
+    case $check in
+    none) return 0 ;;
+    pp) grep -qE '^[0-9]+ bytes in [0-9.]+ seconds' "$f" && grep -qE '^[0-9]+ iters in [0-9.]+ seconds' "$f" ;;
+    bw) grep -qE "$RESULT_RE" "$f" ;;
+    lat)
+        if [ "$role" = client ]; then grep -qE "$RESULT_RE" "$f"
+        else grep -q 'remote address' "$f"; fi
+        ;;
+    *) echo "unknown check $check" >&2; return 1 ;;
+    esac
+}
+
+rc_text() {
+    case $1 in
+    0) echo "ok" ;; 124) echo "timed out" ;; 125) echo "cancelled before start" ;;
+    126 | 127) echo "rc $1 (command not found or not executable)" ;;
+    137) echo "killed" ;; 143) echo "stopped by the harness" ;; 255) echo "no answer" ;;
+    *) echo "rc $1" ;;
+    esac
+}
+
+# lab_healthy: both guests answer, rxe0 is ACTIVE, the host end is reachable, no tool is left.
+lab_healthy() {
+    local n
+    for n in $VMS; do
+        vm_run "$n" 15 "grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state &&
+            ping -c 1 -W 3 $HOST_IP > /dev/null &&
+            ! pgrep -lx '(ib_(write|read|send|atomic)_(bw|lat)|ibv_(rc|uc|ud|srq)_pingpong|rping|roce)' " > /dev/null 2>&1 || return 1
+    done
+}
+
+restart_lab() {
+    [ "$RESTARTS" -gt 0 ] || { log "the lab looks broken; no restarts left (INTEROP_RESTARTS)"; return 1; }
+    RESTARTS=$((RESTARTS - 1)) RESTARTED=$((RESTARTED + 1))
+    log "the lab looks broken; restarting it (${RESTARTS} restarts left)"
+    lab_down > /dev/null 2>&1
+    LAB_STARTED=1 CUR_MTU=""
+    (lab_up) >> "$OUT/lab-up.log" 2>&1 || { log "lab restart failed (see $OUT/lab-up.log)"; return 1; }
+}
+
+# run_case RECORD: run one case; sets RES/WHY/DUR for its id and writes its log.
+run_case() {
+    local id variant mtu loss check expect wait tmo sw scmd cw ccmd ug
+    IFS=$US read -r id _ variant mtu loss check expect wait tmo sw scmd cw ccmd ug <<< "$1"
+    local L="$OUT/logs/${id//\//.}.log" t0 left srv_rc cli_rc why="" ethmtu drops="" r
+    t0=$(now)
+    left=$((BUDGET - (SECONDS - START)))
+    if [ "$left" -lt 15 ]; then
+        RES[$id]=NR WHY[$id]="not run: time budget (INTEROP_BUDGET=${BUDGET}s) used up" DUR[$id]=0
+        return
+    fi
+    [ "$tmo" -gt $((left - 10)) ] && tmo=$((left - 10))
+    if [ "$ug" = 1 ] && [ ! -x "$GOROCE_BIN" ]; then
+        RES[$id]=FAIL WHY[$id]="no roce binary (go build ./cmd/roce failed)" DUR[$id]=0
+        return
+    fi
+    {
+        echo "case    $id"
+        echo "mtu     $mtu   loss $loss %   timeout ${tmo}s   check $check ${expect:+expect $expect}"
+        echo "server  $sw: $scmd"
+        echo "client  $cw: $ccmd"
+    } > "$L"
+    ethmtu=1500; [ "$mtu" -gt 1024 ] && ethmtu=9000
+    if [ "$CUR_MTU" != "$ethmtu" ]; then
+        if set_mtu "$ethmtu" >> "$L" 2>&1; then CUR_MTU=$ethmtu; else why="cannot set eth0 MTU $ethmtu"; fi
+    fi
+    if [ -z "$why" ] && [ "$loss" != 0 ]; then
+        loss_on "$loss" tap1 >> "$L" 2>&1 || why="cannot install the loss rules"
+    fi
+    if [ -z "$why" ] && [ "$PCAP" = 1 ]; then
+        ip netns exec "$NS" timeout -s INT $((tmo + 60)) tcpdump -i "$BR" -n -U -s 0 -c 100000 \
+            -w "$OUT/pcap/${id//\//.}.pcap" 'udp port 4791 or tcp portrange 18515-18516' > "$TMP/tcpdump.log" 2>&1 7>&- &
+        TCPDUMP_PID=$!
+        for r in $(seq 50); do grep -qs listening "$TMP/tcpdump.log" && break; sleep 0.1; done
+    fi
+    srv_rc=255 cli_rc=255
+    if [ -z "$why" ]; then
+        : > "$TMP/phases"
+        phase "server start"
+        side_start srv "$sw" $((tmo + 30)) "$scmd"
+        if ! server_ready "$wait"; then
+            side_done srv && why="server ended before it was ready ($(rc_text "$(side_rc srv)"))" ||
+                why="server not listening after ${READY_WAIT}s"
+        else
+            phase "server ready; client start"
+            side_start cli "$cw" "$tmo" "$ccmd"
+            side_wait cli $((tmo + 20)) || true
+            cli_rc=$(side_rc cli)
+            phase "client end ($(rc_text "$cli_rc"))"
+            # a server outlives a failed client only by a moment; a good one gets SERVER_GRACE
+            if [ "$cli_rc" = 0 ]; then side_wait srv "$SERVER_GRACE" || true; else side_wait srv 1 || true; fi
+        fi
+        side_done srv || side_cancel srv
+        side_wait srv 10 || true
+        srv_rc=$(side_rc srv)
+        phase "server end ($(rc_text "$srv_rc"))"
+        {
+            echo "------- server ($sw) $(rc_text "$srv_rc")"; side_out srv
+            if [ -n "${H[cli]:-}" ]; then echo "------- client ($cw) $(rc_text "$cli_rc")"; side_out cli; fi
+        } > "$TMP/out" 2>&1
+        side_out srv > "$TMP/srv.txt" 2>&1
+        [ -n "${H[cli]:-}" ] && side_out cli > "$TMP/cli.txt" 2>&1
+        [ -n "${H[cli]:-}" ] && side_end cli
+        side_end srv
+        cat "$TMP/phases" "$TMP/out" >> "$L"
+    fi
+    [ "$loss" != 0 ] && drops=$(loss_off 2> /dev/null | awk '{ s += $NF } END { print s + 0 }')
+    if pid_alive "$TCPDUMP_PID"; then sleep 0.5; kill -INT "$TCPDUMP_PID"; wait "$TCPDUMP_PID" 2> /dev/null; fi
+    TCPDUMP_PID=""
+    if [ -z "$why" ]; then
+        [ "$cli_rc" != 0 ] && why="client $cw $(rc_text "$cli_rc")"
+        [ "$srv_rc" != 0 ] && why="${why:+$why; }server $sw $(rc_text "$srv_rc")"
+    fi
+    if [ -z "$why" ]; then
+        [ "$sw" != host ] && { check_output "$check" server "$TMP/srv.txt" || why="server output: no $check result"; }
+        [ "$cw" != host ] && { check_output "$check" client "$TMP/cli.txt" || why="${why:+$why; }client output: no $check result"; }
+        if [ -n "$expect" ]; then
+            for r in srv cli; do
+                [ "${W[$r]:-host}" = host ] && continue
+                grep -qE -- "$expect" "$TMP/$r.txt" || why="${why:+$why; }${W[$r]} output lacks /$expect/"
+            done
+        fi
+    fi
+    DUR[$id]=$(elapsed "$t0")
+    if [ -z "$why" ]; then RES[$id]=PASS WHY[$id]="${drops:+$drops packets dropped}"
+    else RES[$id]=FAIL WHY[$id]=$why; fi
+    {
+        echo "-------"
+        echo "result  ${RES[$id]} ${WHY[$id]}"
+        echo "time    ${DUR[$id]} s${drops:+   nft drops $drops}"
+    } >> "$L"
+    # A failed case with a VM side that timed out, had to be killed or did not answer, or a failed
+    # rxe <-> rxe case, may have left a guest broken: check, and restart the lab if so.
+    local suspect=0
+    [ "$sw" != host ] && [[ " 124 137 255 " == *" $srv_rc "* ]] && suspect=1
+    [ "$cw" != host ] && [ -n "${W[cli]:-}" ] && [[ " 124 137 255 " == *" $cli_rc "* ]] && suspect=1
+    [ "$sw" != host ] && [ "$cw" != host ] && suspect=1
+    W=() H=()
+    if [ "${RES[$id]}" = FAIL ] && [ $suspect = 1 ] && ! lab_healthy; then
+        echo "lab unhealthy after this case: restarting it" >> "$L"
+        restart_lab
+    fi
+}
+
+# ----------------------------------------------------------------------------- cases
+total=${#CASE_LIST[@]}
+i=0
+for c in "${CASE_LIST[@]}"; do
+    i=$((i + 1))
+    id=${c%%"$US"*}
+    if ! vm_ready 1 || ! vm_ready 2; then
+        RES[$id]=NR WHY[$id]="not run: the lab is down" DUR[$id]=0
+    else
+        run_case "$c"
+    fi
+    r=${RES[$id]}
+    [ "$r" = NR ] && r=n/r
+    printf '%s [%3d/%d] %-28s %-4s %6ss  %s\n' "$(date +%T)" "$i" "$total" "$id" "$r" "${DUR[$id]}" "${WHY[$id]}" >&2
+    printf '%s\t%s\t%s\t%s\n' "$id" "${RES[$id]}" "${DUR[$id]}" "${WHY[$id]}" >> "$OUT/results.tsv"
+done
+
+# ---------------------------------------------------------------------------- the matrix
+npass=0 nfail=0 nnr=0
+for c in "${CASE_LIST[@]}"; do
+    case ${RES[${c%%"$US"*}]} in PASS) npass=$((npass + 1)) ;; FAIL) nfail=$((nfail + 1)) ;; *) nnr=$((nnr + 1)) ;; esac
+done
+{
+    echo "goroce interop matrix  $(date -u +%FT%TZ)  commit $(git -C "$SRC" rev-parse --short HEAD 2> /dev/null || echo '?')"
+    echo "$BOOT_NOTE"
+    [ "$RESTARTED" -gt 0 ] && echo "lab: restarted $RESTARTED time(s) after a case left a guest broken (see the case logs)"
+    [ -n "$GOROCE_NOTE" ] && echo "$GOROCE_NOTE"
+    echo "guests: ${VERSIONS:-?}"
+    echo "loss: $LOSS % of UDP/4791 each way on VM1's port; per-case client limit ${DEF_TMO} s unless set"
+    echo
+    echo "columns: ref-* = rxe in VM1 (server) <-> rxe in VM2 (client); cli-* = goroce on the host is the"
+    echo "client of the VM1 tool; srv-* = goroce is the server and the VM1 tool connects to $HOST_IP;"
+    echo "udp/afp = goroce --transport udp|afpacket; 1024/4096 = path MTU; loss = with loss, MTU 1024."
+    echo "cells: PASS, FAIL, n/r = not run, . = no such case"
+    echo
+    printf '%-14s' tool
+    for v in "${VCOLS[@]}"; do printf ' %-12s' "$v"; done
+    echo
+    for t in "${TOOLS[@]}"; do
+        printf '%-14s' "$t"
+        for v in "${VCOLS[@]}"; do
+            r=${RES[$t/$v]:-.}
+            [ "$r" = NR ] && r=n/r
+            printf ' %-12s' "$r"
+        done
+        echo
+    done
+    echo
+    printf '%-28s %-4s %7s  %s\n' case result seconds "reason / log: $OUT/logs/CASE.log"
+    for c in "${CASE_LIST[@]}"; do
+        id=${c%%"$US"*}
+        r=${RES[$id]}
+        [ "$r" = NR ] && r=n/r
+        printf '%-28s %-4s %7s  %s\n' "$id" "$r" "${DUR[$id]}" "${WHY[$id]}"
+    done
+    echo
+    echo "whole run: $(elapsed "$RUN_T0") s"
+    echo "interop: $npass passed, $((nfail + nnr)) failed"
+} > "$OUT/matrix.txt"
+cat "$OUT/matrix.txt"
+[ $((nfail + nnr)) = 0 ]
