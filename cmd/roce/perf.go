@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +34,8 @@ the TCP exchange on port 18515, the QP attributes and the traffic are perftest's
 the results are printed in its tables (--json: one JSON object instead). RC only.
 -d names the device as --dev-name does; -x picks the GID index of a hw device;
 -F is accepted and ignored. A server without --bind uses the address the client
-reached it at.`
+reached it at. The write latency test spins on memory as perftest's does: on the
+software device it runs in busy-poll mode (--busy-poll 1ms) unless --busy-poll is given.`
 
 // perfVerb is perftest's VerbType; the order matters to its output.
 type perfVerb int
@@ -104,8 +107,9 @@ type perfOptions struct {
 	dev      devFlags
 	server   string
 
-	cqModSet bool
-	noPeak   bool
+	cqModSet   bool
+	noPeak     bool
+	cpuProfile string
 }
 
 // runPerf is the perf command: perftest's bandwidth and latency tests in
@@ -128,6 +132,17 @@ func perfMain(args []string, stdout, stderr io.Writer, env *toolEnv) int {
 	if o.dev.trace {
 		r.log = newStepLogger(stderr)
 	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return exitCode(stderr, "perf", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return exitCode(stderr, "perf", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return exitCode(stderr, "perf", r.main())
 }
 
@@ -147,6 +162,7 @@ func parsePerf(args []string) (*perfOptions, *flag.FlagSet, error) {
 	toolIntFlag(fs, &o.port, perfPort, "TCP `port` of the exchange", "p", "port")
 	toolBoolFlag(fs, &o.rdmaCM, "connect the QPs with rdma_cm", "R", "rdma_cm")
 	toolBoolFlag(fs, &o.json, "print one JSON object with the figures instead of the tables", "json")
+	toolStringFlag(fs, &o.cpuProfile, "", "write a pprof CPU profile of the run to this `file` (go tool pprof)", "cpuprofile")
 	toolStringFlag(fs, &o.backend, "soft", "`backend`: soft (goroce's engine) or hw (libibverbs: kernel rxe, an RNIC)", "backend")
 	toolStringFlag(fs, &o.devName, "", "libibverbs device `name` (--backend hw; default the first)", "dev-name", "d", "ib-dev")
 	toolIntFlag(fs, &o.gidIdx, -1, "GID `index` of a hw device (default: perftest's choice)", "x", "gid-index")
@@ -214,6 +230,12 @@ func (o *perfOptions) defaults(set map[string]bool, sizeStr string) error {
 		}
 	} else if o.iters < perfMinIters || o.iters > perfMaxIters {
 		return usageErr("-n should be between %d and %d", perfMinIters, perfMaxIters)
+	}
+	if o.lat && o.verb == perfWrite && o.backend == "soft" && !set["busy-poll"] {
+		// perftest's write latency test spins on the buffer the peer
+		// writes; on the software device, spinning means busy-poll mode,
+		// where the spinning thread receives too (--busy-poll 0: sleep).
+		o.dev.busyPoll = time.Millisecond
 	}
 	if toolAnySet(set, "D", "duration") {
 		if toolAnySet(set, "n", "iters") {
