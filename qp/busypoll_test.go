@@ -192,3 +192,83 @@ func TestBusyPollDeferredAck(t *testing.T) {
 		t.Fatalf("%d packets after the destroy", n)
 	}
 }
+
+// TestReceiveBatchesAcrossQPs delivers one batch with a SEND for each of
+// four QPs: the four ACKs leave in one Send. Then, with the lock of one
+// QP held elsewhere, the receive path first sends what the QPs it holds
+// answered, and only then waits for that lock.
+func TestReceiveBatchesAcrossQPs(t *testing.T) {
+	la, lb := newPollLinks()
+	clk := clock.NewManual(time.Unix(0, 0))
+	o := pairOpts{}
+	o.defaults()
+	var as, bs []end
+	newDev := func(l *pollLink) end {
+		d, err := New(l, &Config{Clock: clk, Logger: testLogger(t)})
+		must(t, err)
+		t.Cleanup(func() { d.Close() })
+		pd, err := d.AllocPD()
+		must(t, err)
+		cq, err := d.CreateCQ(64)
+		must(t, err)
+		return end{dev: d, pd: pd.(*PD), cq: cq.(*CQ)}
+	}
+	da, db := newDev(la), newDev(lb)
+	for range 4 {
+		a, b := da, db
+		var err error
+		a.qp, err = da.dev.createQP(da.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: da.cq, RecvCQ: da.cq, Cap: o.cap})
+		must(t, err)
+		b.qp, err = db.dev.createQP(db.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: db.cq, RecvCQ: db.cq, Cap: o.cap})
+		must(t, err)
+		connect(t, &a, &b, o)
+		connect(t, &b, &a, o)
+		as, bs = append(as, a), append(bs, b)
+	}
+	ma, mb := da.reg(t, 4096), db.reg(t, 4096)
+	send := func() {
+		for i := range as {
+			must(t, bs[i].qp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{sge(mb, 64*i, 64)}}}))
+			must(t, as[i].qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(ma, 0, 16)}}}))
+		}
+		if n := lb.waiting(); n != len(as) {
+			t.Fatalf("%d packets wait for b, want %d", n, len(as))
+		}
+	}
+
+	send()
+	lb.Poll()
+	if sends := lb.takeSends(); len(sends) != 1 || len(sends[0]) != len(as) {
+		t.Fatalf("b answered in sends %v, want one of %d ACKs", sends, len(as))
+	}
+	la.Poll()
+
+	// QP 1 of b is held elsewhere: QP 0's ACK goes out before the
+	// receive path waits for QP 1.
+	send()
+	q1 := bs[1].qp
+	q1.mu.Lock()
+	done := make(chan struct{})
+	go func() { lb.Poll(); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for la.waiting() < 1 {
+		if time.Now().After(deadline) {
+			q1.mu.Unlock()
+			t.Fatal("QP 0's ACK did not go out while QP 1 was held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-done:
+		t.Fatal("the receive path went on without QP 1's lock")
+	default:
+	}
+	q1.mu.Unlock()
+	<-done
+	if n := la.waiting(); n != len(as) {
+		t.Fatalf("%d ACKs for a, want %d", n, len(as))
+	}
+	if sends := lb.takeSends(); len(sends) != 2 || len(sends[0]) != 1 || len(sends[1]) != len(as)-1 {
+		t.Fatalf("b answered in sends %v, want QP 0's ACK, then the other three", sends)
+	}
+}

@@ -97,17 +97,21 @@ func (d *Device) polled() {
 	}
 }
 
-// releaseQP ends the handling of a run of packets for q, which the caller
-// locked: what q answered goes out, but for a coalesced ACK the polling
-// thread may send with its next post (polling: the packets came through
-// a poll).
-func (d *Device) releaseQP(q *QP, b *txBatch, polling bool) {
-	if polling && q.resp.ackPending {
-		d.deferAck(q)
-		b.flush()
+// releaseQPs ends the handling of a batch of packets for the QPs held,
+// whose locks the caller holds: what they answered goes out in one send,
+// then they are released. A coalesced ACK may instead wait for the
+// polling thread's next post (polling: the packets came through a poll).
+func (d *Device) releaseQPs(held []*QP, b *txBatch, polling bool) {
+	for _, q := range held {
+		if polling && q.resp.ackPending {
+			d.deferAck(q)
+		} else {
+			q.sendPendingAck(b)
+		}
+	}
+	b.flush()
+	for _, q := range held {
 		q.updateActive()
 		q.mu.Unlock()
-		return
 	}
-	q.flushAndUnlock(b)
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -236,12 +237,16 @@ func (d *Device) event(e verbs.Event) {
 }
 
 // receive is the transport's handler: it validates each packet the way
-// rxe_recv.c does and hands it to its queue pair, holding the QP's lock
-// across consecutive packets for the same QP so that the packets the QP
-// answers with go out in one batch.
+// rxe_recv.c does and hands it to its queue pair. It keeps the lock of
+// each QP it handles until the end of the batch, so that what all of
+// them answer (ACKs, READ responses, requests an ACK let go) leaves in one
+// send; a QP's packets still leave in order, as no one else can send for
+// it meanwhile. It never waits for a lock while holding one: a QP held
+// elsewhere first sends what the held ones queued.
 func (d *Device) receive(pkts []transport.Packet) {
 	polling := d.polling.Load() > 0
 	var cur *QP
+	var held []*QP
 	var b *txBatch
 	var pkt bth.Packet
 	for i := range pkts {
@@ -260,18 +265,27 @@ func (d *Device) receive(pkts []transport.Packet) {
 			continue
 		}
 		if q != cur {
-			if cur != nil {
-				d.releaseQP(cur, b, polling)
-			} else {
+			if b == nil {
 				b = d.getBatch()
+				held = b.held[:0]
 			}
 			cur = q
-			cur.mu.Lock()
+			if !slices.Contains(held, q) {
+				if len(held) == cap(held) || len(held) > 0 && !q.mu.TryLock() {
+					d.releaseQPs(held, b, polling)
+					held = held[:0]
+					q.mu.Lock()
+				} else if len(held) == 0 {
+					q.mu.Lock()
+				}
+				held = append(held, q)
+			}
 		}
 		q.recv(&pkt, tp, b)
 	}
-	if cur != nil {
-		d.releaseQP(cur, b, polling)
+	if b != nil {
+		d.releaseQPs(held, b, polling)
+		b.held = held[:0]
 		d.putBatch(b)
 	}
 }
@@ -335,13 +349,17 @@ type txBatch struct {
 	d    *Device
 	pkts []transport.Packet
 	bufs [][]byte
+	held []*QP // the QPs Device.receive holds, at most maxHeldQPs
 }
+
+// maxHeldQPs bounds the QPs one receive batch holds the locks of.
+const maxHeldQPs = 64
 
 func newTxBatch(d *Device, n int) *txBatch {
 	if n < 1 {
 		n = 1
 	}
-	b := &txBatch{d: d, pkts: make([]transport.Packet, 0, n), bufs: make([][]byte, n)}
+	b := &txBatch{d: d, pkts: make([]transport.Packet, 0, n), bufs: make([][]byte, n), held: make([]*QP, 0, maxHeldQPs)}
 	for i := range b.bufs {
 		b.bufs[i] = make([]byte, d.maxPacket)
 	}
