@@ -29,11 +29,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const rawudpUsage = "[-s BYTES] [--gso N] [-D SECS] [-p PORT] [--bind ADDR] [--json] [SERVER]"
+const rawudpUsage = "[-s BYTES] [--gso N] [--first BYTES] [-D SECS] [-p PORT] [--bind ADDR] [--json] [SERVER]"
 
 type rawudpConfig struct {
 	size     int
 	gso      int
+	first    int
 	secs     float64
 	duration time.Duration
 	port     int
@@ -51,6 +52,7 @@ func runRawUDP(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.port, "p", 18517, "UDP and TCP (control) `port` of the server")
 	fs.StringVar(&c.bind, "bind", "", "local IP `address` (default: the server 127.0.0.1, a client on loopback 127.0.0.2)")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object instead of the text line")
+	fs.IntVar(&c.first, "first", 0, "precede each GSO run with one datagram of this many `bytes` in the same sendmmsg, as an RDMA WRITE's first packet (4128 bytes with its RETH) precedes the run of its other 15")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on waiting for the peer")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -65,6 +67,8 @@ func runRawUDP(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, "rawudp", usageErr("-s must be 64 to 8192 bytes"))
 	case c.gso < 0 || c.gso > 64 || c.gso*c.size > 65000:
 		return exitCode(stderr, "rawudp", usageErr("--gso must be 0 to 64, and --gso times -s at most 65000 bytes (one UDP datagram)"))
+	case c.first != 0 && (c.first < 64 || c.first > 8192 || c.gso == 0):
+		return exitCode(stderr, "rawudp", usageErr("--first must be 64 to 8192 bytes, with --gso"))
 	case c.secs <= 0 || c.secs > 600:
 		return exitCode(stderr, "rawudp", usageErr("-D must be more than 0 and at most 600 seconds"))
 	case c.port < 1 || c.port > 65535:
@@ -94,6 +98,7 @@ type rawudpResult struct {
 	Sent      uint64  `json:"sent_datagrams"`
 	Size      int     `json:"size"`
 	GSO       int     `json:"gso"`
+	First     int     `json:"first,omitempty"`
 	GBps      float64 `json:"gb_per_sec"`
 	MiBps     float64 `json:"mib_per_sec"`
 	Mpps      float64 `json:"mpps"`
@@ -183,13 +188,13 @@ func rawudpServe(ctx context.Context, c *rawudpConfig, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
-	var size, gso int
-	if _, err := fmt.Sscanf(line, "start %d %d", &size, &gso); err != nil {
+	var size, gso, first int
+	if _, err := fmt.Sscanf(line, "start %d %d %d", &size, &gso, &first); err != nil {
 		return fmt.Errorf("control: not a rawudp client (%.40q)", line)
 	}
 	var stop atomic.Bool
 	done := make(chan rawudpResult, 1)
-	go func() { done <- rawudpReceive(fd, size, &stop) }()
+	go func() { done <- rawudpReceive(fd, size, first, &stop) }()
 	if _, err := io.WriteString(conn, "ready\n"); err != nil {
 		stop.Store(true)
 		<-done
@@ -206,7 +211,7 @@ func rawudpServe(ctx context.Context, c *rawudpConfig, stdout io.Writer) error {
 		return fmt.Errorf("control: the client did not finish (%v)", err)
 	}
 	res.Sent, _ = strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "stop ")), 10, 64)
-	res.Size, res.GSO = size, gso
+	res.Size, res.GSO, res.First = size, gso, first
 	res.compute()
 	b, _ := json.Marshal(&res)
 	if _, err := conn.Write(append(b, '\n')); err != nil {
@@ -217,13 +222,18 @@ func rawudpServe(ctx context.Context, c *rawudpConfig, stdout io.Writer) error {
 }
 
 func (r *rawudpResult) text() string {
-	return fmt.Sprintf("rawudp: %d-byte datagrams, gso %d: received %d of %d in %.3f s: %.3f GB/s (%.2f MiB/s), %.3f Mpps",
-		r.Size, r.GSO, r.Datagrams, r.Sent, r.Seconds, r.GBps, r.MiBps, r.Mpps)
+	first := ""
+	if r.First > 0 {
+		first = fmt.Sprintf(" after a %d-byte one", r.First)
+	}
+	return fmt.Sprintf("rawudp: %d-byte datagrams, gso %d%s: received %d of %d in %.3f s: %.3f GB/s (%.2f MiB/s), %.3f Mpps",
+		r.Size, r.GSO, first, r.Datagrams, r.Sent, r.Seconds, r.GBps, r.MiBps, r.Mpps)
 }
 
 // rawudpReceive counts what arrives until stop, timing from the first
-// datagram to the last. GRO hands over runs of size-byte segments.
-func rawudpReceive(fd, size int, stop *atomic.Bool) rawudpResult {
+// datagram to the last. GRO hands over runs of size-byte segments, and
+// the first-byte datagrams that precede them alone.
+func rawudpReceive(fd, size, first int, stop *atomic.Bool) rawudpResult {
 	const slots = 16
 	bufs := make([]byte, slots*65536)
 	iovs := make([]unix.Iovec, slots)
@@ -235,25 +245,29 @@ func rawudpReceive(fd, size int, stop *atomic.Bool) rawudpResult {
 		msgs[i].hdr.SetIovlen(1)
 	}
 	var res rawudpResult
-	var first, last time.Time
+	var start, last time.Time
 	for !stop.Load() {
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), slots, 0, 0, 0)
 		if e != 0 {
 			continue // EAGAIN from the receive timeout, EINTR
 		}
 		now := time.Now()
-		if first.IsZero() {
-			first = now
+		if start.IsZero() {
+			start = now
 		}
 		last = now
 		for i := range int(n) {
 			b := uint64(msgs[i].n)
 			res.Bytes += b
+			if first > 0 && b == uint64(first) {
+				res.Datagrams++
+				continue
+			}
 			res.Datagrams += (b + uint64(size) - 1) / uint64(size)
 		}
 	}
-	if !first.IsZero() {
-		res.Seconds = last.Sub(first).Seconds()
+	if !start.IsZero() {
+		res.Seconds = last.Sub(start).Seconds()
 	}
 	return res
 }
@@ -301,7 +315,7 @@ func rawudpClient(ctx context.Context, c *rawudpConfig, server string, stdout io
 	}
 	conn.SetDeadline(time.Now().Add(c.timeout))
 	br := bufio.NewReader(conn)
-	fmt.Fprintf(conn, "start %d %d\n", c.size, c.gso)
+	fmt.Fprintf(conn, "start %d %d %d\n", c.size, c.gso, c.first)
 	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
 		return fmt.Errorf("control: the server did not start (%v)", err)
 	}
@@ -338,12 +352,11 @@ func rawudpSend(ctx context.Context, fd int, c *rawudpConfig) (uint64, error) {
 	}
 	var sent uint64
 	end := time.Now().Add(c.duration)
+	if c.gso > 0 && c.first > 0 {
+		return rawudpSendFirst(ctx, fd, c, payload, end)
+	}
 	if c.gso > 0 {
-		oob := make([]byte, unix.CmsgSpace(2))
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-		h.SetLen(unix.CmsgLen(2))
-		binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(c.size))
+		oob := segmentCmsg(c.size)
 		run := payload[:c.gso*c.size]
 		for i := 0; ; i++ {
 			if i%64 == 0 && (time.Now().After(end) || ctx.Err() != nil) {
@@ -359,6 +372,58 @@ func rawudpSend(ctx context.Context, fd int, c *rawudpConfig) (uint64, error) {
 		}
 		return sent, nil
 	}
+	return rawudpSendBatches(ctx, fd, c, payload, end)
+}
+
+// segmentCmsg is the UDP_SEGMENT control message for size-byte segments.
+func segmentCmsg(size int) []byte {
+	oob := make([]byte, unix.CmsgSpace(2))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(size))
+	return oob
+}
+
+// rawudpSendFirst sends, in each sendmmsg, a c.first-byte datagram and a
+// GSO run of c.gso: the framing of an RDMA WRITE of (c.gso+1) packets.
+func rawudpSendFirst(ctx context.Context, fd int, c *rawudpConfig, payload []byte, end time.Time) (uint64, error) {
+	oob := segmentCmsg(c.size)
+	head := make([]byte, c.first)
+	iovs := []unix.Iovec{{Base: &head[0]}, {Base: &payload[0]}}
+	iovs[0].SetLen(len(head))
+	iovs[1].SetLen(c.gso * c.size)
+	msgs := make([]mmsg, 2)
+	for i := range msgs {
+		msgs[i].hdr.Iov = &iovs[i]
+		msgs[i].hdr.SetIovlen(1)
+	}
+	msgs[1].hdr.Control = &oob[0]
+	msgs[1].hdr.SetControllen(len(oob))
+	var sent uint64
+	for i := 0; ; i++ {
+		if i%64 == 0 && (time.Now().After(end) || ctx.Err() != nil) {
+			return sent, nil
+		}
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
+		if e != 0 {
+			if e == unix.ENOBUFS || e == unix.ECONNREFUSED || e == unix.EINTR {
+				continue
+			}
+			return sent, fmt.Errorf("sendmmsg: %w", e)
+		}
+		if n == 2 {
+			sent += uint64(c.gso) + 1
+		} else {
+			sent++
+		}
+	}
+}
+
+// rawudpSendBatches sends sendmmsg batches of 64 single datagrams.
+func rawudpSendBatches(ctx context.Context, fd int, c *rawudpConfig, payload []byte, end time.Time) (uint64, error) {
+	const batch = 64
+	var sent uint64
 	iovs := make([]unix.Iovec, batch)
 	msgs := make([]mmsg, batch)
 	for i := range msgs {
