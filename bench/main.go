@@ -79,26 +79,29 @@ type result struct {
 }
 
 func (b *bencher) run() error {
-	fmt.Printf("goroce end-to-end bench: two processes over loopback UDP (servers 127.0.0.1, clients 127.0.0.2), median of %d runs\n\n", b.runs)
+	fmt.Printf("goroce end-to-end bench: two processes over loopback UDP (servers 127.0.0.1, clients 127.0.0.2),\n"+
+		"%d rounds of every bandwidth case in turn (so a ratio compares runs minutes apart at most), medians\n\n", b.runs)
 	fmt.Printf("%-44s %14s   %-22s %s\n", "case", "result", "ratio", "target")
 	// The baseline sends what a 64 KiB WRITE at MTU 4096 puts on the
 	// wire, batched as goroce's UDP transport batches it: one 4128-byte
 	// datagram (the first packet, with its RETH) and a GSO run of 15
 	// 4112-byte ones per sendmmsg, received with GRO.
-	raw, err := b.bw("raw UDP, a WRITE's framing (1 + GSO 15)", nil, b.rawudp("15", "--first", "4128"))
-	if err != nil {
+	cases := []bwCase{
+		{name: "raw UDP, a WRITE's framing (1 + GSO 15)", pc: b.rawudp("15", "--first", "4128")},
+		{name: "raw UDP 4112 B datagrams, GSO 15 + GRO", pc: b.rawudp("15")},
+		{name: "raw UDP 4112 B datagrams, sendmmsg x64", pc: b.rawudp("0")},
+		{name: "WRITE 64 KiB, MTU 4096, 1 QP", pc: b.perf("write", "-s", "65536", "-m", "4096"),
+			rt: &ratio{of: 0, name: "raw UDP", min: 0.8, abs: 2.0}},
+		{name: "READ 64 KiB, MTU 4096, 1 QP", pc: b.perf("read", "-s", "65536", "-m", "4096"),
+			rt: &ratio{of: 3, name: "WRITE", min: 0.8}},
+		{name: "SEND 64 KiB, MTU 4096, 1 QP", pc: b.perf("send", "-s", "65536", "-m", "4096"),
+			rt: &ratio{of: 3, name: "WRITE", min: 0.8}},
+		{name: "WRITE 64 KiB, MTU 4096, 64 QPs", pc: b.perf("write", "-s", "65536", "-m", "4096", "-q", "64"),
+			rt: &ratio{of: 3, name: "1 QP", min: 1.0}},
+	}
+	if err := b.bw(cases); err != nil {
 		return err
 	}
-	b.bw("raw UDP 4112 B datagrams, GSO 15 + GRO", nil, b.rawudp("15"))
-	b.bw("raw UDP 4112 B datagrams, sendmmsg x64", nil, b.rawudp("0"))
-	write, err := b.bw("WRITE 64 KiB, MTU 4096, 1 QP", &ratio{of: raw, name: "raw UDP", min: 0.8, abs: 2.0},
-		b.perf("write", "-s", "65536", "-m", "4096"))
-	if err != nil {
-		return err
-	}
-	b.bw("READ 64 KiB, MTU 4096, 1 QP", &ratio{of: write, name: "WRITE", min: 0.8}, b.perf("read", "-s", "65536", "-m", "4096"))
-	b.bw("SEND 64 KiB, MTU 4096, 1 QP", &ratio{of: write, name: "WRITE", min: 0.8}, b.perf("send", "-s", "65536", "-m", "4096"))
-	b.bw("WRITE 64 KiB, MTU 4096, 64 QPs", &ratio{of: write, name: "1 QP", min: 1.0}, b.perf("write", "-s", "65536", "-m", "4096", "-q", "64"))
 	for _, op := range []string{"write", "send", "read"} {
 		b.lat(strings.ToUpper(op)+" 2 B latency, busy poll", op, "--busy-poll", "1ms")
 	}
@@ -106,11 +109,19 @@ func (b *bencher) run() error {
 	return nil
 }
 
+// bwCase is a bandwidth case.
+type bwCase struct {
+	name string
+	pc   pairCmd
+	rt   *ratio
+	res  result
+}
+
 // ratio is a bandwidth target relative to another case.
 type ratio struct {
-	of   *result
+	of   int // index of the other case
 	name string
-	min  float64 // at least this fraction of of
+	min  float64 // at least this fraction of the other case's
 	abs  float64 // and at least this many GB/s (0: none)
 }
 
@@ -169,45 +180,73 @@ func (b *bencher) perf(args ...string) pairCmd {
 	}
 }
 
-// bw runs a bandwidth case b.runs times and reports its median in GB/s.
-func (b *bencher) bw(name string, rt *ratio, pc pairCmd) (*result, error) {
-	if b.only != "" && !strings.Contains(name, b.only) && !strings.Contains(name, "64 KiB, MTU 4096, 1 QP") && !strings.HasPrefix(name, "raw UDP, a WRITE's framing") {
-		return &result{Name: name}, nil
-	}
-	r := result{Name: name, Unit: "GB/s"}
-	for range b.runs {
-		out, err := b.runPair(pc)
-		if err != nil {
-			fmt.Printf("%-44s failed: %v\n", name, err)
-			return nil, err
+// bw runs every case once per round, b.runs rounds, and reports each
+// case's median in GB/s and the median of its ratios to the case it is
+// compared with, round by round.
+func (b *bencher) bw(cases []bwCase) error {
+	// -only keeps the cases named and those the others are compared with.
+	ref := map[int]bool{}
+	for _, c := range cases {
+		if c.rt != nil {
+			ref[c.rt.of] = true
 		}
-		v, extra, err := pc.parse(out)
-		if err != nil {
-			return nil, err
+	}
+	skip := func(i int) bool { return b.only != "" && !strings.Contains(cases[i].name, b.only) && !ref[i] }
+	for round := range b.runs {
+		for i := range cases {
+			c := &cases[i]
+			if skip(i) {
+				continue
+			}
+			out, err := b.runPair(c.pc)
+			if err != nil {
+				fmt.Printf("%-44s round %d failed: %v\n", c.name, round+1, err)
+				return err
+			}
+			v, extra, err := c.pc.parse(out)
+			if err != nil {
+				return err
+			}
+			c.res.Runs = append(c.res.Runs, v)
+			c.res.Extra = extra
 		}
-		r.Runs = append(r.Runs, v)
-		r.Extra = extra
 	}
-	r.Value = median(r.Runs)
-	rs, target := "", "(baseline)"
-	if rt != nil && rt.of != nil && rt.of.Value > 0 {
-		r.Ratio, r.Of = r.Value/rt.of.Value, rt.name
-		met := r.Ratio >= rt.min && r.Value >= rt.abs
-		r.Met = &met
-		rs = fmt.Sprintf("%.2f of %s", r.Ratio, rt.name)
-		target = fmt.Sprintf(">= %.2f of %s", rt.min, rt.name)
-		if rt.abs > 0 {
-			target = fmt.Sprintf(">= %.1f GB/s and %s", rt.abs, target)
+	for i := range cases {
+		c := &cases[i]
+		if skip(i) {
+			continue
 		}
-		r.Target = target
-		target += map[bool]string{true: "  met", false: "  NOT MET"}[met]
+		r := &c.res
+		r.Name, r.Unit, r.Value = c.name, "GB/s", median(r.Runs)
+		rs, target := "", "(baseline)"
+		if c.rt != nil {
+			of := &cases[c.rt.of].res
+			var ratios []float64
+			for k := range min(len(r.Runs), len(of.Runs)) {
+				if of.Runs[k] > 0 {
+					ratios = append(ratios, r.Runs[k]/of.Runs[k])
+				}
+			}
+			r.Ratio, r.Of = median(ratios), c.rt.name
+			met := r.Ratio >= c.rt.min && r.Value >= c.rt.abs
+			r.Met = &met
+			rs = fmt.Sprintf("%.2f of %s", r.Ratio, c.rt.name)
+			target = fmt.Sprintf(">= %.2f of %s", c.rt.min, c.rt.name)
+			if c.rt.abs > 0 {
+				target = fmt.Sprintf(">= %.1f GB/s and %s", c.rt.abs, target)
+			}
+			r.Target = target
+			target += map[bool]string{true: "  met", false: "  NOT MET"}[met]
+		}
+		fmt.Printf("%-44s %9.3f GB/s   %-22s %s\n", c.name, r.Value, rs, target)
+		extra := ""
+		if r.Extra != "" {
+			extra = r.Extra + "; "
+		}
+		fmt.Printf("%-44s (%sruns %s)\n", "", extra, fmtRuns(r.Runs))
+		b.results = append(b.results, *r)
 	}
-	fmt.Printf("%-44s %9.3f GB/s   %-22s %s\n", name, r.Value, rs, target)
-	if r.Extra != "" {
-		fmt.Printf("%-44s (%s; runs %s)\n", "", r.Extra, fmtRuns(r.Runs))
-	}
-	b.results = append(b.results, r)
-	return &b.results[len(b.results)-1], nil
+	return nil
 }
 
 // lat runs a 2-byte latency case and reports the median of the runs'

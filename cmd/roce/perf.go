@@ -35,7 +35,9 @@ the results are printed in its tables (--json: one JSON object instead). RC only
 -d names the device as --dev-name does; -x picks the GID index of a hw device;
 -F is accepted and ignored. A server without --bind uses the address the client
 reached it at. The write latency test spins on memory as perftest's does: on the
-software device it runs in busy-poll mode (--busy-poll 1ms) unless --busy-poll is given.`
+software device it runs in busy-poll mode (--busy-poll 1ms) unless --busy-poll is given.
+Like perftest, roce perf does one stream of work: it runs the Go scheduler on one
+processor unless the GOMAXPROCS environment variable is set.`
 
 // perfVerb is perftest's VerbType; the order matters to its output.
 type perfVerb int
@@ -115,6 +117,7 @@ type perfOptions struct {
 // runPerf is the perf command: perftest's bandwidth and latency tests in
 // either role.
 func runPerf(args []string, stdout, stderr io.Writer) int {
+	oneProc()
 	return perfMain(args, stdout, stderr, nil)
 }
 

@@ -78,6 +78,7 @@ type ppOptions struct {
 // traffic so that either end can be the real tool. Without SERVER it
 // serves one client and exits.
 func runPingpong(args []string, stdout, stderr io.Writer) int {
+	oneProc()
 	return pingpongMain(args, stdout, stderr, nil)
 }
 
@@ -99,7 +100,8 @@ const pingpongHelp = `Runs rdma-core's ibv_rc_pingpong (default), ibv_uc_pingpon
 goroce's software RoCE device. Either end may be the real tool: the TCP exchange on
 port 18515, the QP attributes and the order of sends and receives are theirs.
 -g, -l and -d are accepted for compatibility and ignored (the device has one GID).
-A server without --bind uses the address the client reached it at.`
+A server without --bind uses the address the client reached it at. Like the C
+programs, it runs the Go scheduler on one processor unless GOMAXPROCS is set.`
 
 func parsePingpong(args []string) (*ppOptions, *flag.FlagSet, error) {
 	o := &ppOptions{}
