@@ -98,6 +98,16 @@ func TestCapturesICRC(t *testing.T) {
 		if !fl.Verify(cf.packet.Raw) {
 			t.Errorf("%s frame %d: Flow.Verify false", cf.file, cf.index)
 		}
+		// SealSplit on the packet cut anywhere after the BTH seals the
+		// same ICRC.
+		raw := cf.packet.Raw
+		for _, k := range []int{BTHLen, (BTHLen + len(raw) - ICRCLen) / 2, len(raw) - ICRCLen} {
+			head := append(append([]byte(nil), raw[:k]...), 0, 0, 0, 0)
+			fl.SealSplit(head, raw[k:len(raw)-ICRCLen])
+			if got := binary.LittleEndian.Uint32(head[k:]); got != want {
+				t.Errorf("%s frame %d: SealSplit at %d: %#08x, packet has %#08x", cf.file, cf.index, k, got, want)
+			}
+		}
 		// A receiver on a UDP socket does not see the IP ID; recover it.
 		id, ok := solver.Recover(&fl, cf.packet.Raw)
 		if !ok || id != fl.ID {

@@ -147,6 +147,20 @@ func (f *Flow) Seal(pkt []byte) {
 	binary.LittleEndian.PutUint32(pkt[n:], f.ICRC(pkt[:n]))
 }
 
+// SealSplit is Seal for a packet kept in two pieces: head holds the
+// headers (BTH and extension headers) followed by four bytes for the
+// ICRC, payload what goes between them on the wire. It writes the ICRC
+// into head's last four bytes.
+func (f *Flow) SealSplit(head, payload []byte) {
+	n := len(head) - ICRCLen
+	var b [maxPseudoLen]byte
+	m := f.pseudo(&b, head, len(head)+len(payload))
+	c := crcShort(0, b[:m])
+	c = crc32.Update(c, crc32.IEEETable, head[BTHLen:n])
+	c = crc32.Update(c, crc32.IEEETable, payload)
+	binary.LittleEndian.PutUint32(head[n:], c)
+}
+
 // Verify reports whether the ICRC at the end of pkt (BTH through ICRC) is
 // right for flow f.
 func (f *Flow) Verify(pkt []byte) bool {

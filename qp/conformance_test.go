@@ -28,11 +28,14 @@ type fakeLink struct {
 }
 
 func (f *fakeLink) Start(h transport.Handler) error { f.h = h; return nil }
+
+// SendsPayload: the engine's in-place payloads go through the replays too.
+func (f *fakeLink) SendsPayload() bool { return true }
 func (f *fakeLink) Send(pkts []transport.Packet) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range pkts {
-		p.Data = slices.Clone(p.Data)
+		p.Data, p.Payload = p.AppendTo(nil), nil
 		f.sent = append(f.sent, p)
 	}
 	return nil

@@ -58,6 +58,7 @@ type Device struct {
 	ackReqEvery   uint32
 	maxPacket     int
 	poller        transport.Poller // set in busy-poll mode
+	inPlace       bool             // the transport sends payloads from registered memory in place
 	polling       atomic.Int32     // polls receiving on programs' threads now
 	acks          ackDeferrer
 
@@ -109,6 +110,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if d.ackReqEvery == 0 {
 		d.ackReqEvery = 64
 	}
+	d.inPlace = transport.SendsPayload(t)
 	if p, ok := t.(transport.Poller); ok && cfg.BusyPoll {
 		d.poller = p
 	}
@@ -401,6 +403,21 @@ func (b *txBatch) add(n int, dst netip.Addr, sport uint16, tos uint8) {
 		Data: b.bufs[len(b.pkts)][:n], Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
 	})
 }
+
+// addRef queues a packet whose payload stays in registered memory: the
+// hdr bytes of headers written into the last buf() are followed there by
+// the four bytes of the ICRC, and the transport sends payload between
+// them, with no copy (transport.Packet.Payload).
+func (b *txBatch) addRef(hdr int, payload []byte, dst netip.Addr, sport uint16, tos uint8) {
+	b.pkts = append(b.pkts, transport.Packet{
+		Data: b.bufs[len(b.pkts)][:hdr+bth.ICRCLen], Payload: payload, Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
+	})
+}
+
+// minRefPayload is the smallest payload sent from registered memory in
+// place rather than copied: below it, the copy is cheaper than the two
+// more iovecs of the send.
+const minRefPayload = 512
 
 // flush hands the queued packets to the transport.
 func (b *txBatch) flush() {

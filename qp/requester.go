@@ -316,11 +316,15 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			}
 			p.DETH.Encode(&bth.DETHFields{QKey: qkey, SrcQP: q.qpn})
 		}
-		if !q.gather(w, w.sent, p.Payload) {
-			q.failWQE(w, verbs.LocProtErr, b)
-			return false
+		if ref := q.payloadRef(w, w.sent, n); ref != nil {
+			b.addRef(size-int(n)-bth.ICRCLen, ref, dest, q.sport, tos)
+		} else {
+			if !q.gather(w, w.sent, p.Payload) {
+				q.failWQE(w, verbs.LocProtErr, b)
+				return false
+			}
+			b.add(size, dest, q.sport, tos)
 		}
-		b.add(size, dest, q.sport, tos)
 		q.countSent()
 		w.sent += n
 		w.state = wqeStarted
@@ -485,6 +489,35 @@ func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
 		off = 0
 	}
 	return len(dst) == 0
+}
+
+// payloadRef returns the n bytes of w's data from byte off as a slice of
+// registered memory, for the packet to carry in place, or nil when they
+// must be copied: a small or padded payload, inline data, or
+// bytes that span SGEs or fail the key check (gather then reports it).
+// The memory is read by the transport after the region's access ends, as
+// a NIC reads it by DMA: a WR's memory must stay registered and unchanged
+// until the WR completes.
+func (q *QP) payloadRef(w *sendWQE, off, n uint64) []byte {
+	if !q.dev.inPlace || n < minRefPayload || n%4 != 0 || w.wr.Flags&verbs.Inline != 0 {
+		return nil
+	}
+	for _, e := range w.sgl {
+		if off >= uint64(e.Length) {
+			off -= uint64(e.Length)
+			continue
+		}
+		if off+n > uint64(e.Length) {
+			return nil
+		}
+		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
+		if err != nil {
+			return nil
+		}
+		m.Release()
+		return mem
+	}
+	return nil
 }
 
 // scatter copies src into the memory of sgl from byte off. It reports

@@ -5,6 +5,7 @@ import (
 	"github.com/goroce/goroce/verbs"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -320,18 +321,29 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 		if r.AETH != nil {
 			r.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
 		}
+		var mem []byte
 		if n > 0 {
-			m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
+			var m *mr.MR
+			var err error
+			m, mem, err = q.dev.mrs.Lookup(q.pd, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
 			if err != nil {
 				// Deregistered while we answered: what went out stays
 				// out; NAK the rest.
 				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), verbs.RemAccessErr, err.Error())
 				return
 			}
-			copy(r.Payload, mem)
+			if !q.dev.inPlace || n < minRefPayload || n%4 != 0 {
+				copy(r.Payload, mem)
+				mem = nil
+			}
 			m.Release()
 		}
-		b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+		if mem != nil {
+			// Large payloads go from the region in place (see payloadRef).
+			b.addRef(size-int(n)-bth.ICRCLen, mem, q.dest, q.sport, q.attr.AH.TrafficClass)
+		} else {
+			b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+		}
 		q.ctr.SentPkts++
 	}
 }

@@ -58,6 +58,10 @@ func NewFaulty(t Transport, f Faults, seed uint64) *Faulty {
 		held: make(map[netip.Addr]*heldPacket)}
 }
 
+// SendsPayload reports whether the wrapped transport takes packets with
+// their payload apart.
+func (t *Faulty) SendsPayload() bool { return SendsPayload(t.Transport) }
+
 // FaultStats returns what the wrapper did so far.
 func (t *Faulty) FaultStats() FaultStats {
 	t.mu.Lock()
@@ -85,7 +89,7 @@ func (t *Faulty) Send(pkts []Packet) error {
 			q := p
 			if t.chance(t.f.Corrupt) || t.chance(t.f.Truncate) {
 				// Corrupt a copy: the caller's buffer may be retransmitted.
-				q.Data = append([]byte(nil), p.Data...)
+				q.Data, q.Payload = p.AppendTo(nil), nil
 				if t.f.Truncate > 0 && t.rng.IntN(2) == 0 {
 					t.stats.Truncated++
 					q.Data = q.Data[:t.rng.IntN(len(q.Data))]
@@ -123,7 +127,7 @@ func (t *Faulty) Send(pkts []Packet) error {
 // hold keeps p back; a timer sends it if nothing passes it within 1 ms.
 // The caller holds t.mu.
 func (t *Faulty) hold(p Packet) {
-	p.Data = append([]byte(nil), p.Data...)
+	p.Data, p.Payload = p.AppendTo(nil), nil
 	h := &heldPacket{p: p}
 	h.timer = time.AfterFunc(time.Millisecond, func() {
 		t.mu.Lock()

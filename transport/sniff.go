@@ -81,6 +81,9 @@ func (s *Sniffer) Send(pkts []Packet) error {
 // LocalAddr returns t's.
 func (s *Sniffer) LocalAddr() netip.Addr { return s.t.LocalAddr() }
 
+// SendsPayload reports whether t takes packets with their payload apart.
+func (s *Sniffer) SendsPayload() bool { return SendsPayload(s.t) }
+
 // BatchSize returns t's.
 func (s *Sniffer) BatchSize() int { return s.t.BatchSize() }
 
@@ -115,7 +118,7 @@ func (s *Sniffer) record(pkts []Packet, sent bool) {
 			return
 		}
 		p := &pkts[i]
-		if len(p.Data) < bth.BTHLen+bth.ICRCLen || len(p.Data) > 65535-bth.IPv6Len-bth.UDPLen {
+		if len(p.Data) < bth.BTHLen+bth.ICRCLen || p.Len() > 65535-bth.IPv6Len-bth.UDPLen {
 			continue
 		}
 		f := bth.FrameFields{TOS: p.TOS, Flow: bth.Flow{
@@ -136,12 +139,11 @@ func (s *Sniffer) record(pkts []Packet, sent bool) {
 			continue // no addresses to write
 		}
 		hl := f.HeaderLen()
-		n := hl + len(p.Data)
+		n := hl + p.Len()
 		if cap(s.buf) < n {
 			s.buf = make([]byte, max(n, 9000))
 		}
-		b := s.buf[:n]
-		copy(b[hl:], p.Data)
+		b := p.AppendTo(s.buf[:hl])
 		bth.EncodeFrame(b, &f)
 		s.err = s.w.WritePacket(now, b)
 	}

@@ -10,6 +10,8 @@ package transport
 
 import (
 	"net/netip"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Packet is one RoCE packet crossing a Transport.
@@ -18,6 +20,13 @@ type Packet struct {
 	// transport writes the ICRC into the last four bytes, since only it
 	// knows the IP header it covers.
 	Data []byte
+	// Payload, when not nil on Send, is the packet's payload, kept apart
+	// so that it goes from the sender's memory to the link with no copy
+	// on the way: the packet is then Data but its last four bytes (the
+	// headers), Payload, and Data's last four bytes (the ICRC). Only
+	// transports that implement PayloadSender get such packets. Received
+	// packets come whole in Data, with Payload nil.
+	Payload []byte
 	// Src and Dst are the IP addresses of the sender and the receiver.
 	// On Send, Src is the local address (the QP's source GID) and Dst the
 	// peer's.
@@ -34,6 +43,40 @@ type Packet struct {
 	// IPID is the IPv4 identification the packet was sent or received
 	// with; set by the transport, for captures.
 	IPID uint16
+}
+
+// Len returns the packet's length, BTH through ICRC.
+func (p *Packet) Len() int { return len(p.Data) + len(p.Payload) }
+
+// AppendTo appends the whole packet, BTH through ICRC, to b.
+func (p *Packet) AppendTo(b []byte) []byte {
+	if p.Payload == nil {
+		return append(b, p.Data...)
+	}
+	n := len(p.Data) - bth.ICRCLen
+	return append(append(append(b, p.Data[:n]...), p.Payload...), p.Data[n:]...)
+}
+
+// Seal writes the packet's ICRC for the IP and UDP headers f describes.
+func (p *Packet) Seal(f *bth.Flow) {
+	if p.Payload == nil {
+		f.Seal(p.Data)
+		return
+	}
+	f.SealSplit(p.Data, p.Payload)
+}
+
+// PayloadSender is implemented by transports whose Send takes packets
+// with their payload apart (Packet.Payload) when SendsPayload reports
+// true; the engine gives other transports whole packets.
+type PayloadSender interface {
+	SendsPayload() bool
+}
+
+// SendsPayload reports whether t takes packets with their payload apart.
+func SendsPayload(t Transport) bool {
+	ps, ok := t.(PayloadSender)
+	return ok && ps.SendsPayload()
 }
 
 // Handler receives a batch of packets from a Transport. The packets and

@@ -603,7 +603,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 			if tx.errno == 0 {
 				for m := tx.start; m < tx.start+tx.sent; m++ {
 					packets++
-					bytes += uint64(len(pkts[tx.pkt[m]].Data))
+					bytes += uint64(pkts[tx.pkt[m]].Len())
 				}
 				tx.start += tx.sent
 				continue
@@ -629,6 +629,10 @@ func (t *Transport) addTx(packets, bytes, errs uint64) {
 	}
 }
 
+// SendsPayload reports true: Send takes packets with their payload apart
+// (it copies them into the frame it builds anyway).
+func (t *Transport) SendsPayload() bool { return true }
+
 // frame seals p and lays its frame out as the next message.
 func (t *Transport) frame(p *transport.Packet, now time.Time) error {
 	tx := &t.tx
@@ -636,7 +640,7 @@ func (t *Transport) frame(p *transport.Packet, now time.Time) error {
 	if t.ipv4 {
 		dst = dst.Unmap()
 	}
-	if n := len(p.Data); n < bth.BTHLen+bth.ICRCLen || n > t.maxPacket || dst.Is4() != t.ipv4 || dst.Is4In6() {
+	if n := p.Len(); len(p.Data) < bth.BTHLen+bth.ICRCLen || n > t.maxPacket || dst.Is4() != t.ipv4 || dst.Is4In6() {
 		return errorf(ErrBadPacket, "%d bytes to %v", n, p.Dst)
 	}
 	mac, err := t.neigh.lookup(dst, now)
@@ -656,14 +660,13 @@ func (t *Transport) frame(p *transport.Packet, now time.Time) error {
 	if t.ipv4 {
 		ff.Flow.ID, ff.Flow.DF = uint16(t.ipid.Add(1)), true
 	}
-	ff.Flow.Seal(p.Data)
+	p.Seal(&ff.Flow)
 	p.IPID, p.SrcPort = ff.Flow.ID, ff.Flow.SrcPort
 	if !p.Src.IsValid() {
 		p.Src = t.local
 	}
 	hl := ff.HeaderLen()
-	b := tx.bufs[tx.nmsg][:hl+len(p.Data)]
-	copy(b[hl:], p.Data)
+	b := p.AppendTo(tx.bufs[tx.nmsg][:hl])
 	bth.EncodeFrame(b, &ff)
 	iov := &tx.iovs[2*tx.nmsg+1]
 	iov.Base = &b[0]

@@ -247,6 +247,9 @@ func flow(p *transport.Packet) bth.Flow {
 	return bth.Flow{Src: p.Src, Dst: p.Dst, SrcPort: bth.UDPPort, DstPort: bth.UDPPort, DF: true}
 }
 
+// SendsPayload reports true: Send takes packets with their payload apart.
+func (e *Endpoint) SendsPayload() bool { return true }
+
 // Send seals each packet's ICRC, copies it onto the network and applies
 // the faults. It never blocks and never delivers on the caller's
 // goroutine.
@@ -261,9 +264,9 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 	for i := range pkts {
 		p := pkts[i]
 		fl := flow(&p)
-		fl.Seal(p.Data)
+		p.Seal(&fl)
 		e.stats.txPackets.Add(1)
-		e.stats.txBytes.Add(uint64(len(p.Data)))
+		e.stats.txBytes.Add(uint64(p.Len()))
 		n.stats.Sent++
 		to := n.eps[p.Dst]
 		if to == nil {
@@ -279,8 +282,8 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 			copies = 2
 		}
 		for range copies {
-			q := n.alloc(len(p.Data))
-			data := append(q.buf[:0], p.Data...)
+			q := n.alloc(p.Len())
+			data := p.AppendTo(q.buf[:0])
 			at := now.Add(n.cfg.Latency)
 			if f.Delay > 0 {
 				at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
@@ -304,7 +307,7 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 				data = data[:n.rng.IntN(len(data))]
 			}
 			q.at, q.seq, q.to, q.pkt = at, n.seq, to, p
-			q.pkt.Data = data
+			q.pkt.Data, q.pkt.Payload = data, nil
 			n.seq++
 			n.insert(q)
 		}

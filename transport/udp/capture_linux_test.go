@@ -67,8 +67,8 @@ func TestWireICRC(t *testing.T) {
 				if ip == nil {
 					t.Fatalf("frame %d of %d not captured", i, len(sent))
 				}
-				if !bytes.Equal(fr.Payload, p.Data) {
-					t.Fatalf("frame %d: UDP payload of %d bytes, sent %d (a GSO train left whole?)", i, len(fr.Payload), len(p.Data))
+				if !bytes.Equal(fr.Payload, p.AppendTo(nil)) {
+					t.Fatalf("frame %d: UDP payload of %d bytes, sent %d (a GSO train left whole?)", i, len(fr.Payload), p.Len())
 				}
 				if got, want := bth.FrameICRC(ip), binary.LittleEndian.Uint32(p.Data[len(p.Data)-4:]); got != want {
 					t.Errorf("frame %d: ICRC of the wire header %#08x, sealed %#08x", i, got, want)

@@ -45,6 +45,11 @@ func randomBatch(rng *rand.Rand, n int, src, dst netip.Addr, tos uint8) []transp
 			data = buildPacket(rng, bth.Opcode(0x01), size, bth.PSN(i)) // RC SEND MIDDLE
 		}
 		pkts[i] = transport.Packet{Data: data, Src: src, Dst: dst, SrcPort: 0xC000 + uint16(i), TOS: tos}
+		if rng.IntN(3) == 0 {
+			// The payload apart, as a zero-copy sender passes it.
+			pkts[i].Data = append(data[:bth.BTHLen:bth.BTHLen], data[len(data)-bth.ICRCLen:]...)
+			pkts[i].Payload = data[bth.BTHLen : len(data)-bth.ICRCLen]
+		}
 	}
 	return pkts
 }

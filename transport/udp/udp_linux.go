@@ -553,7 +553,7 @@ type txState struct {
 func (tx *txState) init(t *Transport) {
 	b := t.cfg.BatchSize
 	tx.msgs = make([]mmsghdr, b)
-	tx.iovs = make([]unix.Iovec, b)
+	tx.iovs = make([]unix.Iovec, 3*b) // a packet with a Payload takes three
 	tx.names = make([]sockaddr, b)
 	tx.ctrl = make([]byte, b*txCmsgSpace)
 	tx.first = make([]int, b)
@@ -628,7 +628,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 				for m := tx.start; m < tx.start+tx.sent; m++ {
 					for _, p := range pkts[tx.first[m] : tx.first[m]+tx.count[m]] {
 						packets++
-						bytes += uint64(len(p.Data))
+						bytes += uint64(p.Len())
 					}
 				}
 				tx.start += tx.sent
@@ -697,11 +697,11 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 	ipv4 := t.cfg.ipv4
 	limit := maxDatagram(ipv4)
 	niov := 0
-	for pos < len(pkts) && niov < len(tx.iovs) {
+	for pos < len(pkts) && niov+iovsOf(&pkts[pos]) <= len(tx.iovs) {
 		p := &pkts[pos]
 		src, dst, ok := t.addrs(p)
-		size := len(p.Data)
-		if !ok || size < bth.BTHLen+bth.ICRCLen || size > t.maxPacket {
+		size := p.Len()
+		if !ok || len(p.Data) < bth.BTHLen+bth.ICRCLen || size > t.maxPacket {
 			if pos >= checked {
 				bad++
 			}
@@ -709,11 +709,12 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 			continue
 		}
 		t.seal(p, src, dst, 0)
-		cnt, total := 1, size
-		for gso && pos+cnt < len(pkts) && niov+cnt < len(tx.iovs) && cnt < maxGSOSegments {
+		cnt, total, nv := 1, size, iovsOf(p)
+		for gso && pos+cnt < len(pkts) && cnt < maxGSOSegments {
 			q := &pkts[pos+cnt]
-			n := len(q.Data)
-			if n > size || n < bth.BTHLen+bth.ICRCLen || total+n > limit || q.TOS != p.TOS {
+			n := q.Len()
+			if n > size || len(q.Data) < bth.BTHLen+bth.ICRCLen || total+n > limit || q.TOS != p.TOS ||
+				niov+nv+iovsOf(q) > len(tx.iovs) {
 				break
 			}
 			qs, qd, ok := t.addrs(q)
@@ -723,22 +724,21 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 			t.seal(q, src, dst, uint16(cnt))
 			cnt++
 			total += n
+			nv += iovsOf(q)
 			if n < size { // a shorter segment ends the run
 				break
 			}
 		}
 		m := tx.nmsg
+		v := niov
 		for k := range cnt {
-			iov := &tx.iovs[niov+k]
-			d := pkts[pos+k].Data
-			iov.Base = &d[0]
-			iov.SetLen(len(d))
+			v = setIovs(tx.iovs, v, &pkts[pos+k])
 		}
 		h := &tx.msgs[m].hdr
 		h.Name = (*byte)(unsafe.Pointer(&tx.names[m]))
 		h.Namelen = tx.names[m].set(netip.AddrPortFrom(dst, t.cfg.PeerPort), ipv4)
 		h.Iov = &tx.iovs[niov]
-		h.SetIovlen(cnt)
+		h.SetIovlen(nv)
 		c := tx.ctrl[m*txCmsgSpace : (m+1)*txCmsgSpace]
 		used := 0
 		if p.TOS != 0 {
@@ -774,7 +774,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 		h.SetControllen(used)
 		tx.first[m], tx.count[m] = pos, cnt
 		tx.nmsg++
-		niov += cnt
+		niov += nv
 		pos += cnt
 	}
 	return pos, bad
@@ -788,12 +788,46 @@ func (t *Transport) seal(p *transport.Packet, src, dst netip.Addr, id uint16) {
 	if t.cfg.ipv4 {
 		f.ID, f.DF = id, true
 	}
-	f.Seal(p.Data)
+	p.Seal(&f)
 	p.IPID = f.ID
 	p.SrcPort = f.SrcPort
 	if !p.Src.IsValid() {
 		p.Src = src
 	}
+}
+
+// SendsPayload reports true: Send takes packets with their payload apart
+// and sends it in place, from an iovec of its own.
+func (t *Transport) SendsPayload() bool { return true }
+
+// iovsOf is how many iovecs p takes: its headers, its payload and its
+// ICRC when the payload is apart, else one.
+func iovsOf(p *transport.Packet) int {
+	if p.Payload != nil {
+		return 3
+	}
+	return 1
+}
+
+// setIovs points iovs[v:] at p's pieces and returns the next free index.
+func setIovs(iovs []unix.Iovec, v int, p *transport.Packet) int {
+	if p.Payload == nil {
+		iovs[v].Base = &p.Data[0]
+		iovs[v].SetLen(len(p.Data))
+		return v + 1
+	}
+	n := len(p.Data) - bth.ICRCLen
+	iovs[v].Base = &p.Data[0]
+	iovs[v].SetLen(n)
+	if len(p.Payload) > 0 {
+		iovs[v+1].Base = &p.Payload[0]
+	} else {
+		iovs[v+1].Base = nil
+	}
+	iovs[v+1].SetLen(len(p.Payload))
+	iovs[v+2].Base = &p.Data[n]
+	iovs[v+2].SetLen(bth.ICRCLen)
+	return v + 3
 }
 
 var _ transport.Poller = (*Transport)(nil)

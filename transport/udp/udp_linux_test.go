@@ -79,8 +79,8 @@ func exchange(t *testing.T, rng *rand.Rand, a, b *Transport, cb *collector, size
 		}
 		for i := range got {
 			g, p := &got[i], &pkts[i]
-			if !bytes.Equal(g.Data, p.Data) {
-				t.Fatalf("batch of %d, packet %d (%d bytes): data differs", n, i, len(p.Data))
+			if !bytes.Equal(g.Data, p.AppendTo(nil)) || g.Payload != nil {
+				t.Fatalf("batch of %d, packet %d (%d bytes, payload apart: %v): data differs", n, i, p.Len(), p.Payload != nil)
 			}
 			if g.Src != a.LocalAddr() || g.Dst != b.LocalAddr() || g.SrcPort != a.SendPort() {
 				t.Errorf("packet %d: got %v:%d -> %v, want %v:%d -> %v", i, g.Src, g.SrcPort, g.Dst,
@@ -97,7 +97,7 @@ func exchange(t *testing.T, rng *rand.Rand, a, b *Transport, cb *collector, size
 				t.Errorf("packet %d: ICRC does not verify with the reported flow %+v", i, f)
 			}
 			total++
-			totalBytes += uint64(len(p.Data))
+			totalBytes += uint64(p.Len())
 		}
 	}
 	after := b.Stats()
