@@ -223,6 +223,73 @@ func Stream(b *testing.B, da, db roce.Device, op roce.WROpcode, size, depth int)
 	run(b.N)
 }
 
+// Transfer connects an RC QP on da to one on db and moves rounds of data
+// both ways through the 1 MiB buffers, rounds times: da WRITEs 64 KiB
+// messages of fresh bytes into db's buffer, then READs them back into the
+// other half of its own, with 16 requests in flight, and every byte and
+// every completion (in order) is checked. It is the body of the loss
+// tests over real links.
+func Transfer(t testing.TB, da, db roce.Device, rounds int) {
+	t.Helper()
+	a, z := NewSide(t, da, roce.RC), NewSide(t, db, roce.RC)
+	p := &roce.ConnParams{MTU: roce.MTU1024, MaxRDAtomic: 16, MaxDestRDAtomic: 16, PSN: 0xFFF000}
+	if err := roce.Connect(a.qp, z.Remote(t, 0xFFF000), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := roce.Connect(z.qp, a.Remote(t, 0xFFF000), p); err != nil {
+		t.Fatal(err)
+	}
+	const msg, half, depth = 64 << 10, 512 << 10, 16
+	src, back := a.buf.Bytes()[:half], a.buf.Bytes()[half:]
+	wr := []roce.SendWR{{Flags: roce.Signaled, SGL: make([]roce.SGE, 1)}}
+	wcs := make([]roce.WC, 16)
+	run := func(op roce.WROpcode, from uint64) {
+		next, done := 0, 0
+		for done < half/msg {
+			for next < half/msg && next < done+depth {
+				off := uint64(next * msg)
+				wr[0].ID, wr[0].Opcode = uint64(next), op
+				wr[0].SGL[0] = roce.SGE{Addr: a.buf.Addr() + from + off, Length: msg, LKey: a.buf.LKey()}
+				wr[0].RemoteAddr, wr[0].RKey = z.buf.Addr()+off, z.buf.RKey()
+				if err := a.qp.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+				next++
+			}
+			wc := Wait(t, a.cq)
+			if wc.Status != roce.Success || wc.ID != uint64(done) {
+				t.Fatalf("%v %d of %d: %v", op, done, half/msg, &wc)
+			}
+			done++
+			for k := a.cq.Poll(wcs); k > 0; k = a.cq.Poll(wcs) {
+				for i := range wcs[:k] {
+					if wcs[i].Status != roce.Success || wcs[i].ID != uint64(done) {
+						t.Fatalf("%v %d of %d: %v", op, done, half/msg, &wcs[i])
+					}
+					done++
+				}
+			}
+		}
+	}
+	for r := range rounds {
+		for i := range src {
+			src[i] = byte(i*7 + r*13 + i>>9)
+		}
+		clear(back)
+		Sync(a.buf)
+		run(roce.OpWrite, 0)
+		Sync(z.buf)
+		if !bytes.Equal(z.buf.Bytes()[:half], src) {
+			t.Fatalf("round %d: the WRITEs left other bytes", r)
+		}
+		run(roce.OpRead, half)
+		Sync(a.buf)
+		if !bytes.Equal(back, src) {
+			t.Fatalf("round %d: the READs brought other bytes back", r)
+		}
+	}
+}
+
 // Sync orders the engine's accesses to mr and the test's, when the
 // backend offers it (see mr.MR.Sync): a test that reads the memory a peer
 // device wrote, or writes memory a peer device will read, runs both

@@ -19,26 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/udp"
 )
-
-// vethPair makes two namespaces joined by a veth pair, vA (198.18.1.1/24,
-// 2001:db8:1::1/64) and vB (.2), with no other routes; removed at cleanup.
-func vethPair(t *testing.T) (nsA, nsB string) {
-	t.Helper()
-	nsA, nsB = newNetns(t), newNetns(t)
-	run(t, "ip", "link", "add", "vA", "netns", nsA, "type", "veth", "peer", "name", "vB", "netns", nsB)
-	for _, x := range []struct{ ns, dev, v4, v6 string }{
-		{nsA, "vA", "198.18.1.1/24", "2001:db8:1::1/64"},
-		{nsB, "vB", "198.18.1.2/24", "2001:db8:1::2/64"},
-	} {
-		run(t, "ip", "-n", x.ns, "addr", "add", x.v4, "dev", x.dev)
-		run(t, "ip", "-n", x.ns, "addr", "add", x.v6, "dev", x.dev, "nodad")
-		run(t, "ip", "-n", x.ns, "link", "set", x.dev, "up")
-	}
-	return nsA, nsB
-}
 
 type collector struct {
 	mu   sync.Mutex
@@ -150,7 +134,7 @@ func exchange(t *testing.T, rng *rand.Rand, a, b endpoint, cb *collector) {
 }
 
 func TestVeth(t *testing.T) {
-	nsA, nsB := vethPair(t)
+	nsA, nsB := netnstest.Veth(t, 1)
 	for _, ipv6 := range []bool{false, true} {
 		fam := map[bool]string{false: "ipv4", true: "ipv6"}[ipv6]
 		addrA, addrB := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.1.2")
@@ -159,8 +143,8 @@ func TestVeth(t *testing.T) {
 		}
 		t.Run(fam+"/afpacket-afpacket", func(t *testing.T) {
 			var a, b *Transport
-			inNetns(t, nsA, func() { a = mustNew(t, &Config{Interface: "vA", Addr: addrA}) })
-			inNetns(t, nsB, func() { b = mustNew(t, &Config{Interface: "vB", Addr: addrB}) })
+			netnstest.In(t, nsA, func() { a = mustNew(t, &Config{Interface: "vA", Addr: addrA}) })
+			netnstest.In(t, nsB, func() { b = mustNew(t, &Config{Interface: "vB", Addr: addrB}) })
 			ca, cb := start(t, a), start(t, b)
 			rng := rand.New(rand.NewPCG(1, uint64(len(fam))))
 			exchange(t, rng, a, b, cb)
@@ -170,8 +154,8 @@ func TestVeth(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/afpacket-udp/gso=%v", fam, gso), func(t *testing.T) {
 				var a *Transport
 				var b *udp.Transport
-				inNetns(t, nsA, func() { a = mustNew(t, &Config{Interface: "vA", Addr: addrA}) })
-				inNetns(t, nsB, func() {
+				netnstest.In(t, nsA, func() { a = mustNew(t, &Config{Interface: "vA", Addr: addrA}) })
+				netnstest.In(t, nsB, func() {
 					var err error
 					b, err = udp.New(&udp.Config{Addr: netip.AddrPortFrom(addrB, 4791), GSO: gso, GRO: gso})
 					if err != nil {
@@ -192,11 +176,11 @@ func TestVeth(t *testing.T) {
 // transport from a plain socket: counted, not delivered; a good packet
 // still arrives.
 func TestVethDrops(t *testing.T) {
-	nsA, nsB := vethPair(t)
+	nsA, nsB := netnstest.Veth(t, 1)
 	var b *Transport
 	var c *net.UDPConn
-	inNetns(t, nsB, func() { b = mustNew(t, &Config{Interface: "vB"}) })
-	inNetns(t, nsA, func() {
+	netnstest.In(t, nsB, func() { b = mustNew(t, &Config{Interface: "vB"}) })
+	netnstest.In(t, nsA, func() {
 		var err error
 		c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 1, 1), Port: 4791})
 		if err != nil {
@@ -235,9 +219,9 @@ func TestVethDrops(t *testing.T) {
 }
 
 func TestResolveErrors(t *testing.T) {
-	nsA, _ := vethPair(t)
+	nsA, _ := netnstest.Veth(t, 1)
 	var a *Transport
-	inNetns(t, nsA, func() {
+	netnstest.In(t, nsA, func() {
 		a = mustNew(t, &Config{Interface: "vA", ResolveTimeout: 300 * time.Millisecond})
 	})
 	good := buildPacket(rand.New(rand.NewPCG(4, 4)), 0x11, 0, 1)
@@ -337,10 +321,10 @@ func start(t *testing.T, tr transport.Transport) *collector {
 // TestCloseWaits checks that Close ends the receive goroutine and leaves
 // nothing behind, on lo in a namespace of its own.
 func TestCloseWaits(t *testing.T) {
-	ns := newNetns(t)
+	ns := netnstest.New(t)
 	before := runtime.NumGoroutine()
 	var a *Transport
-	inNetns(t, ns, func() {
+	netnstest.In(t, ns, func() {
 		var err error
 		if a, err = New(&Config{Interface: "lo", Addr: netip.MustParseAddr("127.0.0.1")}); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -24,11 +25,11 @@ import (
 // real IP header with bth.FrameICRC, and the IPv4 IDs: 0 for a single
 // datagram, 0, 1, 2... for the segments of a GSO send.
 func TestWireICRC(t *testing.T) {
-	ns := newNetns(t)
+	ns := netnstest.New(t)
 	if _, err := exec.LookPath("ethtool"); err != nil {
 		t.Skip("needs ethtool")
 	}
-	run(t, "ip", "netns", "exec", ns, "ethtool", "-K", "lo", "tx-udp-segmentation", "off")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "ethtool", "-K", "lo", "tx-udp-segmentation", "off")
 	for _, tc := range []struct {
 		name string
 		ipv6 bool
@@ -48,7 +49,7 @@ func TestWireICRC(t *testing.T) {
 			}
 			var a, b *Transport
 			var fd int
-			inNetns(t, ns, func() {
+			netnstest.In(t, ns, func() {
 				a, b = mustNew(t, ca), mustNew(t, cb)
 				fd = captureSocket(t)
 			})

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -191,7 +192,7 @@ func TestDrops(t *testing.T) {
 // TestForeignIPID sends IPv4 packets with rxe-like incrementing IDs from a
 // raw socket: the receiver recovers each ID.
 func TestForeignIPID(t *testing.T) {
-	requireRoot(t)
+	netnstest.RequireRoot(t)
 	_, b, _, cb := pair(t, false, OffloadOff, OffloadAuto, 31)
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 	if err != nil {
