@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,8 +56,10 @@ type mode struct {
 var modes = []*mode{
 	{name: "reqresp", summary: "request/response: the client SENDs requests, the server answers each with a SEND (the sequence diagram)",
 		serverRecv: recvAt(0, slotLen), server: reqrespServer, client: reqrespClient},
-	{name: "writeread", summary: "the client RDMA WRITEs -s STRING into the server's buffer, READs it back and compares (rdma-example)",
-		server: writereadServer, client: writereadClient},
+	{name: "writeread", summary: "the client RDMA WRITEs -s STRING into the server's buffer, READs it back and compares (rdma-example; its protocol over rdma_cm)",
+		serverRecv: rdmaexRecv, clientRecv: rdmaexRecv, server: writereadServer, client: writereadClient},
+	{name: "minimal", summary: "the server shares its buffer's address and rkey when it accepts; the client WRITEs -s STRING (client-wrote-this), READs the buffer back and prints it (the minimal sample)",
+		prepare: minimalPrepare, server: minimalServer, client: minimalClient},
 	{name: "write-imm", summary: "RDMA WRITE with immediate: the payload lands, the server's RECV is notified with the value (modular samples, example 2)",
 		serverRecv: recvAt(0, 0), server: writeImmServer, client: writeImmClient},
 	{name: "send", summary: "lines from stdin are SENT; the server prints each and acknowledges it",
@@ -181,10 +184,17 @@ func reqrespClient(ctx context.Context, s *session, o *modeOpts) error {
 
 const dashes = "---------------------------------------------------------"
 
+// writereadServer prints what rdma_server prints; over rdma_cm the
+// exchange of buffer descriptions is done (rdmaexAccepted), over TCP the
+// hello carried the client's buffer and string length.
 func writereadServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
-	fmt.Fprintf(o.out, "A new connection is accepted from %s\n", s.remote)
+	from := s.remote
+	if ap, err := netip.ParseAddrPort(from); err == nil {
+		from = ap.Addr().Unmap().String()
+	}
+	fmt.Fprintf(o.out, "A new connection is accepted from %s\n", from)
 	fmt.Fprintln(o.out, "Client side buffer information is received...")
-	fmt.Fprintf(o.out, "%s\nbuffer attr, %v\n%s\n", dashes, s.peer, dashes)
+	fmt.Fprint(o.out, rdmaexAttr(s.peer))
 	fmt.Fprintf(o.out, "The client has requested buffer length of : %s bytes\n", s.extra["strlen"])
 	return waitServer(ctx, s, o, nil)
 }
@@ -209,7 +219,7 @@ func writereadClient(ctx context.Context, s *session, o *modeOpts) error {
 	if uint32(n) > s.peer.len || 2*n > s.mr.Len() {
 		return fmt.Errorf("-s is %d bytes; the server's buffer holds %d", n, s.peer.len)
 	}
-	fmt.Fprintf(o.out, "%s\nbuffer attr, %v\n%s\n", dashes, s.peer, dashes)
+	fmt.Fprint(o.out, rdmaexAttr(s.peer))
 	src := s.mr.Bytes()[:n]
 	dst := s.mr.Bytes()[n : 2*n]
 	copy(src, str)
@@ -225,8 +235,86 @@ func writereadClient(ctx context.Context, s *session, o *modeOpts) error {
 	if !bytes.Equal(src, dst) {
 		return fmt.Errorf("FAILURE, source %q and destination %q buffers differ", src, dst)
 	}
-	fmt.Fprintln(o.out, "SUCCESS, source and destination buffers match")
+	fmt.Fprintln(o.out, "...\nSUCCESS, source and destination buffers match")
 	return nil
+}
+
+// --- minimal ---------------------------------------------------------
+
+// minimalWrite is what the sample's client writes, and minimalInitial
+// what its server's buffer holds before.
+const minimalWrite, minimalInitial = "client-wrote-this", "server-initial"
+
+// minimalWait is how long the sample's server gives its client after the
+// connection is up before it prints its buffer and disconnects.
+const minimalWait = 2 * time.Second
+
+func minimalPrepare(s *session, _ any) {
+	clear(s.mr.Bytes())
+	copy(s.mr.Bytes(), minimalInitial)
+	syncMR(s.mr)
+}
+
+// minimalServer waits until the client has left (or, as the sample does,
+// for 2 s), then prints its buffer as a C string; the session's end
+// disconnects.
+func minimalServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
+	t := time.NewTimer(minimalWait)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	syncMR(s.mr) // the client's WRITE came with no completion here
+	fmt.Fprintf(o.out, "Server buffer after client ops: '%s'\n", cString(s.mr.Bytes()))
+	return nil
+}
+
+// minimalClient WRITEs the string and its NUL to the start of the
+// server's buffer, READs the buffer (4096 bytes, the sample's size) back
+// and prints it as a C string. Unlike the sample, a read-back that is not
+// the string is an error.
+func minimalClient(ctx context.Context, s *session, o *modeOpts) error {
+	str := o.str
+	if str == "" {
+		str = minimalWrite
+	}
+	n := len(str) + 1
+	rl := min(int(s.peer.len), s.mr.Len())
+	if s.peer.len == 0 {
+		rl = min(minimalBufLen, s.mr.Len())
+	}
+	if n > rl || strings.IndexByte(str, 0) >= 0 {
+		return usageErr("-s takes at most %d bytes without NUL", rl-1)
+	}
+	b := s.mr.Bytes()
+	copy(b, str)
+	b[n-1] = 0
+	step(s.log, roce.StepData, "post RDMA_WRITE len=%d", n)
+	if err := s.do(ctx, roce.SendWR{ID: 1, Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+		return err
+	}
+	clear(b[:rl])
+	step(s.log, roce.StepData, "post RDMA_READ len=%d", rl)
+	if err := s.do(ctx, roce.SendWR{ID: 2, Opcode: roce.OpRead, SGL: s.sge(0, rl), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCRead); err != nil {
+		return err
+	}
+	got := cString(b[:rl])
+	fmt.Fprintf(o.out, "Client read back: '%s'\n", got)
+	if got != str {
+		return fmt.Errorf("read back %q, wrote %q", got, str)
+	}
+	return nil
+}
+
+// cString returns b up to its first NUL.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }
 
 // --- write-imm -------------------------------------------------------

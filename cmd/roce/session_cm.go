@@ -18,7 +18,9 @@ import (
 // Over rdma_cm the two sides say what the TCP hello says in the private
 // data of the REQ (at most 56 bytes) and of the REP (196): the mode, the
 // buffer, and the scenario's parameters, as "key=value" words. The QPNs,
-// PSNs and GIDs travel in the CM messages themselves.
+// PSNs and GIDs travel in the CM messages themselves. The modes of seed
+// programs with a protocol of their own on rdma_cm speak that instead
+// (cmSeeds, seeds_cm.go).
 
 // privateData is the private data of a REQ or REP.
 func (h *hello) privateData(limit int) ([]byte, error) {
@@ -75,7 +77,11 @@ func parsePrivateData(pd []byte) (*hello, error) {
 
 func (c *sessionConfig) cmParams(s *session, pd []byte) *cm.Params {
 	mtu, _ := roce.MTUFromBytes(c.mtu)
-	return &cm.Params{QP: s.qp, PrivateData: pd, ResponderResources: 16, InitiatorDepth: 16, PathMTU: mtu}
+	depth := uint8(16)
+	if seed := cmSeeds[c.mode]; seed != nil && seed.depth != 0 {
+		depth = seed.depth // what the seed program offers
+	}
+	return &cm.Params{QP: s.qp, PrivateData: pd, ResponderResources: depth, InitiatorDepth: depth, PathMTU: mtu}
 }
 
 // dialSessionCM is the client's side over rdma_cm.
@@ -122,6 +128,19 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 		}
 		return fail(fmt.Errorf("cannot connect: %w", err))
 	}
+	if seed := cmSeeds[c.mode]; seed != nil {
+		// The seed program's protocol: what the REP carries, and what
+		// follows the connection, are its own.
+		s.done, s.remote = conn.Done(), conn.RemoteAddr().String()
+		s.hangup = func() { conn.Close(); agent.Close() }
+		ectx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		if err := seed.dialed(ectx, s, c, conn.PrivateData()); err != nil {
+			s.close()
+			return nil, err
+		}
+		return s, nil
+	}
 	theirs, err := parsePrivateData(conn.PrivateData())
 	if err != nil {
 		conn.Close()
@@ -152,9 +171,15 @@ func (l *sessionListener) listenCM(ctx context.Context, addr netip.Addr) error {
 
 // onRequest decides an rdma_cm connection request: the mode must be the
 // server's; the session is made, with its receives posted, before the
-// REP goes out.
+// REP goes out. A mode that speaks a seed program's protocol takes a
+// request without goroce's private data as that program's client.
 func (l *sessionListener) onRequest(ctx context.Context, r *cm.Request) (*cm.Params, error) {
+	seed := cmSeeds[l.cfg.mode]
 	theirs, err := parsePrivateData(r.PrivateData)
+	if err != nil && seed != nil {
+		step(l.log, roce.StepControl, "a request from %v without goroce's private data: the %s seed's client", r.Remote, l.cfg.mode)
+		theirs, err = &hello{mode: l.cfg.mode, extra: map[string]string{}}, nil
+	}
 	if err != nil {
 		l.refused = err
 		return nil, cm.Reject([]byte(err.Error()))
@@ -174,8 +199,10 @@ func (l *sessionListener) onRequest(ctx context.Context, r *cm.Request) (*cm.Par
 	if l.cfg.prepare != nil {
 		l.cfg.prepare(s)
 	}
-	pd, err := s.hello(l.cfg.mode, l.cfg.mtu, l.cfg.extra).privateData(196)
-	if err != nil {
+	var pd []byte
+	if seed != nil && seed.repData != nil {
+		pd = seed.repData(s)
+	} else if pd, err = s.hello(l.cfg.mode, l.cfg.mtu, l.cfg.extra).privateData(196); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -203,5 +230,17 @@ func (l *sessionListener) acceptCM(ctx context.Context) (*session, error) {
 	l.pending = nil
 	s.done, s.remote = conn.Done(), conn.RemoteAddr().String()
 	s.hangup = func() { conn.Close() }
+	if seed := cmSeeds[l.cfg.mode]; seed != nil && seed.accepted != nil {
+		ectx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+		err := seed.accepted(ectx, s, l.cfg)
+		cancel()
+		if err != nil {
+			s.close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &exchangeError{fmt.Errorf("exchange with %s: %w", s.remote, err)}
+		}
+	}
 	return s, nil
 }
