@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # goroce interop lab: settings and functions shared by lab.sh and run.sh. Sourced, not run.
 #
 # The lab is two Debian 12 guests under QEMU, each with the kernel's soft-RoCE driver (rxe0 on
@@ -86,6 +87,20 @@ ensure_host_tools() {
     for pair in $HOST_TOOLS; do
         command -v "${pair%%:*}" >/dev/null 2>&1 || skip "${pair%%:*} still missing after apt-get install"
     done
+}
+
+# ensure_peer_build: the compiler and headers the C peers (interop/peers) build with, installed
+# with apt-get when missing; returns 1 when they cannot be had.
+ensure_peer_build() {
+    command -v "${CC:-cc}" >/dev/null 2>&1 && command -v make >/dev/null 2>&1 &&
+        [ -e /usr/include/rdma/rdma_cma.h ] && [ -e /usr/include/infiniband/verbs.h ] && return 0
+    command -v apt-get >/dev/null 2>&1 || return 1
+    log "installing the C peers' build packages: gcc make libc6-dev librdmacm-dev libibverbs-dev"
+    mkdir -p "$STATE"
+    { timeout 600 apt-get update -q && DEBIAN_FRONTEND=noninteractive timeout 900 \
+        apt-get install -y -q --no-install-recommends gcc make libc6-dev librdmacm-dev libibverbs-dev; } \
+        > "$STATE/apt-peers.log" 2>&1 || return 1
+    command -v "${CC:-cc}" >/dev/null 2>&1 && command -v make >/dev/null 2>&1
 }
 
 # --------------------------------------------------------------------------- guest image

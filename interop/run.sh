@@ -12,7 +12,8 @@
 #     INTEROP_CASES (case table, default interop/cases.txt), INTEROP_LOSS (percent, 3),
 #     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1170 s),
 #     INTEROP_PUSH (files to copy into the guests' /lab/bin), INTEROP_KEEP=1, INTEROP_PCAP=1,
-#     GO (go command), plus the lab settings in lib.sh (GOROCE_LAB_DIR, GOROCE_LAB_NS, ACCEL...).
+#     GO (go command), CC (C compiler of the peers in interop/peers, default cc), plus the lab
+#     settings in lib.sh (GOROCE_LAB_DIR, GOROCE_LAB_NS, ACCEL...).
 # Exit: 0 all selected cases passed; 1 a case failed or did not run; 77 the lab could not be
 # built or booted (printed as SKIPPED with the reason; never a pass); 2 usage.
 source "$(dirname "$0")/lib.sh"
@@ -28,6 +29,9 @@ RESTARTS="${INTEROP_RESTARTS:-2}"
 READY_WAIT=20            # seconds for a server to start listening
 SERVER_GRACE=20          # seconds a server may take to finish after its client
 GOROCE_BIN="$STATE/roce" # host commands run with $STATE first on PATH, so "roce" is this binary
+PEERS_SRC="$IOP/peers"   # goroce's C peers (interop/peers), built on the host and pushed to the guests
+PEERS_BIN="$STATE/peers"
+PEERS="rdmaex_server rdmaex_client minimal_server minimal_client"
 
 # Variants, in run order (grouped by MTU so the guests switch MTU twice) and matrix column order.
 #   mode: the word in cases.txt that selects the variant
@@ -59,7 +63,7 @@ host_opts() {
     esac
 }
 
-usage() { sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 2; }
+usage() { sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 2; }
 LIST=0
 FILTERS=()
 while [ $# -gt 0 ]; do
@@ -86,7 +90,8 @@ trim() {
 
 # ---------------------------------------------------------------------------- case list
 # Each case is one line of fields separated by \x1f:
-#   id tool variant mtu loss check expect wait timeout srv_where srv_cmd cli_where cli_cmd uses_goroce
+#   id tool variant mtu loss check expect wait timeout client_rc cexpect sexpect srv_where srv_cmd
+#   cli_where cli_cmd uses_goroce uses_peers
 US=$'\x1f'
 declare -a CASE_LIST=() TOOLS=() VCOLS=()
 
@@ -95,9 +100,10 @@ expand() {
     local c=$2 role=$3 addr=$4 mtu=$5 opts=$6 keep re pre mid post
     local -a words
     if [ "$role" = server ]; then keep=S; else keep=C; fi
-    re="^(.*)\{([SC]):([^}]*)\}(.*)$"
+    # {S:..} and {C:..} may hold the other placeholders ({SERVER}, {MTU}, {HOST})
+    re="^(.*)\{([SC]):(([^{}]|\{[A-Z]+\})*)\}(.*)$"
     while [[ "$c" =~ $re ]]; do # one {S:..} or {C:..} per turn, the last one first
-        pre=${BASH_REMATCH[1]} mid=${BASH_REMATCH[3]} post=${BASH_REMATCH[4]}
+        pre=${BASH_REMATCH[1]} mid=${BASH_REMATCH[3]} post=${BASH_REMATCH[5]}
         if [ "${BASH_REMATCH[2]}" = "$keep" ]; then c=$pre$mid$post; else c=$pre$post; fi
     done
     if [[ "$c" != *"{SERVER}"* ]] && [ "$role" = client ]; then c="$c $addr"; fi
@@ -107,6 +113,9 @@ expand() {
     read -ra words <<< "$c" # also collapses the blanks an empty placeholder leaves
     printf -v "$1" '%s' "${words[*]}"
 }
+
+# is_peer CMD: 0 when CMD runs one of goroce's C peers.
+is_peer() { [[ " $PEERS " == *" ${1%% *} "* ]]; }
 
 where_addr() { if [ "$1" = host ]; then echo "$HOST_IP"; else vm_ip "${1#vm}"; fi; }
 
@@ -134,7 +143,8 @@ load_cases() {
         [ -n "$name" ] && [ -n "$vmc" ] || die "$CASES: bad line: $line"
         tl+=("$name") tm+=("$modes") to+=("$opts") tv+=("$vmc") tg+=("$gc")
     done < "$CASES"
-    local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug o
+    local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug up o
+    local crc cexp sexp
     while read -r mode variant srv cli mtu loss hopts; do
         [ -z "$mode" ] || [ "${mode:0:1}" = "#" ] && continue
         [ "$loss" = L ] && loss=$LOSS
@@ -145,11 +155,12 @@ load_cases() {
             [[ "${tm[$i]}" == *" $mode "* ]] || continue
             id="${tl[$i]}/$variant"
             selected "$id" || continue
-            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp=""
             for o in ${to[$i]}; do
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
                 wait=*) wait=${o#*=} ;; timeout=*) tmo=${o#*=} ;;
+                client_rc=*) crc=${o#*=} ;; cexpect=*) cexp=${o#*=} ;; sexpect=*) sexp=${o#*=} ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
             done
@@ -162,7 +173,9 @@ load_cases() {
             expand scmd "$f" server "$addr" "$mtu" "$hostopts"
             f=${tv[$i]}; [ "$ck" = goroce ] && f=${tg[$i]}
             expand ccmd "$f" client "$addr" "$mtu" "$hostopts"
-            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$loss$US$check$US$expect$US$wait$US$tmo$US$sw$US$scmd$US$cw$US$ccmd$US$ug")
+            up=0
+            if { [ "$sw" != host ] && is_peer "$scmd"; } || { [ "$cw" != host ] && is_peer "$ccmd"; }; then up=1; fi
+            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$loss$US$check$US$expect$US$wait$US$tmo$US$crc$US$cexp$US$sexp$US$sw$US$scmd$US$cw$US$ccmd$US$ug$US$up")
             [[ " ${TOOLS[*]} " == *" ${tl[$i]} "* ]] || TOOLS+=("${tl[$i]}")
             [[ " ${VCOLS[*]} " == *" $variant "* ]] || VCOLS+=("$variant")
         done
@@ -176,7 +189,7 @@ load_cases() {
 load_cases
 if [ "$LIST" = 1 ]; then
     for c in "${CASE_LIST[@]}"; do
-        IFS=$US read -r id _ _ mtu loss _ _ _ _ sw scmd cw ccmd _ <<< "$c"
+        IFS=$US read -r id _ _ mtu loss _ _ _ _ _ _ _ sw scmd cw ccmd _ <<< "$c"
         printf '%-26s mtu=%s loss=%s%%\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "$loss" "$sw" "$scmd" "$cw" "$ccmd"
     done
     echo "${#CASE_LIST[@]} cases"
@@ -196,7 +209,7 @@ rm -f "$OUT"/logs/*.log "$OUT/matrix.txt" "$OUT/results.tsv"
 [ "$PCAP" = 1 ] && mkdir -p "$OUT/pcap" && rm -f "$OUT"/pcap/*.pcap
 TMP=$(mktemp -d /tmp/goroce-interop.XXXXXX)
 declare -A RES=() WHY=() DUR=() W=() H=()
-LAB_STARTED=0 RESTARTED=0 CUR_MTU="" TCPDUMP_PID="" GOROCE_NOTE="" BOOT_NOTE="" VERSIONS=""
+LAB_STARTED=0 RESTARTED=0 CUR_MTU="" TCPDUMP_PID="" GOROCE_NOTE="" PEERS_NOTE="" PEERS_OK=0 BOOT_NOTE="" VERSIONS=""
 
 finish() {
     local r
@@ -209,9 +222,13 @@ finish() {
 trap finish EXIT
 trap 'echo "interrupted" >&2; exit 130' INT TERM
 
-# goroce, when a selected case needs it
-NEED_GOROCE=0
-for c in "${CASE_LIST[@]}"; do [ "${c##*"$US"}" = 1 ] && NEED_GOROCE=1 && break; done
+# goroce and the C peers, when a selected case needs them
+NEED_GOROCE=0 NEED_PEERS=0
+for c in "${CASE_LIST[@]}"; do
+    IFS=$US read -r _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ ug up <<< "$c"
+    [ "$ug" = 1 ] && NEED_GOROCE=1
+    [ "$up" = 1 ] && NEED_PEERS=1
+done
 if [ "$NEED_GOROCE" = 1 ]; then
     GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
     t0=$(now)
@@ -222,6 +239,19 @@ if [ "$NEED_GOROCE" = 1 ]; then
         GOROCE_NOTE="goroce: BUILD FAILED (go build ./cmd/roce; see $OUT/build.log); goroce cases fail"
     fi
     log "$GOROCE_NOTE"
+fi
+if [ "$NEED_PEERS" = 1 ]; then
+    t0=$(now)
+    rm -rf "$PEERS_BIN"
+    mkdir -p "$PEERS_BIN"
+    if ! ensure_peer_build; then
+        PEERS_NOTE="peers: NO C COMPILER (${CC:-cc}), make or librdmacm-dev on the host, and apt-get could not install them; the C-peer cases fail"
+    elif (timeout 300 make -C "$PEERS_SRC" OUT="$PEERS_BIN") > "$OUT/peers-build.log" 2>&1; then
+        PEERS_OK=1 PEERS_NOTE="peers: built $PEERS in $(elapsed "$t0") s"
+    else
+        PEERS_NOTE="peers: BUILD FAILED (make -C interop/peers; see $OUT/peers-build.log); the C-peer cases fail"
+    fi
+    log "$PEERS_NOTE"
 fi
 
 # the lab: reuse a running one (and leave it running), or boot one (and stop it at the end)
@@ -238,6 +268,10 @@ fi
 log "$BOOT_NOTE"
 loss_off > /dev/null 2>&1 # a reused lab may hold loss rules from an interrupted run
 [ -n "${INTEROP_PUSH:-}" ] && { push_files $INTEROP_PUSH || die "INTEROP_PUSH failed"; }
+if [ "$PEERS_OK" = 1 ]; then
+    # shellcheck disable=SC2046 # the peers' names have no blanks
+    push_files $(printf "$PEERS_BIN/%s " $PEERS) || { PEERS_OK=0 PEERS_NOTE="peers: could not push them to the guests; the C-peer cases fail"; log "$PEERS_NOTE"; }
+fi
 VERSIONS=$(vm_run 1 20 'echo "kernel $(uname -r);" $(dpkg-query -W -f "\${Package} \${Version}; " rdma-core perftest)' 2> /dev/null)
 
 # ------------------------------------------------------------------- one side of a case
@@ -385,9 +419,9 @@ restart_lab() {
 
 # run_case RECORD: run one case; sets RES/WHY/DUR for its id and writes its log.
 run_case() {
-    local id variant mtu loss check expect wait tmo sw scmd cw ccmd ug
-    IFS=$US read -r id _ variant mtu loss check expect wait tmo sw scmd cw ccmd ug <<< "$1"
-    local L="$OUT/logs/${id//\//.}.log" t0 left srv_rc cli_rc why="" ethmtu drops="" r
+    local id variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up
+    IFS=$US read -r id _ variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up <<< "$1"
+    local L="$OUT/logs/${id//\//.}.log" t0 left srv_rc cli_rc why="" ethmtu drops="" r srv_stopped=0
     t0=$(now)
     left=$((BUDGET - (SECONDS - START)))
     if [ "$left" -lt 15 ]; then
@@ -399,9 +433,13 @@ run_case() {
         RES[$id]=FAIL WHY[$id]="no roce binary (go build ./cmd/roce failed)" DUR[$id]=0
         return
     fi
+    if [ "$up" = 1 ] && [ "$PEERS_OK" != 1 ]; then
+        RES[$id]=FAIL WHY[$id]="no C peers in the guests (see the peers: line of the matrix)" DUR[$id]=0
+        return
+    fi
     {
         echo "case    $id"
-        echo "mtu     $mtu   loss $loss %   timeout ${tmo}s   check $check ${expect:+expect $expect}"
+        echo "mtu     $mtu   loss $loss %   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
         echo "server  $sw: $scmd"
         echo "client  $cw: $ccmd"
     } > "$L"
@@ -435,7 +473,7 @@ run_case() {
             # a server outlives a failed client only by a moment; a good one gets SERVER_GRACE
             if [ "$cli_rc" = 0 ]; then side_wait srv "$SERVER_GRACE" || true; else side_wait srv 1 || true; fi
         fi
-        side_done srv || side_cancel srv
+        side_done srv || { srv_stopped=1; side_cancel srv; }
         side_wait srv 10 || true
         srv_rc=$(side_rc srv)
         phase "server end ($(rc_text "$srv_rc"))"
@@ -452,7 +490,12 @@ run_case() {
     [ "$loss" != 0 ] && drops=$(loss_off 2> /dev/null | awk '{ s += $NF } END { print s + 0 }')
     if pid_alive "$TCPDUMP_PID"; then sleep 0.5; kill -INT "$TCPDUMP_PID"; wait "$TCPDUMP_PID" 2> /dev/null; fi
     TCPDUMP_PID=""
-    if [ -z "$why" ]; then
+    if [ -z "$why" ] && [ -n "$crc" ]; then
+        # client_rc=N: the client must fail with N (a refused connection), and the server, which
+        # had nothing to do with it, must still be up (the harness stops it) or have ended well.
+        [ "$cli_rc" != "$crc" ] && why="client $cw $(rc_text "$cli_rc"), want rc $crc"
+        [ "$srv_rc" != 0 ] && [ "$srv_stopped" != 1 ] && why="${why:+$why; }server $sw $(rc_text "$srv_rc")"
+    elif [ -z "$why" ]; then
         [ "$cli_rc" != 0 ] && why="client $cw $(rc_text "$cli_rc")"
         [ "$srv_rc" != 0 ] && why="${why:+$why; }server $sw $(rc_text "$srv_rc")"
     fi
@@ -465,6 +508,8 @@ run_case() {
                 grep -qE -- "$expect" "$TMP/$r.txt" || why="${why:+$why; }${W[$r]} output lacks /$expect/"
             done
         fi
+        [ -n "$cexp" ] && { grep -qE -- "$cexp" "$TMP/cli.txt" 2> /dev/null || why="${why:+$why; }client $cw output lacks /$cexp/"; }
+        [ -n "$sexp" ] && { grep -qE -- "$sexp" "$TMP/srv.txt" 2> /dev/null || why="${why:+$why; }server $sw output lacks /$sexp/"; }
     fi
     DUR[$id]=$(elapsed "$t0")
     if [ -z "$why" ]; then RES[$id]=PASS WHY[$id]="${drops:+$drops packets dropped}"
@@ -514,6 +559,7 @@ done
     echo "$BOOT_NOTE"
     [ "$RESTARTED" -gt 0 ] && echo "lab: restarted $RESTARTED time(s) after a case left a guest broken (see the case logs)"
     [ -n "$GOROCE_NOTE" ] && echo "$GOROCE_NOTE"
+    [ -n "$PEERS_NOTE" ] && echo "$PEERS_NOTE"
     echo "guests: ${VERSIONS:-?}"
     echo "loss: $LOSS % of UDP/4791 each way on VM1's port; per-case client limit ${DEF_TMO} s unless set"
     echo
