@@ -1,19 +1,21 @@
 package qp
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Config configures a Device. A nil *Config or zero fields mean defaults.
@@ -439,3 +441,32 @@ var (
 	_ verbs.AH     = (*AH)(nil)
 	_ verbs.MR     = (*mr.MR)(nil)
 )
+
+// Linger keeps the device answering until its link has been quiet (no
+// packet received) for quiet, or until ctx ends; it measures real time.
+// A program calls it after its last completion and before Close: the
+// peer may not yet have the ACK of the last request it sent, and sends
+// that request again until it does (without end, with a retry count of
+// 7, as rxe counts), which a closed device would leave unanswered. TCP's
+// TIME_WAIT does the same for the last segment's ACK.
+func (d *Device) Linger(ctx context.Context, quiet time.Duration) error {
+	tick := max(quiet/8, time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last, since := d.t.Stats().RxPackets, time.Now()
+	for {
+		if d.poller != nil && !d.closed.Load() {
+			d.poll() // busy-poll mode: nobody else receives
+		}
+		if n := d.t.Stats().RxPackets; n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= quiet {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -48,6 +48,10 @@ type pairOpts struct {
 	maxUnack  int
 	cqe       int
 	signalAll bool
+	// live runs the network on its own goroutines in real time.
+	live bool
+	// wrapB, when set, wraps B's link (to drop chosen packets).
+	wrapB func(transport.Transport) transport.Transport
 }
 
 func (o *pairOpts) defaults() {
@@ -91,10 +95,10 @@ var (
 func newPair(t testing.TB, o pairOpts) *pair {
 	t.Helper()
 	o.defaults()
-	n := mem.NewNetwork(&mem.Config{Seed: o.seed, Faults: o.faults})
+	n := mem.NewNetwork(&mem.Config{Seed: o.seed, Faults: o.faults, Live: o.live})
 	p := &pair{t: t, net: n, seed: o.seed}
-	p.a = newEnd(t, n, addrA, o)
-	p.b = newEnd(t, n, addrB, o)
+	p.a = newEnd(t, n, addrA, o, nil)
+	p.b = newEnd(t, n, addrB, o, o.wrapB)
 	connect(t, &p.a, &p.b, o)
 	connect(t, &p.b, &p.a, o)
 	t.Cleanup(func() {
@@ -105,13 +109,16 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	return p
 }
 
-func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts) end {
+func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts, wrap func(transport.Transport) transport.Transport) end {
 	t.Helper()
 	ep, err := n.Endpoint(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tr transport.Transport = ep
+	if wrap != nil {
+		tr = wrap(tr)
+	}
 	if os.Getenv("GOROCE_TRACE") != "" {
 		tr = traceTransport{ep, addr.String()}
 	}

@@ -160,18 +160,21 @@ func TestPingpong(t *testing.T) {
 		iters int
 		qps   int
 		mem   bool
+		drop  float64 // of the mem network's packets
 	}{
-		{"rc", []string{"-n", "20"}, 4096, 20, 1, false},
-		{"rc small", []string{"-n", "50", "-s", "64", "-r", "8"}, 64, 50, 1, false},
-		{"rc mtu 4096 events", []string{"-n", "10", "-s", "10000", "-m", "4096", "-e"}, 10000, 10, 1, false},
-		{"rc validate", []string{"-n", "5", "-s", "9000", "-c"}, 9000, 5, 1, false},
-		{"uc", []string{"--uc", "-n", "20", "-s", "2048"}, 2048, 20, 1, false},
-		{"ud", []string{"--ud", "-n", "20"}, 1024, 20, 1, false},
-		{"ud validate", []string{"--ud", "-n", "5", "-s", "512", "-c"}, 512, 5, 1, false},
-		{"srq", []string{"--srq", "-n", "40", "-q", "4", "-s", "1024"}, 1024, 40, 4, false},
-		{"srq defaults", []string{"--srq", "-n", "100"}, 4096, 100, 16, false},
-		{"rc mem", []string{"-n", "20", "--transport", "mem"}, 4096, 20, 1, true},
-		{"srq mem", []string{"--srq", "-q", "3", "-n", "30", "--transport", "mem"}, 4096, 30, 3, true},
+		{"rc", []string{"-n", "20"}, 4096, 20, 1, false, 0},
+		{"rc small", []string{"-n", "50", "-s", "64", "-r", "8"}, 64, 50, 1, false, 0},
+		{"rc mtu 4096 events", []string{"-n", "10", "-s", "10000", "-m", "4096", "-e"}, 10000, 10, 1, false, 0},
+		{"rc validate", []string{"-n", "5", "-s", "9000", "-c"}, 9000, 5, 1, false, 0},
+		{"uc", []string{"--uc", "-n", "20", "-s", "2048"}, 2048, 20, 1, false, 0},
+		{"ud", []string{"--ud", "-n", "20"}, 1024, 20, 1, false, 0},
+		{"ud validate", []string{"--ud", "-n", "5", "-s", "512", "-c"}, 512, 5, 1, false, 0},
+		{"srq", []string{"--srq", "-n", "40", "-q", "4", "-s", "1024"}, 1024, 40, 4, false, 0},
+		{"srq defaults", []string{"--srq", "-n", "100"}, 4096, 100, 16, false, 0},
+		{"rc mem", []string{"-n", "20", "--transport", "mem"}, 4096, 20, 1, true, 0},
+		{"srq mem", []string{"--srq", "-q", "3", "-n", "30", "--transport", "mem"}, 4096, 30, 3, true, 0},
+		{"rc mem loss", []string{"-n", "30", "-s", "1024", "--transport", "mem"}, 1024, 30, 1, true, 0.05},
+		{"srq mem loss", []string{"--srq", "-q", "2", "-n", "30", "-s", "1024", "--transport", "mem"}, 1024, 30, 2, true, 0.05},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tcp, udp := toolPorts(t)
@@ -179,7 +182,7 @@ func TestPingpong(t *testing.T) {
 			saddr, caddr := "127.0.0.1", "127.0.0.2"
 			var env *toolEnv
 			if c.mem {
-				n := mem.NewNetwork(&mem.Config{Live: true})
+				n := mem.NewNetwork(&mem.Config{Live: true, Faults: mem.Faults{Drop: c.drop}, Seed: 1})
 				defer n.Close()
 				env = &toolEnv{memNet: n}
 				saddr, caddr = "198.18.0.1", "198.18.0.2"
