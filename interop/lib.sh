@@ -258,16 +258,19 @@ net_down() {
     ip netns del "$NS"
 }
 
-# loss_on PCT [TAP...]: drop PCT % of UDP/4791 to and from each TAP (default tap1), with
-# nftables numgen in the bridge forward hook (the host kernel may lack sch_netem).
+# loss_on PCT[r] [TAP...]: drop PCT % of UDP/4791 to and from each TAP (default tap1), with
+# nftables numgen in the bridge forward hook (the host kernel may lack sch_netem). With the r
+# suffix only requests are dropped: packets whose BTH opcode (the first byte after the UDP
+# header) is not ACKNOWLEDGE (0x11), so ACKs and NAKs always arrive.
 loss_on() {
-    local pct=$1 t rules=""
+    local pct=${1%r} match="" t rules=""
+    [ "$pct" != "$1" ] && match="@th,64,8 != 0x11 "
     shift
     [ $# -gt 0 ] || set -- tap1
     for t in "$@"; do
         rules="$rules
-        iifname \"$t\" udp dport 4791 numgen random mod 100 < $pct counter drop
-        oifname \"$t\" udp dport 4791 numgen random mod 100 < $pct counter drop"
+        iifname \"$t\" udp dport 4791 ${match}numgen random mod 100 < $pct counter drop
+        oifname \"$t\" udp dport 4791 ${match}numgen random mod 100 < $pct counter drop"
     done
     ip netns exec "$NS" nft -f - <<NFT
 table bridge goroce_loss
@@ -283,7 +286,7 @@ NFT
 # loss_off: print the drop counters (one line per rule) and remove the loss rules.
 loss_off() {
     ip netns exec "$NS" nft list table bridge goroce_loss 2> /dev/null | grep -o '[io]ifname.*counter packets [0-9]*' |
-        sed 's/ udp dport 4791 numgen random mod 100//'
+        sed 's/ udp dport 4791.*numgen random mod 100//'
     ip netns exec "$NS" nft delete table bridge goroce_loss 2> /dev/null || true
 }
 

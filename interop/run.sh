@@ -144,7 +144,7 @@ load_cases() {
         tl+=("$name") tm+=("$modes") to+=("$opts") tv+=("$vmc") tg+=("$gc")
     done < "$CASES"
     local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug up o
-    local crc cexp sexp
+    local crc cexp sexp lm cl
     while read -r mode variant srv cli mtu loss hopts; do
         [ -z "$mode" ] || [ "${mode:0:1}" = "#" ] && continue
         [ "$loss" = L ] && loss=$LOSS
@@ -155,12 +155,13 @@ load_cases() {
             [[ "${tm[$i]}" == *" $mode "* ]] || continue
             id="${tl[$i]}/$variant"
             selected "$id" || continue
-            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp=""
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm=""
             for o in ${to[$i]}; do
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
                 wait=*) wait=${o#*=} ;; timeout=*) tmo=${o#*=} ;;
                 client_rc=*) crc=${o#*=} ;; cexpect=*) cexp=${o#*=} ;; sexpect=*) sexp=${o#*=} ;;
+                loss=requests) lm=r ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
             done
@@ -173,9 +174,10 @@ load_cases() {
             expand scmd "$f" server "$addr" "$mtu" "$hostopts"
             f=${tv[$i]}; [ "$ck" = goroce ] && f=${tg[$i]}
             expand ccmd "$f" client "$addr" "$mtu" "$hostopts"
-            up=0
+            up=0 cl=$loss
+            [ "$loss" != 0 ] && cl=$loss$lm
             if { [ "$sw" != host ] && is_peer "$scmd"; } || { [ "$cw" != host ] && is_peer "$ccmd"; }; then up=1; fi
-            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$loss$US$check$US$expect$US$wait$US$tmo$US$crc$US$cexp$US$sexp$US$sw$US$scmd$US$cw$US$ccmd$US$ug$US$up")
+            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$cl$US$check$US$expect$US$wait$US$tmo$US$crc$US$cexp$US$sexp$US$sw$US$scmd$US$cw$US$ccmd$US$ug$US$up")
             [[ " ${TOOLS[*]} " == *" ${tl[$i]} "* ]] || TOOLS+=("${tl[$i]}")
             [[ " ${VCOLS[*]} " == *" $variant "* ]] || VCOLS+=("$variant")
         done
@@ -439,7 +441,7 @@ run_case() {
     fi
     {
         echo "case    $id"
-        echo "mtu     $mtu   loss $loss %   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
+        echo "mtu     $mtu   loss ${loss%r} %${loss//[0-9]/ of requests}   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
         echo "server  $sw: $scmd"
         echo "client  $cw: $ccmd"
     } > "$L"
