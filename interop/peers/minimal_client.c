@@ -13,32 +13,12 @@
 
 static const char *who = "minimal_client";
 
-/* post_rdma posts one signaled WRITE or READ and waits for it. */
-static int post_rdma(struct ibv_qp *qp, struct ibv_comp_channel *ch, struct ibv_cq *cq, enum ibv_wr_opcode op,
-		     uint64_t id, struct ibv_mr *mr, void *local, uint32_t len, uint64_t raddr, uint32_t rkey, int tmo)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)local, .length = len, .lkey = mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op,
-				  .send_flags = IBV_SEND_SIGNALED },
-			   *bad;
-	struct ibv_wc wc;
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	if (ibv_post_send(qp, &wr, &bad)) {
-		fprintf(stderr, "%s: ibv_post_send failed\n", who);
-		return -1;
-	}
-	return peer_wait_wcs(who, ch, cq, &wc, 1, tmo);
-}
-
 int main(int argc, char **argv)
 {
 	struct sockaddr_in addr;
 	struct rdma_event_channel *ec = NULL;
 	struct rdma_cm_id *id = NULL;
-	struct ibv_pd *pd = NULL;
-	struct ibv_comp_channel *ch = NULL;
-	struct ibv_cq *cq = NULL;
+	struct peer_res res = { 0 };
 	struct ibv_mr *tx_mr = NULL, *rx_mr = NULL;
 	struct rdma_cm_event *ev;
 	char *tx = NULL, *rx = NULL;
@@ -53,35 +33,14 @@ int main(int argc, char **argv)
 	}
 	if (peer_resolve(who, argv[1], argv[2], &addr))
 		return 1;
-	ec = rdma_create_event_channel();
-	if (!ec || peer_nonblock(ec->fd)) {
-		fprintf(stderr, "%s: rdma_create_event_channel: %s\n", who, strerror(errno));
+	ec = peer_event_channel(who);
+	if (!ec)
 		return 1;
-	}
-	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP)) {
-		fprintf(stderr, "%s: rdma_create_id: %s\n", who, strerror(errno));
-		goto out;
-	}
-	if (peer_route(who, ec, id, &addr, 5000))
+	if (peer_client_id(who, ec, &id, &addr, 5000))
 		goto out;
 
-	pd = ibv_alloc_pd(id->verbs);
-	ch = pd ? ibv_create_comp_channel(id->verbs) : NULL;
-	cq = ch ? ibv_create_cq(id->verbs, 64, NULL, ch, 0) : NULL;
-	if (!cq || peer_nonblock(ch->fd) || ibv_req_notify_cq(cq, 0)) {
-		fprintf(stderr, "%s: cannot set up PD and CQ: %s\n", who, strerror(errno));
+	if (peer_setup_rc(who, id, &res, 1, 64, 32, 1))
 		goto out;
-	}
-	struct ibv_qp_init_attr qpa = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	if (rdma_create_qp(id, pd, &qpa)) {
-		fprintf(stderr, "%s: rdma_create_qp: %s\n", who, strerror(errno));
-		goto out;
-	}
 	struct rdma_conn_param cp = { .initiator_depth = 1, .responder_resources = 1, .retry_count = 7,
 				      .rnr_retry_count = 7 };
 	if (rdma_connect(id, &cp)) {
@@ -114,38 +73,26 @@ int main(int argc, char **argv)
 	}
 	memset(tx, 0, MINIMAL_BUF);
 	memset(rx, 0, MINIMAL_BUF + 1);
-	tx_mr = ibv_reg_mr(pd, tx, MINIMAL_BUF, IBV_ACCESS_LOCAL_WRITE);
-	rx_mr = ibv_reg_mr(pd, rx, MINIMAL_BUF, IBV_ACCESS_LOCAL_WRITE);
+	tx_mr = ibv_reg_mr(res.pd, tx, MINIMAL_BUF, IBV_ACCESS_LOCAL_WRITE);
+	rx_mr = ibv_reg_mr(res.pd, rx, MINIMAL_BUF, IBV_ACCESS_LOCAL_WRITE);
 	if (!tx_mr || !rx_mr) {
 		fprintf(stderr, "%s: ibv_reg_mr: %s\n", who, strerror(errno));
 		goto out;
 	}
 	strcpy(tx, "client-wrote-this");
-	if (post_rdma(id->qp, ch, cq, IBV_WR_RDMA_WRITE, 1, tx_mr, tx, (uint32_t)strlen(tx) + 1, raddr, rkey, tmo) ||
-	    post_rdma(id->qp, ch, cq, IBV_WR_RDMA_READ, 2, rx_mr, rx, MINIMAL_BUF, raddr, rkey, tmo))
+	if (peer_post_wait(who, id->qp, &res, IBV_WR_RDMA_WRITE, 1, tx_mr, tx, (uint32_t)strlen(tx) + 1,
+			   raddr, rkey, tmo) ||
+	    peer_post_wait(who, id->qp, &res, IBV_WR_RDMA_READ, 2, rx_mr, rx, MINIMAL_BUF, raddr, rkey, tmo))
 		goto out;
 	printf("Client read back: '%s'\n", rx);
 	rc = 0;
 out:
 	if (connected)
 		rdma_disconnect(id);
-	if (id && id->qp)
-		rdma_destroy_qp(id);
-	if (id)
-		rdma_destroy_id(id);
-	if (tx_mr)
-		ibv_dereg_mr(tx_mr);
-	if (rx_mr)
-		ibv_dereg_mr(rx_mr);
+	peer_drop_id(id);
+	peer_dereg(2, tx_mr, rx_mr);
 	free(tx);
 	free(rx);
-	if (cq)
-		ibv_destroy_cq(cq);
-	if (ch)
-		ibv_destroy_comp_channel(ch);
-	if (pd)
-		ibv_dealloc_pd(pd);
-	if (ec)
-		rdma_destroy_event_channel(ec);
+	peer_teardown(&res, NULL, ec);
 	return rc;
 }

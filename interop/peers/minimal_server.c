@@ -25,8 +25,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
 	struct rdma_event_channel *ec = NULL;
 	struct rdma_cm_id *listen_id = NULL, *id = NULL;
-	struct ibv_pd *pd = NULL;
-	struct ibv_cq *cq = NULL;
+	struct peer_res res = { 0 };
 	struct ibv_mr *mr = NULL;
 	struct rdma_cm_event *ev;
 	char *buf = NULL;
@@ -41,11 +40,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	addr.sin_port = htons((uint16_t)p);
-	ec = rdma_create_event_channel();
-	if (!ec || peer_nonblock(ec->fd)) {
-		fprintf(stderr, "%s: rdma_create_event_channel: %s\n", who, strerror(errno));
+	ec = peer_event_channel(who);
+	if (!ec)
 		return 1;
-	}
 	if (rdma_create_id(ec, &listen_id, NULL, RDMA_PS_TCP) ||
 	    rdma_bind_addr(listen_id, (struct sockaddr *)&addr) || rdma_listen(listen_id, 1)) {
 		fprintf(stderr, "%s: cannot listen on port %s: %s\n", who, port, strerror(errno));
@@ -56,22 +53,9 @@ int main(int argc, char **argv)
 	id = ev->id;
 	rdma_ack_cm_event(ev);
 
-	pd = ibv_alloc_pd(id->verbs);
-	cq = pd ? ibv_create_cq(id->verbs, 64, NULL, NULL, 0) : NULL;
-	if (!cq) {
-		fprintf(stderr, "%s: cannot set up PD and CQ: %s\n", who, strerror(errno));
+	/* No completion channel: the server never waits for a completion. */
+	if (peer_setup_rc(who, id, &res, 0, 64, 32, 1))
 		goto out;
-	}
-	struct ibv_qp_init_attr qpa = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	if (rdma_create_qp(id, pd, &qpa)) {
-		fprintf(stderr, "%s: rdma_create_qp: %s\n", who, strerror(errno));
-		goto out;
-	}
 	/* One more byte than registered, so the buffer always prints as a string. */
 	if (posix_memalign((void **)&buf, 4096, MINIMAL_BUF + 4096)) {
 		fprintf(stderr, "%s: out of memory\n", who);
@@ -79,7 +63,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	memset(buf, 0, MINIMAL_BUF + 1);
-	mr = ibv_reg_mr(pd, buf, MINIMAL_BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	mr = ibv_reg_mr(res.pd, buf, MINIMAL_BUF,
+			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
 	if (!mr) {
 		fprintf(stderr, "%s: ibv_reg_mr: %s\n", who, strerror(errno));
 		goto out;
@@ -95,13 +80,8 @@ int main(int argc, char **argv)
 		.retry_count = 7,
 		.rnr_retry_count = 7,
 	};
-	if (rdma_accept(id, &cp)) {
-		fprintf(stderr, "%s: rdma_accept: %s\n", who, strerror(errno));
+	if (peer_accept(who, ec, id, &cp, tmo))
 		goto out;
-	}
-	if (peer_cm_event(who, ec, RDMA_CM_EVENT_ESTABLISHED, -1, &ev, tmo))
-		goto out;
-	rdma_ack_cm_event(ev);
 
 	/* The client WRITEs and READs on its own; the sample gives it 2 s. */
 	sleep(2);
@@ -109,20 +89,9 @@ int main(int argc, char **argv)
 	rdma_disconnect(id);
 	rc = 0;
 out:
-	if (id && id->qp)
-		rdma_destroy_qp(id);
-	if (id)
-		rdma_destroy_id(id);
-	if (mr)
-		ibv_dereg_mr(mr);
+	peer_drop_id(id);
+	peer_dereg(1, mr);
 	free(buf);
-	if (cq)
-		ibv_destroy_cq(cq);
-	if (pd)
-		ibv_dealloc_pd(pd);
-	if (listen_id)
-		rdma_destroy_id(listen_id);
-	if (ec)
-		rdma_destroy_event_channel(ec);
+	peer_teardown(&res, listen_id, ec);
 	return rc;
 }

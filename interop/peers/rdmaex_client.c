@@ -25,22 +25,11 @@ static void usage(void)
 }
 
 /* rdma_op WRITEs or READs len bytes between local (in mr) and the server's
- * buffer, and waits for its completion. */
-static int rdma_op(struct ibv_qp *qp, struct ibv_comp_channel *ch, struct ibv_cq *cq, enum ibv_wr_opcode op,
-		   struct ibv_mr *mr, void *local, uint32_t len, const struct rdmaex_meta *server, int tmo)
+ * buffer, and waits for its completion (the opcode is the wr_id). */
+static int rdma_op(struct ibv_qp *qp, struct peer_res *res, enum ibv_wr_opcode op, struct ibv_mr *mr, void *local,
+		   uint32_t len, const struct rdmaex_meta *server, int tmo)
 {
-	struct ibv_sge sge = { .addr = (uintptr_t)local, .length = len, .lkey = mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = op, .sg_list = &sge, .num_sge = 1, .opcode = op,
-				  .send_flags = IBV_SEND_SIGNALED },
-			   *bad;
-	struct ibv_wc wc;
-	wr.wr.rdma.remote_addr = server->addr;
-	wr.wr.rdma.rkey = server->stag;
-	if (ibv_post_send(qp, &wr, &bad)) {
-		fprintf(stderr, "%s: ibv_post_send failed\n", who);
-		return -1;
-	}
-	return peer_wait_wcs(who, ch, cq, &wc, 1, tmo);
+	return peer_post_wait(who, qp, res, op, op, mr, local, len, server->addr, server->stag, tmo);
 }
 
 int main(int argc, char **argv)
@@ -48,9 +37,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct rdma_event_channel *ec = NULL;
 	struct rdma_cm_id *id = NULL;
-	struct ibv_pd *pd = NULL;
-	struct ibv_comp_channel *ch = NULL;
-	struct ibv_cq *cq = NULL;
+	struct peer_res res = { 0 };
 	struct ibv_mr *server_mr = NULL, *own_mr = NULL, *src_mr = NULL, *dst_mr = NULL;
 	struct rdmaex_meta server = { 0 }, own = { 0 };
 	struct rdma_cm_event *ev;
@@ -96,49 +83,18 @@ int main(int argc, char **argv)
 	}
 	addr.sin_port = htons(port ? port : RDMAEX_PORT);
 
-	ec = rdma_create_event_channel();
-	if (!ec || peer_nonblock(ec->fd)) {
-		fprintf(stderr, "%s: rdma_create_event_channel: %s\n", who, strerror(errno));
+	ec = peer_event_channel(who);
+	if (!ec)
 		return 1;
-	}
-	if (rdma_create_id(ec, &id, NULL, RDMA_PS_TCP)) {
-		fprintf(stderr, "%s: rdma_create_id: %s\n", who, strerror(errno));
-		goto out;
-	}
-	if (peer_route(who, ec, id, &addr, 2000))
+	if (peer_client_id(who, ec, &id, &addr, 2000))
 		goto out;
 	printf("Trying to connect to server at : %s port: %d \n", inet_ntoa(addr.sin_addr), ntohs(addr.sin_port));
 
-	pd = ibv_alloc_pd(id->verbs);
-	ch = pd ? ibv_create_comp_channel(id->verbs) : NULL;
-	cq = ch ? ibv_create_cq(id->verbs, RDMAEX_CQ_DEPTH, NULL, ch, 0) : NULL;
-	if (!cq || peer_nonblock(ch->fd) || ibv_req_notify_cq(cq, 0)) {
-		fprintf(stderr, "%s: cannot set up PD and CQ: %s\n", who, strerror(errno));
+	if (peer_setup_rc(who, id, &res, 1, RDMAEX_CQ_DEPTH, RDMAEX_MAX_WR, RDMAEX_MAX_SGE))
 		goto out;
-	}
-	struct ibv_qp_init_attr qpa = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = RDMAEX_MAX_WR, .max_recv_wr = RDMAEX_MAX_WR,
-			 .max_send_sge = RDMAEX_MAX_SGE, .max_recv_sge = RDMAEX_MAX_SGE },
-	};
-	if (rdma_create_qp(id, pd, &qpa)) {
-		fprintf(stderr, "%s: rdma_create_qp: %s\n", who, strerror(errno));
-		goto out;
-	}
 	/* The receive for the server's description goes up before connecting. */
-	server_mr = ibv_reg_mr(pd, &server, sizeof(server), IBV_ACCESS_LOCAL_WRITE);
-	if (!server_mr) {
-		fprintf(stderr, "%s: ibv_reg_mr: %s\n", who, strerror(errno));
+	if (peer_post_recv(who, id, res.pd, &server, sizeof(server), 1, &server_mr))
 		goto out;
-	}
-	struct ibv_sge rsge = { .addr = (uintptr_t)&server, .length = sizeof(server), .lkey = server_mr->lkey };
-	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &rsge, .num_sge = 1 }, *bad_rwr;
-	if (ibv_post_recv(id->qp, &rwr, &bad_rwr)) {
-		fprintf(stderr, "%s: ibv_post_recv failed\n", who);
-		goto out;
-	}
 	/* rdma-example's connection parameters: 3 outstanding READs each way,
 	 * 3 transport retries, no RNR retry. */
 	struct rdma_conn_param cp = { .initiator_depth = RDMAEX_DEPTH, .responder_resources = RDMAEX_DEPTH,
@@ -154,25 +110,18 @@ int main(int argc, char **argv)
 	printf("The client is connected successfully \n");
 
 	/* Our description out, the server's in: two completions. */
-	src_mr = ibv_reg_mr(pd, src, n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
-	dst_mr = ibv_reg_mr(pd, dst, n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	src_mr = ibv_reg_mr(res.pd, src, n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+	dst_mr = ibv_reg_mr(res.pd, dst, n, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
 	own.addr = (uintptr_t)src;
 	own.len = n;
 	own.stag = src_mr ? src_mr->rkey : 0;
-	own_mr = ibv_reg_mr(pd, &own, sizeof(own), IBV_ACCESS_LOCAL_WRITE);
+	own_mr = ibv_reg_mr(res.pd, &own, sizeof(own), IBV_ACCESS_LOCAL_WRITE);
 	if (!src_mr || !dst_mr || !own_mr) {
 		fprintf(stderr, "%s: ibv_reg_mr: %s\n", who, strerror(errno));
 		goto out;
 	}
-	struct ibv_sge ssge = { .addr = (uintptr_t)&own, .length = sizeof(own), .lkey = own_mr->lkey };
-	struct ibv_send_wr swr = { .wr_id = 2, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND,
-				   .send_flags = IBV_SEND_SIGNALED },
-			   *bad_swr;
-	if (ibv_post_send(id->qp, &swr, &bad_swr)) {
-		fprintf(stderr, "%s: ibv_post_send failed\n", who);
-		goto out;
-	}
-	if (peer_wait_wcs(who, ch, cq, wc, 2, tmo))
+	if (peer_post_send(who, id->qp, IBV_WR_SEND, 2, own_mr, &own, sizeof(own), 0, 0) ||
+	    peer_wait_wcs(who, res.ch, res.cq, wc, 2, tmo))
 		goto out;
 	rdmaex_show(&server);
 	if (server.len < n) {
@@ -180,8 +129,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	if (rdma_op(id->qp, ch, cq, IBV_WR_RDMA_WRITE, src_mr, src, n, &server, tmo) ||
-	    rdma_op(id->qp, ch, cq, IBV_WR_RDMA_READ, dst_mr, dst, n, &server, tmo))
+	if (rdma_op(id->qp, &res, IBV_WR_RDMA_WRITE, src_mr, src, n, &server, tmo) ||
+	    rdma_op(id->qp, &res, IBV_WR_RDMA_READ, dst_mr, dst, n, &server, tmo))
 		goto out;
 	if (memcmp(src, dst, n)) {
 		fprintf(stderr, "%s: src and dst buffers do not match\n", who);
@@ -196,26 +145,9 @@ out:
 		else if (peer_cm_event(who, ec, RDMA_CM_EVENT_DISCONNECTED, -1, &ev, tmo) == 0)
 			rdma_ack_cm_event(ev);
 	}
-	if (id && id->qp)
-		rdma_destroy_qp(id);
-	if (id)
-		rdma_destroy_id(id);
-	if (src_mr)
-		ibv_dereg_mr(src_mr);
-	if (dst_mr)
-		ibv_dereg_mr(dst_mr);
-	if (own_mr)
-		ibv_dereg_mr(own_mr);
-	if (server_mr)
-		ibv_dereg_mr(server_mr);
-	if (cq)
-		ibv_destroy_cq(cq);
-	if (ch)
-		ibv_destroy_comp_channel(ch);
-	if (pd)
-		ibv_dealloc_pd(pd);
-	if (ec)
-		rdma_destroy_event_channel(ec);
+	peer_drop_id(id);
+	peer_dereg(4, src_mr, dst_mr, own_mr, server_mr);
+	peer_teardown(&res, NULL, ec);
 	free(src);
 	free(dst);
 	if (connected)

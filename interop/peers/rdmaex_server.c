@@ -27,9 +27,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
 	struct rdma_event_channel *ec = NULL;
 	struct rdma_cm_id *listen_id = NULL, *id = NULL;
-	struct ibv_pd *pd = NULL;
-	struct ibv_comp_channel *ch = NULL;
-	struct ibv_cq *cq = NULL;
+	struct peer_res res = { 0 };
 	struct ibv_mr *peer_mr = NULL, *buf_mr = NULL, *own_mr = NULL;
 	struct rdmaex_meta peer = { 0 }, own = { 0 };
 	struct rdma_cm_event *ev;
@@ -53,11 +51,9 @@ int main(int argc, char **argv)
 	}
 	addr.sin_port = htons(port ? port : RDMAEX_PORT);
 
-	ec = rdma_create_event_channel();
-	if (!ec || peer_nonblock(ec->fd)) {
-		fprintf(stderr, "%s: rdma_create_event_channel: %s\n", who, strerror(errno));
+	ec = peer_event_channel(who);
+	if (!ec)
 		return 1;
-	}
 	if (rdma_create_id(ec, &listen_id, NULL, RDMA_PS_TCP) ||
 	    rdma_bind_addr(listen_id, (struct sockaddr *)&addr) || rdma_listen(listen_id, 8)) {
 		fprintf(stderr, "%s: cannot listen on %s:%d: %s\n", who, inet_ntoa(addr.sin_addr),
@@ -73,48 +69,17 @@ int main(int argc, char **argv)
 
 	/* Resources for the client, and the receive for its description,
 	 * before the connection is accepted. */
-	pd = ibv_alloc_pd(id->verbs);
-	ch = pd ? ibv_create_comp_channel(id->verbs) : NULL;
-	cq = ch ? ibv_create_cq(id->verbs, RDMAEX_CQ_DEPTH, NULL, ch, 0) : NULL;
-	if (!cq || peer_nonblock(ch->fd) || ibv_req_notify_cq(cq, 0)) {
-		fprintf(stderr, "%s: cannot set up PD and CQ: %s\n", who, strerror(errno));
+	if (peer_setup_rc(who, id, &res, 1, RDMAEX_CQ_DEPTH, RDMAEX_MAX_WR, RDMAEX_MAX_SGE) ||
+	    peer_post_recv(who, id, res.pd, &peer, sizeof(peer), 1, &peer_mr))
 		goto out;
-	}
-	struct ibv_qp_init_attr qpa = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = RDMAEX_MAX_WR, .max_recv_wr = RDMAEX_MAX_WR,
-			 .max_send_sge = RDMAEX_MAX_SGE, .max_recv_sge = RDMAEX_MAX_SGE },
-	};
-	if (rdma_create_qp(id, pd, &qpa)) {
-		fprintf(stderr, "%s: rdma_create_qp: %s\n", who, strerror(errno));
-		goto out;
-	}
-	peer_mr = ibv_reg_mr(pd, &peer, sizeof(peer), IBV_ACCESS_LOCAL_WRITE);
-	if (!peer_mr) {
-		fprintf(stderr, "%s: ibv_reg_mr: %s\n", who, strerror(errno));
-		goto out;
-	}
-	struct ibv_sge rsge = { .addr = (uintptr_t)&peer, .length = sizeof(peer), .lkey = peer_mr->lkey };
-	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &rsge, .num_sge = 1 }, *bad_rwr;
-	if (ibv_post_recv(id->qp, &rwr, &bad_rwr)) {
-		fprintf(stderr, "%s: ibv_post_recv failed\n", who);
-		goto out;
-	}
 	struct rdma_conn_param cp = { .initiator_depth = RDMAEX_DEPTH, .responder_resources = RDMAEX_DEPTH };
-	if (rdma_accept(id, &cp)) {
-		fprintf(stderr, "%s: rdma_accept: %s\n", who, strerror(errno));
+	if (peer_accept(who, ec, id, &cp, tmo))
 		goto out;
-	}
-	if (peer_cm_event(who, ec, RDMA_CM_EVENT_ESTABLISHED, -1, &ev, tmo))
-		goto out;
-	rdma_ack_cm_event(ev);
 	struct sockaddr_in *from = (struct sockaddr_in *)rdma_get_peer_addr(id);
 	printf("A new connection is accepted from %s \n", inet_ntoa(from->sin_addr));
 
 	/* The client's description, then a buffer of the length it asks for. */
-	if (peer_wait_wcs(who, ch, cq, &wc, 1, tmo))
+	if (peer_wait_wcs(who, res.ch, res.cq, &wc, 1, tmo))
 		goto out;
 	if (wc.opcode != IBV_WC_RECV || wc.byte_len != sizeof(peer)) {
 		fprintf(stderr, "%s: expected the client's %zu-byte description, got opcode %d of %u bytes\n", who,
@@ -125,7 +90,7 @@ int main(int argc, char **argv)
 	rdmaex_show(&peer);
 	printf("The client has requested buffer length of : %u bytes \n", peer.len);
 	buf = calloc(1, peer.len ? peer.len : 1);
-	buf_mr = buf ? ibv_reg_mr(pd, buf, peer.len,
+	buf_mr = buf ? ibv_reg_mr(res.pd, buf, peer.len,
 				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 		     : NULL;
 	if (!buf_mr) {
@@ -135,20 +100,8 @@ int main(int argc, char **argv)
 	own.addr = (uintptr_t)buf;
 	own.len = peer.len;
 	own.stag = buf_mr->rkey;
-	own_mr = ibv_reg_mr(pd, &own, sizeof(own), IBV_ACCESS_LOCAL_WRITE);
-	if (!own_mr) {
-		fprintf(stderr, "%s: ibv_reg_mr: %s\n", who, strerror(errno));
-		goto out;
-	}
-	struct ibv_sge ssge = { .addr = (uintptr_t)&own, .length = sizeof(own), .lkey = own_mr->lkey };
-	struct ibv_send_wr swr = { .wr_id = 2, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND,
-				   .send_flags = IBV_SEND_SIGNALED },
-			   *bad_swr;
-	if (ibv_post_send(id->qp, &swr, &bad_swr)) {
-		fprintf(stderr, "%s: ibv_post_send failed\n", who);
-		goto out;
-	}
-	if (peer_wait_wcs(who, ch, cq, &wc, 1, tmo))
+	own_mr = peer_reg_local(who, res.pd, &own, sizeof(own));
+	if (!own_mr || peer_post_wait(who, id->qp, &res, IBV_WR_SEND, 2, own_mr, &own, sizeof(own), 0, 0, tmo))
 		goto out;
 
 	/* The client WRITEs and READs; the server only waits for it to leave. */
@@ -158,27 +111,10 @@ int main(int argc, char **argv)
 	printf("A disconnect event is received from the client...\n");
 	rc = 0;
 out:
-	if (id && id->qp)
-		rdma_destroy_qp(id);
-	if (id)
-		rdma_destroy_id(id);
-	if (own_mr)
-		ibv_dereg_mr(own_mr);
-	if (buf_mr)
-		ibv_dereg_mr(buf_mr);
-	if (peer_mr)
-		ibv_dereg_mr(peer_mr);
+	peer_drop_id(id);
+	peer_dereg(3, own_mr, buf_mr, peer_mr);
 	free(buf);
-	if (cq)
-		ibv_destroy_cq(cq);
-	if (ch)
-		ibv_destroy_comp_channel(ch);
-	if (pd)
-		ibv_dealloc_pd(pd);
-	if (listen_id)
-		rdma_destroy_id(listen_id);
-	if (ec)
-		rdma_destroy_event_channel(ec);
+	peer_teardown(&res, listen_id, ec);
 	if (rc == 0)
 		printf("Server shut-down is complete \n");
 	return rc;
