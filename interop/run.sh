@@ -192,7 +192,8 @@ load_cases
 if [ "$LIST" = 1 ]; then
     for c in "${CASE_LIST[@]}"; do
         IFS=$US read -r id _ _ mtu loss _ _ _ _ _ _ _ sw scmd cw ccmd _ <<< "$c"
-        printf '%-26s mtu=%s loss=%s%%\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "$loss" "$sw" "$scmd" "$cw" "$ccmd"
+        lm=""; [ "${loss%r}" != "$loss" ] && lm=" (requests only)"
+        printf '%-26s mtu=%s loss=%s%%%s\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "${loss%r}" "$lm" "$sw" "$scmd" "$cw" "$ccmd"
     done
     echo "${#CASE_LIST[@]} cases"
     exit 0
@@ -307,8 +308,8 @@ side_wait() {
     done
 }
 side_rc() {
-    if [ "${W[$1]}" = host ]; then cat "$TMP/$1.rc" 2> /dev/null || echo 255
-    else cat "$(jobs_dir "${W[$1]#vm}")/${H[$1]}.rc" 2> /dev/null || echo 255; fi
+    if [ "${W[$1]}" = host ]; then cat "$TMP/$1.rc" 2> /dev/null || echo none
+    else cat "$(jobs_dir "${W[$1]#vm}")/${H[$1]}.rc" 2> /dev/null || echo none; fi
 }
 side_out() {
     if [ "${W[$1]}" = host ]; then cat "$TMP/$1.out" 2> /dev/null; else job_out "${W[$1]#vm}" "${H[$1]}"; fi
@@ -395,7 +396,7 @@ rc_text() {
     case $1 in
     0) echo "ok" ;; 124) echo "timed out" ;; 125) echo "cancelled before start" ;;
     126 | 127) echo "rc $1 (command not found or not executable)" ;;
-    137) echo "killed" ;; 143) echo "stopped by the harness" ;; 255) echo "no answer" ;;
+    137) echo "killed" ;; 143) echo "stopped by the harness" ;; none) echo "no answer" ;;
     *) echo "rc $1" ;;
     esac
 }
@@ -439,9 +440,11 @@ run_case() {
         RES[$id]=FAIL WHY[$id]="no C peers in the guests (see the peers: line of the matrix)" DUR[$id]=0
         return
     fi
+    local ldesc=""
+    [ "${loss%r}" != "$loss" ] && ldesc=" (requests only)"
     {
         echo "case    $id"
-        echo "mtu     $mtu   loss ${loss%r} %${loss//[0-9]/ of requests}   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
+        echo "mtu     $mtu   loss ${loss%r} %${ldesc}   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
         echo "server  $sw: $scmd"
         echo "client  $cw: $ccmd"
     } > "$L"
@@ -458,7 +461,7 @@ run_case() {
         TCPDUMP_PID=$!
         for r in $(seq 50); do grep -qs listening "$TMP/tcpdump.log" && break; sleep 0.1; done
     fi
-    srv_rc=255 cli_rc=255
+    srv_rc=none cli_rc=none
     if [ -z "$why" ]; then
         : > "$TMP/phases"
         phase "server start"
@@ -524,8 +527,8 @@ run_case() {
     # A failed case with a VM side that timed out, had to be killed or did not answer, or a failed
     # rxe <-> rxe case, may have left a guest broken: check, and restart the lab if so.
     local suspect=0
-    [ "$sw" != host ] && [[ " 124 137 255 " == *" $srv_rc "* ]] && suspect=1
-    [ "$cw" != host ] && [ -n "${W[cli]:-}" ] && [[ " 124 137 255 " == *" $cli_rc "* ]] && suspect=1
+    [ "$sw" != host ] && [[ " 124 137 255 none " == *" $srv_rc "* ]] && suspect=1
+    [ "$cw" != host ] && [ -n "${W[cli]:-}" ] && [[ " 124 137 255 none " == *" $cli_rc "* ]] && suspect=1
     [ "$sw" != host ] && [ "$cw" != host ] && suspect=1
     W=() H=()
     if [ "${RES[$id]}" = FAIL ] && [ $suspect = 1 ] && ! lab_healthy; then
