@@ -167,26 +167,6 @@ func rdmaexAccepted(ctx context.Context, s *session, _ *sessionConfig) error {
 	return s.do(ctx, roce.SendWR{ID: 2, Opcode: roce.OpSend, SGL: s.sge(sendOff, rdmaexMetaLen)}, roce.WCSend)
 }
 
-// expectAny waits for a completion and checks its status, as expect does
-// without the opcode.
-func (s *session) expectAny(ctx context.Context) (roce.WC, error) {
-	wc, err := s.wait(ctx)
-	if err != nil {
-		return wc, err
-	}
-	if wc.Status == roce.WRFlushErr {
-		select {
-		case <-s.done:
-			return wc, errPeerGone
-		default:
-		}
-	}
-	if wc.Status != roce.Success {
-		return wc, fmt.Errorf("%v completed with %v", wc.Opcode, wc.Status)
-	}
-	return wc, nil
-}
-
 // --- the minimal sample ----------------------------------------------
 
 const (

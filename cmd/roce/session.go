@@ -304,6 +304,15 @@ func (s *session) wait(ctx context.Context) (roce.WC, error) {
 
 // expect waits for a completion and checks its status and opcode.
 func (s *session) expect(ctx context.Context, op roce.WCOpcode) (roce.WC, error) {
+	wc, err := s.expectAny(ctx)
+	if err == nil && wc.Opcode != op {
+		err = fmt.Errorf("expected a %v completion, got %v", op, &wc)
+	}
+	return wc, err
+}
+
+// expectAny waits for a completion of any opcode and checks its status.
+func (s *session) expectAny(ctx context.Context) (roce.WC, error) {
 	wc, err := s.wait(ctx)
 	if err != nil {
 		return wc, err
@@ -319,9 +328,6 @@ func (s *session) expect(ctx context.Context, op roce.WCOpcode) (roce.WC, error)
 	}
 	if wc.Status != roce.Success {
 		return wc, fmt.Errorf("%v completed with %v", wc.Opcode, wc.Status)
-	}
-	if wc.Opcode != op {
-		return wc, fmt.Errorf("expected a %v completion, got %v", op, &wc)
 	}
 	return wc, nil
 }
