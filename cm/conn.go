@@ -109,6 +109,7 @@ type Conn struct {
 	req      *mad.REQ // passive side: the REQ, until answered
 	listener *Listener
 	params   Params
+	unshare  func() // gives back the hold on a shared agent (Listen, Dial)
 
 	// Under a.mu.
 	state    connState
@@ -210,6 +211,9 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 		err = fmt.Errorf("cm: close %v: %w", c.remote, ctx.Err())
 	}
 	c.release()
+	if c.unshare != nil {
+		c.unshare()
+	}
 	return err
 }
 

@@ -20,6 +20,12 @@
 //	// either side: DREQ out, DREP in
 //	err = conn.Close()
 //
+// The package-level Listen and Dial do the same with an agent the device
+// shares, started by the first of them and stopped by the last close:
+//
+//	ln, err := cm.Listen(ctx, dev, netip.MustParseAddrPort("198.18.0.1:7174"), nil)
+//	conn, err := cm.Dial(ctx, dev, netip.MustParseAddrPort("198.18.0.11:7174"), &cm.Params{QP: qp})
+//
 // The exchange, as rdma_cm does it over RoCE (and as the captures of
 // kernel rxe in testdata/captures show it):
 //

@@ -63,6 +63,10 @@ type Listener struct {
 	pending chan *Conn
 	done    chan struct{}
 	closed  bool // under a.mu
+	// shared and release are set by the package-level Listen: the agent
+	// its accepted connections hold, and the listener's own hold on it.
+	shared  *sharedAgent
+	release func()
 }
 
 // Listen starts accepting connection requests for addr: the device's
@@ -123,8 +127,11 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 // before are not affected.
 func (l *Listener) Close() error {
 	l.a.mu.Lock()
-	defer l.a.mu.Unlock()
 	l.a.closeListenerLocked(l)
+	l.a.mu.Unlock()
+	if l.release != nil {
+		l.release()
+	}
 	return nil
 }
 
@@ -174,6 +181,9 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 			conn, err := l.accept(ctx, c)
 			if conn == nil && err == nil {
 				continue
+			}
+			if conn != nil && l.shared != nil {
+				conn.unshare = l.shared.ref()
 			}
 			return conn, err
 		case <-l.done:
