@@ -604,8 +604,11 @@ func (p *pingpong) traffic(ctx context.Context) error {
 	if (o.mode == ppRC || o.mode == ppSRQ) && p.soft != nil {
 		// The peer may still wait for the ACK of its last SEND and send
 		// it again; answer until it has been quiet for a few of its
-		// retransmission timeouts, as the real tools' kernels do not.
-		p.soft.Linger(ctx, ppLinger)
+		// retransmission timeouts (the real tools close at once), and
+		// for no longer than a few seconds when traffic goes on.
+		lctx, cancel := context.WithTimeout(ctx, 8*ppLinger)
+		p.soft.Linger(lctx, ppLinger)
+		cancel()
 	}
 	if o.server == "" && o.chk {
 		// The server checks what the client sent.
