@@ -206,13 +206,8 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch) {
 	if start {
 		f := p.RETH.Fields()
-		if f.DMALen > 0 {
-			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, verbs.RemoteWrite)
-			if err != nil {
-				q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
-				return
-			}
-			m.Release()
+		if !q.checkRETH(b, psn, &f, verbs.RemoteWrite) {
+			return
 		}
 		q.resp.va, q.resp.rkey, q.resp.resid, q.resp.dmaLen = f.VA, f.RKey, uint64(f.DMALen), f.DMALen
 	}
@@ -271,19 +266,30 @@ func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *verbs.WC) {
 	}
 }
 
+// checkRETH checks the range of a WRITE's or READ's RETH against the
+// memory it names, before any byte is touched, and answers a failure with
+// a remote access error NAK. A zero-length request names no memory.
+func (q *QP) checkRETH(b *txBatch, psn bth.PSN, f *bth.RETHFields, access verbs.Access) bool {
+	if f.DMALen == 0 {
+		return true
+	}
+	m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, access)
+	if err != nil {
+		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
+		return false
+	}
+	m.Release()
+	return true
+}
+
 func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.RETH.Fields()
 	if f.DMALen > verbs.MaxMsgSize {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "READ too long")
 		return
 	}
-	if f.DMALen > 0 {
-		m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, verbs.RemoteRead)
-		if err != nil {
-			q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
-			return
-		}
-		m.Release()
+	if !q.checkRETH(b, psn, &f, verbs.RemoteRead) {
+		return
 	}
 	npsn := q.packets(uint64(f.DMALen))
 	q.saveResource(readResource{valid: true, firstPSN: psn, npsn: npsn})
@@ -408,13 +414,8 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 			break
 		}
 		f := p.RETH.Fields()
-		if f.DMALen > 0 {
-			m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, verbs.RemoteRead)
-			if err != nil {
-				q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
-				return
-			}
-			m.Release()
+		if !q.checkRETH(b, psn, &f, verbs.RemoteRead) {
+			return
 		}
 		q.sendReadResponses(b, psn, &f)
 		return
