@@ -84,76 +84,55 @@ func appendSummary(b []byte, rec *packetRecord) []byte {
 	f := &r.BTH
 	b = append(b, ' ')
 	b = append(b, f.Opcode.String()...)
-	b = append(b, " qp="...)
-	b = appendHex(b, uint64(f.DestQP), 6)
-	b = append(b, " psn="...)
-	b = strconv.AppendUint(b, uint64(f.PSN), 10)
+	b = appendHexField(b, " qp=", uint64(f.DestQP), 6)
+	b = appendUintField(b, " psn=", uint64(f.PSN))
 	b = append(b, ' ')
 	b = append(b, flagChar(f.AckReq, 'A'), flagChar(f.SE, 'S'), flagChar(f.MigReq, 'M'),
 		flagChar(f.FECN, 'F'), flagChar(f.BECN, 'B'))
 	if f.PadCount != 0 {
-		b = append(b, " pad="...)
-		b = strconv.AppendUint(b, uint64(f.PadCount), 10)
+		b = appendUintField(b, " pad=", uint64(f.PadCount))
 	}
 	if f.PKey != bth.DefaultPKey {
-		b = append(b, " pkey="...)
-		b = appendHex(b, uint64(f.PKey), 4)
+		b = appendHexField(b, " pkey=", uint64(f.PKey), 4)
 	}
 	if f.TVer != 0 {
-		b = append(b, " tver="...)
-		b = strconv.AppendUint(b, uint64(f.TVer), 10)
+		b = appendUintField(b, " tver=", uint64(f.TVer))
 	}
 	if r.Has(bth.HdrRDETH) {
-		b = append(b, " RDETH eecnxt="...)
-		b = appendHex(b, uint64(r.RDETH.EECnxt), 6)
+		b = appendHexField(b, " RDETH eecnxt=", uint64(r.RDETH.EECnxt), 6)
 	}
 	if r.Has(bth.HdrDETH) {
-		b = append(b, " DETH qkey="...)
-		b = appendHex(b, uint64(r.DETH.QKey), 8)
-		b = append(b, " srcqp="...)
-		b = appendHex(b, uint64(r.DETH.SrcQP), 6)
+		b = appendHexField(b, " DETH qkey=", uint64(r.DETH.QKey), 8)
+		b = appendHexField(b, " srcqp=", uint64(r.DETH.SrcQP), 6)
 	}
 	if r.Has(bth.HdrFETH) {
-		b = append(b, " FETH sel="...)
-		b = strconv.AppendUint(b, uint64(r.FETH.Selectivity), 10)
-		b = append(b, " placement="...)
-		b = strconv.AppendUint(b, uint64(r.FETH.Placement), 10)
+		b = appendUintField(b, " FETH sel=", uint64(r.FETH.Selectivity))
+		b = appendUintField(b, " placement=", uint64(r.FETH.Placement))
 	}
 	if r.Has(bth.HdrRETH) {
-		b = append(b, " RETH va="...)
-		b = appendHex(b, r.RETH.VA, 0)
-		b = append(b, " rkey="...)
-		b = appendHex(b, uint64(r.RETH.RKey), 0)
-		b = append(b, " len="...)
-		b = strconv.AppendUint(b, uint64(r.RETH.DMALen), 10)
+		b = appendHexField(b, " RETH va=", r.RETH.VA, 0)
+		b = appendHexField(b, " rkey=", uint64(r.RETH.RKey), 0)
+		b = appendUintField(b, " len=", uint64(r.RETH.DMALen))
 	}
 	if r.Has(bth.HdrAtomicETH) {
-		b = append(b, " AtomicETH va="...)
-		b = appendHex(b, r.AtomicETH.VA, 0)
-		b = append(b, " rkey="...)
-		b = appendHex(b, uint64(r.AtomicETH.RKey), 0)
-		b = append(b, " swap_add="...)
-		b = strconv.AppendUint(b, r.AtomicETH.SwapAdd, 10)
-		b = append(b, " compare="...)
-		b = strconv.AppendUint(b, r.AtomicETH.Compare, 10)
+		b = appendHexField(b, " AtomicETH va=", r.AtomicETH.VA, 0)
+		b = appendHexField(b, " rkey=", uint64(r.AtomicETH.RKey), 0)
+		b = appendUintField(b, " swap_add=", r.AtomicETH.SwapAdd)
+		b = appendUintField(b, " compare=", r.AtomicETH.Compare)
 	}
 	if r.Has(bth.HdrAETH) {
 		b = append(b, " AETH "...)
 		b = appendSyndrome(b, r.AETH.Syndrome)
-		b = append(b, " msn="...)
-		b = strconv.AppendUint(b, uint64(r.AETH.MSN), 10)
+		b = appendUintField(b, " msn=", uint64(r.AETH.MSN))
 	}
 	if r.Has(bth.HdrAtomicAckETH) {
-		b = append(b, " orig="...)
-		b = strconv.AppendUint(b, r.AtomicAckETH.Orig, 10)
+		b = appendUintField(b, " orig=", r.AtomicAckETH.Orig)
 	}
 	if r.Has(bth.HdrImmDt) {
-		b = append(b, " imm="...)
-		b = appendHex(b, uint64(r.ImmDt.Imm), 8)
+		b = appendHexField(b, " imm=", uint64(r.ImmDt.Imm), 8)
 	}
 	if r.Has(bth.HdrIETH) {
-		b = append(b, " IETH rkey="...)
-		b = appendHex(b, uint64(r.IETH.RKey), 0)
+		b = appendHexField(b, " IETH rkey=", uint64(r.IETH.RKey), 0)
 	}
 	if m := rec.mad; m != nil {
 		b = append(b, " MAD "...)
@@ -162,8 +141,7 @@ func appendSummary(b []byte, rec *packetRecord) []byte {
 		b = appendName(b, layers.MADMethodName(m.Method), uint64(m.Method), 2)
 		b = append(b, ' ')
 		b = appendName(b, layers.MADAttributeName(m.MgmtClass, m.AttributeID), uint64(m.AttributeID), 4)
-		b = append(b, " tid="...)
-		b = appendHex(b, m.TransactionID, 0)
+		b = appendHexField(b, " tid=", m.TransactionID, 0)
 	}
 	b = append(b, " payload="...)
 	b = strconv.AppendInt(b, int64(rec.payloadLen), 10)
@@ -198,6 +176,16 @@ func appendHex(b []byte, v uint64, digits int) []byte {
 	return strconv.AppendUint(b, v, 16)
 }
 
+// appendHexField appends label and v as appendHex does.
+func appendHexField(b []byte, label string, v uint64, digits int) []byte {
+	return appendHex(append(b, label...), v, digits)
+}
+
+// appendUintField appends label and v in decimal.
+func appendUintField(b []byte, label string, v uint64) []byte {
+	return strconv.AppendUint(append(b, label...), v, 10)
+}
+
 // appendName appends name, or v in hex when name is empty.
 func appendName(b []byte, name string, v uint64, digits int) []byte {
 	if name != "" {
@@ -213,8 +201,7 @@ func appendSyndrome(b []byte, s bth.Syndrome) []byte {
 	case bth.KindACK:
 		b = append(b, "ACK"...)
 		if s.Value() != bth.NoCredits {
-			b = append(b, " credit="...)
-			b = strconv.AppendUint(b, uint64(s.Value()), 10)
+			b = appendUintField(b, " credit=", uint64(s.Value()))
 		}
 	case bth.KindRNRNAK:
 		b = append(b, "RNR_NAK "...)
@@ -223,8 +210,7 @@ func appendSyndrome(b []byte, s bth.Syndrome) []byte {
 		b = append(b, "NAK "...)
 		b = append(b, s.NAKCode().String()...)
 	default:
-		b = append(b, "RESERVED "...)
-		b = appendHex(b, uint64(s), 2)
+		b = appendHexField(b, "RESERVED ", uint64(s), 2)
 	}
 	return b
 }

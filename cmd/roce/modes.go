@@ -322,11 +322,8 @@ func cString(b []byte) string {
 func writeImmServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	for {
 		wc, err := s.expect(ctx, roce.WCRecvRDMAWithIm)
-		if errors.Is(err, errPeerGone) {
-			return nil
-		}
 		if err != nil {
-			return err
+			return sessionEnd(err)
 		}
 		data := s.mr.Bytes()[:wc.ByteLen]
 		fmt.Fprintf(o.out, "RECV notified: imm=0x%08x, %d bytes written: %q\n", wc.Imm, wc.ByteLen, data)
@@ -363,11 +360,8 @@ const lineSlot = 2048
 func sendServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	for n := 1; ; n++ {
 		wc, err := s.expect(ctx, roce.WCRecv)
-		if errors.Is(err, errPeerGone) {
-			return nil
-		}
 		if err != nil {
-			return err
+			return sessionEnd(err)
 		}
 		fmt.Fprintf(o.out, "Received: %s\n", s.mr.Bytes()[:wc.ByteLen])
 		if err := s.postRecv(0, 0, lineSlot); err != nil {
@@ -430,11 +424,8 @@ func writeServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	slot := s.mr.Len() / writeSlots
 	for {
 		wc, err := s.expect(ctx, roce.WCRecvRDMAWithIm)
-		if errors.Is(err, errPeerGone) {
-			return nil
-		}
 		if err != nil {
-			return err
+			return sessionEnd(err)
 		}
 		off := int(wc.Imm%writeSlots) * slot
 		fmt.Fprintf(o.out, "Received via RDMA WRITE: %s\n", s.mr.Bytes()[off:off+int(wc.ByteLen)])
@@ -563,11 +554,8 @@ func lambdaServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	half := s.mr.Len() / 2
 	for {
 		wc, err := s.expect(ctx, roce.WCRecv)
-		if errors.Is(err, errPeerGone) {
-			return nil
-		}
 		if err != nil {
-			return err
+			return sessionEnd(err)
 		}
 		call := string(s.mr.Bytes()[half : half+int(wc.ByteLen)])
 		answer := lambdaCall(call, s.mr.Bytes()[:half], func(res []byte) error {
@@ -704,11 +692,8 @@ func paramsServer(ctx context.Context, s *session, o *modeOpts, state any) error
 	b := s.mr.Bytes()
 	for {
 		wc, err := s.expect(ctx, roce.WCRecv)
-		if errors.Is(err, errPeerGone) {
-			return nil
-		}
 		if err != nil {
-			return err
+			return sessionEnd(err)
 		}
 		msg := string(b[8*st.dim : 8*st.dim+int(wc.ByteLen)])
 		st.mu.Lock()

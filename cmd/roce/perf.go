@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -122,15 +121,11 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 }
 
 func perfMain(args []string, stdout, stderr io.Writer, env *toolEnv) int {
-	o, fs, err := parsePerf(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, "usage: roce perf %s\n\n%s\n\n", perfUsage, perfHelp)
-		printDefaults(fs, stdout)
-		return exitOK
-	}
-	if err != nil {
-		return exitCode(stderr, "perf", err)
-	}
+	return toolCommand("perf", perfUsage, perfHelp, parsePerf, args, stdout, stderr, env)
+}
+
+// run runs the test these options describe.
+func (o *perfOptions) run(stdout, stderr io.Writer, env *toolEnv) error {
 	r := &perfRun{o: o, env: env, out: stdout}
 	if o.dev.trace {
 		r.log = newStepLogger(stderr)
@@ -138,15 +133,15 @@ func perfMain(args []string, stdout, stderr io.Writer, env *toolEnv) int {
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
-			return exitCode(stderr, "perf", err)
+			return err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return exitCode(stderr, "perf", err)
+			return err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	return exitCode(stderr, "perf", r.main())
+	return r.main()
 }
 
 func parsePerf(args []string) (*perfOptions, *flag.FlagSet, error) {
@@ -635,9 +630,14 @@ func (r *perfRun) params(peer *oob.PerftestDest) *roce.ConnParams {
 	return c
 }
 
-// connect moves QP i to RTR towards the peer's entry, and on to RTS for
-// a side that sends (ctx_connect: a bandwidth server stays in RTR).
+// connect trades the QPs' entries with the peer, then moves QP i to RTR
+// towards the peer's entry, and on to RTS for a side that sends
+// (ctx_connect: a bandwidth server stays in RTR).
 func (r *perfRun) connect() error {
+	var err error
+	if r.remote, err = r.pt.ExchangeDests(r.ctx, r.local); err != nil {
+		return err
+	}
 	if r.o.rdmaCM { // rdma_cm has connected them
 		return nil
 	}
@@ -675,19 +675,68 @@ func (r *perfRun) exchangeAndPrint() error {
 	return nil
 }
 
-// flowBW is ib_write_bw, ib_read_bw and ib_atomic_bw.
-func (r *perfRun) flowBW() error {
-	var err error
-	if r.remote, err = r.pt.ExchangeDests(r.ctx, r.local); err != nil {
-		return err
-	}
+// rdmaPrologue is what ib_write_bw, ib_read_bw and ib_atomic_bw do
+// before the traffic (and the latency tests after latPrologue's first
+// handshake): the entries and the connection, the printed entries, a
+// barrier.
+func (r *perfRun) rdmaPrologue() error {
 	if err := r.connect(); err != nil {
 		return err
 	}
 	if err := r.exchangeAndPrint(); err != nil {
 		return err
 	}
-	if err := r.pt.Barrier(r.ctx); err != nil { // after moving the QPs to RTR
+	return r.pt.Barrier(r.ctx) // after moving the QPs to RTR
+}
+
+// sendPrologue is what ib_send_bw and ib_send_lat do before the
+// traffic: the entries and the connection, a barrier, then the printed
+// entries.
+func (r *perfRun) sendPrologue() error {
+	if err := r.connect(); err != nil {
+		return err
+	}
+	if err := r.pt.Barrier(r.ctx); err != nil {
+		return err
+	}
+	return r.exchangeAndPrint()
+}
+
+// record keeps res as the run's result and prints its table row.
+func (r *perfRun) record(res *perfResult) {
+	r.result = res
+	if res.bw != nil {
+		r.printBW(res.bw)
+	} else {
+		r.printLat(res)
+	}
+}
+
+// lineThenClose ends a run as ib_send_bw and ib_send_lat do: the line
+// under the results, then the closing exchange, then the JSON object
+// (--json).
+func (r *perfRun) lineThenClose() error {
+	r.print(perfResultLine)
+	if err := r.pt.CloseConnection(r.ctx); err != nil {
+		return err
+	}
+	return r.printJSON()
+}
+
+// closeThenLine ends a run as ib_read_lat, ib_atomic_lat and a bandwidth
+// server do: the closing exchange, then the line under the results, then
+// the JSON object (--json).
+func (r *perfRun) closeThenLine() error {
+	if err := r.pt.CloseConnection(r.ctx); err != nil {
+		return err
+	}
+	r.print(perfResultLine)
+	return r.printJSON()
+}
+
+// flowBW is ib_write_bw, ib_read_bw and ib_atomic_bw.
+func (r *perfRun) flowBW() error {
+	if err := r.rdmaPrologue(); err != nil {
 		return err
 	}
 	r.printBWTitle()
@@ -701,21 +750,15 @@ func (r *perfRun) flowBW() error {
 		if err != nil {
 			return err
 		}
-		r.result = &perfResult{bw: &perfBW{size: rep.Size, iters: rep.Iters, peak: rep.BWPeak, avg: rep.BWAvg,
-			rate: rep.MsgRateAvg}, fromPeer: true}
-		r.printBW(r.result.bw)
-		if err := r.pt.CloseConnection(r.ctx); err != nil {
-			return err
-		}
-		r.print(perfResultLine)
-		return r.printJSON()
+		r.record(&perfResult{bw: &perfBW{size: rep.Size, iters: rep.Iters, peak: rep.BWPeak, avg: rep.BWAvg,
+			rate: rep.MsgRateAvg}, fromPeer: true})
+		return r.closeThenLine()
 	}
 	res, err := r.runBWClient()
 	if err != nil {
 		return err
 	}
-	r.result = res
-	r.printBW(res.bw)
+	r.record(res)
 	r.print(perfResultLine)
 	if err := r.pt.Barrier(r.ctx); err != nil {
 		return err
@@ -731,17 +774,7 @@ func (r *perfRun) flowBW() error {
 
 // flowSendBW is ib_send_bw.
 func (r *perfRun) flowSendBW() error {
-	var err error
-	if r.remote, err = r.pt.ExchangeDests(r.ctx, r.local); err != nil {
-		return err
-	}
-	if err := r.connect(); err != nil {
-		return err
-	}
-	if err := r.pt.Barrier(r.ctx); err != nil {
-		return err
-	}
-	if err := r.exchangeAndPrint(); err != nil {
+	if err := r.sendPrologue(); err != nil {
 		return err
 	}
 	r.printBWTitle()
@@ -754,6 +787,7 @@ func (r *perfRun) flowSendBW() error {
 		return err
 	}
 	var res *perfResult
+	var err error
 	if r.role == oob.Client {
 		res, err = r.runBWClient()
 	} else {
@@ -762,28 +796,13 @@ func (r *perfRun) flowSendBW() error {
 	if err != nil {
 		return err
 	}
-	r.result = res
-	r.printBW(res.bw)
-	r.print(perfResultLine)
-	if err := r.pt.CloseConnection(r.ctx); err != nil {
-		return err
-	}
-	return r.printJSON()
+	r.record(res)
+	return r.lineThenClose()
 }
 
 // flowSendLat is ib_send_lat.
 func (r *perfRun) flowSendLat() error {
-	var err error
-	if r.remote, err = r.pt.ExchangeDests(r.ctx, r.local); err != nil {
-		return err
-	}
-	if err := r.connect(); err != nil {
-		return err
-	}
-	if err := r.pt.Barrier(r.ctx); err != nil {
-		return err
-	}
-	if err := r.exchangeAndPrint(); err != nil {
+	if err := r.sendPrologue(); err != nil {
 		return err
 	}
 	r.printLatTitle()
@@ -797,13 +816,8 @@ func (r *perfRun) flowSendLat() error {
 	if err != nil {
 		return err
 	}
-	r.result = res
-	r.printLat(res)
-	r.print(perfResultLine)
-	if err := r.pt.CloseConnection(r.ctx); err != nil {
-		return err
-	}
-	return r.printJSON()
+	r.record(res)
+	return r.lineThenClose()
 }
 
 // flowWriteLat is ib_write_lat, which ends without a closing exchange.
@@ -816,8 +830,7 @@ func (r *perfRun) flowWriteLat() error {
 	if err != nil {
 		return err
 	}
-	r.result = res
-	r.printLat(res)
+	r.record(res)
 	r.print(perfResultLine)
 	return r.printJSON()
 }
@@ -829,42 +842,22 @@ func (r *perfRun) flowReadLat() error {
 		return err
 	}
 	if r.role == oob.Server {
-		if err := r.pt.CloseConnection(r.ctx); err != nil {
-			return err
-		}
-		r.print(perfResultLine)
-		return r.printJSON()
+		return r.closeThenLine()
 	}
 	r.printLatTitle()
 	res, err := r.runLatRead()
 	if err != nil {
 		return err
 	}
-	r.result = res
-	r.printLat(res)
-	if err := r.pt.CloseConnection(r.ctx); err != nil {
-		return err
-	}
-	r.print(perfResultLine)
-	return r.printJSON()
+	r.record(res)
+	return r.closeThenLine()
 }
 
 // latPrologue is what ib_write_lat, ib_read_lat and ib_atomic_lat do
-// before the traffic: a handshake of the first entry, the entries, the
-// connection, the printed entries, a barrier.
+// before the traffic: a handshake of the first entry, then rdmaPrologue.
 func (r *perfRun) latPrologue() error {
 	if _, err := r.pt.HandShake(r.ctx, r.local[0]); err != nil {
 		return err
 	}
-	var err error
-	if r.remote, err = r.pt.ExchangeDests(r.ctx, r.local); err != nil {
-		return err
-	}
-	if err := r.connect(); err != nil {
-		return err
-	}
-	if err := r.exchangeAndPrint(); err != nil {
-		return err
-	}
-	return r.pt.Barrier(r.ctx)
+	return r.rdmaPrologue()
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,29 @@ import (
 // the roce binary uses.
 type toolEnv struct {
 	memNet *mem.Network
+}
+
+// toolOptions are the parsed options of roce perf or roce pingpong,
+// which run the tool in the role they name.
+type toolOptions interface {
+	run(stdout, stderr io.Writer, env *toolEnv) error
+}
+
+// toolCommand is the body of roce perf and roce pingpong (name): it parses
+// args, prints the synopsis, help text and flags on -h, and otherwise
+// runs the tool, reporting errors under the command's name.
+func toolCommand[O toolOptions](name, usage, help string, parse func([]string) (O, *flag.FlagSet, error),
+	args []string, stdout, stderr io.Writer, env *toolEnv) int {
+	o, fs, err := parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stdout, "usage: roce %s %s\n\n%s\n\n", name, usage, help)
+		printDefaults(fs, stdout)
+		return exitOK
+	}
+	if err != nil {
+		return exitCode(stderr, name, err)
+	}
+	return exitCode(stderr, name, o.run(stdout, stderr, env))
 }
 
 // getoptArgs rewrites a getopt-style command line into one fs parses:

@@ -220,19 +220,10 @@ func (r *perfRun) runBWClient() (*perfResult, error) {
 		}
 	}
 	res := &perfResult{messages: totS, allocs: mem.end(), elapsed: time.Since(base)}
-	b := &perfBW{size: uint64(o.size)}
-	if dur {
-		from, to := ph.window()
-		b.iters = sampled
-		b.avg, b.rate = perfBWAverage(o.size, sampled, to-from)
-	} else {
-		b.iters = tot
-		b.avg, b.rate = perfBWAverage(o.size, tot, lastDone-firstPost)
-		if peak {
-			b.peak = perfBWPeak(o.size, posted, completed, cqMod)
-		}
+	res.bw = r.bwFigures(tot, lastDone-firstPost, sampled, &ph)
+	if peak { // never in a duration run (noPeak)
+		res.bw.peak = perfBWPeak(o.size, posted, completed, cqMod)
 	}
-	res.bw = b
 	return res, nil
 }
 
@@ -305,17 +296,25 @@ func (r *perfRun) runBWServer() (*perfResult, error) {
 		last = t
 	}
 	res := &perfResult{messages: rcnt, allocs: mem.end(), elapsed: time.Since(base)}
-	b := &perfBW{size: uint64(o.size)}
-	if dur {
+	res.bw = r.bwFigures(tot, last-first, sampled, &ph)
+	return res, nil
+}
+
+// bwFigures are a bandwidth test's averages as print_report_bw computes
+// them: over the tot messages and their span (iterations), or over the
+// messages sampled in the sample period (duration).
+func (r *perfRun) bwFigures(tot uint64, span time.Duration, sampled uint64, ph *perfPhases) *perfBW {
+	size := r.o.size
+	b := &perfBW{size: uint64(size)}
+	if r.o.duration > 0 {
 		from, to := ph.window()
 		b.iters = sampled
-		b.avg, b.rate = perfBWAverage(o.size, sampled, to-from)
+		b.avg, b.rate = perfBWAverage(size, sampled, to-from)
 	} else {
 		b.iters = tot
-		b.avg, b.rate = perfBWAverage(o.size, tot, last-first)
+		b.avg, b.rate = perfBWAverage(size, tot, span)
 	}
-	res.bw = b
-	return res, nil
+	return b
 }
 
 // runLatSend is run_iter_lat_send: the client sends first; each side
@@ -326,15 +325,11 @@ func (r *perfRun) runLatSend() (*perfResult, error) {
 	iters := uint64(o.iters)
 	client := r.role == oob.Client
 	q := r.qps[0]
-	sge := make([]roce.SGE, 1)
-	wr := []roce.SendWR{r.sendWR(0, sge)}
+	wr := r.latWR()
 	rwr := r.recvWRs(0, 1)
 	wc := make([]roce.WC, 1)
 	w := newCQWaiter(r.latSpin())
-	var tposted []time.Duration
-	if !dur {
-		tposted = make([]time.Duration, iters)
-	}
+	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, rcnt, sampled uint64
 	var mem perfMem
@@ -401,17 +396,13 @@ func (r *perfRun) runLatWrite() (*perfResult, error) {
 	iters := uint64(o.iters)
 	server := r.role == oob.Server
 	q := r.qps[0]
-	sge := make([]roce.SGE, 1)
-	wr := []roce.SendWR{r.sendWR(0, sge)}
+	wr := r.latWR()
 	wr[0].Flags = roce.Signaled
 	postByte := &r.buf[o.size-1]               // the last byte of what this side writes
 	pollByte := &r.buf[o.qps*r.bufSz+o.size-1] // the last byte the peer writes here
 	wc := make([]roce.WC, 1)
 	w := newCQWaiter(r.latSpin())
-	var tposted []time.Duration
-	if !dur {
-		tposted = make([]time.Duration, iters)
-	}
+	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, ccnt, rcnt, sampled uint64
 	var mem perfMem
@@ -464,15 +455,11 @@ func (r *perfRun) runLatRead() (*perfResult, error) {
 	dur := o.duration > 0
 	iters := uint64(o.iters)
 	q := r.qps[0]
-	sge := make([]roce.SGE, 1)
-	wr := []roce.SendWR{r.sendWR(0, sge)}
+	wr := r.latWR()
 	wr[0].Flags = roce.Signaled
 	wc := make([]roce.WC, 1)
 	w := newCQWaiter(r.latSpin())
-	var tposted []time.Duration
-	if !dur {
-		tposted = make([]time.Duration, iters)
-	}
+	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, sampled uint64
 	var mem perfMem
@@ -501,6 +488,21 @@ func (r *perfRun) runLatRead() (*perfResult, error) {
 		}
 	}
 	return r.latResult(tposted, sampled, &ph, scnt, mem.end(), time.Since(base), 1), nil
+}
+
+// latWR returns the one work request a latency test posts on QP 0, over
+// and over.
+func (r *perfRun) latWR() []roce.SendWR {
+	return []roce.SendWR{r.sendWR(0, make([]roce.SGE, 1))}
+}
+
+// postTimes returns room for a latency test's posting times: one per
+// iteration; none in a duration run.
+func (r *perfRun) postTimes() []time.Duration {
+	if r.o.duration > 0 {
+		return nil
+	}
+	return make([]time.Duration, r.o.iters)
 }
 
 // latSpin is how a latency test waits: it busy-polls where that pays

@@ -86,16 +86,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 }
 
 func pingpongMain(args []string, stdout, stderr io.Writer, env *toolEnv) int {
-	o, fs, err := parsePingpong(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(stdout, "usage: roce pingpong %s\n\n%s\n\n", pingpongUsage, pingpongHelp)
-		printDefaults(fs, stdout)
-		return exitOK
-	}
-	if err != nil {
-		return exitCode(stderr, "pingpong", err)
-	}
-	return exitCode(stderr, "pingpong", o.run(stdout, stderr, env))
+	return toolCommand("pingpong", pingpongUsage, pingpongHelp, parsePingpong, args, stdout, stderr, env)
 }
 
 const pingpongHelp = `Runs rdma-core's ibv_rc_pingpong (default), ibv_uc_pingpong (--uc), ibv_ud_pingpong

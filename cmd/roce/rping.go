@@ -54,6 +54,15 @@ const (
 	rpingErrorState    = 11
 )
 
+// rpingStateNames are the names rping's messages give the states a test
+// waits for.
+var rpingStateNames = map[int]string{
+	rpingReadAdv:       "RDMA_READ_ADV",
+	rpingReadComplete:  "RDMA_READ_COMPLETE",
+	rpingWriteAdv:      "RDMA_WRITE_ADV",
+	rpingWriteComplete: "RDMA_WRITE_COMPLETE",
+}
+
 // rpingOptions are rping's flags and goroce's additions.
 type rpingOptions struct {
 	server, client   bool
@@ -442,8 +451,24 @@ func (r *rpinger) postRecv() error {
 
 // postSend sends our rping_rdma_info (sq_wr).
 func (r *rpinger) postSend() error {
-	return r.qp.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: r.send.Addr(), Length: rpingInfoLen, LKey: r.send.LKey()}}}})
+	return r.post(roce.SendWR{Opcode: roce.OpSend, Flags: roce.Signaled,
+		SGL: []roce.SGE{{Addr: r.send.Addr(), Length: rpingInfoLen, LKey: r.send.LKey()}}})
+}
+
+// postRDMA READs n bytes of the peer's advertised buffer into ours, or
+// WRITEs n bytes of ours into it (rdma_sq_wr).
+func (r *rpinger) postRDMA(op roce.WROpcode, n uint32) error {
+	return r.post(roce.SendWR{Opcode: op, Flags: roce.Signaled,
+		SGL:        []roce.SGE{{Addr: r.rdma.Addr(), Length: n, LKey: r.rdma.LKey()}},
+		RemoteAddr: r.remoteAddr, RKey: r.remoteRKey})
+}
+
+// post posts one work request, failing as rping says it.
+func (r *rpinger) post(wr roce.SendWR) error {
+	if err := r.qp.PostSend([]roce.SendWR{wr}); err != nil {
+		return fmt.Errorf("post send error %w", err)
+	}
+	return nil
 }
 
 // formatSend puts a buffer's {addr, rkey, size} in the send buffer.
@@ -483,13 +508,7 @@ func (r *rpinger) runServer(ctx context.Context, addr netip.Addr) error {
 		}
 		return fmt.Errorf("connect error: %w", err)
 	}
-	r.state = rpingConnected
-	err = r.testServer(ctx)
-	r.disconnect()
-	if err != nil {
-		return fmt.Errorf("rping server failed: %w", err)
-	}
-	return nil
+	return r.runTest(ctx, "server", r.testServer)
 }
 
 func (r *rpinger) pathMTU() roce.MTU {
@@ -502,67 +521,59 @@ func (r *rpinger) pathMTU() roce.MTU {
 // client disconnects.
 func (r *rpinger) testServer(ctx context.Context) error {
 	for {
-		if err := r.wait(ctx); err != nil {
+		if err := r.await(ctx, rpingReadAdv); err != nil {
 			return err
-		}
-		if r.state != rpingReadAdv {
-			return r.unexpected("RDMA_READ_ADV")
 		}
 		if r.o.debug {
 			fmt.Fprintln(r.stdout, "server received sink adv")
 		}
-		if err := r.qp.PostSend([]roce.SendWR{{Opcode: roce.OpRead, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: r.rdma.Addr(), Length: r.remLen, LKey: r.rdma.LKey()}},
-			RemoteAddr: r.remoteAddr, RKey: r.remoteRKey}}); err != nil {
-			return fmt.Errorf("post send error %w", err)
-		}
-		if err := r.wait(ctx); err != nil {
+		if err := r.postRDMA(roce.OpRead, r.remLen); err != nil {
 			return err
 		}
-		if r.state != rpingReadComplete {
-			return r.unexpected("RDMA_READ_COMPLETE")
+		if err := r.await(ctx, rpingReadComplete); err != nil {
+			return err
 		}
 		if r.o.verbose {
 			fmt.Fprintf(r.stdout, "server ping data: %s\n", rpingCString(r.rdma.Bytes()))
 		}
 		if err := r.postSend(); err != nil {
-			return fmt.Errorf("post send error %w", err)
-		}
-		if err := r.wait(ctx); err != nil {
 			return err
 		}
-		if r.state != rpingWriteAdv {
-			return r.unexpected("RDMA_WRITE_ADV")
+		if err := r.await(ctx, rpingWriteAdv); err != nil {
+			return err
 		}
 		n := len(rpingCString(r.rdma.Bytes())) + 1
 		if n > len(r.rdma.Bytes()) {
 			n = len(r.rdma.Bytes())
 		}
-		if err := r.qp.PostSend([]roce.SendWR{{Opcode: roce.OpWrite, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: r.rdma.Addr(), Length: uint32(n), LKey: r.rdma.LKey()}},
-			RemoteAddr: r.remoteAddr, RKey: r.remoteRKey}}); err != nil {
-			return fmt.Errorf("post send error %w", err)
-		}
-		if err := r.wait(ctx); err != nil {
+		if err := r.postRDMA(roce.OpWrite, uint32(n)); err != nil {
 			return err
 		}
-		if r.state != rpingWriteComplete {
-			return r.unexpected("RDMA_WRITE_COMPLETE")
+		if err := r.await(ctx, rpingWriteComplete); err != nil {
+			return err
 		}
 		if err := r.postSend(); err != nil {
-			return fmt.Errorf("post send error %w", err)
+			return err
 		}
 	}
 }
 
-// unexpected reports rping's "wait for X state N" and, as rping does,
-// treats a disconnection as the normal end.
-func (r *rpinger) unexpected(want string) error {
-	fmt.Fprintf(r.stderr, "wait for %s state %d\n", want, r.state)
-	if r.state == rpingDisconnected {
+// await is one sem_wait after which the state must be want. Otherwise it
+// prints rping's "wait for X state N" and fails, with errRpingPeerGone
+// when the peer disconnected.
+func (r *rpinger) await(ctx context.Context, want int) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	if r.state == want {
 		return nil
 	}
-	return fmt.Errorf("wait for %s: state %d", want, r.state)
+	name := rpingStateNames[want]
+	fmt.Fprintf(r.stderr, "wait for %s state %d\n", name, r.state)
+	if r.state == rpingDisconnected {
+		return errRpingPeerGone
+	}
+	return fmt.Errorf("wait for %s: state %d", name, r.state)
 }
 
 func (r *rpinger) runClient(ctx context.Context, addr netip.Addr) error {
@@ -581,11 +592,21 @@ func (r *rpinger) runClient(ctx context.Context, addr netip.Addr) error {
 		}
 		return fmt.Errorf("connect error: %w", err)
 	}
+	return r.runTest(ctx, "client", r.testClient)
+}
+
+// errRpingPeerGone is the peer disconnecting while a test waits: the
+// normal end of rping's test.
+var errRpingPeerGone = errors.New("the peer disconnected")
+
+// runTest runs side's test (rping_test_server or rping_test_client) on
+// the connection just made, then disconnects.
+func (r *rpinger) runTest(ctx context.Context, side string, test func(context.Context) error) error {
 	r.state = rpingConnected
-	err = r.testClient(ctx)
+	err := test(ctx)
 	r.disconnect()
-	if err != nil {
-		return fmt.Errorf("rping client failed: %w", err)
+	if err != nil && !errors.Is(err, errRpingPeerGone) {
+		return fmt.Errorf("rping %s failed: %w", side, err)
 	}
 	return nil
 }
@@ -611,23 +632,17 @@ func (r *rpinger) testClient(ctx context.Context) error {
 		buf[len(buf)-1] = 0
 		r.formatSend(r.start)
 		if err := r.postSend(); err != nil {
-			return fmt.Errorf("post send error %w", err)
-		}
-		if err := r.wait(ctx); err != nil {
 			return err
 		}
-		if r.state != rpingWriteAdv {
-			return r.unexpected("RDMA_WRITE_ADV")
+		if err := r.await(ctx, rpingWriteAdv); err != nil {
+			return err
 		}
 		r.formatSend(r.rdma)
 		if err := r.postSend(); err != nil {
-			return fmt.Errorf("post send error %w", err)
-		}
-		if err := r.wait(ctx); err != nil {
 			return err
 		}
-		if r.state != rpingWriteComplete {
-			return r.unexpected("RDMA_WRITE_COMPLETE")
+		if err := r.await(ctx, rpingWriteComplete); err != nil {
+			return err
 		}
 		if r.o.valid && !bytes.Equal(r.start.Bytes(), r.rdma.Bytes()) {
 			fmt.Fprintln(r.stderr, "data mismatch!")

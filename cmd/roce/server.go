@@ -94,23 +94,34 @@ func (f *scenarioFlags) parse(name string, fs *flag.FlagSet, args []string, stdo
 	return m, nil
 }
 
-func runServer(args []string, stdout, stderr io.Writer) int {
+// scenarioMain is the body of roce server and roce client (name): it
+// parses the flags (printing the help on -h) and runs side with the
+// arguments left, until it is done or interrupted (SIGINT, SIGTERM).
+func scenarioMain(name, usage string, args []string, stdout, stderr io.Writer,
+	side func(ctx context.Context, f *scenarioFlags, m *mode, rest []string) error) int {
 	var f scenarioFlags
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	f.register(fs, false)
-	m, err := f.parse("server", fs, args, stdout, serverUsage)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	f.register(fs, name == "client")
+	m, err := f.parse(name, fs, args, stdout, usage)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	if err == nil && fs.NArg() > 0 {
-		err = usageErr("unexpected argument %q (the server takes no address; see --bind)", fs.Arg(0))
-	}
 	if err != nil {
-		return exitCode(stderr, "server", err)
+		return exitCode(stderr, name, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, unix.SIGTERM)
 	defer stop()
-	return exitCode(stderr, "server", serve(ctx, &f, m, os.Stdin, stdout, stderr))
+	return exitCode(stderr, name, side(ctx, &f, m, fs.Args()))
+}
+
+func runServer(args []string, stdout, stderr io.Writer) int {
+	return scenarioMain("server", serverUsage, args, stdout, stderr,
+		func(ctx context.Context, f *scenarioFlags, m *mode, rest []string) error {
+			if len(rest) > 0 {
+				return usageErr("unexpected argument %q (the server takes no address; see --bind)", rest[0])
+			}
+			return serve(ctx, f, m, os.Stdin, stdout, stderr)
+		})
 }
 
 func serve(ctx context.Context, f *scenarioFlags, m *mode, in io.Reader, stdout, stderr io.Writer) error {
@@ -179,22 +190,13 @@ func serve(ctx context.Context, f *scenarioFlags, m *mode, in io.Reader, stdout,
 }
 
 func runClient(args []string, stdout, stderr io.Writer) int {
-	var f scenarioFlags
-	fs := flag.NewFlagSet("client", flag.ContinueOnError)
-	f.register(fs, true)
-	m, err := f.parse("client", fs, args, stdout, clientUsage)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err == nil && fs.NArg() != 1 {
-		err = usageErr("want the server's address as the one argument")
-	}
-	if err != nil {
-		return exitCode(stderr, "client", err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, unix.SIGTERM)
-	defer stop()
-	return exitCode(stderr, "client", dial(ctx, &f, m, fs.Arg(0), os.Stdin, stdout, stderr))
+	return scenarioMain("client", clientUsage, args, stdout, stderr,
+		func(ctx context.Context, f *scenarioFlags, m *mode, rest []string) error {
+			if len(rest) != 1 {
+				return usageErr("want the server's address as the one argument")
+			}
+			return dial(ctx, f, m, rest[0], os.Stdin, stdout, stderr)
+		})
 }
 
 func dial(ctx context.Context, f *scenarioFlags, m *mode, server string, in io.Reader, stdout, stderr io.Writer) error {

@@ -157,15 +157,25 @@ type sessionConfig struct {
 	cm      string            // how the sides connect: rdmacm or tcp
 }
 
-// openSession opens a device and sets a session up on it (the client).
-func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logger) (*session, error) {
+// openPD opens the device cfg describes and allocates its protection
+// domain; it closes the device when that fails.
+func (c *sessionConfig) openPD(cfg *roce.Config, log *slog.Logger) (roce.Device, roce.PD, error) {
 	dev, err := c.dev.open(cfg, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pd, err := dev.AllocPD()
 	if err != nil {
 		dev.Close()
+		return nil, nil, err
+	}
+	return dev, pd, nil
+}
+
+// openSession opens a device and sets a session up on it (the client).
+func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logger) (*session, error) {
+	dev, pd, err := c.openPD(cfg, log)
+	if err != nil {
 		return nil, err
 	}
 	s, err := newSession(c, role, dev, pd, log)
@@ -263,6 +273,16 @@ func (s *session) freeResources() {
 
 // errPeerGone means the peer ended the session.
 var errPeerGone = errors.New("the peer disconnected")
+
+// sessionEnd is what a server's loop returns when waiting for the client's
+// next message failed with err: nothing when the client has gone (the
+// session's normal end), else err.
+func sessionEnd(err error) error {
+	if errors.Is(err, errPeerGone) {
+		return nil
+	}
+	return err
+}
 
 // peerGrace is how long a session keeps polling after the peer hung up,
 // for completions already on their way.
@@ -461,13 +481,8 @@ func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error)
 	if !cfg.Addr.IsValid() {
 		return nil, usageErr("--bind is needed with --transport %s (the address clients reach)", c.dev.transport)
 	}
-	dev, err := c.dev.open(cfg, log)
+	dev, pd, err := c.openPD(cfg, log)
 	if err != nil {
-		return nil, err
-	}
-	pd, err := dev.AllocPD()
-	if err != nil {
-		dev.Close()
 		return nil, err
 	}
 	host := cfg.Addr.String()
