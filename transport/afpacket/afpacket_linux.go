@@ -23,6 +23,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/mmsg"
+	"github.com/goroce/goroce/transport/internal/stats"
 )
 
 // Transport carries RoCEv2 in raw Ethernet frames on one interface. It is
@@ -43,7 +45,7 @@ type Transport struct {
 	maxPacket int
 	ipid      atomic.Uint32
 	log       *slog.Logger
-	stats     counters
+	stats     stats.Counters
 
 	sendMu sync.Mutex
 	tx     txState
@@ -55,11 +57,6 @@ type Transport struct {
 }
 
 var _ transport.Transport = (*Transport)(nil)
-
-type counters struct {
-	txPackets, txBytes, txErrors                  atomic.Uint64
-	rxPackets, rxBytes, rxICRCErrors, rxMalformed atomic.Uint64
-}
 
 // New opens an AF_PACKET socket on cfg.Interface and returns a Transport
 // on it. Without CAP_NET_RAW it returns an error that wraps
@@ -240,14 +237,7 @@ func (t *Transport) BatchSize() int { return t.cfg.BatchSize }
 func (t *Transport) MaxPacket() int { return t.maxPacket }
 
 // Stats returns the transport's counters.
-func (t *Transport) Stats() transport.Stats {
-	s := &t.stats
-	return transport.Stats{
-		TxPackets: s.txPackets.Load(), TxBytes: s.txBytes.Load(), TxErrors: s.txErrors.Load(),
-		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(),
-		RxICRCErrors: s.rxICRCErrors.Load(), RxMalformed: s.rxMalformed.Load(),
-	}
-}
+func (t *Transport) Stats() transport.Stats { return t.stats.Snapshot() }
 
 // Start begins delivering received packets to h from a goroutine the
 // Transport owns, until Close.
@@ -285,18 +275,11 @@ func (t *Transport) Close() error {
 	return err
 }
 
-// mmsghdr is struct mmsghdr of sendmmsg(2) and recvmmsg(2).
-type mmsghdr struct {
-	hdr unix.Msghdr
-	n   uint32
-}
-
 // rxState is the receive goroutine's state.
 type rxState struct {
 	t      *Transport
 	h      transport.Handler
-	msgs   []mmsghdr
-	iovs   []unix.Iovec
+	msgs   []mmsg.Msg
 	names  []unix.RawSockaddrLinklayer
 	bufs   [][]byte
 	batch  []transport.Packet
@@ -316,48 +299,28 @@ func newRxState(t *Transport, h transport.Handler) *rxState {
 	size := vnetHdrLen + bth.EthernetLen + 2*bth.VLANTagLen + max(65535, t.ifi.MTU)
 	rx := &rxState{
 		t: t, h: h,
-		msgs:  make([]mmsghdr, b),
-		iovs:  make([]unix.Iovec, b),
+		msgs:  make([]mmsg.Msg, b),
 		names: make([]unix.RawSockaddrLinklayer, b),
-		bufs:  make([][]byte, b),
 		batch: make([]transport.Packet, 0, t.cfg.BatchSize),
 	}
-	backing := make([]byte, b*size)
+	rx.bufs = mmsg.Buffers(rx.msgs, size)
 	for i := range rx.msgs {
-		rx.bufs[i] = backing[i*size : (i+1)*size : (i+1)*size]
-		rx.iovs[i].Base = &rx.bufs[i][0]
-		rx.iovs[i].SetLen(size)
-		h := &rx.msgs[i].hdr
-		h.Name = (*byte)(unsafe.Pointer(&rx.names[i]))
-		h.Iov = &rx.iovs[i]
-		h.SetIovlen(1)
+		rx.msgs[i].Hdr.Name = (*byte)(unsafe.Pointer(&rx.names[i]))
 	}
 	rx.readFn = rx.read
 	return rx
 }
 
+// read is the RawConn.Read callback: one recvmmsg into rx. It returns
+// false to wait in the poller: nothing waiting, or interrupted at every
+// retry.
 func (rx *rxState) read(fd uintptr) bool {
 	for i := range rx.msgs {
-		rx.msgs[i].hdr.Namelen = unix.SizeofSockaddrLinklayer
-		rx.msgs[i].hdr.Flags = 0
+		rx.msgs[i].Hdr.Namelen = unix.SizeofSockaddrLinklayer
+		rx.msgs[i].Hdr.Flags = 0
 	}
-	for range 100 { // EINTR retries
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&rx.msgs[0])),
-			uintptr(len(rx.msgs)), 0, 0, 0)
-		switch e {
-		case 0:
-			rx.n, rx.errno = int(n), 0
-			return true
-		case unix.EAGAIN:
-			return false
-		case unix.EINTR:
-			continue
-		default:
-			rx.n, rx.errno = 0, e
-			return true
-		}
-	}
-	return false
+	rx.n, rx.errno = mmsg.Recv(fd, rx.msgs, 0)
+	return rx.errno != unix.EAGAIN && rx.errno != unix.EINTR
 }
 
 func (t *Transport) receive(rx *rxState) {
@@ -383,11 +346,11 @@ func (t *Transport) receive(rx *rxState) {
 			if rx.names[i].Pkttype == unix.PACKET_OUTGOING {
 				continue // our own frames
 			}
-			if m.hdr.Flags&unix.MSG_TRUNC != 0 {
+			if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
 				rx.malformed++
 				continue
 			}
-			rx.frame(rx.bufs[i][:m.n])
+			rx.frame(rx.bufs[i][:m.Len])
 		}
 		rx.flush()
 	}
@@ -484,17 +447,7 @@ func (rx *rxState) deliver(p []byte, f *bth.Flow, tos uint8) {
 
 // flush counts, then hands the batch to the handler.
 func (rx *rxState) flush() {
-	s := &rx.t.stats
-	if rx.packets != 0 {
-		s.rxPackets.Add(rx.packets)
-		s.rxBytes.Add(rx.bytes)
-	}
-	if rx.icrcErrors != 0 {
-		s.rxICRCErrors.Add(rx.icrcErrors)
-	}
-	if rx.malformed != 0 {
-		s.rxMalformed.Add(rx.malformed)
-	}
+	rx.t.stats.AddRx(rx.packets, rx.bytes, rx.icrcErrors, rx.malformed)
 	rx.packets, rx.bytes, rx.icrcErrors, rx.malformed = 0, 0, 0, 0
 	if len(rx.batch) == 0 {
 		return
@@ -507,7 +460,7 @@ func (rx *rxState) flush() {
 // txState holds Send's sendmmsg buffers; Transport.sendMu guards it.
 type txState struct {
 	vnet    [vnetHdrLen]byte
-	msgs    []mmsghdr
+	msgs    []mmsg.Msg
 	iovs    []unix.Iovec
 	bufs    [][]byte
 	pkt     []int // each message's packet
@@ -521,7 +474,7 @@ type txState struct {
 func (tx *txState) init(t *Transport) {
 	b := t.cfg.BatchSize
 	size := bth.MaxFrameHeaderLen + t.maxPacket
-	tx.msgs = make([]mmsghdr, b)
+	tx.msgs = make([]mmsg.Msg, b)
 	tx.bufs = make([][]byte, b)
 	tx.pkt = make([]int, b)
 	tx.iovs = make([]unix.Iovec, 2*b)
@@ -531,32 +484,18 @@ func (tx *txState) init(t *Transport) {
 		// A zero virtio-net header (no offload), then the frame.
 		tx.iovs[2*i].Base = &tx.vnet[0]
 		tx.iovs[2*i].SetLen(vnetHdrLen)
-		h := &tx.msgs[i].hdr
+		h := &tx.msgs[i].Hdr
 		h.Iov = &tx.iovs[2*i]
 		h.SetIovlen(2) // no name: the socket is bound to the interface
 	}
 	tx.writeFn = tx.write
 }
 
+// write is the RawConn.Write callback: one sendmmsg from message start.
+// It returns false to wait in the poller for room in the socket buffer.
 func (tx *txState) write(fd uintptr) bool {
-	for range 100 { // EINTR retries
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&tx.msgs[tx.start])),
-			uintptr(tx.nmsg-tx.start), 0, 0, 0)
-		switch e {
-		case 0:
-			tx.sent, tx.errno = int(n), 0
-			return true
-		case unix.EAGAIN:
-			return false
-		case unix.EINTR:
-			continue
-		default:
-			tx.sent, tx.errno = 0, e
-			return true
-		}
-	}
-	tx.sent, tx.errno = 0, unix.EINTR
-	return true
+	tx.sent, tx.errno = mmsg.Send(fd, tx.msgs[tx.start:tx.nmsg], 0)
+	return tx.errno != unix.EAGAIN
 }
 
 // Send seals pkts and sends them as Ethernet frames, in order. It writes
@@ -591,13 +530,13 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 		// After neighbour resolution, which has its own timeout.
 		if err := t.conn.SetWriteDeadline(time.Now().Add(t.cfg.SendTimeout)); err != nil {
 			errs += uint64(tx.nmsg) + uint64(len(pkts)-pos)
-			t.addTx(packets, bytes, errs)
+			t.stats.AddTx(packets, bytes, errs)
 			return fmt.Errorf("afpacket: send: %w", err)
 		}
 		for tx.start = 0; tx.start < tx.nmsg; {
 			if err := t.rc.Write(tx.writeFn); err != nil {
 				errs += uint64(tx.nmsg-tx.start) + uint64(len(pkts)-pos)
-				t.addTx(packets, bytes, errs)
+				t.stats.AddTx(packets, bytes, errs)
 				return fmt.Errorf("afpacket: send: %w", err)
 			}
 			if tx.errno == 0 {
@@ -615,18 +554,8 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 			tx.start++
 		}
 	}
-	t.addTx(packets, bytes, errs)
+	t.stats.AddTx(packets, bytes, errs)
 	return firstErr
-}
-
-func (t *Transport) addTx(packets, bytes, errs uint64) {
-	if packets != 0 {
-		t.stats.txPackets.Add(packets)
-		t.stats.txBytes.Add(bytes)
-	}
-	if errs != 0 {
-		t.stats.txErrors.Add(errs)
-	}
 }
 
 // SendsPayload reports true: Send takes packets with their payload apart

@@ -12,7 +12,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,63 +20,9 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/transporttest"
 	"github.com/goroce/goroce/transport/udp"
 )
-
-type collector struct {
-	mu   sync.Mutex
-	pkts []transport.Packet
-	got  chan struct{}
-}
-
-func newCollector() *collector { return &collector{got: make(chan struct{}, 1)} }
-
-func (c *collector) handle(pkts []transport.Packet) {
-	c.mu.Lock()
-	for _, p := range pkts {
-		p.Data = append([]byte(nil), p.Data...)
-		c.pkts = append(c.pkts, p)
-	}
-	c.mu.Unlock()
-	select {
-	case c.got <- struct{}{}:
-	default:
-	}
-}
-
-func (c *collector) wait(n int, timeout time.Duration) []transport.Packet {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		c.mu.Lock()
-		if len(c.pkts) >= n {
-			p := c.pkts
-			c.pkts = nil
-			c.mu.Unlock()
-			return p
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.got:
-		case <-deadline.C:
-			c.mu.Lock()
-			p := c.pkts
-			c.pkts = nil
-			c.mu.Unlock()
-			return p
-		}
-	}
-}
-
-func buildPacket(rng *rand.Rand, op bth.Opcode, n int, psn bth.PSN) []byte {
-	b := make([]byte, bth.Len(op, n))
-	var p bth.Packet
-	p.Build(b, &bth.BTHFields{Opcode: op, PKey: bth.DefaultPKey, DestQP: 0x33, PSN: psn, AckReq: true}, n)
-	for i := range p.Payload {
-		p.Payload[i] = byte(rng.Uint32())
-	}
-	return b
-}
 
 // batch makes n packets, runs of equal sizes (which a udp sender's GSO
 // coalesces) and a few odd ones, with per-packet source ports.
@@ -91,7 +36,7 @@ func batch(rng *rand.Rand, n int, dst netip.Addr) []transport.Packet {
 		case 1:
 			op, size = 0x04, rng.IntN(1025)
 		}
-		pkts[i] = transport.Packet{Data: buildPacket(rng, op, size, bth.PSN(i)), Dst: dst, SrcPort: 0xC000 + uint16(rng.IntN(0x4000)), TOS: 0x02}
+		pkts[i] = transport.Packet{Data: transporttest.BuildPacket(rng, op, size, bth.PSN(i)), Dst: dst, SrcPort: 0xC000 + uint16(rng.IntN(0x4000)), TOS: 0x02}
 	}
 	return pkts
 }
@@ -103,7 +48,7 @@ type endpoint interface {
 
 // exchange sends from a to b and checks every packet arrives intact and
 // verified, from the port and with the ID the sender reported.
-func exchange(t *testing.T, rng *rand.Rand, a, b endpoint, cb *collector) {
+func exchange(t *testing.T, rng *rand.Rand, a, b endpoint, cb *transporttest.Collector) {
 	t.Helper()
 	_, raw := a.(*Transport)
 	for _, n := range []int{1, 9, 64} {
@@ -111,7 +56,7 @@ func exchange(t *testing.T, rng *rand.Rand, a, b endpoint, cb *collector) {
 		if err := a.Send(pkts); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
-		got := cb.wait(n, 5*time.Second)
+		got := cb.Wait(n, 5*time.Second)
 		if len(got) != n {
 			t.Fatalf("%d of %d arrived; a %+v b %+v", len(got), n, a.Stats(), b.Stats())
 		}
@@ -199,7 +144,7 @@ func TestVethDrops(t *testing.T) {
 	cb := start(t, b)
 	rng := rand.New(rand.NewPCG(3, 3))
 	flow := bth.Flow{Src: netip.MustParseAddr("198.18.1.1"), Dst: b.LocalAddr(), SrcPort: 4791, DstPort: 4791, DF: true}
-	good := buildPacket(rng, 0x04, 200, 1)
+	good := transporttest.BuildPacket(rng, 0x04, 200, 1)
 	flow.Seal(good) // Linux sends ID 0 with DF from an unconnected socket
 	bad := append([]byte(nil), good...)
 	bad[30] ^= 4
@@ -209,7 +154,7 @@ func TestVethDrops(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := cb.wait(1, 5*time.Second)
+	got := cb.Wait(1, 5*time.Second)
 	if len(got) != 1 || !bytes.Equal(got[0].Data, good) {
 		t.Fatalf("got %d packets; %+v", len(got), b.Stats())
 	}
@@ -224,7 +169,7 @@ func TestResolveErrors(t *testing.T) {
 	netnstest.In(t, nsA, func() {
 		a = mustNew(t, &Config{Interface: "vA", ResolveTimeout: 300 * time.Millisecond})
 	})
-	good := buildPacket(rand.New(rand.NewPCG(4, 4)), 0x11, 0, 1)
+	good := transporttest.BuildPacket(rand.New(rand.NewPCG(4, 4)), 0x11, 0, 1)
 	for _, dst := range []string{"198.18.1.77", "198.19.9.9"} { // nobody there; no route
 		start := time.Now()
 		err := a.Send([]transport.Packet{{Data: good, Dst: netip.MustParseAddr(dst)}})
@@ -309,10 +254,10 @@ func mustNew(t *testing.T, c *Config) *Transport {
 	return tr
 }
 
-func start(t *testing.T, tr transport.Transport) *collector {
+func start(t *testing.T, tr transport.Transport) *transporttest.Collector {
 	t.Helper()
-	c := newCollector()
-	if err := tr.Start(c.handle); err != nil {
+	c := transporttest.NewCollector()
+	if err := tr.Start(c.Handle); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/transporttest"
 )
 
 // window bounds the packets in flight, well inside the socket buffers, so
@@ -56,7 +57,7 @@ func BenchmarkThroughput(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 1))
 			pkts := make([]transport.Packet, 64)
 			for k := range pkts {
-				pkts[k] = transport.Packet{Data: buildPacket(rng, 0x01, 4096, bth.PSN(k)), Dst: rx.LocalAddr()}
+				pkts[k] = transport.Packet{Data: transporttest.BuildPacket(rng, 0x01, 4096, bth.PSN(k)), Dst: rx.LocalAddr()}
 			}
 			b.SetBytes(int64(len(pkts[0].Data)))
 			b.ReportAllocs()

@@ -2,30 +2,11 @@ package udp
 
 import (
 	"net/netip"
-	"sync/atomic"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/stats"
 )
-
-// counters are a transport's statistics, updated once per batch.
-type counters struct {
-	txPackets, txBytes, txErrors atomic.Uint64
-	rxPackets, rxBytes           atomic.Uint64
-	rxICRCErrors, rxMalformed    atomic.Uint64
-}
-
-func (c *counters) snapshot() transport.Stats {
-	return transport.Stats{
-		TxPackets:    c.txPackets.Load(),
-		TxBytes:      c.txBytes.Load(),
-		RxPackets:    c.rxPackets.Load(),
-		RxBytes:      c.rxBytes.Load(),
-		TxErrors:     c.txErrors.Load(),
-		RxICRCErrors: c.rxICRCErrors.Load(),
-		RxMalformed:  c.rxMalformed.Load(),
-	}
-}
 
 // receiver checks received datagrams and hands the RoCE packets in them to
 // the handler in batches. It is not safe for concurrent use: each receive
@@ -37,18 +18,18 @@ type receiver struct {
 	parsed    bth.Packet
 	localPort uint16
 	maxPacket int // 0: no limit
-	stats     *counters
+	stats     *stats.Counters
 
 	// Counts not yet added to stats.
 	packets, bytes, icrcErrors, malformed uint64
 }
 
-func newReceiver(h transport.Handler, batch int, localPort uint16, stats *counters) *receiver {
+func newReceiver(h transport.Handler, batch int, localPort uint16, counts *stats.Counters) *receiver {
 	return &receiver{
 		h:         h,
 		batch:     make([]transport.Packet, 0, batch),
 		localPort: localPort,
-		stats:     stats,
+		stats:     counts,
 	}
 }
 
@@ -128,15 +109,6 @@ func (r *receiver) flush() {
 
 // commit adds the counts gathered since the last commit to the stats.
 func (r *receiver) commit() {
-	if r.packets != 0 {
-		r.stats.rxPackets.Add(r.packets)
-		r.stats.rxBytes.Add(r.bytes)
-	}
-	if r.icrcErrors != 0 {
-		r.stats.rxICRCErrors.Add(r.icrcErrors)
-	}
-	if r.malformed != 0 {
-		r.stats.rxMalformed.Add(r.malformed)
-	}
+	r.stats.AddRx(r.packets, r.bytes, r.icrcErrors, r.malformed)
 	r.packets, r.bytes, r.icrcErrors, r.malformed = 0, 0, 0, 0
 }

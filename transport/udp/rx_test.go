@@ -12,6 +12,8 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/pcapfile"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/stats"
+	"github.com/goroce/goroce/transport/internal/transporttest"
 )
 
 // TestReceiverCaptures feeds the RoCE packets of the kernel rxe captures
@@ -35,9 +37,9 @@ func TestReceiverCaptures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var stats counters
+			var counts stats.Counters
 			var got []transport.Packet
-			rcv := newReceiver(func(p []transport.Packet) { got = append(got, p...) }, 4, bth.UDPPort, &stats)
+			rcv := newReceiver(func(p []transport.Packet) { got = append(got, p...) }, 4, bth.UDPPort, &counts)
 			want := 0
 			for range 100000 {
 				data, _, err := r.ReadPacket()
@@ -57,14 +59,14 @@ func TestReceiverCaptures(t *testing.T) {
 				rcv.flush()
 				want++
 				if len(got) != 1 {
-					t.Fatalf("packet %d not delivered: %+v", want, stats.snapshot())
+					t.Fatalf("packet %d not delivered: %+v", want, counts.Snapshot())
 				}
 				if got[0].IPID != fr.Flow.ID || got[0].Src != fr.Flow.Src || got[0].SrcPort != fr.Flow.SrcPort {
 					t.Errorf("packet %d: IPID %#x from %v:%d, frame has %#x %v:%d", want, got[0].IPID,
 						got[0].Src, got[0].SrcPort, fr.Flow.ID, fr.Flow.Src, fr.Flow.SrcPort)
 				}
 			}
-			if s := stats.snapshot(); s.RxPackets != uint64(want) || s.RxICRCErrors+s.RxMalformed != 0 {
+			if s := counts.Snapshot(); s.RxPackets != uint64(want) || s.RxICRCErrors+s.RxMalformed != 0 {
 				t.Errorf("stats %+v for %d packets", s, want)
 			}
 			total += want
@@ -85,7 +87,7 @@ func TestReceiverGRO(t *testing.T) {
 	var train []byte
 	const seg, n = 1040, 5
 	for i := range n {
-		p := buildPacket(rng, 0x01, 1024, bth.PSN(i))
+		p := transporttest.BuildPacket(rng, 0x01, 1024, bth.PSN(i))
 		if len(p) != seg {
 			t.Fatalf("packet of %d bytes", len(p))
 		}
@@ -96,17 +98,17 @@ func TestReceiverGRO(t *testing.T) {
 		}
 		train = append(train, p...)
 	}
-	last := buildPacket(rng, 0x02, 100, n) // shorter last segment
+	last := transporttest.BuildPacket(rng, 0x02, 100, n) // shorter last segment
 	flow.ID = 0x1000 + n
 	flow.Seal(last)
 	train = append(train, last...)
-	var stats counters
+	var counts stats.Counters
 	var ids []uint16
 	rcv := newReceiver(func(p []transport.Packet) {
 		for _, q := range p {
 			ids = append(ids, q.IPID)
 		}
-	}, 2, 4791, &stats)
+	}, 2, 4791, &counts)
 	rcv.datagram(train, src, dst, 0, seg)
 	rcv.flush()
 	want := []uint16{0x1000, 0x1001, 0x1003, 0x1004, 0x1005}
@@ -118,7 +120,7 @@ func TestReceiverGRO(t *testing.T) {
 			t.Fatalf("IDs %x, want %x", ids, want)
 		}
 	}
-	if s := stats.snapshot(); s.RxPackets != 5 || s.RxICRCErrors != 1 {
+	if s := counts.Snapshot(); s.RxPackets != 5 || s.RxICRCErrors != 1 {
 		t.Errorf("stats %+v", s)
 	}
 }
@@ -128,7 +130,7 @@ func TestReceiverGRO(t *testing.T) {
 // and never panics, and that what is delivered verifies.
 func FuzzDatagram(f *testing.F) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	good := buildPacket(rng, 0x04, 64, 1)
+	good := transporttest.BuildPacket(rng, 0x04, 64, 1)
 	flow := bth.Flow{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 4791, DstPort: 4791, DF: true}
 	flow.Seal(good)
 	f.Add(good, 0, false)
@@ -140,7 +142,7 @@ func FuzzDatagram(f *testing.F) {
 		if v6 {
 			src, dst = netip.MustParseAddrPort("[2001:db8::1]:4791"), netip.MustParseAddr("2001:db8::2")
 		}
-		var stats counters
+		var counts stats.Counters
 		delivered := 0
 		rcv := newReceiver(func(p []transport.Packet) {
 			for _, q := range p {
@@ -150,11 +152,11 @@ func FuzzDatagram(f *testing.F) {
 					t.Fatalf("delivered a packet that does not verify")
 				}
 			}
-		}, 3, 4791, &stats)
+		}, 3, 4791, &counts)
 		rcv.maxPacket = 4224
 		rcv.datagram(data, src, dst, 0, seg)
 		rcv.flush()
-		s := stats.snapshot()
+		s := counts.Snapshot()
 		segments := 1
 		if k := seg; k > 0 && k <= len(data) {
 			segments = (len(data) + k - 1) / k

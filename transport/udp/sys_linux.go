@@ -10,13 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mmsghdr is struct mmsghdr of sendmmsg(2) and recvmmsg(2). Go pads it to
-// the alignment of Msghdr, as C does.
-type mmsghdr struct {
-	hdr unix.Msghdr
-	n   uint32
-}
-
 // Kernel limits for UDP GSO (include/linux/udp.h): at most 64 segments
 // (newer kernels allow 128) in one send.
 const maxGSOSegments = 64

@@ -19,6 +19,8 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/mmsg"
+	"github.com/goroce/goroce/transport/internal/stats"
 )
 
 // Transport carries RoCEv2 packets over a UDP socket. It is safe for
@@ -35,7 +37,7 @@ type Transport struct {
 	gso       atomic.Bool // cleared if the kernel refuses a GSO send
 	gro       bool
 	log       *slog.Logger
-	stats     counters
+	stats     stats.Counters
 
 	// Sends go out on a second socket, blocking and unknown to Go's
 	// netpoller, bound to the same address and an ephemeral port (RoCEv2
@@ -301,7 +303,7 @@ func (t *Transport) GSO() bool { return t.gso.Load() }
 func (t *Transport) GRO() bool { return t.gro }
 
 // Stats returns the transport's counters.
-func (t *Transport) Stats() transport.Stats { return t.stats.snapshot() }
+func (t *Transport) Stats() transport.Stats { return t.stats.Snapshot() }
 
 // Start begins delivering received packets to h from a goroutine the
 // Transport owns, until Close.
@@ -348,14 +350,13 @@ func (t *Transport) Poll() int {
 	defer t.rxMu.Unlock()
 	rx := t.rx
 	rx.reset()
-	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(t.rxFD), uintptr(unsafe.Pointer(&rx.msgs[0])),
-		uintptr(len(rx.msgs)), unix.MSG_DONTWAIT, 0, 0)
+	n, e := mmsg.Recv(uintptr(t.rxFD), rx.msgs, unix.MSG_DONTWAIT)
 	if e != 0 || n == 0 {
 		return 0
 	}
-	rx.n = int(n)
+	rx.n = n
 	t.deliver(rx, t.rcv)
-	return int(n)
+	return n
 }
 
 // Close stops delivery, closes the socket and waits for the receive
@@ -380,8 +381,7 @@ func (t *Transport) Close() error {
 // rxState is the receive goroutine's recvmmsg state.
 type rxState struct {
 	t      *Transport
-	msgs   []mmsghdr
-	iovs   []unix.Iovec
+	msgs   []mmsg.Msg
 	names  []sockaddr
 	bufs   [][]byte
 	ctrl   []byte
@@ -399,22 +399,15 @@ func newRxState(t *Transport) *rxState {
 	}
 	rx := &rxState{
 		t:     t,
-		msgs:  make([]mmsghdr, slots),
-		iovs:  make([]unix.Iovec, slots),
+		msgs:  make([]mmsg.Msg, slots),
 		names: make([]sockaddr, slots),
-		bufs:  make([][]byte, slots),
 		ctrl:  make([]byte, slots*rxCmsgSpace),
 		busy:  t.cfg.BusyPoll,
 	}
-	backing := make([]byte, slots*size)
+	rx.bufs = mmsg.Buffers(rx.msgs, size)
 	for i := range rx.msgs {
-		rx.bufs[i] = backing[i*size : (i+1)*size : (i+1)*size]
-		rx.iovs[i].Base = &rx.bufs[i][0]
-		rx.iovs[i].SetLen(size)
-		h := &rx.msgs[i].hdr
+		h := &rx.msgs[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&rx.names[i]))
-		h.Iov = &rx.iovs[i]
-		h.SetIovlen(1)
 		h.Control = &rx.ctrl[i*rxCmsgSpace]
 	}
 	rx.readFn = rx.read
@@ -424,7 +417,7 @@ func newRxState(t *Transport) *rxState {
 // reset readies the message headers for a recvmmsg.
 func (rx *rxState) reset() {
 	for i := range rx.msgs {
-		h := &rx.msgs[i].hdr
+		h := &rx.msgs[i].Hdr
 		h.Namelen = uint32(unsafe.Sizeof(sockaddr{}))
 		h.SetControllen(rxCmsgSpace)
 		h.Flags = 0
@@ -439,11 +432,10 @@ func (rx *rxState) read(fd uintptr) bool {
 	rx.reset()
 	var spinUntil time.Time
 	for try := 0; ; try++ { // bounded by the busy-poll time and Close
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&rx.msgs[0])),
-			uintptr(len(rx.msgs)), 0, 0, 0)
+		n, e := mmsg.Recv(fd, rx.msgs, 0)
 		switch e {
 		case 0:
-			rx.n, rx.errno = int(n), 0
+			rx.n, rx.errno = n, 0
 			return true
 		case unix.EAGAIN:
 			if rx.busy <= 0 || rx.t.closing.Load() {
@@ -456,11 +448,9 @@ func (rx *rxState) read(fd uintptr) bool {
 				rx.t.rxMu.Unlock()
 				return false
 			}
-		case unix.EINTR:
-			if try > 100 {
-				rx.t.rxMu.Unlock()
-				return false
-			}
+		case unix.EINTR: // interrupted at every retry
+			rx.t.rxMu.Unlock()
+			return false
 		default:
 			rx.n, rx.errno = 0, e
 			return true
@@ -514,7 +504,7 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 	var meta rxMeta
 	for i := range rx.n {
 		m := &rx.msgs[i]
-		if m.hdr.Flags&unix.MSG_TRUNC != 0 {
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
 			rcv.malformed++
 			continue
 		}
@@ -524,20 +514,20 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 			continue
 		}
 		meta = rxMeta{}
-		parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.hdr.Controllen)], &meta)
+		parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.Hdr.Controllen)], &meta)
 		dst := meta.dst
 		if !dst.IsValid() {
 			dst = t.local.Addr()
 		}
 		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		rcv.datagram(rx.bufs[i][:m.n], src, dst.Unmap(), meta.tos, meta.gsoLen)
+		rcv.datagram(rx.bufs[i][:m.Len], src, dst.Unmap(), meta.tos, meta.gsoLen)
 	}
 	rcv.flush()
 }
 
 // txState holds Send's sendmmsg buffers; Transport.sendMu guards it.
 type txState struct {
-	msgs  []mmsghdr
+	msgs  []mmsg.Msg
 	iovs  []unix.Iovec
 	names []sockaddr
 	ctrl  []byte
@@ -552,7 +542,7 @@ type txState struct {
 
 func (tx *txState) init(t *Transport) {
 	b := t.cfg.BatchSize
-	tx.msgs = make([]mmsghdr, b)
+	tx.msgs = make([]mmsg.Msg, b)
 	tx.iovs = make([]unix.Iovec, 3*b) // a packet with a Payload takes three
 	tx.names = make([]sockaddr, b)
 	tx.ctrl = make([]byte, b*txCmsgSpace)
@@ -563,24 +553,8 @@ func (tx *txState) init(t *Transport) {
 // write is one sendmmsg from message start on the blocking send socket.
 // It reports false when the send timed out waiting for buffer space.
 func (tx *txState) write(fd int) bool {
-	for range 100 { // EINTR retries
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&tx.msgs[tx.start])),
-			uintptr(tx.nmsg-tx.start), 0, 0, 0)
-		switch e {
-		case 0:
-			tx.sent, tx.errno = int(n), 0
-			return true
-		case unix.EAGAIN:
-			return false
-		case unix.EINTR:
-			continue
-		default:
-			tx.sent, tx.errno = 0, e
-			return true
-		}
-	}
-	tx.sent, tx.errno = 0, unix.EINTR
-	return true
+	tx.sent, tx.errno = mmsg.Send(uintptr(fd), tx.msgs[tx.start:tx.nmsg], 0)
+	return tx.errno != unix.EAGAIN
 }
 
 // Send seals and transmits pkts in order. It writes into each packet's
@@ -598,7 +572,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 	defer t.sendMu.Unlock()
 	tx := &t.tx
 	if t.txFD < 0 {
-		t.stats.txErrors.Add(uint64(len(pkts)))
+		t.stats.AddTx(0, 0, uint64(len(pkts)))
 		return fmt.Errorf("udp: send: %w", net.ErrClosed)
 	}
 	var firstErr error
@@ -621,7 +595,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 					errs += uint64(tx.count[m])
 				}
 				errs += uint64(len(pkts) - next)
-				t.stats.add(packets, bytes, errs)
+				t.stats.AddTx(packets, bytes, errs)
 				return fmt.Errorf("udp: send: no room in the socket buffer for %v: %w", t.cfg.SendTimeout, os.ErrDeadlineExceeded)
 			}
 			if tx.errno == 0 {
@@ -650,18 +624,8 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 		}
 		pos = next
 	}
-	t.stats.add(packets, bytes, errs)
+	t.stats.AddTx(packets, bytes, errs)
 	return firstErr
-}
-
-func (c *counters) add(packets, bytes, errs uint64) {
-	if packets != 0 {
-		c.txPackets.Add(packets)
-		c.txBytes.Add(bytes)
-	}
-	if errs != 0 {
-		c.txErrors.Add(errs)
-	}
 }
 
 // addrs returns the source and destination a packet goes out with.
@@ -734,7 +698,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 		for k := range cnt {
 			v = setIovs(tx.iovs, v, &pkts[pos+k])
 		}
-		h := &tx.msgs[m].hdr
+		h := &tx.msgs[m].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&tx.names[m]))
 		h.Namelen = tx.names[m].set(netip.AddrPortFrom(dst, t.cfg.PeerPort), ipv4)
 		h.Iov = &tx.iovs[niov]

@@ -19,6 +19,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/netnstest"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/transporttest"
 )
 
 // freePort returns a UDP port free on addr at the time of the call.
@@ -35,7 +36,7 @@ func freePort(t testing.TB, addr netip.Addr) uint16 {
 // pair returns two started transports that send to each other, and their
 // collectors. IPv4 uses two loopback addresses on port 4791; IPv6 uses ::1
 // and two ports.
-func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transport, ca, cb *collector) {
+func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transport, ca, cb *transporttest.Collector) {
 	t.Helper()
 	var ca1, cb1 Config
 	if ipv6 {
@@ -52,11 +53,11 @@ func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transpo
 	}
 	ca1.GSO, ca1.GRO, cb1.GSO, cb1.GRO = gso, gro, gso, gro
 	a, b = mustNew(t, &ca1), mustNew(t, &cb1)
-	ca, cb = newCollector(), newCollector()
-	if err := a.Start(ca.handle); err != nil {
+	ca, cb = transporttest.NewCollector(), transporttest.NewCollector()
+	if err := a.Start(ca.Handle); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Start(cb.handle); err != nil {
+	if err := b.Start(cb.Handle); err != nil {
 		t.Fatal(err)
 	}
 	return a, b, ca, cb
@@ -65,7 +66,7 @@ func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transpo
 // exchange sends batches from a to b and checks that every packet arrives
 // whole, in order, with the addresses, port, TOS and IPv4 ID it was sent
 // with.
-func exchange(t *testing.T, rng *rand.Rand, a, b *Transport, cb *collector, sizes []int, tos uint8) {
+func exchange(t *testing.T, rng *rand.Rand, a, b *Transport, cb *transporttest.Collector, sizes []int, tos uint8) {
 	t.Helper()
 	before := b.Stats()
 	var total, totalBytes uint64
@@ -74,7 +75,7 @@ func exchange(t *testing.T, rng *rand.Rand, a, b *Transport, cb *collector, size
 		if err := a.Send(pkts); err != nil {
 			t.Fatalf("Send(%d packets): %v", n, err)
 		}
-		got := cb.wait(n, 5*time.Second)
+		got := cb.Wait(n, 5*time.Second)
 		if len(got) != n {
 			t.Fatalf("batch of %d: %d arrived; a %+v b %+v", n, len(got), a.Stats(), b.Stats())
 		}
@@ -159,7 +160,7 @@ func TestDrops(t *testing.T) {
 			defer c.Close()
 			rng := rand.New(rand.NewPCG(3, 4))
 			flow := bth.Flow{Src: src.Addr(), Dst: b.LocalAddr(), SrcPort: src.Port(), DstPort: b.LocalPort(), DF: !ipv6}
-			good := buildPacket(rng, 0x04, 100, 5)
+			good := transporttest.BuildPacket(rng, 0x04, 100, 5)
 			flow.Seal(good)
 			bad := append([]byte(nil), good...)
 			bad[bth.BTHLen+17] ^= 0x10
@@ -172,7 +173,7 @@ func TestDrops(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got := cb.wait(1, 5*time.Second)
+			got := cb.Wait(1, 5*time.Second)
 			// The good packet went last; give the others' counts a moment.
 			deadline := time.Now().Add(2 * time.Second)
 			for b.Stats().RxMalformed < 3 && time.Now().Before(deadline) {
@@ -204,7 +205,7 @@ func TestForeignIPID(t *testing.T) {
 	const n = 20
 	var want [][]byte
 	for i := range n {
-		roce := buildPacket(rng, 0x01, 1024, bth.PSN(i))
+		roce := transporttest.BuildPacket(rng, 0x01, 1024, bth.PSN(i))
 		ff := bth.FrameFields{
 			Flow: bth.Flow{Src: src, Dst: b.LocalAddr(), SrcPort: 0xC123, DstPort: b.LocalPort(), ID: 0xa4bc + uint16(i), DF: true},
 			TOS:  0x02,
@@ -221,7 +222,7 @@ func TestForeignIPID(t *testing.T) {
 		}
 		want = append(want, roce)
 	}
-	got := cb.wait(n, 5*time.Second)
+	got := cb.Wait(n, 5*time.Second)
 	if len(got) != n {
 		t.Fatalf("%d of %d arrived; %+v", len(got), n, b.Stats())
 	}
@@ -245,11 +246,11 @@ func TestWildcard(t *testing.T) {
 			pw, pp := freePort(t, any), freePort(t, peer)
 			w := mustNew(t, &Config{Addr: netip.AddrPortFrom(any, pw), PeerPort: pp, MaxPacket: DefaultMaxPacket})
 			p := mustNew(t, &Config{Addr: netip.AddrPortFrom(peer, pp), PeerPort: pw})
-			cw, cp := newCollector(), newCollector()
-			if err := w.Start(cw.handle); err != nil {
+			cw, cp := transporttest.NewCollector(), transporttest.NewCollector()
+			if err := w.Start(cw.Handle); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.Start(cp.handle); err != nil {
+			if err := p.Start(cp.Handle); err != nil {
 				t.Fatal(err)
 			}
 			rng := rand.New(rand.NewPCG(7, 8))
@@ -257,14 +258,14 @@ func TestWildcard(t *testing.T) {
 			if err := w.Send(pkts); err != nil {
 				t.Fatal(err)
 			}
-			if got := cp.wait(10, 5*time.Second); len(got) != 10 || got[9].Src != local {
+			if got := cp.Wait(10, 5*time.Second); len(got) != 10 || got[9].Src != local {
 				t.Fatalf("peer got %d packets", len(got))
 			}
 			pkts = randomBatch(rng, 10, peer, local, 0)
 			if err := p.Send(pkts); err != nil {
 				t.Fatal(err)
 			}
-			got := cw.wait(10, 5*time.Second)
+			got := cw.Wait(10, 5*time.Second)
 			if len(got) != 10 {
 				t.Fatalf("wildcard side got %d packets; %+v", len(got), w.Stats())
 			}
@@ -286,7 +287,7 @@ func TestSendErrors(t *testing.T) {
 	a := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.33.1:4791")})
 	dst := netip.MustParseAddr("127.71.33.2")
 	big := make([]byte, a.MaxPacket()+1)
-	good := buildPacket(rand.New(rand.NewPCG(1, 1)), 0x11, 0, 1)
+	good := transporttest.BuildPacket(rand.New(rand.NewPCG(1, 1)), 0x11, 0, 1)
 	pkts := []transport.Packet{
 		{Data: make([]byte, 15), Dst: dst},
 		{Data: big, Dst: dst},
@@ -384,8 +385,8 @@ func TestCloseWaits(t *testing.T) {
 func TestBusyPoll(t *testing.T) {
 	a := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.36.1:4791"), BusyPoll: 50 * time.Millisecond})
 	b := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.36.2:4791"), BusyPoll: 50 * time.Millisecond})
-	cb := newCollector()
-	if err := b.Start(cb.handle); err != nil {
+	cb := transporttest.NewCollector()
+	if err := b.Start(cb.Handle); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(9, 9))

@@ -51,6 +51,9 @@ func (t *Transport) LocalAddrPort() netip.AddrPort { return netip.AddrPort{} }
 // LocalPort returns 4791.
 func (t *Transport) LocalPort() uint16 { return 4791 }
 
+// SendPort returns 0: nothing is sent on this system.
+func (t *Transport) SendPort() uint16 { return 0 }
+
 // PeerPort returns 4791.
 func (t *Transport) PeerPort() uint16 { return 4791 }
 
