@@ -354,6 +354,7 @@ type perfRun struct {
 	role oob.Role
 
 	dev    roce.Device
+	soft   *roce.SoftDevice // nil on a libibverbs device
 	devNm  string
 	pd     roce.PD
 	sendCQ roce.CQ
@@ -541,7 +542,7 @@ func (r *perfRun) openDevice(conn net.Conn) error {
 	if err != nil {
 		return err
 	}
-	r.dev, r.devNm, r.spin = dev, soft.Name(), o.dev.busyPoll
+	r.dev, r.soft, r.devNm, r.spin = dev, soft, soft.Name(), o.dev.busyPoll
 	if r.spin != 0 {
 		r.progress = soft.Progress
 	}
@@ -832,6 +833,7 @@ func (r *perfRun) flowWriteLat() error {
 	}
 	r.record(res)
 	r.print(perfResultLine)
+	lingerAfterRun(r.ctx, r.soft)
 	return r.printJSON()
 }
 

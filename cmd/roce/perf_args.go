@@ -313,3 +313,20 @@ func (w *cqWaiter) waitEvent(ctx context.Context, cq roce.CQ) error {
 
 // toolPrintf writes s to w; tools print to stdout and ignore its errors.
 func toolPrintf(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format, args...) }
+
+// lingerAfterRun keeps a software device answering after a run that ends
+// without a closing exchange (the ping-pongs, ib_write_lat): the peer may
+// still wait for the ACK of its last request and send it again. It
+// returns once the link has been quiet for four of the tools' transport
+// timeouts (timeout 14: 67 ms), and after eight such periods when traffic
+// goes on. A libibverbs device (soft == nil) closes at once, as the real
+// tools do.
+func lingerAfterRun(ctx context.Context, soft *roce.SoftDevice) {
+	if soft == nil {
+		return
+	}
+	const quiet = 4 * 4096 * time.Nanosecond << 14
+	ctx, cancel := context.WithTimeout(ctx, 8*quiet)
+	defer cancel()
+	soft.Linger(ctx, quiet)
+}

@@ -49,9 +49,6 @@ const (
 	ppTimeout    = 14
 	ppRetries    = 7
 	ppDefaultDep = 500
-	// ppLinger is how long the link must be quiet before a finished
-	// RC run closes: four retransmission timeouts (ppTimeout, 67 ms).
-	ppLinger = 4 * 4096 * time.Nanosecond << ppTimeout
 )
 
 // ppOptions are pingpong's flags.
@@ -592,14 +589,8 @@ func (p *pingpong) traffic(ctx context.Context) error {
 	bytes := int64(o.size) * int64(o.iters) * 2
 	toolPrintf(p.out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, float64(usec)/1e6, float64(bytes)*8/float64(usec))
 	toolPrintf(p.out, "%d iters in %.2f seconds = %.2f usec/iter\n", o.iters, float64(usec)/1e6, float64(usec/float32(o.iters)))
-	if (o.mode == ppRC || o.mode == ppSRQ) && p.soft != nil {
-		// The peer may still wait for the ACK of its last SEND and send
-		// it again; answer until it has been quiet for a few of its
-		// retransmission timeouts (the real tools close at once), and
-		// for no longer than a few seconds when traffic goes on.
-		lctx, cancel := context.WithTimeout(ctx, 8*ppLinger)
-		p.soft.Linger(lctx, ppLinger)
-		cancel()
+	if o.mode == ppRC || o.mode == ppSRQ {
+		lingerAfterRun(ctx, p.soft)
 	}
 	if o.server == "" && o.chk {
 		// The server checks what the client sent.
