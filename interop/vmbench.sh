@@ -3,7 +3,10 @@
 # measurement between VM1 (server) and VM2 (client), at path MTU 4096, three ways: perftest on
 # rxe (ib_write_bw, ib_write_lat); roce perf --backend hw on the same rxe through libibverbs
 # (hwverbs, cgo); and goroce <-> goroce (roce perf, pure Go, on UDP port 4792 since rxe holds
-# 4791). What `make vmbench` runs.
+# 4791). What `make vmbench` runs. Next to them, the floors of the VMs themselves: raw UDP
+# between the same two guests with no RoCE work (roce rawudp: a WRITE's framing for bandwidth,
+# a 36-byte ping-pong for latency), the most any UDP-socket stack can do there, and the kernel's
+# own ICMP echo (ping -f), a round trip that never leaves the guests' kernels.
 #
 #   interop/vmbench.sh [-k] [-D SECONDS] [-n ITERS]
 #     -k   leave the lab running (a run that finds it up reuses it and leaves it up)
@@ -85,16 +88,23 @@ log "bandwidth: 64 KiB WRITEs for $D s"
 pair rxe-bw "ib_write_bw $RXE -s 65536 -D $D" "ib_write_bw $RXE -s 65536 -D $D $VM1" || fail=1
 [ -n "$HWBIN" ] && { pair hw-bw "roce-hw perf write $HW -s 65536 -D $D" "roce-hw perf write $HW -s 65536 -D $D $VM1" || fail=1; }
 pair go-bw "roce perf write $GOR -s 65536 -D $D --bind $VM1" "roce perf write $GOR -s 65536 -D $D $VM1" || fail=1
+pair raw-bw "roce rawudp -p 18515 --bind $VM1" "roce rawudp -p 18515 --gso 15 --first 4128 -D $D --json $VM1" || fail=1
 log "latency: $N 2-byte WRITEs"
 pair rxe-lat "ib_write_lat $RXE -s 2 -n $N" "ib_write_lat $RXE -s 2 -n $N $VM1" || fail=1
 [ -n "$HWBIN" ] && { pair hw-lat "roce-hw perf write --lat $HW -s 2 -n $N" "roce-hw perf write --lat $HW -s 2 -n $N $VM1" || fail=1; }
 pair go-lat "roce perf write --lat $GOR -s 2 -n $N --bind $VM1" "roce perf write --lat $GOR -s 2 -n $N $VM1" || fail=1
 pair go-lat-bp "roce perf write --lat $GOR -s 2 -n $N --busy-poll 1ms --bind $VM1" \
     "roce perf write --lat $GOR -s 2 -n $N --busy-poll 1ms $VM1" || fail=1
+pair raw-lat "roce rawudp --lat -p 18515 --bind $VM1" "roce rawudp --lat -n $N -p 18515 --json $VM1" || fail=1
+vm_run 2 60 "ping -f -c $N -s 16 $VM1" > "$OUT/icmp-lat.cli.txt" 2>&1 || fail=1
 
 rb=$(result "$OUT/rxe-bw.cli.txt" 4) gb=$(result "$OUT/go-bw.cli.txt" 4) hb=$(result "$OUT/hw-bw.cli.txt" 4 2> /dev/null)
 rl=$(result "$OUT/rxe-lat.cli.txt" 5) gl=$(result "$OUT/go-lat.cli.txt" 5) gp=$(result "$OUT/go-lat-bp.cli.txt" 5)
 hl=$(result "$OUT/hw-lat.cli.txt" 5 2> /dev/null)
+# jfield FILE KEY: a number from the JSON line of roce rawudp.
+jfield() { grep -o "\"$2\":[0-9.]*" "$1" 2> /dev/null | head -1 | cut -d: -f2; }
+ub=$(printf "%.2f" "$(jfield "$OUT/raw-bw.cli.txt" mib_per_sec)" 2> /dev/null) ul=$(jfield "$OUT/raw-lat.cli.txt" t_typical_us)
+il=$(awk -F/ '/^rtt/ { printf "%.1f", $5 * 1000 / 2 }' "$OUT/icmp-lat.cli.txt")
 row() { # label rxe hw goroce
     awk -v l="$1" -v r="$2" -v h="$3" -v g="$4" 'BEGIN { printf "%-32s %12s %14s %12s %14s\n", l, r, h == "" ? "-" : h, g,
         (r > 0 && g > 0) ? sprintf("%.2fx", g / r) : "-" }'
@@ -105,6 +115,10 @@ row() { # label rxe hw goroce
     row "WRITE 64 KiB, BW average [MB/s]" "$rb" "$hb" "$gb"
     row "WRITE 2 B, t_typical [usec]" "$rl" "$hl" "$gl"
     row "  roce (Go) --busy-poll 1ms" "$rl" "" "$gp"
+    echo "floors of these VMs with no RoCE work (third column; the last is floor vs rxe):"
+    row "raw UDP, 1 + GSO 15 [MiB/s]" "$rb" "" "$ub"
+    row "raw UDP 36 B ping-pong, t_typical" "$rl" "" "$ul"
+    row "ICMP echo (kernel), t_avg [usec]" "$rl" "" "$il"
     echo "(outputs in $OUT)"
 } | tee "$OUT/summary.txt"
 exit $fail

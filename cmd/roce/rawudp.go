@@ -5,7 +5,9 @@ package main
 // batching goroce's UDP transport uses (GSO runs of one message's
 // packets on the sender, GRO on the receiver), and nothing else: no
 // headers to build, no ICRC, no engine. It is the ceiling of a UDP-socket
-// stack on the machine at hand.
+// stack on the machine at hand. With --lat it is the latency floor
+// instead: a ping-pong of small datagrams between the two processes, timed
+// as perftest times a latency test.
 
 import (
 	"bufio"
@@ -29,7 +31,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const rawudpUsage = "[-s BYTES] [--gso N] [--first BYTES] [-D SECS] [-p PORT] [--bind ADDR] [--json] [SERVER]"
+const rawudpUsage = "[-s BYTES] [--gso N] [--first BYTES] [-D SECS] [--lat [-n ITERS] [--busy-poll]] [-p PORT] [--bind ADDR] [--json] [SERVER]"
+
+// rawudpLatSize is the default datagram size of --lat: the RoCE packet of a
+// 2-byte RDMA WRITE (BTH, RETH, 2 bytes and their pad, ICRC).
+const rawudpLatSize = 36
 
 type rawudpConfig struct {
 	size     int
@@ -41,6 +47,9 @@ type rawudpConfig struct {
 	bind     string
 	json     bool
 	timeout  time.Duration
+	lat      bool
+	iters    int
+	busy     bool
 }
 
 func runRawUDP(args []string, stdout, stderr io.Writer) int {
@@ -54,6 +63,9 @@ func runRawUDP(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.json, "json", false, "print one JSON object instead of the text line")
 	fs.IntVar(&c.first, "first", 0, "precede each GSO run with one datagram of this many `bytes` in the same sendmmsg, as an RDMA WRITE's first packet (4128 bytes with its RETH) precedes the run of its other 15")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on waiting for the peer")
+	fs.BoolVar(&c.lat, "lat", false, "measure latency instead: a ping-pong of datagrams (-s defaults to 36 bytes, a 2-byte RDMA WRITE), reported as half round trips like perftest's")
+	fs.IntVar(&c.iters, "n", 1000, "round trips of --lat")
+	fs.BoolVar(&c.busy, "busy-poll", false, "with --lat, both sides spin on non-blocking receives instead of sleeping in them")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, "usage: roce rawudp %s\n\n%s.\nStart the server (no SERVER argument), then the client; the client prints what the server received.\n\n", rawudpUsage, rawudpSummary)
@@ -62,8 +74,15 @@ func runRawUDP(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitCode(stderr, "rawudp", err)
 	}
+	sizeSet := false
+	fs.Visit(func(f *flag.Flag) { sizeSet = sizeSet || f.Name == "s" })
+	if c.lat && !sizeSet {
+		c.size = rawudpLatSize
+	}
 	switch {
-	case c.size < 64 || c.size > 8192:
+	case c.lat && (c.size < 4 || c.size > 8192):
+		return exitCode(stderr, "rawudp", usageErr("-s must be 4 to 8192 bytes with --lat"))
+	case !c.lat && (c.size < 64 || c.size > 8192):
 		return exitCode(stderr, "rawudp", usageErr("-s must be 64 to 8192 bytes"))
 	case c.gso < 0 || c.gso > 64 || c.gso*c.size > 65000:
 		return exitCode(stderr, "rawudp", usageErr("--gso must be 0 to 64, and --gso times -s at most 65000 bytes (one UDP datagram)"))
@@ -73,6 +92,10 @@ func runRawUDP(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, "rawudp", usageErr("-D must be more than 0 and at most 600 seconds"))
 	case c.port < 1 || c.port > 65535:
 		return exitCode(stderr, "rawudp", usageErr("-p must be 1-65535"))
+	case c.iters < perfMinIters || c.iters > 10_000_000:
+		return exitCode(stderr, "rawudp", usageErr("-n must be %d to 10000000", perfMinIters))
+	case c.busy && !c.lat:
+		return exitCode(stderr, "rawudp", usageErr("--busy-poll goes with --lat"))
 	case fs.NArg() > 1:
 		return exitCode(stderr, "rawudp", usageErr("want at most one argument, the server's address"))
 	}
@@ -187,6 +210,9 @@ func rawudpServe(ctx context.Context, c *rawudpConfig, stdout io.Writer) error {
 	line, err := br.ReadString('\n')
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
+	}
+	if strings.HasPrefix(line, "lat ") {
+		return rawudpEchoServe(fd, conn, br, line, stdout)
 	}
 	var size, gso, first int
 	if _, err := fmt.Sscanf(line, "start %d %d %d", &size, &gso, &first); err != nil {
@@ -315,6 +341,9 @@ func rawudpClient(ctx context.Context, c *rawudpConfig, server string, stdout io
 	}
 	conn.SetDeadline(time.Now().Add(c.timeout))
 	br := bufio.NewReader(conn)
+	if c.lat {
+		return rawudpPingPong(ctx, fd, conn, br, c, stdout)
+	}
 	fmt.Fprintf(conn, "start %d %d %d\n", c.size, c.gso, c.first)
 	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
 		return fmt.Errorf("control: the server did not start (%v)", err)
@@ -446,4 +475,172 @@ func rawudpSendBatches(ctx context.Context, fd int, c *rawudpConfig, payload []b
 		sent += uint64(n)
 	}
 	return sent, nil
+}
+
+// rawudpLatResult is what a --lat client measured.
+type rawudpLatResult struct {
+	Size     int                `json:"size"`
+	Iters    int                `json:"iterations"`
+	BusyPoll bool               `json:"busy_poll"`
+	Lost     int                `json:"lost"`
+	Results  map[string]float64 `json:"results"`
+}
+
+// rawudpEchoServe answers a --lat client: every datagram goes straight
+// back to where it came from until the client says stop on the control
+// connection.
+func rawudpEchoServe(fd int, conn net.Conn, br *bufio.Reader, line string, stdout io.Writer) error {
+	var size, busy int
+	if _, err := fmt.Sscanf(line, "lat %d %d", &size, &busy); err != nil || size < 4 || size > 8192 {
+		return fmt.Errorf("control: not a rawudp client (%.40q)", line)
+	}
+	if busy == 1 {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return err
+		}
+	}
+	var stop atomic.Bool
+	done := make(chan uint64, 1)
+	go func() { done <- rawudpEcho(fd, &stop) }()
+	if _, err := io.WriteString(conn, "ready\n"); err != nil {
+		stop.Store(true)
+		<-done
+		return err
+	}
+	conn.SetDeadline(time.Time{})
+	line, err := br.ReadString('\n')
+	stop.Store(true)
+	n := <-done
+	if err != nil || line != "stop\n" {
+		return fmt.Errorf("control: the client did not finish (%v)", err)
+	}
+	fmt.Fprintf(conn, "echoed %d\n", n)
+	fmt.Fprintf(stdout, "rawudp: echoed %d %d-byte datagrams\n", n, size)
+	return nil
+}
+
+// rawudpEcho sends every datagram back until stop and returns how many it
+// echoed. The first datagram's source becomes the socket's peer, so the
+// rest take plain reads and writes. A blocking socket wakes up from its
+// receive timeout to look at stop; a non-blocking one spins.
+func rawudpEcho(fd int, stop *atomic.Bool) uint64 {
+	buf := make([]byte, 65536)
+	var n uint64
+	connected := false
+	for !stop.Load() {
+		if !connected {
+			m, from, err := unix.Recvfrom(fd, buf, 0)
+			if err != nil || from == nil {
+				continue
+			}
+			if unix.Sendto(fd, buf[:m], 0, from) == nil {
+				n++
+			}
+			connected = unix.Connect(fd, from) == nil
+			continue
+		}
+		m, err := unix.Read(fd, buf)
+		if err != nil {
+			continue // EAGAIN: the receive timeout, or nothing yet when spinning
+		}
+		if _, err := unix.Write(fd, buf[:m]); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// rawudpPingPong runs c.iters round trips of c.size-byte datagrams (after
+// 100 not counted) and prints the half round trips as perftest prints a
+// latency test's. A datagram or echo lost is sent again, at most 10 times
+// in a run; each carries its round's number, so a late echo is not taken
+// for the next one's.
+func rawudpPingPong(ctx context.Context, fd int, conn net.Conn, br *bufio.Reader, c *rawudpConfig, stdout io.Writer) error {
+	const warmup, maxLost = 100, 10
+	busy := 0
+	if c.busy {
+		busy = 1
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return err
+		}
+	} else {
+		tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	}
+	fmt.Fprintf(conn, "lat %d %d\n", c.size, busy)
+	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
+		return fmt.Errorf("control: the server did not start (%v)", err)
+	}
+	out := make([]byte, c.size)
+	in := make([]byte, 65536)
+	tposted := make([]time.Duration, 0, c.iters)
+	start := time.Now()
+	lost := 0
+	for i := 0; i < warmup+c.iters; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		binary.LittleEndian.PutUint32(out, uint32(i))
+		t := time.Since(start)
+		if _, err := unix.Write(fd, out); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		got, err := rawudpAwait(fd, in, uint32(i), c.busy)
+		if err != nil {
+			return err
+		}
+		if !got {
+			if lost++; lost > maxLost {
+				return fmt.Errorf("more than %d datagrams or echoes lost", maxLost)
+			}
+			i--
+			continue
+		}
+		if i >= warmup {
+			tposted = append(tposted, t)
+		}
+	}
+	tposted = append(tposted, time.Since(start)) // the end of the last round trip
+	conn.SetDeadline(time.Now().Add(c.timeout))
+	io.WriteString(conn, "stop\n")
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "echoed ") {
+		return fmt.Errorf("control: no answer from the server (%v)", err)
+	}
+	l := perfLatStats(tposted, 2)
+	res := rawudpLatResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Results: map[string]float64{
+		"t_min_us": perfRound(l.min, 2), "t_max_us": perfRound(l.max, 2), "t_typical_us": perfRound(l.typical, 2),
+		"t_avg_us": perfRound(l.avg, 2), "t_99_us": perfRound(l.p99, 2),
+	}}
+	if c.json {
+		b, _ := json.Marshal(&res)
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	mode := "blocking receives"
+	if c.busy {
+		mode = "busy poll"
+	}
+	fmt.Fprintf(stdout, "rawudp: %d-byte datagrams, %d round trips (%s), half round trip: t_min %.2f us, t_typical %.2f us, t_avg %.2f us, t_99 %.2f us; %d lost\n",
+		c.size, c.iters, mode, l.min, l.typical, l.avg, l.p99, lost)
+	return nil
+}
+
+// rawudpAwait waits for the echo of round seq: false after 200 ms without
+// it (the datagram or its echo was lost). A blocking socket's receive
+// timeout is those 200 ms.
+func rawudpAwait(fd int, in []byte, seq uint32, busy bool) (bool, error) {
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for {
+		m, err := unix.Read(fd, in)
+		switch {
+		case err == nil && m >= 4 && binary.LittleEndian.Uint32(in) == seq:
+			return true, nil
+		case err == nil || err == unix.EINTR:
+			// a late echo of an earlier round
+		case err != unix.EAGAIN:
+			return false, fmt.Errorf("receive: %w", err)
+		case !busy || time.Now().After(deadline):
+			return false, nil
+		}
+	}
 }

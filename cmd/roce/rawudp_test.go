@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,8 +54,54 @@ func TestRawUDP(t *testing.T) {
 	}
 }
 
+// TestRawUDPLatency runs the ping-pong over loopback, blocking and busy
+// polling, and checks the half round trips it reports.
+func TestRawUDPLatency(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "blocking", true: "busy-poll"}[busy], func(t *testing.T) {
+			port := strconv.Itoa(freeTCPPort(t))
+			var sout, serr bytes.Buffer
+			done := make(chan int, 1)
+			go func() { done <- runRawUDP([]string{"-p", port, "--bind", "127.0.0.1"}, &sout, &serr) }()
+			args := []string{"--lat", "-n", "300", "-p", port, "--json", "127.0.0.1"}
+			if busy {
+				args = append([]string{"--busy-poll"}, args...)
+			}
+			var out, errb bytes.Buffer
+			var code int
+			for try := 0; try < 50; try++ {
+				out.Reset()
+				errb.Reset()
+				code = runRawUDP(args, &out, &errb)
+				if code == 0 || !strings.Contains(errb.String(), "cannot reach") {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if code != 0 {
+				t.Fatalf("client exit %d: %s", code, errb.String())
+			}
+			if c := <-done; c != 0 {
+				t.Fatalf("server exit %d: %s", c, serr.String())
+			}
+			var r rawudpLatResult
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				t.Fatalf("%v: %s", err, out.String())
+			}
+			lo, typ, hi := r.Results["t_min_us"], r.Results["t_typical_us"], r.Results["t_max_us"]
+			if r.Size != rawudpLatSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ {
+				t.Errorf("implausible result %+v", r)
+			}
+			// 300 counted, 100 warm-up, and a lost one sent again.
+			if want := fmt.Sprintf("rawudp: echoed %d 36-byte datagrams", 400+r.Lost); !strings.Contains(sout.String(), want) {
+				t.Errorf("server printed %q, want %q", sout.String(), want)
+			}
+		})
+	}
+}
+
 func TestRawUDPUsage(t *testing.T) {
-	for _, args := range [][]string{{"-s", "10"}, {"--gso", "65"}, {"-D", "0"}, {"-p", "0"}, {"a", "b"}, {"--gso", "20", "-s", "4112"}, {"--gso", "0", "--first", "4128"}, {"--first", "10"}} {
+	for _, args := range [][]string{{"--lat", "-s", "2"}, {"--busy-poll"}, {"--lat", "-n", "1"}, {"-s", "10"}, {"--gso", "65"}, {"-D", "0"}, {"-p", "0"}, {"a", "b"}, {"--gso", "20", "-s", "4112"}, {"--gso", "0", "--first", "4128"}, {"--first", "10"}} {
 		var out, errb bytes.Buffer
 		if code := runRawUDP(args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "roce help rawudp") {
 			t.Errorf("%v: exit %d, %q", args, code, errb.String())
