@@ -44,6 +44,13 @@ const (
 	// link allows more: a 4096-byte path MTU plus the longest header set
 	// and the ICRC fits, with room to spare.
 	DefaultMaxPacket = 4096 + 128
+	// DefaultStreamSpin is Config.StreamSpin's default: about two GRO
+	// trains at loopback speed.
+	DefaultStreamSpin = 50 * time.Microsecond
+	// StreamBytes is the smallest batch after which the receive loop
+	// spins for StreamSpin: half a GRO train, far more than a batch of
+	// acknowledgements or of small messages carries.
+	StreamBytes = 32 << 10
 	// DefaultSocketBuffer is the SO_RCVBUF and SO_SNDBUF asked for.
 	DefaultSocketBuffer = 4 << 20
 	// DefaultSendTimeout bounds how long Send waits for room in the
@@ -79,6 +86,13 @@ type Config struct {
 	// before it sleeps in the poller: lower latency for a core's worth of
 	// CPU.
 	BusyPoll time.Duration
+	// StreamSpin is how long the receive loop looks again, yielding to
+	// other goroutines between looks, before it sleeps in the poller
+	// after a batch that carried at least StreamBytes: while a stream
+	// flows, the next train is usually microseconds away, and a sleep
+	// and wakeup per train costs both ends more than the wait. 0 means
+	// DefaultStreamSpin; negative, never.
+	StreamSpin time.Duration
 	// ReadBuffer and WriteBuffer are the socket buffer sizes asked for; 0
 	// means DefaultSocketBuffer. The kernel caps them at
 	// net.core.rmem_max and wmem_max unless the process has
@@ -157,6 +171,9 @@ func (c *Config) resolve() (resolved, error) {
 	}
 	if r.BusyPoll < 0 || r.ReadBuffer < 0 || r.WriteBuffer < 0 || r.SendTimeout < 0 {
 		return r, errorf(ErrBadConfig, "negative busy poll, buffer size or timeout")
+	}
+	if r.StreamSpin == 0 {
+		r.StreamSpin = DefaultStreamSpin
 	}
 	if r.ReadBuffer == 0 {
 		r.ReadBuffer = DefaultSocketBuffer

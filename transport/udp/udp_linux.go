@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -386,8 +387,10 @@ type rxState struct {
 	bufs   [][]byte
 	ctrl   []byte
 	busy   time.Duration
-	n      int        // datagrams the last recvmmsg returned
-	errno  unix.Errno // its error, if any
+	spin   time.Duration // Config.StreamSpin
+	stream bool          // a batch carried StreamBytes, and no spin since ran dry
+	n      int           // datagrams the last recvmmsg returned
+	errno  unix.Errno    // its error, if any
 	readFn func(uintptr) bool
 }
 
@@ -403,6 +406,7 @@ func newRxState(t *Transport) *rxState {
 		names: make([]sockaddr, slots),
 		ctrl:  make([]byte, slots*rxCmsgSpace),
 		busy:  t.cfg.BusyPoll,
+		spin:  t.cfg.StreamSpin,
 	}
 	rx.bufs = mmsg.Buffers(rx.msgs, size)
 	for i := range rx.msgs {
@@ -425,28 +429,41 @@ func (rx *rxState) reset() {
 }
 
 // read is the RawConn.Read callback: one recvmmsg, repeated while busy
-// polling. It returns false to wait in the poller, having released
-// Transport.rxMu; it returns true holding it, with a batch in rx.
+// polling or, after a stream's batch, for StreamSpin. It returns false to
+// wait in the poller, having released Transport.rxMu; it returns true
+// holding it, with a batch in rx.
 func (rx *rxState) read(fd uintptr) bool {
 	rx.t.rxMu.Lock()
 	rx.reset()
+	spin, yield := rx.busy, false
+	if spin <= 0 && rx.stream && rx.spin > 0 {
+		// Look again while the stream may go on, letting the
+		// process's other goroutines run between looks: with one Go
+		// processor they would wait otherwise.
+		spin, yield = rx.spin, true
+	}
 	var spinUntil time.Time
-	for try := 0; ; try++ { // bounded by the busy-poll time and Close
+	for try := 0; ; try++ { // bounded by the spin time and Close
 		n, e := mmsg.Recv(fd, rx.msgs, 0)
 		switch e {
 		case 0:
 			rx.n, rx.errno = n, 0
 			return true
 		case unix.EAGAIN:
-			if rx.busy <= 0 || rx.t.closing.Load() {
+			if spin <= 0 || rx.t.closing.Load() {
+				rx.stream = false
 				rx.t.rxMu.Unlock()
 				return false
 			}
 			if try == 0 {
-				spinUntil = time.Now().Add(rx.busy)
-			} else if try%64 == 0 && time.Now().After(spinUntil) {
+				spinUntil = time.Now().Add(spin)
+			} else if (yield || try%64 == 0) && time.Now().After(spinUntil) {
+				rx.stream = false
 				rx.t.rxMu.Unlock()
 				return false
+			}
+			if yield {
+				runtime.Gosched()
 			}
 		case unix.EINTR: // interrupted at every retry
 			rx.t.rxMu.Unlock()
@@ -502,6 +519,7 @@ func (t *Transport) receive(rx *rxState, rcv *receiver) {
 // to the handler. The caller holds rxMu.
 func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 	var meta rxMeta
+	bytes := 0
 	for i := range rx.n {
 		m := &rx.msgs[i]
 		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -521,6 +539,10 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 		}
 		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 		rcv.datagram(rx.bufs[i][:m.Len], src, dst.Unmap(), meta.tos, meta.gsoLen)
+		bytes += int(m.Len)
+	}
+	if bytes >= StreamBytes {
+		rx.stream = true // until a spin finds the socket empty
 	}
 	rcv.flush()
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -393,6 +394,97 @@ func TestBusyPoll(t *testing.T) {
 	exchange(t, rng, a, b, cb, []int{1, 64, 5}, 0)
 	time.Sleep(80 * time.Millisecond) // past the spin: the loop sleeps in the poller
 	exchange(t, rng, a, b, cb, []int{3}, 0)
+}
+
+// TestStreamSpin drives the receive loop's read step by hand: after a
+// batch of StreamBytes it looks again for StreamSpin and catches a
+// datagram that comes meanwhile; once a look has run dry, or after small
+// batches only, it leaves waiting to the poller at once.
+func TestStreamSpin(t *testing.T) {
+	a := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.37.1:4791")})
+	b := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.37.2:4791"), StreamSpin: 10 * time.Second})
+	rx := newRxState(b)
+	cb := transporttest.NewCollector()
+	rcv := newReceiver(cb.Handle, b.cfg.BatchSize, b.local.Port(), &b.stats)
+	var fd int
+	if err := b.rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 7))
+	var mu sync.Mutex // rng
+	send := func(n, size int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		pkts := make([]transport.Packet, n)
+		for i := range pkts {
+			pkts[i] = transport.Packet{Data: transporttest.BuildPacket(rng, bth.Opcode(0x01), size, bth.PSN(i)),
+				Src: a.LocalAddr(), Dst: b.LocalAddr()}
+		}
+		return a.Send(pkts)
+	}
+	var late sync.WaitGroup
+	defer late.Wait()
+	// read runs one read step; with late, a datagram sent 200 ms later
+	// comes while it spins, or is left for the next step.
+	read := func(lateOne bool) bool {
+		t.Helper()
+		if lateOne {
+			late.Go(func() {
+				time.Sleep(200 * time.Millisecond)
+				if err := send(1, 64); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		if !rx.read(uintptr(fd)) {
+			return false
+		}
+		b.deliver(rx, rcv)
+		b.rxMu.Unlock()
+		return true
+	}
+
+	if err := send(1, 64); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !read(false) || rx.stream {
+		t.Fatalf("a 64-byte batch: stream %v", rx.stream)
+	}
+	if read(true) {
+		t.Fatal("after a small batch, the read step spun and caught a late datagram")
+	}
+	late.Wait()
+	if !read(false) { // the late one, now waiting
+		t.Fatal("the late datagram was not received")
+	}
+
+	if err := send(16, 4096); err != nil { // one GSO run: a GRO train of 64 KiB
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !read(false) || !rx.stream {
+		t.Fatalf("after a 64 KiB batch: stream %v", rx.stream)
+	}
+	if !read(true) {
+		t.Fatal("after a stream's batch, the read step did not spin until the late datagram came")
+	}
+
+	rx.spin = 10 * time.Millisecond
+	if read(false) || rx.stream {
+		t.Fatalf("a spin that ran dry left stream %v", rx.stream)
+	}
+	rx.spin = 10 * time.Second
+	if read(true) {
+		t.Fatal("after a spin ran dry, the read step spun again")
+	}
+	late.Wait()
+	if !read(false) {
+		t.Fatal("the last late datagram was not received")
+	}
+	if got := cb.Wait(20, 5*time.Second); len(got) != 20 {
+		t.Errorf("%d packets delivered, want 20", len(got))
+	}
 }
 
 // TestAllocs shows that Send, and a whole round trip through the receive
