@@ -94,7 +94,7 @@ func (f *Flow) ICRC(pkt []byte) uint32 {
 	var b [maxPseudoLen]byte
 	n := f.pseudo(&b, pkt, len(pkt)+ICRCLen)
 	c := crcShort(0, b[:n])
-	return crc32.Update(c, crc32.IEEETable, pkt[BTHLen:])
+	return crcUpdate(c, pkt[BTHLen:])
 }
 
 // crcTables are the slicing-by-8 tables of the IEEE CRC-32 (reflected
@@ -156,8 +156,8 @@ func (f *Flow) SealSplit(head, payload []byte) {
 	var b [maxPseudoLen]byte
 	m := f.pseudo(&b, head, len(head)+len(payload))
 	c := crcShort(0, b[:m])
-	c = crc32.Update(c, crc32.IEEETable, head[BTHLen:n])
-	c = crc32.Update(c, crc32.IEEETable, payload)
+	c = crcShort(c, head[BTHLen:n])
+	c = crcUpdate(c, payload)
 	binary.LittleEndian.PutUint32(head[n:], c)
 }
 
@@ -203,7 +203,7 @@ func FrameICRC(ip []byte) uint32 {
 	roce := ip[hl+UDPLen : len(ip)-ICRCLen]
 	n += maskBTH(b[n:], roce)
 	c := crcShort(0, b[:n])
-	return crc32.Update(c, crc32.IEEETable, roce[BTHLen:])
+	return crcUpdate(c, roce[BTHLen:])
 }
 
 // IDSolver checks the ICRC of IPv4 RoCE packets received on a UDP socket,

@@ -1,0 +1,99 @@
+#include "textflag.h"
+
+// The fold constants are foldK (crc_amd64.go).
+
+// func fold256(init uint32, p []byte) (lo, hi uint64)
+TEXT ·fold256(SB), NOSPLIT, $0-48
+	MOVL init+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+
+	// Four accumulators: the first 256 bytes, the register in the first four.
+	VMOVD     AX, X10
+	VMOVDQU64 (SI), Z1
+	VMOVDQU64 64(SI), Z2
+	VMOVDQU64 128(SI), Z3
+	VMOVDQU64 192(SI), Z4
+	VPXORQ    Z10, Z1, Z1
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	VBROADCASTI32X4 ·foldK+0(SB), Z0
+
+	// Each lane moves 256 bytes on and takes in the bytes there.
+loop:
+	CMPQ CX, $256
+	JB   combine
+	VPCLMULQDQ $0x11, Z0, Z1, Z5
+	VPCLMULQDQ $0x00, Z0, Z1, Z1
+	VPTERNLOGD $0x96, (SI), Z5, Z1
+	VPCLMULQDQ $0x11, Z0, Z2, Z6
+	VPCLMULQDQ $0x00, Z0, Z2, Z2
+	VPTERNLOGD $0x96, 64(SI), Z6, Z2
+	VPCLMULQDQ $0x11, Z0, Z3, Z7
+	VPCLMULQDQ $0x00, Z0, Z3, Z3
+	VPTERNLOGD $0x96, 128(SI), Z7, Z3
+	VPCLMULQDQ $0x11, Z0, Z4, Z8
+	VPCLMULQDQ $0x00, Z0, Z4, Z4
+	VPTERNLOGD $0x96, 192(SI), Z8, Z4
+	ADDQ $256, SI
+	SUBQ $256, CX
+	JMP  loop
+
+	// The accumulators into the last, 64 bytes at a time.
+combine:
+	VBROADCASTI32X4 ·foldK+16(SB), Z0
+	VPCLMULQDQ $0x11, Z0, Z1, Z5
+	VPCLMULQDQ $0x00, Z0, Z1, Z1
+	VPTERNLOGD $0x96, Z5, Z1, Z2
+	VPCLMULQDQ $0x11, Z0, Z2, Z6
+	VPCLMULQDQ $0x00, Z0, Z2, Z2
+	VPTERNLOGD $0x96, Z6, Z2, Z3
+	VPCLMULQDQ $0x11, Z0, Z3, Z7
+	VPCLMULQDQ $0x00, Z0, Z3, Z3
+	VPTERNLOGD $0x96, Z7, Z3, Z4
+
+	// The four lanes of the last into its top lane, 48, 32 and 16 bytes on.
+	VEXTRACTI32X4 $1, Z4, X5
+	VEXTRACTI32X4 $2, Z4, X6
+	VEXTRACTI32X4 $3, Z4, X7
+	VMOVDQU    ·foldK+32(SB), X0
+	VPCLMULQDQ $0x11, X0, X4, X8
+	VPCLMULQDQ $0x00, X0, X4, X4
+	VPXOR      X8, X4, X4
+	VPXOR      X4, X7, X7
+	VMOVDQU    ·foldK+48(SB), X0
+	VPCLMULQDQ $0x11, X0, X5, X8
+	VPCLMULQDQ $0x00, X0, X5, X5
+	VPXOR      X8, X5, X5
+	VPXOR      X5, X7, X7
+	VMOVDQU    ·foldK+64(SB), X0
+	VPCLMULQDQ $0x11, X0, X6, X8
+	VPCLMULQDQ $0x00, X0, X6, X6
+	VPXOR      X8, X6, X6
+	VPXOR      X6, X7, X7
+
+	VMOVQ   X7, AX
+	VPEXTRQ $1, X7, BX
+	MOVQ    AX, lo+32(FP)
+	MOVQ    BX, hi+40(FP)
+	VZEROUPPER
+	RET
+
+// func cpuid(eax, ecx uint32) (a, b, c, d uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eax+0(FP), AX
+	MOVL ecx+4(FP), CX
+	CPUID
+	MOVL AX, a+8(FP)
+	MOVL BX, b+12(FP)
+	MOVL CX, c+16(FP)
+	MOVL DX, d+20(FP)
+	RET
+
+// func xgetbv() (eax, edx uint32)
+TEXT ·xgetbv(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET

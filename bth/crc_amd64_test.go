@@ -1,0 +1,82 @@
+package bth
+
+import (
+	"hash/crc32"
+	"math/bits"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestFoldConstants(t *testing.T) {
+	// xn returns x^n modulo the CRC-32 polynomial, in normal bit order.
+	xn := func(n int) uint32 {
+		r := uint32(1)
+		for range n {
+			top := r & 0x80000000
+			r <<= 1
+			if top != 0 {
+				r ^= 0x04C11DB7
+			}
+		}
+		return r
+	}
+	k := func(n int) uint64 { return uint64(bits.Reverse32(xn(n))) << 1 }
+	for i, d := range []int{256, 64, 48, 32, 16} {
+		if want := [2]uint64{k(8*d + 32), k(8*d - 32)}; foldK[i] != want {
+			t.Errorf("foldK[%d] (D=%d) = %#x, want %#x", i, d, foldK[i], want)
+		}
+	}
+}
+
+// TestCRCUpdate compares crcUpdate with hash/crc32 on every length up to
+// a few KiB, at every alignment, from random registers, and in pieces.
+func TestCRCUpdate(t *testing.T) {
+	if !haveFold {
+		t.Log("no AVX-512 VPCLMULQDQ here: crcUpdate is hash/crc32's")
+	}
+	for _, fold := range []bool{haveFold, false} {
+		t.Run(map[bool]string{true: "fold", false: "hash/crc32"}[fold], func(t *testing.T) {
+			defer func(h bool) { haveFold = h }(haveFold)
+			haveFold = fold
+			testCRCUpdate(t)
+		})
+	}
+}
+
+func testCRCUpdate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	buf := make([]byte, 10000)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for n := 0; n <= 9000; n += 1 + n/64 {
+		off := rng.IntN(64)
+		p := buf[off : off+n]
+		init := rng.Uint32()
+		if got, want := crcUpdate(init, p), crc32.Update(init, crc32.IEEETable, p); got != want {
+			t.Fatalf("len %d offset %d init %#x: %#x, want %#x", n, off, init, got, want)
+		}
+		cut := rng.IntN(n + 1)
+		if got, want := crcUpdate(crcUpdate(init, p[:cut]), p[cut:]), crc32.Update(init, crc32.IEEETable, p); got != want {
+			t.Fatalf("len %d cut at %d: %#x, want %#x", n, cut, got, want)
+		}
+	}
+}
+
+func FuzzCRCUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 4096))
+	f.Add(uint32(0xFFFFFFFF), make([]byte, 777))
+	f.Fuzz(func(t *testing.T, init uint32, p []byte) {
+		if got, want := crcUpdate(init, p), crc32.Update(init, crc32.IEEETable, p); got != want {
+			t.Fatalf("len %d init %#x: %#x, want %#x", len(p), init, got, want)
+		}
+	})
+}
+
+func BenchmarkCRCUpdate(b *testing.B) {
+	p := make([]byte, 4096)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		crcUpdate(0, p)
+	}
+}
