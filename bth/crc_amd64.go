@@ -51,22 +51,49 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 		return crc32.Update(crc, crc32.IEEETable, p)
 	}
 	n := len(p) &^ 255
-	lo, hi := fold256(^crc, p[:n])
+	lo, hi := fold256(nil, ^crc, p[:n])
+	return foldEnd(lo, hi, p[n:])
+}
+
+// crcJoined returns the CRC-32 of head followed by p, crc32.Update(0,
+// head||p), without joining them: head (at most 128 bytes) goes into the
+// fold as a block of its own, right-aligned after zeros, which leave the
+// CRC alone once the initial register is XORed into head's first bytes.
+func crcJoined(head, p []byte) uint32 {
+	if !haveFold || len(p) < foldMin || len(head) < 4 || len(head) > 128 {
+		return crcUpdate(crcShort(0, head), p)
+	}
+	var h [128]byte
+	o := len(h) - len(head)
+	copy(h[o:], head)
+	binary.LittleEndian.PutUint32(h[o:], ^binary.LittleEndian.Uint32(h[o:]))
+	n := len(p) &^ 255
+	lo, hi := fold256(&h, 0, p[:n])
+	return foldEnd(lo, hi, p[n:])
+}
+
+// foldEnd finishes a CRC from fold256's 16 bytes and the bytes after the
+// folded ones.
+func foldEnd(lo, hi uint64, tail []byte) uint32 {
 	var v [16]byte
 	binary.LittleEndian.PutUint64(v[:], lo)
 	binary.LittleEndian.PutUint64(v[8:], hi)
 	// A register of zero, that is ^0 in crc32.Update's terms, since the
 	// initial value went into the first bytes folded.
-	crc = crcShort(^uint32(0), v[:])
-	return crc32.Update(crc, crc32.IEEETable, p[n:])
+	crc := crcShort(^uint32(0), v[:])
+	if len(tail) == 0 {
+		return crc
+	}
+	return crc32.Update(crc, crc32.IEEETable, tail)
 }
 
 // fold256 folds p, whose length is a non-zero multiple of 256, with the
-// CRC register init XORed into its first four bytes, into 16 bytes
-// (little-endian lo, hi) with the same residue.
+// CRC register init XORed into its first four bytes and, if h is not nil,
+// the 128 bytes of h before it, into 16 bytes (little-endian lo, hi) with
+// the same residue.
 //
 //go:noescape
-func fold256(init uint32, p []byte) (lo, hi uint64)
+func fold256(h *[128]byte, init uint32, p []byte) (lo, hi uint64)
 
 func cpuid(eax, ecx uint32) (a, b, c, d uint32)
 

@@ -2,14 +2,30 @@
 
 // The fold constants are foldK (crc_amd64.go).
 
-// func fold256(init uint32, p []byte) (lo, hi uint64)
-TEXT ·fold256(SB), NOSPLIT, $0-48
-	MOVL init+0(FP), AX
-	MOVQ p_base+8(FP), SI
-	MOVQ p_len+16(FP), CX
+// func fold256(h *[128]byte, init uint32, p []byte) (lo, hi uint64)
+TEXT ·fold256(SB), NOSPLIT, $0-56
+	MOVQ h+0(FP), DI
+	MOVL init+8(FP), AX
+	MOVQ p_base+16(FP), SI
+	MOVQ p_len+24(FP), CX
 
-	// Four accumulators: the first 256 bytes, the register in the first four.
-	VMOVD     AX, X10
+	// Z10 is what goes into the first 64 bytes of p: the register in
+	// the first four, and the prefix block, if any, moved on to them.
+	VMOVD AX, X10
+	TESTQ DI, DI
+	JZ    first
+	VBROADCASTI32X4 ·foldK+16(SB), Z0
+	VMOVDQU64  (DI), Z11
+	VMOVDQU64  64(DI), Z12
+	VPCLMULQDQ $0x11, Z0, Z11, Z5
+	VPCLMULQDQ $0x00, Z0, Z11, Z11
+	VPTERNLOGD $0x96, Z5, Z11, Z12
+	VPCLMULQDQ $0x11, Z0, Z12, Z5
+	VPCLMULQDQ $0x00, Z0, Z12, Z12
+	VPTERNLOGD $0x96, Z5, Z12, Z10
+
+	// Four accumulators: the first 256 bytes of p.
+first:
 	VMOVDQU64 (SI), Z1
 	VMOVDQU64 64(SI), Z2
 	VMOVDQU64 128(SI), Z3
@@ -74,8 +90,8 @@ combine:
 
 	VMOVQ   X7, AX
 	VPEXTRQ $1, X7, BX
-	MOVQ    AX, lo+32(FP)
-	MOVQ    BX, hi+40(FP)
+	MOVQ    AX, lo+40(FP)
+	MOVQ    BX, hi+48(FP)
 	VZEROUPPER
 	RET
 

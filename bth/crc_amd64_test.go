@@ -63,12 +63,43 @@ func testCRCUpdate(t *testing.T) {
 	}
 }
 
+// TestCRCJoined compares crcJoined(head, p) with hash/crc32 over head and
+// p joined, for heads of every length up to 128 bytes and longer.
+func TestCRCJoined(t *testing.T) {
+	for _, fold := range []bool{haveFold, false} {
+		t.Run(map[bool]string{true: "fold", false: "hash/crc32"}[fold], func(t *testing.T) {
+			defer func(h bool) { haveFold = h }(haveFold)
+			haveFold = fold
+			rng := rand.New(rand.NewPCG(5, 5))
+			buf := make([]byte, 10000)
+			for i := range buf {
+				buf[i] = byte(rng.Uint32())
+			}
+			for hn := 0; hn <= 140; hn++ {
+				head := buf[:hn]
+				n := []int{0, 1, 255, 256, 511, 512, 777, 4096, 4112, 4096 + 16 + 2}[hn%10]
+				p := buf[200+rng.IntN(64):][:n]
+				joined := append(append([]byte(nil), head...), p...)
+				if got, want := crcJoined(head, p), crc32.ChecksumIEEE(joined); got != want {
+					t.Fatalf("head %d bytes, p %d: %#x, want %#x", hn, n, got, want)
+				}
+			}
+		})
+	}
+}
+
 func FuzzCRCUpdate(f *testing.F) {
 	f.Add(uint32(0), make([]byte, 4096))
 	f.Add(uint32(0xFFFFFFFF), make([]byte, 777))
 	f.Fuzz(func(t *testing.T, init uint32, p []byte) {
 		if got, want := crcUpdate(init, p), crc32.Update(init, crc32.IEEETable, p); got != want {
 			t.Fatalf("len %d init %#x: %#x, want %#x", len(p), init, got, want)
+		}
+		if len(p) > 0 {
+			cut := int(init % uint32(min(len(p), 160)))
+			if got, want := crcJoined(p[:cut], p[cut:]), crc32.ChecksumIEEE(p); got != want {
+				t.Fatalf("len %d joined at %d: %#x, want %#x", len(p), cut, got, want)
+			}
 		}
 	})
 }

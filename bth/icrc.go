@@ -21,6 +21,10 @@ import (
 // header with options (60) or an IPv6 header (40), UDP (8) and BTH (12).
 const maxPseudoLen = 8 + 60 + UDPLen + BTHLen
 
+// maxExtLen is the most bytes of extension headers a packet carries
+// (AtomicETH; RETH with ImmDt takes 20).
+const maxExtLen = 28
+
 // Flow describes the IP and UDP headers that carry a RoCE packet, as far as
 // the ICRC covers them. It is what a sender on a UDP socket must predict and
 // what a receiver on a UDP socket must know to check the ICRC, since neither
@@ -93,8 +97,7 @@ func maskBTH(dst, bth []byte) int {
 func (f *Flow) ICRC(pkt []byte) uint32 {
 	var b [maxPseudoLen]byte
 	n := f.pseudo(&b, pkt, len(pkt)+ICRCLen)
-	c := crcShort(0, b[:n])
-	return crcUpdate(c, pkt[BTHLen:])
+	return crcJoined(b[:n], pkt[BTHLen:])
 }
 
 // crcTables are the slicing-by-8 tables of the IEEE CRC-32 (reflected
@@ -153,11 +156,15 @@ func (f *Flow) Seal(pkt []byte) {
 // into head's last four bytes.
 func (f *Flow) SealSplit(head, payload []byte) {
 	n := len(head) - ICRCLen
-	var b [maxPseudoLen]byte
-	m := f.pseudo(&b, head, len(head)+len(payload))
-	c := crcShort(0, b[:m])
-	c = crcShort(c, head[BTHLen:n])
-	c = crcUpdate(c, payload)
+	var b [maxPseudoLen + maxExtLen]byte
+	m := f.pseudo((*[maxPseudoLen]byte)(b[:maxPseudoLen]), head, len(head)+len(payload))
+	var c uint32
+	if n-BTHLen <= maxExtLen {
+		m += copy(b[m:], head[BTHLen:n])
+		c = crcJoined(b[:m], payload)
+	} else {
+		c = crcUpdate(crcShort(crcShort(0, b[:m]), head[BTHLen:n]), payload)
+	}
 	binary.LittleEndian.PutUint32(head[n:], c)
 }
 
@@ -202,8 +209,7 @@ func FrameICRC(ip []byte) uint32 {
 	n += UDPLen
 	roce := ip[hl+UDPLen : len(ip)-ICRCLen]
 	n += maskBTH(b[n:], roce)
-	c := crcShort(0, b[:n])
-	return crcUpdate(c, roce[BTHLen:])
+	return crcJoined(b[:n], roce[BTHLen:])
 }
 
 // IDSolver checks the ICRC of IPv4 RoCE packets received on a UDP socket,
