@@ -2,6 +2,27 @@
 
 // The fold constants are foldK (crc_amd64.go).
 
+// FOLD moves each 128-bit lane of a on by the distance of the constants in
+// k and XORs it into b: b ^= a.lo*k.lo ^ a.hi*k.hi. It clobbers a and t.
+#define FOLD(k, a, b, t) \
+	VPCLMULQDQ $0x11, k, a, t; \
+	VPCLMULQDQ $0x00, k, a, a; \
+	VPTERNLOGD $0x96, t, a, b
+
+// STEP moves each lane of a on 256 bytes and takes in the 64 bytes at m.
+#define STEP(a, m, t) \
+	VPCLMULQDQ $0x11, Z0, a, t; \
+	VPCLMULQDQ $0x00, Z0, a, a; \
+	VPTERNLOGD $0x96, m, t, a
+
+// LANE moves the 128-bit a on by the constants at k into X7.
+#define LANE(k, a) \
+	VMOVDQU    k, X0; \
+	VPCLMULQDQ $0x11, X0, a, X8; \
+	VPCLMULQDQ $0x00, X0, a, a; \
+	VPXOR      X8, a, a; \
+	VPXOR      a, X7, X7
+
 // func fold256(h *[128]byte, init uint32, p []byte) (lo, hi uint64)
 TEXT ·fold256(SB), NOSPLIT, $0-56
 	MOVQ h+0(FP), DI
@@ -15,14 +36,10 @@ TEXT ·fold256(SB), NOSPLIT, $0-56
 	TESTQ DI, DI
 	JZ    first
 	VBROADCASTI32X4 ·foldK+16(SB), Z0
-	VMOVDQU64  (DI), Z11
-	VMOVDQU64  64(DI), Z12
-	VPCLMULQDQ $0x11, Z0, Z11, Z5
-	VPCLMULQDQ $0x00, Z0, Z11, Z11
-	VPTERNLOGD $0x96, Z5, Z11, Z12
-	VPCLMULQDQ $0x11, Z0, Z12, Z5
-	VPCLMULQDQ $0x00, Z0, Z12, Z12
-	VPTERNLOGD $0x96, Z5, Z12, Z10
+	VMOVDQU64 (DI), Z11
+	VMOVDQU64 64(DI), Z12
+	FOLD(Z0, Z11, Z12, Z5)
+	FOLD(Z0, Z12, Z10, Z5)
 
 	// Four accumulators: the first 256 bytes of p.
 first:
@@ -39,18 +56,10 @@ first:
 loop:
 	CMPQ CX, $256
 	JB   combine
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, (SI), Z5, Z1
-	VPCLMULQDQ $0x11, Z0, Z2, Z6
-	VPCLMULQDQ $0x00, Z0, Z2, Z2
-	VPTERNLOGD $0x96, 64(SI), Z6, Z2
-	VPCLMULQDQ $0x11, Z0, Z3, Z7
-	VPCLMULQDQ $0x00, Z0, Z3, Z3
-	VPTERNLOGD $0x96, 128(SI), Z7, Z3
-	VPCLMULQDQ $0x11, Z0, Z4, Z8
-	VPCLMULQDQ $0x00, Z0, Z4, Z4
-	VPTERNLOGD $0x96, 192(SI), Z8, Z4
+	STEP(Z1, (SI), Z5)
+	STEP(Z2, 64(SI), Z6)
+	STEP(Z3, 128(SI), Z7)
+	STEP(Z4, 192(SI), Z8)
 	ADDQ $256, SI
 	SUBQ $256, CX
 	JMP  loop
@@ -58,35 +67,17 @@ loop:
 	// The accumulators into the last, 64 bytes at a time.
 combine:
 	VBROADCASTI32X4 ·foldK+16(SB), Z0
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z5, Z1, Z2
-	VPCLMULQDQ $0x11, Z0, Z2, Z6
-	VPCLMULQDQ $0x00, Z0, Z2, Z2
-	VPTERNLOGD $0x96, Z6, Z2, Z3
-	VPCLMULQDQ $0x11, Z0, Z3, Z7
-	VPCLMULQDQ $0x00, Z0, Z3, Z3
-	VPTERNLOGD $0x96, Z7, Z3, Z4
+	FOLD(Z0, Z1, Z2, Z5)
+	FOLD(Z0, Z2, Z3, Z6)
+	FOLD(Z0, Z3, Z4, Z7)
 
 	// The four lanes of the last into its top lane, 48, 32 and 16 bytes on.
 	VEXTRACTI32X4 $1, Z4, X5
 	VEXTRACTI32X4 $2, Z4, X6
 	VEXTRACTI32X4 $3, Z4, X7
-	VMOVDQU    ·foldK+32(SB), X0
-	VPCLMULQDQ $0x11, X0, X4, X8
-	VPCLMULQDQ $0x00, X0, X4, X4
-	VPXOR      X8, X4, X4
-	VPXOR      X4, X7, X7
-	VMOVDQU    ·foldK+48(SB), X0
-	VPCLMULQDQ $0x11, X0, X5, X8
-	VPCLMULQDQ $0x00, X0, X5, X5
-	VPXOR      X8, X5, X5
-	VPXOR      X5, X7, X7
-	VMOVDQU    ·foldK+64(SB), X0
-	VPCLMULQDQ $0x11, X0, X6, X8
-	VPCLMULQDQ $0x00, X0, X6, X6
-	VPXOR      X8, X6, X6
-	VPXOR      X6, X7, X7
+	LANE(·foldK+32(SB), X4)
+	LANE(·foldK+48(SB), X5)
+	LANE(·foldK+64(SB), X6)
 
 	VMOVQ   X7, AX
 	VPEXTRQ $1, X7, BX

@@ -10,6 +10,35 @@ import (
 	"time"
 )
 
+// rawudpPair runs a rawudp server on 127.0.0.1 and a client with args
+// (and the server's port) against it, and returns what each printed.
+func rawudpPair(t *testing.T, args ...string) (client, server string) {
+	t.Helper()
+	port := strconv.Itoa(freeTCPPort(t))
+	var sout, serr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- runRawUDP([]string{"-p", port, "--bind", "127.0.0.1"}, &sout, &serr) }()
+	args = append(append([]string{"-p", port}, args...), "127.0.0.1")
+	var out, errb bytes.Buffer
+	var code int
+	for try := 0; try < 50; try++ { // the server needs a moment to listen
+		out.Reset()
+		errb.Reset()
+		code = runRawUDP(args, &out, &errb)
+		if code == 0 || !strings.Contains(errb.String(), "cannot reach") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code != 0 {
+		t.Fatalf("client exit %d: %s", code, errb.String())
+	}
+	if c := <-done; c != 0 {
+		t.Fatalf("server exit %d: %s", c, serr.String())
+	}
+	return out.String(), sout.String()
+}
+
 // TestRawUDP runs the baseline's server and client over loopback, with
 // and without GSO, and checks what the client reports: datagrams counted
 // by the server, a rate from them.
@@ -17,38 +46,18 @@ func TestRawUDP(t *testing.T) {
 	for _, tc := range []struct{ gso, first string }{{"15", "0"}, {"0", "0"}, {"15", "4128"}} {
 		gso := tc.gso
 		t.Run("gso"+gso+"/first"+tc.first, func(t *testing.T) {
-			port := strconv.Itoa(freeTCPPort(t))
-			var sout, serr bytes.Buffer
-			done := make(chan int, 1)
-			go func() { done <- runRawUDP([]string{"-p", port, "--bind", "127.0.0.1"}, &sout, &serr) }()
-			var out, errb bytes.Buffer
-			var code int
-			for try := 0; try < 50; try++ { // the server needs a moment to listen
-				out.Reset()
-				errb.Reset()
-				code = runRawUDP([]string{"-p", port, "--gso", gso, "--first", tc.first, "-D", "0.3", "--json", "127.0.0.1"}, &out, &errb)
-				if code == 0 || !strings.Contains(errb.String(), "cannot reach") {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if code != 0 {
-				t.Fatalf("client exit %d: %s", code, errb.String())
-			}
-			if c := <-done; c != 0 {
-				t.Fatalf("server exit %d: %s", c, serr.String())
-			}
+			out, sout := rawudpPair(t, "--gso", gso, "--first", tc.first, "-D", "0.3", "--json")
 			var r rawudpResult
-			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-				t.Fatalf("%v: %s", err, out.String())
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v: %s", err, out)
 			}
 			if r.Datagrams == 0 || r.Datagrams > r.Sent || r.Seconds <= 0 || r.GBps <= 0 ||
 				tc.first == "0" && r.Bytes != r.Datagrams*4112 ||
 				tc.first != "0" && (r.Bytes <= r.Datagrams*4112 || r.Bytes >= r.Datagrams*4128) {
 				t.Errorf("implausible result %+v", r)
 			}
-			if !strings.Contains(sout.String(), "rawudp: 4112-byte datagrams, gso "+gso) {
-				t.Errorf("server printed %q", sout.String())
+			if !strings.Contains(sout, "rawudp: 4112-byte datagrams, gso "+gso) {
+				t.Errorf("server printed %q", sout)
 			}
 		})
 	}
@@ -59,42 +68,22 @@ func TestRawUDP(t *testing.T) {
 func TestRawUDPLatency(t *testing.T) {
 	for _, busy := range []bool{false, true} {
 		t.Run(map[bool]string{false: "blocking", true: "busy-poll"}[busy], func(t *testing.T) {
-			port := strconv.Itoa(freeTCPPort(t))
-			var sout, serr bytes.Buffer
-			done := make(chan int, 1)
-			go func() { done <- runRawUDP([]string{"-p", port, "--bind", "127.0.0.1"}, &sout, &serr) }()
-			args := []string{"--lat", "-n", "300", "-p", port, "--json", "127.0.0.1"}
+			args := []string{"--lat", "-n", "300", "--json"}
 			if busy {
-				args = append([]string{"--busy-poll"}, args...)
+				args = append(args, "--busy-poll")
 			}
-			var out, errb bytes.Buffer
-			var code int
-			for try := 0; try < 50; try++ {
-				out.Reset()
-				errb.Reset()
-				code = runRawUDP(args, &out, &errb)
-				if code == 0 || !strings.Contains(errb.String(), "cannot reach") {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if code != 0 {
-				t.Fatalf("client exit %d: %s", code, errb.String())
-			}
-			if c := <-done; c != 0 {
-				t.Fatalf("server exit %d: %s", c, serr.String())
-			}
+			out, sout := rawudpPair(t, args...)
 			var r rawudpLatResult
-			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-				t.Fatalf("%v: %s", err, out.String())
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v: %s", err, out)
 			}
 			lo, typ, hi := r.Results["t_min_us"], r.Results["t_typical_us"], r.Results["t_max_us"]
 			if r.Size != rawudpLatSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ {
 				t.Errorf("implausible result %+v", r)
 			}
 			// 300 counted, 100 warm-up, and a lost one sent again.
-			if want := fmt.Sprintf("rawudp: echoed %d 36-byte datagrams", 400+r.Lost); !strings.Contains(sout.String(), want) {
-				t.Errorf("server printed %q, want %q", sout.String(), want)
+			if want := fmt.Sprintf("rawudp: echoed %d 36-byte datagrams", 400+r.Lost); !strings.Contains(sout, want) {
+				t.Errorf("server printed %q, want %q", sout, want)
 			}
 		})
 	}
