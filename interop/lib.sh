@@ -262,6 +262,11 @@ net_down() {
 # nftables numgen in the bridge forward hook (the host kernel may lack sch_netem). With the r
 # suffix only requests are dropped: packets whose BTH opcode (the first byte after the UDP
 # header) is not ACKNOWLEDGE (0x11), so ACKs and NAKs always arrive.
+# A CM DREQ (QP1, management class 7, attribute 0x0015) is never dropped. The kernel's CM sends
+# it once and cancels its retries when the process destroys its rdma_cm id, which rping and
+# perftest do at once; a lost DREQ then leaves the passive side waiting for ever, rxe's own
+# rping server as much as goroce's (checked by dropping the DREQ alone). Every other CM
+# message is retried by its sender and stays subject to loss.
 loss_on() {
     local pct=${1%r} match="" t rules=""
     [ "$pct" != "$1" ] && match="@th,64,8 != 0x11 "
@@ -277,7 +282,8 @@ table bridge goroce_loss
 delete table bridge goroce_loss
 table bridge goroce_loss {
     chain drop4791 {
-        type filter hook forward priority 0; policy accept;$rules
+        type filter hook forward priority 0; policy accept;
+        udp dport 4791 @th,104,24 1 @th,232,8 7 @th,352,16 0x0015 counter accept$rules
     }
 }
 NFT
