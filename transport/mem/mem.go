@@ -48,6 +48,12 @@ type Config struct {
 	MaxPacket int
 	// BatchSize is how many packets a handler gets at once (default 64).
 	BatchSize int
+	// DropIf, when set, is asked about every packet before the random
+	// faults, with the packet's bytes from its BTH on (the payload may
+	// follow separately); it drops the packets it returns true for. Tests
+	// use it to lose one chosen packet. It is called with the network's
+	// lock held and must not call back into the network.
+	DropIf func(src, dst netip.Addr, pkt []byte) bool
 }
 
 // Network joins endpoints. It is safe for concurrent use.
@@ -274,7 +280,10 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 			continue
 		}
 		copies := 1
-		if n.chance(f.Drop) {
+		if n.cfg.DropIf != nil && n.cfg.DropIf(p.Src, p.Dst, p.Data) {
+			n.stats.Dropped++
+			copies = 0
+		} else if n.chance(f.Drop) {
 			n.stats.Dropped++
 			copies = 0
 		} else if n.chance(f.Duplicate) {

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport/mem"
+)
+
+// TestPerfCMLostAck loses the ACK of the client's message in an rdma_cm
+// exchange (the close handshake of write_bw_cm under loss in the lab),
+// and then the connection, as the server's DREQ does: the client's send
+// is flushed. The exchange still succeeds when the server's answer came,
+// since the server answers only what it has read; with no answer it
+// fails.
+func TestPerfCMLostAck(t *testing.T) {
+	for _, answer := range []bool{true, false} {
+		name := "answered"
+		if !answer {
+			name = "unanswered"
+		}
+		t.Run(name, func(t *testing.T) {
+			testPerfCMLostAck(t, answer)
+		})
+	}
+}
+
+func testPerfCMLostAck(t *testing.T, answer bool) {
+	cliAddr, srvAddr := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.0.1")
+	var dropping atomic.Bool
+	var dropped atomic.Int64
+	n := mem.NewNetwork(&mem.Config{Live: true, DropIf: func(src, _ netip.Addr, pkt []byte) bool {
+		if dropping.Load() && src == srvAddr && bth.Opcode(pkt[0]) == bth.RCAcknowledge {
+			dropped.Add(1)
+			return true
+		}
+		return false
+	}})
+	t.Cleanup(func() { n.Close() })
+	open := func(addr netip.Addr, role oob.Role) *perfCM {
+		dev, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		c, err := newPerfCMComm(dev, role, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cli, srv := open(cliAddr, oob.Client), open(srvAddr, oob.Server)
+	// A long ACK timeout: the client must not retry within the test.
+	p := &roce.ConnParams{Timeout: 20}
+	if err := roce.Connect(cli.qp, &roce.Remote{QPN: srv.qp.QPN(), GID: srvAddr.As16()}, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := roce.Connect(srv.qp, &roce.Remote{QPN: cli.qp.QPN(), GID: cliAddr.As16()}, p); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dropping.Store(true)
+	out, in := []byte("client is finished"), make([]byte, len("server is finished"))
+	done := make(chan error, 1)
+	go func() { done <- cli.exchange(ctx, "close_connection handshake", out, in) }()
+
+	got := make([]byte, len(out))
+	if err := srv.recv(ctx, "close_connection handshake", got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, out) {
+		t.Fatalf("server got %q, want %q", got, out)
+	}
+	if answer {
+		// The client ACKs this one: only the server's ACKs are lost.
+		if err := srv.send(ctx, "close_connection handshake", []byte("server is finished")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("the server's ACK was not dropped")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the exchange ended before the connection did: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// What the cm does with the QP when the server's DREQ comes.
+	if err := cli.qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	switch {
+	case answer && err != nil:
+		t.Fatalf("exchange: %v, want success: the server answered", err)
+	case answer && string(in) != "server is finished":
+		t.Fatalf("client got %q, want the server's answer", in)
+	case !answer && (err == nil || !strings.Contains(err.Error(), "WR_FLUSH_ERR")):
+		t.Fatalf("exchange: %v, want the flushed send's error", err)
+	}
+}
