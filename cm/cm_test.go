@@ -204,3 +204,55 @@ func TestConnect(t *testing.T) {
 		}
 	}
 }
+
+// TestACKTimeout sets each side's QP timeout as RDMA_OPTION_ID_ACK_TIMEOUT
+// does: on that side's QP only, while the REQ still carries the timeout
+// derived from the path.
+func TestACKTimeout(t *testing.T) {
+	ha, hb := backends[0].open(t)
+	ctx := ctxT(t, 20*time.Second)
+	cli, srv := newSide(t, ha.dev), newSide(t, hb.dev)
+	l, err := hb.agent.Listen(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &ListenConfig{
+		OnRequest: func(context.Context, *Request) (*Params, error) {
+			return &Params{QP: srv.qp, ACKTimeout: 16}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- s
+	}()
+	c, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{QP: cli.qp, ACKTimeout: 14})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.FailNow()
+	}
+	defer s.Close()
+	derived := ackTimeout(caACKDelay, ha.agent.lifeTime)
+	if got := s.Info().LocalACKTimeout; got != derived {
+		t.Errorf("the REQ carried local ACK timeout %d, want the derived %d", got, derived)
+	}
+	for _, q := range []struct {
+		name string
+		qp   roce.QP
+		want uint8
+	}{{"active", cli.qp, 14}, {"passive", srv.qp, 16}} {
+		a, err := q.qp.Query()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.State != roce.StateRTS || a.Timeout != q.want {
+			t.Errorf("%s QP: %v with timeout %d, want RTS with %d", q.name, a.State, a.Timeout, q.want)
+		}
+	}
+}

@@ -48,6 +48,12 @@ type Params struct {
 	MinRNRTimer uint8
 	// PathMTU bounds the path MTU; 0 means the device's active MTU.
 	PathMTU roce.MTU
+	// ACKTimeout is the local ACK timeout exponent this side's QP uses
+	// (4.096 µs × 2^ACKTimeout), as librdmacm's RDMA_OPTION_ID_ACK_TIMEOUT
+	// sets it: for this side only, never sent to the peer. 0 means the
+	// timeout the connection derives from the path and the peer's ACK
+	// delay (ConnInfo.LocalACKTimeout: 19 or 20 on RoCE, 2 or 4 s).
+	ACKTimeout uint8
 	// PrivateData goes to the peer: at most 56 bytes in a REQ (after
 	// rdma_cm's header), 196 in a REP.
 	PrivateData []byte
@@ -496,6 +502,9 @@ func (c *Conn) toRTS(path *mad.Path) error {
 	}
 	rts := roce.QPAttr{State: roce.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
 		RetryCnt: i.RetryCount, RNRRetry: i.RNRRetryCount, MaxRDAtomic: i.InitiatorDepth}
+	if c.params.ACKTimeout != 0 {
+		rts.Timeout = min(c.params.ACKTimeout, 31)
+	}
 	err = c.qp.Modify(&rts, roce.AttrState|roce.AttrSQPSN|roce.AttrTimeout|roce.AttrRetryCnt|roce.AttrRNRRetry|
 		roce.AttrMaxQPRDAtomic)
 	if err != nil {

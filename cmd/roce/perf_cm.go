@@ -42,11 +42,14 @@ var _ perfExchange = (*oob.Perftest)(nil)
 const (
 	perfCMRecvLen = oob.PerftestDestCMLen
 	perfCMMsgMax  = 64
-	// perfCMDialTries and perfCMDialGap are how perftest's client retries
-	// the data connections (rdma_cm_client_connection): the server starts
-	// listening for them only after the handshake before them.
-	perfCMDialTries = 10
-	perfCMDialGap   = 100 * time.Millisecond
+	// The client retries a refused data connection every perfCMDialGap,
+	// as perftest's rdma_cm_client_connection does: the server starts
+	// listening for them only after the handshake before them. perftest
+	// gives up after 10 tries; goroce goes on for perfCMDialFor, because
+	// a server whose handshake answer lost its ACK starts listening only
+	// after its retransmission timer, 2 s or more under rdma_cm.
+	perfCMDialGap = 100 * time.Millisecond
+	perfCMDialFor = 10 * time.Second
 )
 
 // perfCM is perftest's exchange over an rdma_cm connection. It is used by
@@ -149,6 +152,29 @@ func newPerfCMComm(dev roce.Device, role oob.Role, spin time.Duration) (*perfCM,
 	return c, nil
 }
 
+// retryRefused calls dial until it connects, fails other than by a
+// refusal, or has been refused for limit, calling reset and waiting gap
+// between tries.
+func retryRefused(ctx context.Context, gap, limit time.Duration, dial func() (*cm.Conn, error), reset func() error) (*cm.Conn, error) {
+	giveUp := time.Now().Add(limit)
+	for {
+		conn, err := dial()
+		if err == nil || !errors.Is(err, cm.ErrConnRefused) || time.Now().After(giveUp) {
+			return conn, err
+		}
+		if err := reset(); err != nil {
+			return nil, err
+		}
+		t := time.NewTimer(gap)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // cmServer resolves the server's address and rdma_cm port.
 func (r *perfRun) cmServer() (netip.AddrPort, error) {
 	a, err := resolveAddr(r.o.server)
@@ -160,9 +186,11 @@ func (r *perfRun) cmServer() (netip.AddrPort, error) {
 
 // cmParams are the connection parameters perftest gives rdma_connect and
 // rdma_accept: the READ/atomic depths for those tests, 7 retries, 7 RNR
-// retries, the min RNR timer it sets after accepting.
+// retries, the min RNR timer it sets after accepting, and the QP timeout
+// of its TCP mode, which it sets with RDMA_OPTION_ID_ACK_TIMEOUT.
 func (r *perfRun) cmParams(q roce.QP) *cm.Params {
-	p := &cm.Params{QP: q, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: perfMinRNRTimer, PathMTU: r.mtu}
+	p := &cm.Params{QP: q, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: perfMinRNRTimer, PathMTU: r.mtu,
+		ACKTimeout: perfQPTimeout}
 	if r.o.verb == perfRead || r.o.verb == perfAtomic {
 		n := uint8(perfSoftOutReads)
 		if r.o.outReads > 0 {
@@ -188,25 +216,16 @@ func (r *perfRun) connectCM() error {
 			return err
 		}
 		for i, q := range r.qps {
-			var conn *cm.Conn
-			for try := 1; ; try++ {
-				conn, err = c.agent.Dial(r.ctx, addr, r.cmParams(q))
-				if err == nil || !errors.Is(err, cm.ErrConnRefused) || try == perfCMDialTries {
-					break
-				}
-				// The refusal left the QP in ERR: back to RESET for the
-				// next try (perftest makes a new cm_id and QP).
-				if err := q.Modify(&roce.QPAttr{State: roce.StateReset}, roce.AttrState); err != nil {
-					return fmt.Errorf("QP %d to RESET after a refused connection: %w", q.QPN(), err)
-				}
-				t := time.NewTimer(perfCMDialGap)
-				select {
-				case <-t.C:
-				case <-r.ctx.Done():
-					t.Stop()
-					return r.ctx.Err()
-				}
-			}
+			conn, err := retryRefused(r.ctx, perfCMDialGap, perfCMDialFor,
+				func() (*cm.Conn, error) { return c.agent.Dial(r.ctx, addr, r.cmParams(q)) },
+				func() error {
+					// The refusal left the QP in ERR: back to RESET for the
+					// next try (perftest makes a new cm_id and QP).
+					if err := q.Modify(&roce.QPAttr{State: roce.StateReset}, roce.AttrState); err != nil {
+						return fmt.Errorf("QP %d to RESET after a refused connection: %w", q.QPN(), err)
+					}
+					return nil
+				})
 			if err != nil {
 				return fmt.Errorf("failed to connect QP %d through rdma_cm: %w", i, err)
 			}

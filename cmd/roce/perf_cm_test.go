@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
@@ -107,5 +110,51 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 		t.Fatalf("client got %q, want the server's answer", in)
 	case !answer && (err == nil || !strings.Contains(err.Error(), "WR_FLUSH_ERR")):
 		t.Fatalf("exchange: %v, want the flushed send's error", err)
+	}
+}
+
+// TestRetryRefused: refused data connections are retried for a time, not
+// a count (a server may start listening seconds late under loss), and
+// other errors end the retries at once.
+func TestRetryRefused(t *testing.T) {
+	refused := fmt.Errorf("dial: %w", cm.ErrConnRefused)
+	other := errors.New("timed out")
+	ctx := context.Background()
+	cases := []struct {
+		name      string
+		refusals  int   // how many dials are refused before the outcome
+		outcome   error // of the dial after them
+		limit     time.Duration
+		wantDials int
+		wantErr   error
+	}{
+		{"late listener", 30, nil, time.Minute, 31, nil},
+		{"other error", 3, other, time.Minute, 4, other},
+		{"refused for good", 1 << 30, nil, 30 * time.Millisecond, -1, cm.ErrConnRefused},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dials, resets := 0, 0
+			start := time.Now()
+			_, err := retryRefused(ctx, time.Millisecond, c.limit, func() (*cm.Conn, error) {
+				dials++
+				if dials <= c.refusals {
+					return nil, refused
+				}
+				return nil, c.outcome
+			}, func() error { resets++; return nil })
+			if !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
+				t.Fatalf("err %v, want %v", err, c.wantErr)
+			}
+			if c.wantDials >= 0 && dials != c.wantDials {
+				t.Errorf("%d dials, want %d", dials, c.wantDials)
+			}
+			if resets != dials-1 {
+				t.Errorf("%d resets for %d dials", resets, dials)
+			}
+			if c.wantDials < 0 && time.Since(start) < c.limit {
+				t.Errorf("gave up after %v, before the limit %v", time.Since(start), c.limit)
+			}
+		})
 	}
 }
