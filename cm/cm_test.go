@@ -95,22 +95,30 @@ func exchange(t testing.TB, a, b *side) {
 	}
 }
 
-// listen starts a listener on h's port 7174 whose OnRequest gives srv's
-// QP and answers with repData; it returns the accept's result on a
-// channel.
+// acceptResult is what a listener's one Accept returned, with the
+// request its OnRequest saw.
 type acceptResult struct {
 	conn *Conn
 	req  *Request
 	err  error
 }
 
+// listenOne starts a listener on h's port 7174 whose OnRequest gives srv's
+// QP and answers with repData; it returns the accept's result on a
+// channel.
 func listenOne(t testing.TB, ctx context.Context, h *host, srv *side, repData []byte) (*Listener, <-chan acceptResult) {
+	t.Helper()
+	return listenWith(t, ctx, h, &Params{QP: srv.qp, PrivateData: repData})
+}
+
+// listenWith is listenOne with the accepting side's parameters p.
+func listenWith(t testing.TB, ctx context.Context, h *host, p *Params) (*Listener, <-chan acceptResult) {
 	t.Helper()
 	var req *Request
 	l, err := h.agent.Listen(ctx, netip.AddrPortFrom(h.agent.Addr(), 7174), &ListenConfig{
 		OnRequest: func(_ context.Context, r *Request) (*Params, error) {
 			req = r
-			return &Params{QP: srv.qp, PrivateData: repData}, nil
+			return p, nil
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -212,31 +220,18 @@ func TestACKTimeout(t *testing.T) {
 	ha, hb := backends[0].open(t)
 	ctx := ctxT(t, 20*time.Second)
 	cli, srv := newSide(t, ha.dev), newSide(t, hb.dev)
-	l, err := hb.agent.Listen(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &ListenConfig{
-		OnRequest: func(context.Context, *Request) (*Params, error) {
-			return &Params{QP: srv.qp, ACKTimeout: 16}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, ACKTimeout: 16})
 	defer l.Close()
-	accepted := make(chan *Conn, 1)
-	go func() {
-		s, err := l.Accept(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		accepted <- s
-	}()
 	c, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{QP: cli.qp, ACKTimeout: 14})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s := <-accepted
-	if s == nil {
-		t.FailNow()
+	r := <-accepted
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
+	s := r.conn
 	defer s.Close()
 	derived := ackTimeout(caACKDelay, ha.agent.lifeTime)
 	if got := s.Info().LocalACKTimeout; got != derived {
