@@ -312,6 +312,10 @@ func runDemoOp(ctx context.Context, c *demoConfig, o demoOp, client, server *dem
 	want := make(map[int][]byte, c.depth)
 	post := func() error {
 		i := posted
+		// This request lets the server's engine write slot(i) again, where
+		// this goroutine checked request i-depth: order the check first
+		// (the request reaches the server's device through the sockets).
+		syncMR(server.mr)
 		wr := roce.SendWR{ID: uint64(i), Opcode: o.op, Flags: roce.Signaled, Imm: uint32(i),
 			RemoteAddr: server.mr.Addr() + slot(i), RKey: server.mr.RKey()}
 		src := client.mr.Bytes()[slot(i) : slot(i)+uint64(size)]
