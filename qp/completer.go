@@ -249,8 +249,10 @@ func (q *QP) headPending() *sendWQE {
 
 // retry sends again from psn after a NAK or a timeout, counting against
 // retry_cnt; when the count is spent, the oldest request fails with
-// RETRY_EXC_ERR. As in rxe, a retry_cnt of 7 never runs out (the IBTA
-// reserves "infinite" for rnr_retry; Linux's soft-RoCE extends it).
+// RETRY_EXC_ERR. retry_cnt 7 is seven retries, as the IBTA says and real
+// RNICs do: only rnr_retry 7 means "without end". (Linux's rxe retries
+// for ever at 7, so that a dead peer is never noticed; goroce does not
+// follow it there.)
 func (q *QP) retry(b *txBatch, psn bth.PSN) {
 	q.dev.log.Debug("retry", "qpn", q.qpn, "psn", uint32(psn), "comp_psn", uint32(q.comp.psn),
 		"req_psn", uint32(q.req.psn), "left", q.comp.retryLeft, "cwnd", q.req.cwnd)
@@ -260,9 +262,7 @@ func (q *QP) retry(b *txBatch, psn bth.PSN) {
 		q.failHead(verbs.RetryExcErr, b)
 		return
 	}
-	if q.comp.retryLeft != 7 {
-		q.comp.retryLeft--
-	}
+	q.comp.retryLeft--
 	q.comp.retrying = true
 	q.shrink()
 	q.rewind(psn)

@@ -373,8 +373,8 @@ type QPAttr struct {
 	Port            uint8
 	AH              AHAttr
 	Timeout         uint8 // local ACK timeout, 4.096 µs × 2^Timeout
-	RetryCnt        uint8 // 7 means retry forever, as in rxe
-	RNRRetry        uint8 // 7 means retry forever
+	RetryCnt        uint8 // retries after a timeout or a sequence NAK (7 is seven; rxe's 7 is without end)
+	RNRRetry        uint8 // retries after an RNR NAK; 7 means without end
 	MinRNRTimer     uint8
 	MaxRDAtomic     uint8 // outstanding READ and atomic requests as requester
 	MaxDestRDAtomic uint8 // as responder
