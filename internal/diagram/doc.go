@@ -10,7 +10,9 @@
 // text dialect of sequencediagram.org and PlantUML that the project's seed
 // diagrams use (title, autonumber, participant, A->B, A-->B, note over),
 // with the packets of one message that follow each other coalesced into one
-// arrow.
+// arrow, and whose WriteHTML writes one self-contained page with an SVG
+// ladder: time runs down, participants across, one arrow per packet, and
+// the decoded fields of each packet on hover.
 //
 // The BTH names only the destination QP of a packet. The sending QP is
 // taken from the DETH (UD), from the CM REQ and REP that connected the two
