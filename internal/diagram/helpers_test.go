@@ -168,3 +168,30 @@ func ack(src, dst string, sport uint16, qp uint32, psn bth.PSN, syn bth.Syndrome
 	p.aeth = bth.AETHFields{Syndrome: syn, MSN: 1}
 	return p
 }
+
+// bigCapture returns a pcap of about n RoCE packets: RDMA WRITEs of four
+// 256-byte packets, each ACKed, and every 100th message lost once, NAKed
+// and sent again, as go-back-N does.
+func bigCapture(tb testing.TB, n int) []byte {
+	tb.Helper()
+	frames := make([][]byte, 0, n+8)
+	psn := bth.PSN(1000)
+	ops := [4]bth.Opcode{bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteMiddle, bth.RCWriteLast}
+	write := func(first bth.PSN) {
+		for i, op := range ops {
+			p := rc(hostA, hostB, 50000, op, 17, first.Add(uint32(i)), 256)
+			p.bth.AckReq = op == bth.RCWriteLast
+			frames = append(frames, frame(tb, p))
+		}
+	}
+	for msg := 0; len(frames) < n; msg++ {
+		write(psn)
+		if msg%100 == 99 {
+			frames = append(frames, frame(tb, ack(hostB, hostA, 50000, 18, psn, bth.NAKSyndrome(bth.NAKPSNSequenceError))))
+			write(psn)
+		}
+		psn = psn.Add(4)
+		frames = append(frames, frame(tb, ack(hostB, hostA, 50000, 18, psn.Add(^uint32(0)), bth.ACKSyndrome(bth.NoCredits))))
+	}
+	return pcapOf(tb, frames...)
+}
