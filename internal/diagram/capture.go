@@ -76,7 +76,7 @@ func ReadCapture(r io.Reader, limit int) (recs []Record, omitted int, err error)
 		}
 		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return recs, omitted, fmt.Errorf("%w (after frame %d): is the capture still being written?", ErrTruncatedFile, frame-1)
+				return recs, omitted, fmt.Errorf("%w (frame %d): is the capture still being written?", ErrTruncatedFile, frame)
 			}
 			return recs, omitted, fmt.Errorf("diagram: frame %d: %w", frame, err)
 		}
