@@ -119,7 +119,7 @@ func (a *analyzer) analyze(i int) {
 		a.request(i, r, f)
 	}
 	if !r.Truncated && !r.ICRCOK {
-		a.addNote(i, NoteBadICRC, "bad ICRC: "+r.Dst.String()+" drops frame "+strconv.Itoa(r.Frame), s.To)
+		a.addNote(i, NoteBadICRC, "bad ICRC: "+host(r.Dst)+" drops frame "+strconv.Itoa(r.Frame), s.To)
 	}
 }
 
@@ -224,9 +224,17 @@ func duration(d time.Duration) string { return d.Round(time.Microsecond).String(
 // qpName names QP qp of host h, as participants are named.
 func qpName(h netip.Addr, qp uint32, known bool) string {
 	if !known {
-		return h.String() + " QP ?"
+		return host(h) + " QP ?"
 	}
-	return h.String() + " QP " + strconv.FormatUint(uint64(qp), 10)
+	return host(h) + " QP " + strconv.FormatUint(uint64(qp), 10)
+}
+
+// host names a host by its address, "?" when the record had none.
+func host(h netip.Addr) string {
+	if !h.IsValid() {
+		return "?"
+	}
+	return h.String()
 }
 
 // conn returns the connection a CM message from src to dst is about.
@@ -245,6 +253,9 @@ func (a *analyzer) cmNote(i int, r *Record) {
 		return
 	}
 	if m.CM == nil {
+		if m.CMError == "" {
+			return
+		}
 		a.addNote(i, NoteCM, "CM "+mad.AttrName(m.AttrID)+" does not decode: "+m.CMError, s.From, s.To)
 		return
 	}
@@ -262,26 +273,26 @@ func (a *analyzer) cmText(r *Record, attr uint16, c *CMMessage) string {
 		return a.reqText(r, c)
 	case mad.AttrREP:
 		if cn == nil {
-			return "CM REP: " + qpName(r.Src, c.LocalQPN, true) + " accepts a connection from " + r.Dst.String()
+			return "CM REP: " + qpName(r.Src, c.LocalQPN, true) + " accepts a connection from " + host(r.Dst)
 		}
 		cn.passiveQP, cn.passiveKnown = c.LocalQPN, true
 		a.conns[cmKey{r.Src, c.LocalCommID}] = cn
 		return "CM REP: " + qpName(r.Src, c.LocalQPN, true) + " accepts " + qpName(cn.active, cn.activeQP, true) +
-			"; " + r.Dst.String() + " is to send from PSN " + strconv.FormatUint(uint64(c.StartingPSN), 10)
+			"; " + host(r.Dst) + " is to send from PSN " + strconv.FormatUint(uint64(c.StartingPSN), 10)
 	case mad.AttrRTU:
 		return "CM RTU: " + cn.describe(r, "are connected")
 	case mad.AttrDREQ:
 		if cn == nil {
-			return "CM DREQ: " + r.Src.String() + " disconnects from " + qpName(r.Dst, c.RemoteQPN, true)
+			return "CM DREQ: " + host(r.Src) + " disconnects from " + qpName(r.Dst, c.RemoteQPN, true)
 		}
 		return "CM DREQ: " + cn.describe(r, "are disconnecting")
 	case mad.AttrDREP:
 		return "CM DREP: " + cn.describe(r, "are disconnected")
 	case mad.AttrREJ:
-		return "CM REJ: " + r.Src.String() + " rejects the " + c.Rejected.String() + ": " + c.Reason.String() +
+		return "CM REJ: " + host(r.Src) + " rejects the " + c.Rejected.String() + ": " + c.Reason.String() +
 			" (reason " + strconv.Itoa(int(c.Reason)) + ")" + cn.noConnection()
 	case mad.AttrMRA:
-		return "CM MRA: " + r.Src.String() + " needs more time to answer the " + c.MRAed.String()
+		return "CM MRA: " + host(r.Src) + " needs more time to answer the " + c.MRAed.String()
 	}
 	return ""
 }
@@ -298,8 +309,8 @@ func (a *analyzer) reqText(r *Record, c *CMMessage) string {
 	if c.IsRDMACM {
 		service = "port " + strconv.Itoa(int(c.ServicePort))
 	}
-	return "CM REQ" + again + ": " + qpName(r.Src, c.LocalQPN, true) + " asks " + r.Dst.String() +
-		" to connect to " + service + "; " + r.Dst.String() + " is to send from PSN " +
+	return "CM REQ" + again + ": " + qpName(r.Src, c.LocalQPN, true) + " asks " + host(r.Dst) +
+		" to connect to " + service + "; " + host(r.Dst) + " is to send from PSN " +
 		strconv.FormatUint(uint64(c.StartingPSN), 10)
 }
 
@@ -307,7 +318,7 @@ func (a *analyzer) reqText(r *Record, c *CMMessage) string {
 // in; without a connection, the two hosts.
 func (cn *cmConn) describe(r *Record, state string) string {
 	if cn == nil {
-		return r.Src.String() + " and " + r.Dst.String() + " " + state
+		return host(r.Src) + " and " + host(r.Dst) + " " + state
 	}
 	return qpName(cn.active, cn.activeQP, true) + " and " + qpName(cn.passive, cn.passiveQP, cn.passiveKnown) +
 		" " + state

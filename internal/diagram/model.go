@@ -286,15 +286,9 @@ func (b *builder) participant(h netip.Addr, qp uint32, known bool) int {
 	}
 	p := len(b.d.Participants)
 	b.partOf[k] = p
-	host := strconv.Itoa(b.hosts[h])
-	addr := "?"
-	if h.IsValid() {
-		addr = h.String()
-	}
-	pt := Participant{Host: h, QP: qp, QPKnown: known, Alias: "H" + host, Name: addr + " QP ?"}
+	pt := Participant{Host: h, QP: qp, QPKnown: known, Alias: "H" + strconv.Itoa(b.hosts[h]), Name: qpName(h, qp, known)}
 	if known {
 		pt.Alias += "Q" + strconv.FormatUint(uint64(qp), 10)
-		pt.Name = addr + " QP " + strconv.FormatUint(uint64(qp), 10)
 	}
 	b.d.Participants = append(b.d.Participants, pt)
 	return p

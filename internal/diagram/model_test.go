@@ -232,3 +232,31 @@ func TestInconsistent(t *testing.T) {
 		})
 	}
 }
+
+// TestOddRecords checks that records a decoder may build from frames
+// without addresses or with an undefined opcode, and no records at all,
+// draw without a panic.
+func TestOddRecords(t *testing.T) {
+	cases := map[string][]Record{
+		"none":             nil,
+		"zero":             {{}},
+		"malformed no IP":  {{Frame: 1, Malformed: "IPv4 header cut"}},
+		"undefined opcode": {{Frame: 1, BTH: bth.BTHFields{Opcode: 0xFF, DestQP: 1 << 24}}},
+		"MAD without CM":   {{Frame: 1, BTH: bth.BTHFields{Opcode: bth.UDSendOnly, DestQP: 1}, MAD: &MAD{Class: mad.ClassCM, AttrID: mad.AttrRTU}}},
+	}
+	for name, recs := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := New(recs)
+			var b strings.Builder
+			if err := d.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.WriteHTML(&b, nil); err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Steps) != len(recs) {
+				t.Errorf("%d steps for %d records", len(d.Steps), len(recs))
+			}
+		})
+	}
+}
