@@ -260,3 +260,30 @@ func TestOddRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestFormat checks the flag values and Write's dispatch.
+func TestFormat(t *testing.T) {
+	var f Format
+	for _, c := range []struct {
+		in   string
+		want Format
+		err  bool
+	}{{"true", FormatText, false}, {"text", FormatText, false}, {"html", FormatHTML, false},
+		{"false", FormatNone, false}, {"svg", FormatNone, true}} {
+		f = FormatNone
+		if err := f.Set(c.in); f != c.want || (err != nil) != c.err || c.err && !errors.Is(err, ErrFormat) {
+			t.Errorf("Set(%q): %v, %v; want %v", c.in, f, err, c.want)
+		}
+	}
+	d := diagramOf(t, rc(hostA, hostB, 1000, bth.RCSendOnly, 9, 100, 8))
+	var text, page strings.Builder
+	if err := d.Write(&text, FormatText); err != nil || !strings.HasPrefix(text.String(), "title ") {
+		t.Errorf("Write text: %v, %.20q", err, text.String())
+	}
+	if err := d.Write(&page, FormatHTML); err != nil || !strings.HasPrefix(page.String(), "<!DOCTYPE html>") {
+		t.Errorf("Write html: %v, %.20q", err, page.String())
+	}
+	if err := d.Write(&text, FormatNone); !errors.Is(err, ErrFormat) {
+		t.Errorf("Write none: %v, want ErrFormat", err)
+	}
+}
