@@ -24,7 +24,9 @@ type Diagram struct {
 	// order; Steps index them.
 	Records []Record
 	// Participants are the hosts and QPs, ordered by host (in the order
-	// each host first appears) and then by first appearance.
+	// each host first appears) and then by first appearance, the last
+	// host's in reverse: with two hosts, the QPs of each connection face
+	// each other, nested, QP 1 of the CM on the outside.
 	Participants []Participant
 	// Steps has one step per record.
 	Steps []Step
