@@ -235,7 +235,7 @@ func TestInconsistent(t *testing.T) {
 
 // TestOddRecords checks that records a decoder may build from frames
 // without addresses or with an undefined opcode, and no records at all,
-// draw without a panic.
+// draw without a panic, hosts without an address as "?".
 func TestOddRecords(t *testing.T) {
 	cases := map[string][]Record{
 		"none":             nil,
@@ -256,6 +256,9 @@ func TestOddRecords(t *testing.T) {
 			}
 			if len(d.Steps) != len(recs) {
 				t.Errorf("%d steps for %d records", len(d.Steps), len(recs))
+			}
+			if strings.Contains(b.String(), "invalid IP") {
+				t.Errorf("a host without an address is named \"invalid IP\", not \"?\":\n%s", b.String())
 			}
 		})
 	}
