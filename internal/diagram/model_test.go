@@ -242,7 +242,7 @@ func TestOddRecords(t *testing.T) {
 		"zero":             {{}},
 		"malformed no IP":  {{Frame: 1, Malformed: "IPv4 header cut"}},
 		"undefined opcode": {{Frame: 1, BTH: bth.BTHFields{Opcode: 0xFF, DestQP: 1 << 24}}},
-		"MAD without CM":   {{Frame: 1, BTH: bth.BTHFields{Opcode: bth.UDSendOnly, DestQP: 1}, MAD: &MAD{Class: mad.ClassCM, AttrID: mad.AttrRTU}}},
+		"MAD without CM":   {{Frame: 1, BTH: bth.BTHFields{Opcode: bth.UDSendOnly, DestQP: 1}, ICRCOK: true, MAD: &MAD{Class: mad.ClassCM, AttrID: mad.AttrRTU}}},
 	}
 	for name, recs := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -256,6 +256,9 @@ func TestOddRecords(t *testing.T) {
 			}
 			if len(d.Steps) != len(recs) {
 				t.Errorf("%d steps for %d records", len(d.Steps), len(recs))
+			}
+			if name == "MAD without CM" && len(d.Steps[0].Notes) > 0 {
+				t.Errorf("a CM MAD without its message or an error has notes %+v", d.Steps[0].Notes)
 			}
 			if strings.Contains(b.String(), "invalid IP") {
 				t.Errorf("a host without an address is named \"invalid IP\", not \"?\":\n%s", b.String())
