@@ -48,6 +48,7 @@ type QP struct {
 
 	timer    clock.Timer // retransmission
 	rnrTimer clock.Timer
+	exits    exitWatches // OnExit's (notify.go)
 }
 
 // CreateQP creates a queue pair in the PD, in the RESET state. Its CQs
@@ -189,6 +190,7 @@ func (q *QP) Destroy() error {
 		q.dev.putBatch(b)
 	}
 	q.destroyed = true
+	q.exited(Exit{Destroyed: true})
 	q.updateActive()
 	q.stopTimers()
 	ctr := q.ctr
@@ -276,6 +278,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	q.state = next
 	switch {
 	case next == verbs.StateErr && cur != verbs.StateErr:
+		q.exited(Exit{Modified: true})
 		q.flush(b)
 	case next == verbs.StateRTS && cur != verbs.StateRTS:
 		q.request(b)
@@ -542,6 +545,7 @@ func (q *QP) toErr(b *txBatch) {
 	}
 	q.dev.log.Debug("QP error", "qpn", q.qpn, "from", q.state)
 	q.state = verbs.StateErr
+	q.exited(Exit{Status: q.sendFailure()})
 	q.flush(b)
 }
 
