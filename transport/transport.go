@@ -126,6 +126,39 @@ type Poller interface {
 	Poll() int
 }
 
+// Unreachable is a notice that a packet could not reach its destination:
+// the network answered it with an ICMP "destination unreachable" (or, on
+// the in-memory network, found no endpoint at its address). It is plain
+// data.
+type Unreachable struct {
+	// Dst is the destination of the packet that was refused.
+	Dst netip.Addr
+	// From is who said so: the destination's host itself (no socket on
+	// the RoCEv2 port), a router, or the local host; invalid when not
+	// known.
+	From netip.Addr
+	// Err is why, as the system says it: syscall.ECONNREFUSED (ICMP
+	// port unreachable: nothing receives RoCEv2 there), EHOSTUNREACH,
+	// ENETUNREACH, ... over sockets; the in-memory network's own error.
+	Err error
+	// Packet is the start of the refused packet from its BTH on, as much
+	// of it as the ICMP message quoted (often all of it; nothing when a
+	// router quoted only the UDP header). It is the receiver's to keep.
+	Packet []byte
+}
+
+// UnreachableNotifier is implemented by transports that learn when a
+// destination is unreachable (the udp transport from the socket's ICMP
+// errors, the in-memory network from an address without an endpoint).
+type UnreachableNotifier interface {
+	// NotifyUnreachable calls f with every notice from now on, from a
+	// goroutine of the transport's, until stop is called or the
+	// transport closes. f must return quickly and not call back into the
+	// transport; notices are not queued for a slow f. A nil f is never
+	// called.
+	NotifyUnreachable(f func(Unreachable)) (stop func())
+}
+
 // Stats counts a transport's traffic. Fields are cumulative.
 type Stats struct {
 	TxPackets, TxBytes uint64

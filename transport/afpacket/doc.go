@@ -17,5 +17,9 @@
 // socket bound to the same address and port, which discards what it gets,
 // keeps the kernel from answering with ICMP port unreachable.
 //
+// It does not pass on ICMP errors (it is no transport.UnreachableNotifier):
+// the kernel gives raw frames' ICMP answers to no socket. A connection
+// manager on it learns of an unreachable peer from its retries alone.
+//
 // The package works on Linux only; elsewhere New returns ErrUnsupported.
 package afpacket

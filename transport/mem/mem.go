@@ -2,6 +2,11 @@
 // joined by IP address, with seeded fault injection (drop, duplicate,
 // reorder, delay, corrupt, truncate).
 //
+// A packet to an address that has no endpoint is lost, and answered, for
+// a sender that watches (Endpoint.NotifyUnreachable), with a notice as a
+// host's ICMP error would be: that is how a test simulates an unreachable
+// host.
+//
 // In simulation mode (the default) nothing moves until the test calls Run
 // or Step: packets are delivered and timers fired on the caller's
 // goroutine, in an order fixed by the seed, so a reliability test is
@@ -23,6 +28,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/unreach"
 )
 
 // Faults are the faults the network applies to each packet sent.
@@ -84,11 +90,12 @@ type Stats struct {
 type link struct{ from, to netip.Addr }
 
 type inflight struct {
-	at  time.Time
-	seq uint64
-	to  *Endpoint
-	pkt transport.Packet
-	buf []byte // backing store of pkt.Data
+	at     time.Time
+	seq    uint64
+	to     *Endpoint
+	pkt    transport.Packet
+	buf    []byte // backing store of pkt.Data
+	notice bool   // an unreachable notice about pkt for its sender, to
 }
 
 // alloc returns a free inflight with room for n bytes; the caller holds
@@ -203,12 +210,16 @@ type Endpoint struct {
 	handler atomic.Pointer[transport.Handler]
 	closed  atomic.Bool
 	batch   []transport.Packet // delivery scratch, used by one deliverer at a time
+	unreach unreach.List
 	stats   struct {
 		txPackets, txBytes, rxPackets, rxBytes, rxICRC, rxMalformed atomic.Uint64
 	}
 }
 
-var _ transport.Transport = (*Endpoint)(nil)
+var (
+	_ transport.Transport           = (*Endpoint)(nil)
+	_ transport.UnreachableNotifier = (*Endpoint)(nil)
+)
 
 // Start begins delivery to h.
 func (e *Endpoint) Start(h transport.Handler) error {
@@ -258,7 +269,10 @@ func (e *Endpoint) SendsPayload() bool { return true }
 
 // Send seals each packet's ICRC, copies it onto the network and applies
 // the faults. It never blocks and never delivers on the caller's
-// goroutine.
+// goroutine. A packet to an address that has no endpoint is lost; when
+// someone watches the endpoint's notices (NotifyUnreachable), the
+// network answers it with a notice, as a host's stack answers with an
+// ICMP error, after the network's latency.
 func (e *Endpoint) Send(pkts []transport.Packet) error {
 	if e.closed.Load() {
 		return errors.New("mem: endpoint closed")
@@ -266,7 +280,6 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 	n := e.n
 	now := n.clk.Now()
 	n.mu.Lock()
-	f := n.cfg.Faults
 	for i := range pkts {
 		p := pkts[i]
 		fl := flow(&p)
@@ -277,49 +290,12 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 		to := n.eps[p.Dst]
 		if to == nil {
 			n.stats.Unroutable++
+			if e.unreach.Watched() {
+				n.queueNotice(e, &p, now)
+			}
 			continue
 		}
-		copies := 1
-		if n.cfg.DropIf != nil && n.cfg.DropIf(p.Src, p.Dst, p.Data) {
-			n.stats.Dropped++
-			copies = 0
-		} else if n.chance(f.Drop) {
-			n.stats.Dropped++
-			copies = 0
-		} else if n.chance(f.Duplicate) {
-			n.stats.Duplicated++
-			copies = 2
-		}
-		for range copies {
-			q := n.alloc(p.Len())
-			data := p.AppendTo(q.buf[:0])
-			at := now.Add(n.cfg.Latency)
-			if f.Delay > 0 {
-				at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
-				l := link{p.Src, p.Dst}
-				if prev := n.last[l]; at.Before(prev) {
-					at = prev
-				}
-				n.last[l] = at
-			}
-			if n.chance(f.Reorder) {
-				n.stats.Reordered++
-				at = at.Add(n.cfg.ReorderDelay)
-			}
-			if n.chance(f.Corrupt) && len(data) > 0 {
-				n.stats.Corrupted++
-				bit := n.rng.IntN(len(data) * 8)
-				data[bit/8] ^= 1 << (bit % 8)
-			}
-			if n.chance(f.Truncate) && len(data) > 1 {
-				n.stats.Truncated++
-				data = data[:n.rng.IntN(len(data))]
-			}
-			q.at, q.seq, q.to, q.pkt = at, n.seq, to, p
-			q.pkt.Data, q.pkt.Payload = data, nil
-			n.seq++
-			n.insert(q)
-		}
+		n.transmit(to, &p, now)
 	}
 	n.mu.Unlock()
 	if n.cfg.Live {
@@ -329,6 +305,63 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 		}
 	}
 	return nil
+}
+
+// transmit applies the faults to p and queues what is left of it for to;
+// the caller holds n.mu.
+func (n *Network) transmit(to *Endpoint, p *transport.Packet, now time.Time) {
+	f := n.cfg.Faults
+	copies := 1
+	if n.cfg.DropIf != nil && n.cfg.DropIf(p.Src, p.Dst, p.Data) {
+		n.stats.Dropped++
+		copies = 0
+	} else if n.chance(f.Drop) {
+		n.stats.Dropped++
+		copies = 0
+	} else if n.chance(f.Duplicate) {
+		n.stats.Duplicated++
+		copies = 2
+	}
+	for range copies {
+		q := n.alloc(p.Len())
+		data := p.AppendTo(q.buf[:0])
+		at := now.Add(n.cfg.Latency)
+		if f.Delay > 0 {
+			at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
+			l := link{p.Src, p.Dst}
+			if prev := n.last[l]; at.Before(prev) {
+				at = prev
+			}
+			n.last[l] = at
+		}
+		if n.chance(f.Reorder) {
+			n.stats.Reordered++
+			at = at.Add(n.cfg.ReorderDelay)
+		}
+		if n.chance(f.Corrupt) && len(data) > 0 {
+			n.stats.Corrupted++
+			bit := n.rng.IntN(len(data) * 8)
+			data[bit/8] ^= 1 << (bit % 8)
+		}
+		if n.chance(f.Truncate) && len(data) > 1 {
+			n.stats.Truncated++
+			data = data[:n.rng.IntN(len(data))]
+		}
+		q.at, q.seq, q.to, q.pkt, q.notice = at, n.seq, to, *p, false
+		q.pkt.Data, q.pkt.Payload = data, nil
+		n.seq++
+		n.insert(q)
+	}
+}
+
+// queueNotice queues, for the sender from, the notice that p found no
+// endpoint; the caller holds n.mu.
+func (n *Network) queueNotice(from *Endpoint, p *transport.Packet, now time.Time) {
+	q := n.alloc(p.Len())
+	q.at, q.seq, q.to, q.pkt, q.notice = now.Add(n.cfg.Latency), n.seq, from, *p, true
+	q.pkt.Data, q.pkt.Payload = p.AppendTo(q.buf[:0]), nil
+	n.seq++
+	n.insert(q)
 }
 
 func (n *Network) chance(p float64) bool { return p > 0 && n.rng.Float64() < p }
@@ -368,23 +401,32 @@ func (n *Network) due(now time.Time) (*Endpoint, []*inflight) {
 	}
 	clear(n.queue[len(rest):])
 	n.queue = rest
-	n.stats.Delivered += uint64(len(out))
+	for _, q := range out {
+		if !q.notice {
+			n.stats.Delivered++
+		}
+	}
 	n.batch = out
 	return to, out
 }
 
-// deliver checks and hands a batch to its endpoint's handler.
+// deliver checks and hands a batch to its endpoint's handler, and its
+// notices to the endpoint's watchers.
 func (e *Endpoint) deliver(batch []*inflight) {
 	if e.closed.Load() {
 		return
 	}
 	h := e.handler.Load()
-	if h == nil {
-		return
-	}
 	e.batch = e.batch[:0]
 	for _, q := range batch {
 		p := q.pkt
+		if q.notice {
+			e.unreach.Notify(transport.Unreachable{Dst: p.Dst, Err: ErrNoEndpoint, Packet: p.Data})
+			continue
+		}
+		if h == nil {
+			continue
+		}
 		var bp bth.Packet
 		if len(p.Data) < bth.BTHLen+bth.ICRCLen || bp.Parse(p.Data) != nil {
 			e.stats.rxMalformed.Add(1)
@@ -401,6 +443,21 @@ func (e *Endpoint) deliver(batch []*inflight) {
 	if len(e.batch) > 0 {
 		(*h)(e.batch)
 	}
+}
+
+// ErrNoEndpoint is the error of the notices an endpoint's watchers get
+// (NotifyUnreachable) for packets sent to an address where the network
+// has no endpoint: the simulation of a host that is down or was never
+// there (EHOSTUNREACH).
+var ErrNoEndpoint = errors.New("mem: no endpoint has that address (host unreachable)")
+
+// NotifyUnreachable calls f, from the goroutine that delivers packets
+// (Run, Step or the live loop), with a notice for every packet the
+// endpoint sends from now on to an address that has no endpoint, until
+// stop is called. f must not block or call back into the network.
+func (e *Endpoint) NotifyUnreachable(f func(transport.Unreachable)) (stop func()) {
+	stop, _ = e.unreach.Add(f)
+	return stop
 }
 
 // ErrIdle means Run found nothing left to do (no packet in flight and no
