@@ -34,5 +34,15 @@
 // IPV6_RECVPKTINFO) give the destination address when the socket is bound to
 // a wildcard address, and IP_RECVTOS (IPV6_RECVTCLASS) the received TOS.
 //
+// NotifyUnreachable passes on the ICMP "destination unreachable" errors
+// that packets draw (port unreachable from a host where nothing receives
+// RoCEv2, host or network unreachable from a router), so that a
+// connection manager can give up at once on a peer that is not there. The
+// first watcher turns IP_RECVERR (IPV6_RECVERR) on for the send socket and
+// starts a goroutine that sleeps in poll(2) on the socket's error
+// condition and reads its error queue (MSG_ERRQUEUE): nothing on the data
+// path. The kernel also fails the send that follows an ICMP error with
+// it, once; Send sends that packet again.
+//
 // The socket code is Linux-only; on other systems New returns an error.
 package udp

@@ -66,6 +66,8 @@ type Transport struct {
 	polls   atomic.Uint64
 	closing atomic.Bool
 	wg      sync.WaitGroup
+
+	icmp icmpState // the send socket's ICMP errors (icmp_linux.go)
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -370,6 +372,7 @@ func (t *Transport) Close() error {
 	}
 	t.mu.Unlock()
 	err := t.conn.Close()
+	t.stopICMP()
 	t.sendMu.Lock() // a Send in progress ends within SendTimeout
 	unix.Close(t.txFD)
 	t.txFD = -1
@@ -610,6 +613,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 			}
 		}
 		tx.start = 0
+		retries := 0 // of the message at tx.start, for ICMP errors
 		for tx.start < tx.nmsg {
 			if !tx.write(t.txFD) {
 				// Timed out: nothing from here on is sent.
@@ -628,9 +632,17 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 					}
 				}
 				tx.start += tx.sent
+				retries = 0
 				continue
 			}
 			m := tx.start
+			if pendingICMPError(tx.errno) && retries < maxICMPRetries {
+				// Maybe earlier packets' ICMP errors (IP_RECVERR),
+				// which the kernel reports on the next sends, one
+				// each: try again.
+				retries++
+				continue
+			}
 			if tx.errno == unix.EIO && tx.count[m] > 1 && t.gso.Swap(false) {
 				// The device cannot take UDP GSO; send the rest one
 				// datagram per packet, resealed with ID 0.
@@ -643,6 +655,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 				firstErr = fmt.Errorf("udp: send to %v: %w", pkts[tx.first[m]].Dst, os.NewSyscallError("sendmmsg", tx.errno))
 			}
 			tx.start++
+			retries = 0
 		}
 		pos = next
 	}

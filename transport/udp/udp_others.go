@@ -13,7 +13,10 @@ import (
 // returns ErrUnsupported. It is safe for concurrent use.
 type Transport struct{}
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport           = (*Transport)(nil)
+	_ transport.UnreachableNotifier = (*Transport)(nil)
+)
 
 // New returns ErrUnsupported: the UDP transport needs Linux's sendmmsg,
 // recvmmsg and the IPv4 ID behaviour it predicts.
@@ -59,6 +62,9 @@ func (t *Transport) PeerPort() uint16 { return 4791 }
 
 // GSO reports false.
 func (t *Transport) GSO() bool { return false }
+
+// NotifyUnreachable never calls f: nothing is sent on this system.
+func (t *Transport) NotifyUnreachable(f func(transport.Unreachable)) (stop func()) { return func() {} }
 
 // GRO reports false.
 func (t *Transport) GRO() bool { return false }
