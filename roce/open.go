@@ -68,6 +68,7 @@ type Config struct {
 // implements Device and is safe for concurrent use.
 type SoftDevice struct {
 	*qp.Device
+	link   transport.Transport // the transport under the wrappers
 	pcap   *os.File
 	pw     *pcapfile.Writer
 	sniff  *transport.Sniffer
@@ -79,7 +80,13 @@ var _ Device = (*SoftDevice)(nil)
 // ErrUnknownTransport means Config.Transport named no transport.
 var ErrUnknownTransport = errors.New("roce: unknown transport (want udp, afpacket or mem)")
 
-// Open returns a software RDMA device as cfg describes.
+// Open returns a software RDMA device as cfg describes. Until a program
+// makes QP 1 (cm.NewAgent, cm.Listen, cm.Dial), the device answers
+// connection requests itself, as the kernel's CM does where nothing
+// listens: a REQ with a REJ "invalid service ID" at once (the peer's
+// rdma_connect fails with ECONNREFUSED, its cm.Dial with
+// cm.ErrConnRefused), a DREQ with a DREP, a SIDR_REQ with "service ID not
+// supported".
 func Open(cfg *Config) (*SoftDevice, error) {
 	var c Config
 	if cfg != nil {
@@ -92,7 +99,7 @@ func Open(cfg *Config) (*SoftDevice, error) {
 			return nil, err
 		}
 	}
-	sd := &SoftDevice{}
+	sd := &SoftDevice{link: t}
 	if c.Faults.Any() {
 		sd.faulty = transport.NewFaulty(t, c.Faults, c.FaultSeed)
 		t = sd.faulty
@@ -113,6 +120,7 @@ func Open(cfg *Config) (*SoftDevice, error) {
 		sd.sniff = transport.Sniff(t, w)
 		t = sd.sniff
 	}
+	t, rej := rejectNoAgent(t)
 	d, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs,
 		BusyPoll: c.BusyPoll > 0})
 	if err != nil {
@@ -120,6 +128,7 @@ func Open(cfg *Config) (*SoftDevice, error) {
 		sd.closePcap()
 		return nil, err
 	}
+	rej.serve(d)
 	sd.Device = d
 	return sd, nil
 }

@@ -1,0 +1,47 @@
+package roce
+
+import (
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+)
+
+// Unreachable is a notice that a packet could not reach its destination
+// (transport.Unreachable): an ICMP destination unreachable over UDP, an
+// address without an endpoint on the in-memory network.
+type Unreachable = transport.Unreachable
+
+// QPExit says why a QP left service (qp.Exit): it entered the error state,
+// with the status of the work request that failed, or was destroyed.
+type QPExit = qp.Exit
+
+// NotifyUnreachable calls f with every notice the device's link gives
+// that a destination is unreachable, from a goroutine of the link's, until
+// stop is called or the device closes; f must return quickly. The udp
+// transport learns of them from ICMP errors, the in-memory network from
+// addresses without an endpoint; afpacket, or a Config.Link that is no
+// transport.UnreachableNotifier, never calls f.
+func (d *SoftDevice) NotifyUnreachable(f func(Unreachable)) (stop func()) {
+	if n, ok := d.link.(transport.UnreachableNotifier); ok && f != nil {
+		return n.NotifyUnreachable(f)
+	}
+	return func() {}
+}
+
+// OnQPExit arranges for f to be called, in its own goroutine and once,
+// when q next enters the error state or is destroyed (at once when it is
+// in ERR already), for a QP of goroce's software device, possibly wrapped
+// by Trace (qp.QP.OnExit). The returned stop cancels the call and reports
+// whether it did. ok is false, and f is never called, for a QP that cannot
+// tell (a hardware backend's): poll its state with Query instead.
+func OnQPExit(q QP, f func(QPExit)) (stop func() bool, ok bool) {
+	if tq, isTrace := q.(*traceQP); isTrace {
+		q = tq.QP
+	}
+	w, ok := q.(interface {
+		OnExit(func(qp.Exit)) func() bool
+	})
+	if !ok || f == nil {
+		return func() bool { return false }, ok
+	}
+	return w.OnExit(f), true
+}
