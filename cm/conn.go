@@ -308,28 +308,36 @@ func (a *Agent) Dial(ctx context.Context, addr netip.AddrPort, p *Params) (*Conn
 	c.params = pp
 	c.remote = netip.AddrPortFrom(dst, addr.Port())
 	c.peer, c.peerGID = dst, roce.GIDFromAddr(dst)
-	rr, id := depth(pp.ResponderResources), depth(pp.InitiatorDepth)
-	if err := c.setupQP(&pp, rr > 0); err != nil {
+	if err := c.setupQP(&pp, depth(pp.ResponderResources) > 0); err != nil {
 		return nil, err
 	}
+	if err := a.sendREQ(c); err != nil {
+		c.release()
+		return nil, err
+	}
+	return c.awaitREP(ctx)
+}
+
+// sendREQ starts the active side's exchange with a REQ for c.
+func (a *Agent) sendREQ(c *Conn) error {
+	pp := &c.params
 	mtu := a.mtu
 	if pp.PathMTU != 0 && pp.PathMTU < mtu {
 		mtu = pp.PathMTU
 	}
+	rr, id := depth(pp.ResponderResources), depth(pp.InitiatorDepth)
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.closed {
-		a.mu.Unlock()
-		c.release()
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	sport := a.newPort()
-	a.ports[sport]++
 	c.local = netip.AddrPortFrom(a.addr, sport)
 	c.info = ConnInfo{
 		LocalCommID: a.newLocalID(), LocalQPN: c.qp.QPN(), RecvPSN: rand.Uint32() & bth.PSNMask,
 		ResponderResources: rr, InitiatorDepth: id, PathMTU: mtu,
 		RetryCount: count(pp.RetryCount), RNRRetryCount: count(pp.RNRRetryCount),
-		LocalACKTimeout: ackTimeout(caACKDelay, a.lifeTime), ServiceID: mad.ServiceID(mad.PortSpaceTCP, addr.Port()),
+		LocalACKTimeout: ackTimeout(caACKDelay, a.lifeTime), ServiceID: mad.ServiceID(mad.PortSpaceTCP, c.remote.Port()),
 	}
 	req := &mad.REQ{
 		LocalCommID: c.info.LocalCommID, ServiceID: c.info.ServiceID, LocalCAGUID: a.guid,
@@ -338,24 +346,27 @@ func (a *Agent) Dial(ctx context.Context, addr netip.AddrPort, p *Params) (*Conn
 		StartingPSN: c.info.RecvPSN, LocalCMResponseTimeout: a.respTimeout, RetryCount: c.info.RetryCount,
 		PKey: defaultPKey, PathMTU: toMADMTU(mtu), RNRRetryCount: c.info.RNRRetryCount, MaxCMRetries: a.maxRetries,
 		Primary: mad.Path{LocalLID: lidPermissive, RemoteLID: lidPermissive, LocalGID: a.gid, RemoteGID: c.peerGID,
-			FlowLabel: flowLabel(sport, addr.Port()), HopLimit: hopLimit, LocalACKTimeout: c.info.LocalACKTimeout},
+			FlowLabel: flowLabel(sport, c.remote.Port()), HopLimit: hopLimit, LocalACKTimeout: c.info.LocalACKTimeout},
 	}
-	cma := mad.CMAHeader{SrcPort: sport, Src: a.addr, Dst: dst}
+	cma := mad.CMAHeader{SrcPort: sport, Src: a.addr, Dst: c.peer}
 	if err := cma.Marshal(req.PrivateData[:]); err != nil {
-		a.ports[sport]--
-		a.mu.Unlock()
-		c.release()
-		return nil, fmt.Errorf("cm: %w", err)
+		return fmt.Errorf("cm: %w", err)
 	}
 	copy(req.PrivateData[mad.CMAHeaderLen:], pp.PrivateData)
+	a.ports[sport]++
 	a.conns[c.info.LocalCommID] = c
 	c.tid = formTID(a.agentID, c.info.LocalCommID)
 	c.state = stREQSent
 	c.maxTries = int(a.maxRetries)
 	a.log.Debug("cm: send REQ", "local_id", c.info.LocalCommID, "qpn", c.info.LocalQPN, "psn", c.info.RecvPSN, "to", c.remote)
 	a.startExchange(c, a.send(c.peer, c.tid, req), a.reqTimeout())
-	a.mu.Unlock()
+	return nil
+}
 
+// awaitREP waits for the end of the active side's handshake, until ctx
+// ends, and returns the connection or why it failed.
+func (c *Conn) awaitREP(ctx context.Context) (*Conn, error) {
+	a := c.a
 	select {
 	case <-c.ready:
 	case <-ctx.Done():

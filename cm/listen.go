@@ -197,89 +197,126 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 // accept completes one request. It returns nil, nil when the request went
 // away or was rejected by OnRequest.
 func (l *Listener) accept(ctx context.Context, c *Conn) (*Conn, error) {
-	a := l.a
-	a.mu.Lock()
-	if c.state != stREQRcvd && c.state != stMRAReqSent {
-		a.mu.Unlock()
+	r, ok := l.request(c)
+	if !ok {
 		return nil, nil
 	}
-	m := c.req
-	r := &Request{Local: c.local, Remote: c.remote, PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
-		ResponderResources: m.ResponderResources, InitiatorDepth: m.InitiatorDepth, RetryCount: m.RetryCount,
-		RNRRetryCount: m.RNRRetryCount, PathMTU: fromMADMTU(m.PathMTU), RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID}
-	a.mu.Unlock()
+	p, err := l.decide(ctx, c, r)
+	if err != nil {
+		return l.refuse(c, err)
+	}
+	switch err := l.sendREP(c, p); {
+	case err == errGone:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return l.awaitRTU(ctx, c)
+}
 
+// request returns the Request OnRequest sees for c, and false when c is no
+// longer waiting for an answer.
+func (l *Listener) request(c *Conn) (*Request, bool) {
+	a := l.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c.state != stREQRcvd && c.state != stMRAReqSent {
+		return nil, false
+	}
+	m := c.req
+	return &Request{Local: c.local, Remote: c.remote, PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
+		ResponderResources: m.ResponderResources, InitiatorDepth: m.InitiatorDepth, RetryCount: m.RetryCount,
+		RNRRetryCount: m.RNRRetryCount, PathMTU: fromMADMTU(m.PathMTU), RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID}, true
+}
+
+// decide asks OnRequest about the request and readies the QP it gives (or
+// one the agent makes) up to RTS. Until the REP goes out, c.qp and c.own
+// are this goroutine's: the agent leaves the QP of a connection in
+// REQ_RCVD alone.
+func (l *Listener) decide(ctx context.Context, c *Conn, r *Request) (*Params, error) {
 	var p *Params
 	var err error
 	if l.cfg.OnRequest != nil {
 		p, err = l.cfg.OnRequest(ctx, r)
 	}
-	if p == nil && err == nil {
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
 		p = &Params{}
 	}
-	if err == nil && len(p.PrivateData) > mad.REPPrivateDataLen {
-		err = fmt.Errorf("%w: %d bytes in a REP (at most %d)", ErrPrivateData, len(p.PrivateData), mad.REPPrivateDataLen)
+	if len(p.PrivateData) > mad.REPPrivateDataLen {
+		return nil, fmt.Errorf("%w: %d bytes in a REP (at most %d)", ErrPrivateData, len(p.PrivateData), mad.REPPrivateDataLen)
 	}
-	// Until the REP goes out, c.qp and c.own are this goroutine's: the
-	// agent leaves the QP of a connection in REQ_RCVD alone.
-	var rr, id uint8
-	if err == nil {
-		rr = min(depth(p.ResponderResources), m.InitiatorDepth)
-		id = min(depth(p.InitiatorDepth), m.ResponderResources)
-		c.params = *p
-		err = c.setupQP(p, rr > 0)
+	m := c.req
+	rr := min(depth(p.ResponderResources), m.InitiatorDepth)
+	id := min(depth(p.InitiatorDepth), m.ResponderResources)
+	c.params = *p
+	if err := c.setupQP(p, rr > 0); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		a.mu.Lock()
-		c.info.ResponderResources, c.info.InitiatorDepth, c.info.LocalQPN = rr, id, c.qp.QPN()
-		a.mu.Unlock()
-		if err = c.toRTS(&m.Primary); err != nil {
-			c.release()
-		}
+	l.a.mu.Lock()
+	c.info.ResponderResources, c.info.InitiatorDepth, c.info.LocalQPN = rr, id, c.qp.QPN()
+	l.a.mu.Unlock()
+	if err := c.toRTS(&m.Primary); err != nil {
+		c.release()
+		return nil, err
 	}
-	if err != nil {
-		var rej *RejectError
-		isRej := errors.As(err, &rej)
-		a.mu.Lock()
-		if c.state == stREQRcvd || c.state == stMRAReqSent {
-			msg := &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
-				MessageRejected: mad.RejectedREQ, Reason: mad.RejConsumerDefined}
-			if isRej {
-				if rej.Reason != 0 {
-					msg.Reason = rej.Reason
-				}
-				copy(msg.PrivateData[:], rej.PrivateData)
-				msg.RejectInfoLength = uint8(copy(msg.ARI[:], rej.ARI))
-			}
-			a.log.Debug("cm: reject", "local_id", c.info.LocalCommID, "remote", c.remote, "reason", msg.Reason)
-			a.send(c.peer, c.tid, msg)
-			c.fail(err)
-			a.forget(c)
-		}
-		a.mu.Unlock()
+	return p, nil
+}
+
+// refuse answers a request that OnRequest refused, or that could not be
+// served, with a REJ. It returns nil, nil for a refusal made by Reject
+// (Accept goes on to the next request), and the error otherwise.
+func (l *Listener) refuse(c *Conn, err error) (*Conn, error) {
+	a := l.a
+	var rej *RejectError
+	isRej := errors.As(err, &rej)
+	a.mu.Lock()
+	if c.state == stREQRcvd || c.state == stMRAReqSent {
+		msg := &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+			MessageRejected: mad.RejectedREQ, Reason: mad.RejConsumerDefined}
 		if isRej {
-			if len(rej.PrivateData) > mad.REJPrivateDataLen {
-				return nil, fmt.Errorf("%w: %d bytes in a REJ (at most %d); sent the first %d", ErrPrivateData,
-					len(rej.PrivateData), mad.REJPrivateDataLen, mad.REJPrivateDataLen)
+			if rej.Reason != 0 {
+				msg.Reason = rej.Reason
 			}
-			return nil, nil
+			copy(msg.PrivateData[:], rej.PrivateData)
+			msg.RejectInfoLength = uint8(copy(msg.ARI[:], rej.ARI))
 		}
+		a.log.Debug("cm: reject", "local_id", c.info.LocalCommID, "remote", c.remote, "reason", msg.Reason)
+		a.send(c.peer, c.tid, msg)
+		c.fail(err)
+		a.forget(c)
+	}
+	a.mu.Unlock()
+	if !isRej {
 		return nil, fmt.Errorf("cm: accept from %v: %w", c.remote, err)
 	}
+	if len(rej.PrivateData) > mad.REJPrivateDataLen {
+		return nil, fmt.Errorf("%w: %d bytes in a REJ (at most %d); sent the first %d", ErrPrivateData,
+			len(rej.PrivateData), mad.REJPrivateDataLen, mad.REJPrivateDataLen)
+	}
+	return nil, nil
+}
 
+// sendREP accepts the request with a REP. It returns errGone when
+// the peer gave up, or the agent closed, while OnRequest decided: the QP
+// is then moved to ERR and what the agent made for it released.
+func (l *Listener) sendREP(c *Conn, p *Params) error {
+	a := l.a
 	a.mu.Lock()
 	if c.state != stREQRcvd && c.state != stMRAReqSent {
-		// The peer gave up, or the agent closed, while we decided.
 		err := c.hsErr
 		a.mu.Unlock()
 		a.qpToErr(c.qp)
 		c.release()
 		if errors.Is(err, ErrClosed) {
-			return nil, err
+			return err
 		}
-		return nil, nil
+		return errGone
 	}
-	i := &c.info
+	defer a.mu.Unlock()
+	m, i := c.req, &c.info
 	rep := &mad.REP{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID, LocalQPN: i.LocalQPN,
 		StartingPSN: i.RecvPSN, ResponderResources: i.ResponderResources, InitiatorDepth: i.InitiatorDepth,
 		TargetACKDelay: caACKDelay, RNRRetryCount: count(p.RNRRetryCount), LocalCAGUID: a.guid}
@@ -290,14 +327,22 @@ func (l *Listener) accept(ctx context.Context, c *Conn) (*Conn, error) {
 	a.log.Debug("cm: send REP", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID, "qpn", i.LocalQPN,
 		"psn", i.RecvPSN)
 	a.startExchange(c, a.send(c.peer, c.tid, rep), cmTimeout(m.LocalCMResponseTimeout))
-	a.mu.Unlock()
+	return nil
+}
 
+// errGone is sendREP's word for a request that went away; Accept goes on
+// to the next one.
+var errGone = errors.New("cm: the request went away")
+
+// awaitRTU waits for the RTU that makes the connection, until ctx ends.
+func (l *Listener) awaitRTU(ctx context.Context, c *Conn) (*Conn, error) {
+	a := l.a
 	select {
 	case <-c.ready:
 	case <-ctx.Done():
 		a.mu.Lock()
 		if c.state == stREPSent || c.state == stMRARepRcvd {
-			a.send(c.peer, c.tid, &mad.REJ{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID,
+			a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
 				MessageRejected: mad.RejectedOther, Reason: mad.RejConsumerDefined})
 			a.toErr(c)
 			c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, ctx.Err()))
@@ -306,7 +351,7 @@ func (l *Listener) accept(ctx context.Context, c *Conn) (*Conn, error) {
 		a.mu.Unlock()
 	}
 	a.mu.Lock()
-	err = c.hsErr
+	err := c.hsErr
 	a.mu.Unlock()
 	if err != nil {
 		c.release()
@@ -322,23 +367,47 @@ func (a *Agent) onREQ(src netip.Addr, h *mad.Header, m *mad.REQ) {
 		a.dupREQ(c)
 		return
 	}
-	rej := func(reason mad.RejectReason, ari []byte) {
-		r := &mad.REJ{RemoteCommID: m.LocalCommID, MessageRejected: mad.RejectedREQ, Reason: reason}
-		r.RejectInfoLength = uint8(copy(r.ARI[:], ari))
-		a.log.Debug("cm: reject REQ", "from", src, "service_id", fmt.Sprintf("%#x", m.ServiceID), "reason", reason)
-		a.send(src, h.TID, r)
+	l, cma, reason, ari := a.matchREQ(m)
+	if reason != 0 {
+		a.rejectREQ(src, h, m, reason, ari)
+		return
 	}
+	peerGID := m.Primary.LocalGID
+	if !gidAddr(peerGID).IsValid() {
+		peerGID = roce.GIDFromAddr(src)
+	}
+	if old := a.qpns[remoteQP{peerGID, m.LocalQPN}]; old != nil {
+		// A new REQ from a QP that has a connection here: the peer lost
+		// it. Refuse as stale and tear the old one down.
+		a.rejectREQ(src, h, m, mad.RejStaleConn, nil)
+		a.staleLocked(old)
+		return
+	}
+	c := a.newPassive(l, src, h, m, &cma)
+	c.peerGID = peerGID
+	select {
+	case l.pending <- c:
+	default:
+		a.ctr.backlog.Add(1)
+		return
+	}
+	a.conns[c.info.LocalCommID] = c
+	a.remote[remoteID{m.LocalCommID, m.LocalCAGUID}] = c
+	a.log.Debug("cm: REQ received", "local_id", c.info.LocalCommID, "remote_id", m.LocalCommID, "from", c.remote,
+		"remote_qpn", m.LocalQPN, "psn", m.StartingPSN)
+}
+
+// matchREQ finds the listener of a new REQ, with the REQ's rdma_cm
+// header. It returns the reason to reject it with instead (and the REJ's
+// additional information), 0 when it is acceptable; the caller holds a.mu.
+func (a *Agent) matchREQ(m *mad.REQ) (l *Listener, cma mad.CMAHeader, reason mad.RejectReason, ari []byte) {
 	ps, port, ok := mad.ParseServiceID(m.ServiceID)
 	if !ok || ps != mad.PortSpaceTCP || len(a.listeners[port]) == 0 {
-		rej(mad.RejInvalidServiceID, nil)
-		return
+		return nil, cma, mad.RejInvalidServiceID, nil
 	}
-	var cma mad.CMAHeader
 	if err := cma.Unmarshal(m.PrivateData[:]); err != nil || cma.Dst.Unmap().Is4() != a.addr.Is4() {
-		rej(mad.RejConsumerDefined, nil)
-		return
+		return nil, cma, mad.RejConsumerDefined, nil
 	}
-	var l *Listener
 	for _, o := range a.listeners[port] {
 		if o.addr.Addr().IsUnspecified() || o.addr.Addr() == cma.Dst.Unmap() {
 			l = o
@@ -349,35 +418,34 @@ func (a *Agent) onREQ(src netip.Addr, h *mad.Header, m *mad.REQ) {
 	case l == nil:
 		// rdma_cm finds no listener for the address: its handler fails
 		// and the IB CM rejects for the consumer.
-		rej(mad.RejConsumerDefined, nil)
-		return
+		return nil, cma, mad.RejConsumerDefined, nil
 	case m.TransportServiceType != mad.TransportRC:
-		rej(mad.RejInvalidTransportType, nil)
-		return
+		return nil, cma, mad.RejInvalidTransportType, nil
 	case m.Primary.RemoteGID != a.gid:
-		rej(mad.RejInvalidGID, a.gid[:])
-		return
+		return nil, cma, mad.RejInvalidGID, a.gid[:]
 	case m.PathMTU.Bytes() == 0:
-		rej(mad.RejInvalidMTU, nil)
-		return
+		return nil, cma, mad.RejInvalidMTU, nil
 	}
-	peerGID := m.Primary.LocalGID
-	if !gidAddr(peerGID).IsValid() {
-		peerGID = roce.GIDFromAddr(src)
-	}
-	if old := a.qpns[remoteQP{peerGID, m.LocalQPN}]; old != nil {
-		// A new REQ from a QP that has a connection here: the peer lost
-		// it. Refuse as stale and tear the old one down.
-		rej(mad.RejStaleConn, nil)
-		a.staleLocked(old)
-		return
-	}
+	return l, cma, 0, nil
+}
+
+// rejectREQ answers a REQ with a REJ; the caller holds a.mu.
+func (a *Agent) rejectREQ(src netip.Addr, h *mad.Header, m *mad.REQ, reason mad.RejectReason, ari []byte) {
+	r := &mad.REJ{RemoteCommID: m.LocalCommID, MessageRejected: mad.RejectedREQ, Reason: reason}
+	r.RejectInfoLength = uint8(copy(r.ARI[:], ari))
+	a.log.Debug("cm: reject REQ", "from", src, "service_id", fmt.Sprintf("%#x", m.ServiceID), "reason", reason)
+	a.send(src, h.TID, r)
+}
+
+// newPassive makes the passive side's connection for a new REQ to l; the
+// caller holds a.mu.
+func (a *Agent) newPassive(l *Listener, src netip.Addr, h *mad.Header, m *mad.REQ, cma *mad.CMAHeader) *Conn {
 	c := newConn(a, false)
 	c.listener = l
 	c.req = m
 	c.tid = h.TID
-	c.peer, c.peerGID = src, peerGID
-	c.local = netip.AddrPortFrom(a.addr, port)
+	c.peer = src
+	c.local = netip.AddrPortFrom(a.addr, l.addr.Port())
 	c.remote = netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort)
 	c.peerData = append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)
 	mtu := min(fromMADMTU(m.PathMTU), a.mtu)
@@ -389,16 +457,7 @@ func (a *Agent) onREQ(src netip.Addr, h *mad.Header, m *mad.REQ) {
 	}
 	c.timeout = cmTimeout(m.LocalCMResponseTimeout)
 	c.state = stREQRcvd
-	select {
-	case l.pending <- c:
-	default:
-		a.ctr.backlog.Add(1)
-		return
-	}
-	a.conns[c.info.LocalCommID] = c
-	a.remote[remoteID{m.LocalCommID, m.LocalCAGUID}] = c
-	a.log.Debug("cm: REQ received", "local_id", c.info.LocalCommID, "remote_id", m.LocalCommID, "from", c.remote,
-		"remote_qpn", m.LocalQPN, "psn", m.StartingPSN)
+	return c
 }
 
 // dupREQ answers a REQ the passive side has seen already; the caller
