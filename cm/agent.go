@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,9 +149,9 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	sd, ok := roce.Untrace(dev).(softDevice)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotSoftware, dev.Name())
+	sd, err := checkDevice(dev)
+	if err != nil {
+		return nil, err
 	}
 	a := &Agent{
 		dev: dev, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
@@ -187,7 +188,7 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 		a.nrcv = 64
 	}
 	if a.respTimeout > mad.MaxTimeout || a.lifeTime > mad.MaxTimeout || a.maxRetries > 15 {
-		return nil, fmt.Errorf("cm: config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
+		return nil, invalid("config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
 			a.respTimeout, a.lifeTime, a.maxRetries)
 	}
 	if err := a.openGSI(); err != nil {
@@ -198,6 +199,45 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 	go a.loop()
 	a.log.Debug("cm agent started", "dev", dev.Name(), "addr", a.addr, "guid", fmt.Sprintf("%#016x", a.guid))
 	return a, nil
+}
+
+// checkDevice returns dev as the software device the agent needs, or why
+// it cannot serve.
+func checkDevice(dev roce.Device) (softDevice, error) {
+	if isNil(dev) || isNil(roce.Untrace(dev)) {
+		return nil, invalid("nil device: open one with roce.Open")
+	}
+	u := roce.Untrace(dev)
+	if s, ok := u.(*roce.SoftDevice); ok && s.Device == nil {
+		return nil, invalid("a roce.SoftDevice that roce.Open did not make")
+	}
+	sd, ok := u.(softDevice)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotSoftware, dev.Name())
+	}
+	return sd, nil
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer
+// (map, slice, channel, function).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
+}
+
+// ok returns the error of a method called on an Agent NewAgent did not
+// make.
+func (a *Agent) ok() error {
+	if a == nil || a.done == nil {
+		return invalid("nil Agent: make one with NewAgent")
+	}
+	return nil
 }
 
 // openGSI creates QP 1 with its CQ and receive buffers, brings it to RTS
@@ -253,10 +293,18 @@ func (a *Agent) postRecv(slot int) error {
 
 // Addr returns the device's IP address, which the agent's connections
 // use.
-func (a *Agent) Addr() netip.Addr { return a.addr }
+func (a *Agent) Addr() netip.Addr {
+	if a == nil {
+		return netip.Addr{}
+	}
+	return a.addr
+}
 
 // Stats returns the agent's counters.
 func (a *Agent) Stats() Stats {
+	if a == nil {
+		return Stats{}
+	}
 	s := Stats{Sent: map[string]uint64{}, Received: map[string]uint64{},
 		Retransmits: a.ctr.retransmits.Load(), Duplicates: a.ctr.duplicates.Load(), Timeouts: a.ctr.timeouts.Load(),
 		Malformed: a.ctr.malformed.Load(), Unmatched: a.ctr.unmatched.Load(), BacklogFull: a.ctr.backlog.Load(),
@@ -277,6 +325,9 @@ func (a *Agent) Stats() Stats {
 // and end with ErrClosed, waits in progress return ErrClosed, and the GSI
 // QP is destroyed. It waits for the agent's goroutine.
 func (a *Agent) Close() error {
+	if err := a.ok(); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()

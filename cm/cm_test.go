@@ -234,20 +234,25 @@ func TestACKTimeout(t *testing.T) {
 	s := r.conn
 	defer s.Close()
 	derived := ackTimeout(caACKDelay, ha.agent.lifeTime)
-	if got := s.Info().LocalACKTimeout; got != derived {
+	if got := s.req.Primary.LocalACKTimeout; got != derived {
 		t.Errorf("the REQ carried local ACK timeout %d, want the derived %d", got, derived)
 	}
 	for _, q := range []struct {
 		name string
 		qp   roce.QP
+		c    *Conn
 		want uint8
-	}{{"active", cli.qp, 14}, {"passive", srv.qp, 16}} {
+	}{{"active", cli.qp, c, 14}, {"passive", srv.qp, s, 16}} {
 		a, err := q.qp.Query()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if a.State != roce.StateRTS || a.Timeout != q.want {
 			t.Errorf("%s QP: %v with timeout %d, want RTS with %d", q.name, a.State, a.Timeout, q.want)
+		}
+		// Info reports the timeout in effect, not the path's.
+		if got := q.c.Info().LocalACKTimeout; got != q.want {
+			t.Errorf("%s Info().LocalACKTimeout = %d, want %d", q.name, got, q.want)
 		}
 	}
 }

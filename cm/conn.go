@@ -17,10 +17,12 @@ import (
 )
 
 // Params are what one side brings to a connection: its QP (or how the
-// agent makes one), the RDMA READ/atomic depths it offers, its retry
+// agent makes one), the RDMA READ/atomic depths it offers, the retry
 // counts and its private data. The zero value is rping's choice: one
 // outstanding READ each way, 7 retries, 7 RNR retries (forever), a QP the
-// agent creates. It is plain data, read by Dial and Accept.
+// agent creates. Values out of range make Dial and Accept fail with
+// ErrInvalid rather than be replaced. It is plain data, read by Dial and
+// Accept.
 type Params struct {
 	// QP is the caller's RC QP, in RESET or INIT, whose receives can be
 	// posted before the connection exists (as rping and perftest do).
@@ -38,28 +40,64 @@ type Params struct {
 	// side serves at once, InitiatorDepth how many it issues at once;
 	// each is negotiated down to the peer's matching value (0 means 1).
 	ResponderResources, InitiatorDepth uint8
-	// RetryCount and RNRRetryCount are what the peer should use towards
-	// this side (RNRRetryCount, REP) or this side's own (RetryCount,
-	// RNRRetryCount in a REQ); capped at 7, 7 meaning RNR retry forever.
-	// 0 means 7.
-	RetryCount, RNRRetryCount uint8
-	// MinRNRTimer is the QP's minimum RNR NAK timer code; 0 is what
-	// rdma_cm sets (655 ms).
+	// RetryCount is how many times the QPs send again what the peer did
+	// not acknowledge within the ACK timeout (at most 7; 0 means 7). The
+	// dialler's goes in the REQ and sets both QPs, as rdma_cm's does; a
+	// listener's is not used (the REP has no field for it).
+	RetryCount uint8
+	// RNRRetryCount is how many times the *peer's* QP sends again a
+	// message this side had no receive posted for (at most 7, 7 meaning
+	// without end; 0 means 7). As with rdma_cm, it travels to the peer
+	// (in the REQ for the listener's QP, in the REP for the dialler's):
+	// this side's own QP gets the peer's value.
+	RNRRetryCount uint8
+	// MinRNRTimer is the QP's minimum RNR NAK timer code (at most 31);
+	// 0 is what rdma_cm sets (655 ms).
 	MinRNRTimer uint8
-	// PathMTU bounds the path MTU; 0 means the device's active MTU.
+	// PathMTU bounds the path MTU: roce.MTU256 to roce.MTU4096 (the
+	// enumeration, not a byte count: roce.MTUFromBytes converts), or 0
+	// for the device's active MTU. The dialler's goes in the REQ (capped at
+	// its device's active MTU) and sets both QPs; the listener follows
+	// the REQ, as the IB CM does, and refuses it (REJ "invalid path MTU",
+	// Accept fails) when its own PathMTU is lower, since the REP cannot
+	// lower it.
 	PathMTU roce.MTU
 	// ACKTimeout is the local ACK timeout exponent this side's QP uses
-	// (4.096 µs × 2^ACKTimeout), as librdmacm's RDMA_OPTION_ID_ACK_TIMEOUT
-	// sets it: for this side only, never sent to the peer. 0 means the
-	// timeout the connection derives from the path and the peer's ACK
-	// delay (ConnInfo.LocalACKTimeout: 19 or 20 on RoCE, 2 or 4 s).
+	// (4.096 µs × 2^ACKTimeout, at most 31), as librdmacm's
+	// RDMA_OPTION_ID_ACK_TIMEOUT sets it: for this side only, never sent
+	// to the peer. 0 means the timeout the connection derives from the
+	// path and the peer's ACK delay: 19 on RoCE with the defaults, 2.1 s,
+	// so that a peer that stops answering fails a work request with
+	// RETRY_EXC_ERR after 8 × 2.1 s ≈ 17 s with RetryCount 7.
 	ACKTimeout uint8
 	// PrivateData goes to the peer: at most 56 bytes in a REQ (after
 	// rdma_cm's header), 196 in a REP.
 	PrivateData []byte
 }
 
-// ConnInfo is what a connection negotiated. It is plain data.
+// check reports the first value of p that is out of range.
+func (p *Params) check() error {
+	switch {
+	case p.QP != nil && isNil(p.QP), p.PD != nil && isNil(p.PD), p.SendCQ != nil && isNil(p.SendCQ),
+		p.RecvCQ != nil && isNil(p.RecvCQ):
+		return invalid("Params holds a nil pointer in QP, PD, SendCQ or RecvCQ: leave the field nil to have one made")
+	case p.PathMTU != 0 && p.PathMTU.Bytes() == 0:
+		return invalid("Params.PathMTU %d is not a path MTU (roce.MTU256 to roce.MTU4096, or 0 for the device's)", p.PathMTU)
+	case p.ACKTimeout > 31:
+		return invalid("Params.ACKTimeout %d is over 31, the largest ACK timeout exponent (0: the path's)", p.ACKTimeout)
+	case p.RetryCount > maxCount:
+		return invalid("Params.RetryCount %d is over 7, the largest retry count (0 means 7)", p.RetryCount)
+	case p.RNRRetryCount > maxCount:
+		return invalid("Params.RNRRetryCount %d is over 7, the largest RNR retry count (7 retries without end; 0 means 7)",
+			p.RNRRetryCount)
+	case p.MinRNRTimer > 31:
+		return invalid("Params.MinRNRTimer %d is over 31, the largest RNR timer code (0: 655 ms)", p.MinRNRTimer)
+	}
+	return nil
+}
+
+// ConnInfo is what a connection negotiated: each value is the one in
+// effect on the QP. It is plain data.
 type ConnInfo struct {
 	LocalCommID, RemoteCommID uint32
 	LocalQPN, RemoteQPN       uint32
@@ -71,9 +109,11 @@ type ConnInfo struct {
 	ResponderResources, InitiatorDepth uint8
 	PathMTU                            roce.MTU
 	RetryCount, RNRRetryCount          uint8
-	LocalACKTimeout                    uint8
-	RemoteCAGUID                       uint64
-	ServiceID                          uint64
+	// LocalACKTimeout is the QP's local ACK timeout exponent:
+	// Params.ACKTimeout when set, else the one derived from the path.
+	LocalACKTimeout uint8
+	RemoteCAGUID    uint64
+	ServiceID       uint64
 }
 
 // connState is where a connection is in the IB CM's state machine (IBTA
@@ -126,6 +166,7 @@ type Conn struct {
 	maxTries int
 	timer    clock.Timer
 	gen      uint64
+	pathACK  uint8 // the local ACK timeout the path gives, for the CM's own timers
 	hsErr    error
 	err      error
 	closeErr error
@@ -151,41 +192,110 @@ func newConn(a *Agent, active bool) *Conn {
 }
 
 // QP returns the connection's queue pair.
-func (c *Conn) QP() roce.QP { return c.qp }
+func (c *Conn) QP() roce.QP {
+	if c == nil {
+		return nil
+	}
+	return c.qp
+}
 
 // PD returns the protection domain of a QP the agent created, or nil when
 // the caller gave the QP.
-func (c *Conn) PD() roce.PD { return c.own.pd }
+func (c *Conn) PD() roce.PD {
+	if c == nil {
+		return nil
+	}
+	return c.own.pd
+}
 
 // CQs return the completion queues of a QP the agent created (nil when
 // the caller gave the QP).
-func (c *Conn) CQs() (send, recv roce.CQ) { return c.own.scq, c.own.rcq }
+func (c *Conn) CQs() (send, recv roce.CQ) {
+	if c == nil {
+		return nil, nil
+	}
+	return c.own.scq, c.own.rcq
+}
 
 // LocalAddr returns this side's address and port (the listener's, or the
 // source port the active side announced).
-func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+func (c *Conn) LocalAddr() netip.AddrPort {
+	if c == nil {
+		return netip.AddrPort{}
+	}
+	return c.local
+}
 
 // RemoteAddr returns the peer's address and port.
-func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
+func (c *Conn) RemoteAddr() netip.AddrPort {
+	if c == nil {
+		return netip.AddrPort{}
+	}
+	return c.remote
+}
 
 // PrivateData returns the peer's private data: the REP's 196 bytes for
 // the active side, the 56 bytes after rdma_cm's header of the REQ for the
 // passive side (CM messages carry their whole private data area, so the
 // data is zero-padded).
-func (c *Conn) PrivateData() []byte { return c.peerData }
+func (c *Conn) PrivateData() []byte {
+	if c == nil {
+		return nil
+	}
+	return c.peerData
+}
 
 // Info returns what the connection negotiated.
-func (c *Conn) Info() ConnInfo { return c.info }
+func (c *Conn) Info() ConnInfo {
+	if c == nil {
+		return ConnInfo{}
+	}
+	return c.info
+}
 
 // Done returns a channel closed when the connection ends: the peer sent a
-// DREQ (Err is ErrDisconnected), Close was called, or the agent closed.
-func (c *Conn) Done() <-chan struct{} { return c.done }
+// DREQ (Err is ErrDisconnected), Close was called, or the agent closed. A
+// Conn that Dial or Accept did not make is over from the start.
+func (c *Conn) Done() <-chan struct{} {
+	if c.ok() != nil {
+		return closedChan
+	}
+	return c.done
+}
+
+// closedChan is the Done of a Conn that is no connection.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Err returns why the connection ended, or nil while it is up.
 func (c *Conn) Err() error {
+	if err := c.ok(); err != nil {
+		return err
+	}
 	c.a.mu.Lock()
 	defer c.a.mu.Unlock()
 	return c.err
+}
+
+// ok returns the error of a method called on a Conn Dial or Accept did
+// not make.
+func (c *Conn) ok() error {
+	if c == nil || c.a == nil {
+		return invalid("nil Conn: make one with Dial or Accept")
+	}
+	return nil
+}
+
+// qpACKTimeout is the local ACK timeout the connection's QP takes:
+// Params.ACKTimeout, or the path's.
+func (c *Conn) qpACKTimeout() uint8 {
+	if c.params.ACKTimeout != 0 {
+		return c.params.ACKTimeout
+	}
+	return c.pathACK
 }
 
 // Close disconnects: it moves the QP to ERR, sends a DREQ and waits for
@@ -199,6 +309,9 @@ func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
 // agent goes on sending the DREQ in the background until its retries run
 // out, and CloseContext returns ctx's error.
 func (c *Conn) CloseContext(ctx context.Context) error {
+	if err := c.ok(); err != nil {
+		return err
+	}
 	a := c.a
 	a.mu.Lock()
 	if c.state == stEstablished {
@@ -287,9 +400,15 @@ func (c *Conn) fail(err error) {
 // ErrConnRefused when nobody listens on the port), with ErrTimeout when
 // the peer never answers the REQ, or with ctx's error.
 func (a *Agent) Dial(ctx context.Context, addr netip.AddrPort, p *Params) (*Conn, error) {
+	if err := a.ok(); err != nil {
+		return nil, err
+	}
 	var pp Params
 	if p != nil {
 		pp = *p
+	}
+	if err := pp.check(); err != nil {
+		return nil, err
 	}
 	dst := addr.Addr().Unmap()
 	if err := a.checkAddr(dst); err != nil {
@@ -339,6 +458,7 @@ func (a *Agent) sendREQ(c *Conn) error {
 		RetryCount: count(pp.RetryCount), RNRRetryCount: count(pp.RNRRetryCount),
 		LocalACKTimeout: ackTimeout(caACKDelay, a.lifeTime), ServiceID: mad.ServiceID(mad.PortSpaceTCP, c.remote.Port()),
 	}
+	c.pathACK = c.info.LocalACKTimeout
 	req := &mad.REQ{
 		LocalCommID: c.info.LocalCommID, ServiceID: c.info.ServiceID, LocalCAGUID: a.guid,
 		LocalQPN: c.info.LocalQPN, ResponderResources: rr, InitiatorDepth: id,
@@ -346,7 +466,7 @@ func (a *Agent) sendREQ(c *Conn) error {
 		StartingPSN: c.info.RecvPSN, LocalCMResponseTimeout: a.respTimeout, RetryCount: c.info.RetryCount,
 		PKey: defaultPKey, PathMTU: toMADMTU(mtu), RNRRetryCount: c.info.RNRRetryCount, MaxCMRetries: a.maxRetries,
 		Primary: mad.Path{LocalLID: lidPermissive, RemoteLID: lidPermissive, LocalGID: a.gid, RemoteGID: c.peerGID,
-			FlowLabel: flowLabel(sport, c.remote.Port()), HopLimit: hopLimit, LocalACKTimeout: c.info.LocalACKTimeout},
+			FlowLabel: flowLabel(sport, c.remote.Port()), HopLimit: hopLimit, LocalACKTimeout: c.pathACK},
 	}
 	cma := mad.CMAHeader{SrcPort: sport, Src: a.addr, Dst: c.peer}
 	if err := cma.Marshal(req.PrivateData[:]); err != nil {
@@ -513,9 +633,6 @@ func (c *Conn) toRTS(path *mad.Path) error {
 	}
 	rts := roce.QPAttr{State: roce.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
 		RetryCnt: i.RetryCount, RNRRetry: i.RNRRetryCount, MaxRDAtomic: i.InitiatorDepth}
-	if c.params.ACKTimeout != 0 {
-		rts.Timeout = min(c.params.ACKTimeout, 31)
-	}
 	err = c.qp.Modify(&rts, roce.AttrState|roce.AttrSQPSN|roce.AttrTimeout|roce.AttrRetryCnt|roce.AttrRNRRetry|
 		roce.AttrMaxQPRDAtomic)
 	if err != nil {
@@ -618,7 +735,7 @@ func (a *Agent) timeWait(c *Conn) {
 	c.state = stTimeWait
 	c.pending = nil
 	delete(a.qpns, remoteQP{c.peerGID, c.info.RemoteQPN})
-	a.arm(c, cmTimeout(c.info.LocalACKTimeout))
+	a.arm(c, cmTimeout(c.pathACK))
 }
 
 // forget drops a connection from the agent's tables; the caller holds
@@ -721,7 +838,8 @@ func (a *Agent) onREP(src netip.Addr, m *mad.REP) {
 	i.InitiatorDepth = min(i.InitiatorDepth, m.ResponderResources)
 	i.ResponderResources = min(i.ResponderResources, m.InitiatorDepth)
 	i.RNRRetryCount = min(m.RNRRetryCount, maxCount)
-	i.LocalACKTimeout = ackTimeout(m.TargetACKDelay, i.LocalACKTimeout-1)
+	c.pathACK = ackTimeout(m.TargetACKDelay, c.pathACK-1)
+	i.LocalACKTimeout = c.qpACKTimeout()
 	c.peerData = append([]byte(nil), m.PrivateData[:]...)
 	path := mad.Path{FlowLabel: flowLabel(c.local.Port(), c.remote.Port()), HopLimit: hopLimit}
 	if err := c.toRTS(&path); err != nil {
@@ -781,7 +899,7 @@ func (a *Agent) onMRA(m *mad.MRA) {
 		return
 	}
 	// Wait the service time the peer asked for, then retry as before.
-	a.arm(c, cmTimeout(m.ServiceTimeout)+cmTimeout(c.info.LocalACKTimeout))
+	a.arm(c, cmTimeout(m.ServiceTimeout)+cmTimeout(c.pathACK))
 }
 
 // onREJ handles a REJ of our REQ or REP, or of an established connection.

@@ -48,7 +48,26 @@ var (
 	// ErrQPState means a QP handed to Dial or Accept was not in RESET
 	// or INIT.
 	ErrQPState = errors.New("cm: the QP must be in RESET or INIT")
+	// ErrInvalid means an argument is unusable: a nil device or QP, an
+	// Agent, Conn or Listener not made by this package, a Params value
+	// out of range. The error says which and what to give instead.
+	ErrInvalid = errors.New("cm: invalid argument")
 )
+
+// invalid returns an error wrapping ErrInvalid with a formatted detail.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// rejectWith is an error that a REJ with the given reason answers (rather
+// than "consumer defined"), and that Accept still returns.
+type rejectWith struct {
+	reason mad.RejectReason
+	err    error
+}
+
+func (e *rejectWith) Error() string { return e.err.Error() }
+func (e *rejectWith) Unwrap() error { return e.err }
 
 // RejectError is a REJ from the peer (or one to give it: see Reject). It
 // matches ErrRejected with errors.Is, and ErrConnRefused when the reason
@@ -71,6 +90,9 @@ type RejectError struct {
 
 // Error describes the rejection.
 func (e *RejectError) Error() string {
+	if e == nil {
+		return "cm: <nil RejectError>"
+	}
 	to := ""
 	if e.Remote.IsValid() {
 		to = " to " + e.Remote.String()
@@ -84,7 +106,7 @@ func (e *RejectError) Error() string {
 // Is reports whether target is ErrRejected, or ErrConnRefused for an
 // invalid service ID.
 func (e *RejectError) Is(target error) bool {
-	return target == ErrRejected || target == ErrConnRefused && e.Reason == mad.RejInvalidServiceID
+	return e != nil && target == ErrRejected || target == ErrConnRefused && e.Reason == mad.RejInvalidServiceID
 }
 
 // Reject returns the error a ListenConfig.OnRequest hook returns to

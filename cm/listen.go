@@ -75,6 +75,9 @@ type Listener struct {
 // ephemeral port. ctx only bounds the call; the listener lives until
 // Close.
 func (a *Agent) Listen(ctx context.Context, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
+	if err := a.ok(); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -120,12 +123,29 @@ func (a *Agent) Listen(ctx context.Context, addr netip.AddrPort, cfg *ListenConf
 }
 
 // Addr returns the listener's address and port.
-func (l *Listener) Addr() netip.AddrPort { return l.addr }
+func (l *Listener) Addr() netip.AddrPort {
+	if l == nil {
+		return netip.AddrPort{}
+	}
+	return l.addr
+}
+
+// ok returns the error of a method called on a Listener Listen did not
+// make.
+func (l *Listener) ok() error {
+	if l == nil || l.a == nil {
+		return invalid("nil Listener: make one with Listen or Agent.Listen")
+	}
+	return nil
+}
 
 // Close stops the listener: requests not yet accepted are rejected (REJ
 // "consumer defined") and Accept returns ErrClosed. Connections accepted
 // before are not affected.
 func (l *Listener) Close() error {
+	if err := l.ok(); err != nil {
+		return err
+	}
 	l.a.mu.Lock()
 	l.a.closeListenerLocked(l)
 	l.a.mu.Unlock()
@@ -175,6 +195,9 @@ func (a *Agent) closeListenerLocked(l *Listener) {
 // closed, ctx's error, a *RejectError when the peer rejected the REP,
 // ErrTimeout when the peer never answered it, or OnRequest's own error.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	if err := l.ok(); err != nil {
+		return nil, err
+	}
 	for {
 		select {
 		case c := <-l.pending:
@@ -248,6 +271,14 @@ func (l *Listener) decide(ctx context.Context, c *Conn, r *Request) (*Params, er
 	if len(p.PrivateData) > mad.REPPrivateDataLen {
 		return nil, fmt.Errorf("%w: %d bytes in a REP (at most %d)", ErrPrivateData, len(p.PrivateData), mad.REPPrivateDataLen)
 	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	if p.PathMTU != 0 && p.PathMTU < c.info.PathMTU {
+		return nil, &rejectWith{mad.RejInvalidMTU, invalid("Params.PathMTU %d is below the path MTU %d the REQ asks "+
+			"for, and the REP cannot lower it: dial with a lower PathMTU, or accept with PathMTU 0",
+			p.PathMTU.Bytes(), c.info.PathMTU.Bytes())}
+	}
 	m := c.req
 	rr := min(depth(p.ResponderResources), m.InitiatorDepth)
 	id := min(depth(p.InitiatorDepth), m.ResponderResources)
@@ -257,6 +288,7 @@ func (l *Listener) decide(ctx context.Context, c *Conn, r *Request) (*Params, er
 	}
 	l.a.mu.Lock()
 	c.info.ResponderResources, c.info.InitiatorDepth, c.info.LocalQPN = rr, id, c.qp.QPN()
+	c.info.LocalACKTimeout = c.qpACKTimeout()
 	l.a.mu.Unlock()
 	if err := c.toRTS(&m.Primary); err != nil {
 		c.release()
@@ -276,6 +308,9 @@ func (l *Listener) refuse(c *Conn, err error) (*Conn, error) {
 	if c.state == stREQRcvd || c.state == stMRAReqSent {
 		msg := &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
 			MessageRejected: mad.RejectedREQ, Reason: mad.RejConsumerDefined}
+		if rw := (*rejectWith)(nil); errors.As(err, &rw) {
+			msg.Reason = rw.reason
+		}
 		if isRej {
 			if rej.Reason != 0 {
 				msg.Reason = rej.Reason
@@ -455,6 +490,7 @@ func (a *Agent) newPassive(l *Listener, src netip.Addr, h *mad.Header, m *mad.RE
 		RetryCount: min(m.RetryCount, maxCount), RNRRetryCount: min(m.RNRRetryCount, maxCount),
 		LocalACKTimeout: m.Primary.LocalACKTimeout, RemoteCAGUID: m.LocalCAGUID, ServiceID: m.ServiceID,
 	}
+	c.pathACK = m.Primary.LocalACKTimeout
 	c.timeout = cmTimeout(m.LocalCMResponseTimeout)
 	c.state = stREQRcvd
 	return c

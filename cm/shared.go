@@ -3,6 +3,7 @@ package cm
 import (
 	"context"
 	"net/netip"
+	"reflect"
 	"sync"
 
 	"github.com/goroce/goroce/roce"
@@ -31,6 +32,12 @@ type sharedAgent struct {
 // acquireAgent returns dev's shared agent, started if need be, with a
 // reference taken.
 func acquireAgent(dev roce.Device) (*sharedAgent, error) {
+	if _, err := checkDevice(dev); err != nil {
+		return nil, err
+	}
+	if !reflect.TypeOf(dev).Comparable() {
+		return nil, invalid("a device of type %T cannot key the shared agents; use NewAgent", dev)
+	}
 	sharedAgents.mu.Lock()
 	defer sharedAgents.mu.Unlock()
 	s := sharedAgents.m[dev]

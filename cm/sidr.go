@@ -71,24 +71,30 @@ type SIDRError struct {
 
 // Error describes the failure.
 func (e *SIDRError) Error() string {
+	if e == nil {
+		return "cm: <nil SIDRError>"
+	}
 	return fmt.Sprintf("cm: resolve %v: %v (SIDR_REP status %d)", e.Remote, e.Status, uint8(e.Status))
 }
 
 // Is reports whether target is ErrRejected, or ErrConnRefused for an
 // unsupported service ID.
 func (e *SIDRError) Is(target error) bool {
-	return target == ErrRejected || target == ErrConnRefused && e.Status == mad.SIDRServiceUnsupported
+	return e != nil && target == ErrRejected || target == ErrConnRefused && e.Status == mad.SIDRServiceUnsupported
 }
 
 // ListenDatagram answers SIDR_REQs for addr (the device's address or an
 // unspecified one, and a port of rdma_cm's UDP port space, service ID
 // 0x0000000001110000 | port) with cfg.QP's number and Q_Key.
 func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *DatagramListenConfig) (*DatagramListener, error) {
+	if err := a.ok(); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cfg == nil || cfg.QP == nil {
-		return nil, errors.New("cm: ListenDatagram needs a UD QP")
+	if cfg == nil || isNil(cfg.QP) {
+		return nil, invalid("ListenDatagram needs a UD QP in DatagramListenConfig.QP")
 	}
 	if t := cfg.QP.Type(); t != roce.UD {
 		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", roce.ErrInvalidAttr, t)
@@ -120,10 +126,18 @@ func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *Da
 }
 
 // Addr returns the listener's address and port.
-func (l *DatagramListener) Addr() netip.AddrPort { return l.addr }
+func (l *DatagramListener) Addr() netip.AddrPort {
+	if l == nil {
+		return netip.AddrPort{}
+	}
+	return l.addr
+}
 
 // Close stops answering; later SIDR_REQs get "service ID not supported".
 func (l *DatagramListener) Close() error {
+	if l == nil || l.a == nil {
+		return invalid("nil DatagramListener: make one with Agent.ListenDatagram")
+	}
 	a := l.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -177,9 +191,15 @@ func (q *sidrQuery) finish(p *DatagramPeer, err error) {
 // fails with a *SIDRError when the peer answers with another status than
 // "valid", with ErrTimeout when it never answers, or with ctx's error.
 func (a *Agent) ResolveDatagram(ctx context.Context, addr netip.AddrPort, privateData []byte) (*DatagramPeer, error) {
+	if err := a.ok(); err != nil {
+		return nil, err
+	}
 	dst := addr.Addr().Unmap()
 	if err := a.checkAddr(dst); err != nil {
 		return nil, err
+	}
+	if addr.Port() == 0 {
+		return nil, fmt.Errorf("%w: port 0", ErrAddr)
 	}
 	if len(privateData) > MaxSIDRUserData {
 		return nil, fmt.Errorf("%w: %d bytes in a SIDR_REQ (at most %d)", ErrPrivateData, len(privateData), MaxSIDRUserData)
