@@ -44,6 +44,11 @@ type Config struct {
 	// Receives is how many MADs the agent can hold between two passes
 	// of its receive loop; 0 means 64.
 	Receives int
+	// CloseWait is how long Conn.Close waits for the peer's DREP before
+	// it returns, leaving the agent to send the DREQ again in the
+	// background (as rdma_disconnect does not wait at all); 0 means
+	// DefaultCloseWait, a negative value not to wait.
+	CloseWait time.Duration
 }
 
 // Stats counts what an agent did. Fields are cumulative. It is a copy,
@@ -88,6 +93,7 @@ type Agent struct {
 	maxRetries  uint8
 	lifeTime    uint8
 	agentID     uint32
+	closeWait   time.Duration
 
 	pd   roce.PD
 	cq   roce.CQ
@@ -156,7 +162,7 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 	a := &Agent{
 		dev: dev, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
-		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives,
+		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait,
 		ahs: make(map[netip.Addr]roce.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
 		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
 		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
@@ -186,6 +192,9 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 	}
 	if a.nrcv <= 0 {
 		a.nrcv = 64
+	}
+	if a.closeWait == 0 {
+		a.closeWait = DefaultCloseWait
 	}
 	if a.respTimeout > mad.MaxTimeout || a.lifeTime > mad.MaxTimeout || a.maxRetries > 15 {
 		return nil, invalid("config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",

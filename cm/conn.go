@@ -166,7 +166,8 @@ type Conn struct {
 	maxTries int
 	timer    clock.Timer
 	gen      uint64
-	pathACK  uint8 // the local ACK timeout the path gives, for the CM's own timers
+	pathACK  uint8  // the local ACK timeout the path gives, for the CM's own timers
+	unwatch  func() // stops watchQP
 	hsErr    error
 	err      error
 	closeErr error
@@ -254,8 +255,11 @@ func (c *Conn) Info() ConnInfo {
 }
 
 // Done returns a channel closed when the connection ends: the peer sent a
-// DREQ (Err is ErrDisconnected), Close was called, or the agent closed. A
-// Conn that Dial or Accept did not make is over from the start.
+// DREQ (Err is ErrDisconnected), the QP entered the error state (Err wraps
+// ErrQPError: a work request failed, such as RETRY_EXC_ERR when the peer
+// stopped answering, or the program moved the QP to ERR), Close was
+// called, or the agent closed. A Conn that Dial or Accept did not make is
+// over from the start.
 func (c *Conn) Done() <-chan struct{} {
 	if c.ok() != nil {
 		return closedChan
@@ -298,20 +302,49 @@ func (c *Conn) qpACKTimeout() uint8 {
 	return c.pathACK
 }
 
-// Close disconnects: it moves the QP to ERR, sends a DREQ and waits for
-// the DREP, for at most the CM's retries; a connection the peer already
-// ended is only released. It then destroys what the agent created for the
-// connection. It returns nil once the peer answered (or had disconnected
-// first), and an error wrapping ErrTimeout when it never did.
-func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
+// Close disconnects: it moves the QP to ERR (ending at once the work
+// requests still posted, with WR_FLUSH_ERR), sends a DREQ and waits for
+// the DREP for at most Config.CloseWait (1 s by default); a connection the
+// peer already ended is only released. It then destroys what the agent
+// created for the connection. It returns nil once the peer answered, had
+// disconnected first, or did not answer within the wait: the agent then
+// goes on sending the DREQ in the background, up to its CM retries or
+// until the agent closes, as rdma_disconnect leaves it to the kernel. It
+// returns an error wrapping ErrTimeout when the retries ran out within the
+// wait. CloseContext waits as long as its context lets it.
+func (c *Conn) Close() error {
+	if err := c.ok(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(c.a.closeWait, 0))
+	defer cancel()
+	err := c.close(ctx)
+	if err == ctx.Err() {
+		return nil // no DREP yet: the DREQ goes on in the background
+	}
+	return err
+}
 
-// CloseContext is Close bounded by ctx as well; when ctx ends first the
-// agent goes on sending the DREQ in the background until its retries run
-// out, and CloseContext returns ctx's error.
+// CloseContext is Close bounded by ctx instead of Config.CloseWait: it
+// returns nil once the peer answered the DREQ (or had disconnected
+// first), an error wrapping ErrTimeout when it never did, and ctx's error
+// when ctx ends first, while the agent goes on sending the DREQ in the
+// background until its retries run out. Either way the QP is in ERR and
+// what the agent created is released when it returns.
 func (c *Conn) CloseContext(ctx context.Context) error {
 	if err := c.ok(); err != nil {
 		return err
 	}
+	err := c.close(ctx)
+	if err != nil && err == ctx.Err() {
+		return fmt.Errorf("cm: close %v: %w", c.remote, err)
+	}
+	return err
+}
+
+// close is Close and CloseContext: it returns ctx.Err() itself when ctx
+// ends before the disconnect exchange.
+func (c *Conn) close(ctx context.Context) error {
 	a := c.a
 	a.mu.Lock()
 	if c.state == stEstablished {
@@ -320,14 +353,18 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 		a.sendDREQ(c)
 	}
 	a.mu.Unlock()
-	var err error
 	select {
 	case <-c.closed:
+	case <-ctx.Done():
+	}
+	var err error
+	select {
+	case <-c.closed: // over, even if ctx ended at the same time
 		a.mu.Lock()
 		err = c.closeErr
 		a.mu.Unlock()
-	case <-ctx.Done():
-		err = fmt.Errorf("cm: close %v: %w", c.remote, ctx.Err())
+	default:
+		err = ctx.Err()
 	}
 	c.release()
 	if c.unshare != nil {
@@ -370,6 +407,10 @@ func (c *Conn) markReady(err error) {
 func (c *Conn) endLocked(err error) {
 	if c.flags.done {
 		return
+	}
+	if c.unwatch != nil {
+		c.unwatch()
+		c.unwatch = nil
 	}
 	c.flags.done = true
 	c.err = err
@@ -856,6 +897,7 @@ func (a *Agent) onREP(src netip.Addr, m *mad.REP) {
 	c.state = stEstablished
 	a.log.Debug("cm: established", "side", "active", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID,
 		"qpn", i.LocalQPN, "psn", i.SendPSN)
+	a.watchQP(c)
 	c.markReady(nil)
 }
 
@@ -880,6 +922,7 @@ func (a *Agent) establishPassive(c *Conn) {
 	c.state = stEstablished
 	a.log.Debug("cm: established", "side", "passive", "local_id", c.info.LocalCommID,
 		"remote_id", c.info.RemoteCommID, "qpn", c.info.LocalQPN, "psn", c.info.SendPSN)
+	a.watchQP(c)
 	c.markReady(nil)
 }
 

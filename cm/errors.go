@@ -27,6 +27,13 @@ var (
 	// ErrDisconnected is why a connection ended when the peer sent a
 	// DREQ (or a REJ once connected). It matches io.EOF.
 	ErrDisconnected = fmt.Errorf("cm: peer disconnected: %w", io.EOF)
+	// ErrQPError is why a connection ended when its QP entered the
+	// error state: a work request failed (RETRY_EXC_ERR when the peer
+	// stopped acknowledging, which with the defaults takes 8 ACK
+	// timeouts of 2.1 s; RNR_RETRY_EXC_ERR, a remote error), or the
+	// program moved the QP to ERR or destroyed it. The error says which;
+	// the QP's completions say more. Close the connection.
+	ErrQPError = errors.New("cm: the connection's QP is in the error state")
 	// ErrClosed means the connection, listener or agent was closed
 	// locally.
 	ErrClosed = errors.New("cm: closed")

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport/mem"
 )
 
 // The tests of this file check that connections fail fast and say why, as
@@ -261,4 +264,218 @@ func TestPassivePathMTU(t *testing.T) {
 	if r := <-accepted; !errors.Is(r.err, ErrInvalid) || !strings.Contains(r.err.Error(), "path MTU") {
 		t.Errorf("accept: %v", r.err)
 	}
+}
+
+// vnet is two hosts on a live in-memory network whose devices and agents
+// run their timers on a manual clock, so that a test can let 20 s of
+// retries pass in a moment: 198.18.0.1 (a) and 198.18.0.2 (b).
+type vnet struct {
+	clk  *clock.Manual
+	net  *mem.Network
+	a, b *host
+	// dead drops every packet to or from b: b was killed.
+	dead atomic.Bool
+}
+
+func newVNet(t *testing.T, ca, cb *Config) *vnet {
+	t.Helper()
+	v := &vnet{clk: clock.NewManual(time.Unix(1e9, 0))}
+	addrA, addrB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	v.net = mem.NewNetwork(&mem.Config{Live: true, Clock: v.clk, DropIf: func(src, dst netip.Addr, _ []byte) bool {
+		return v.dead.Load() && (src == addrB || dst == addrB)
+	}})
+	t.Cleanup(v.net.Close)
+	mk := func(addr netip.Addr, cfg *Config) *host {
+		ep, err := v.net.Endpoint(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl := &faultLink{Transport: ep}
+		d, err := roce.Open(&roce.Config{Link: fl, Clock: v.clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newHostDev(t, d, fl, cfg)
+	}
+	v.a, v.b = mk(addrA, ca), mk(addrB, cb)
+	return v
+}
+
+// advance moves the manual clock on by step until cond holds, letting the
+// engine's goroutines run between steps, and returns the virtual time it
+// took; it fails the test after limit of virtual time.
+func (v *vnet) advance(t *testing.T, step, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := v.clk.Now()
+	for !cond() {
+		if took := v.clk.Now().Sub(start); took >= limit {
+			t.Fatalf("%s: not within %v of virtual time", what, limit)
+		}
+		v.clk.Advance(step)
+		time.Sleep(50 * time.Microsecond)
+	}
+	return v.clk.Now().Sub(start)
+}
+
+// connectV connects a's cli to b's srv through a listener on b, with the
+// dialler's params p (its QP is cli's).
+func connectV(t *testing.T, v *vnet, p Params) (cli, srv *side, c, s *Conn) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	cli, srv = newSide(t, v.a.dev), newSide(t, v.b.dev)
+	l, accepted := listenWith(t, ctx, v.b, &Params{QP: srv.qp})
+	t.Cleanup(func() { l.Close() })
+	p.QP = cli.qp
+	c, err := v.a.agent.Dial(ctx, netip.AddrPortFrom(v.b.agent.Addr(), 7174), &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-accepted
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return cli, srv, c, r.conn
+}
+
+// within fails the test when f takes longer than d of real time, and
+// returns what f returned.
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	start := time.Now()
+	err := f()
+	if took := time.Since(start); took > d {
+		t.Errorf("%s took %v, want at most %v", what, took, d)
+	}
+	return err
+}
+
+// waitDone waits up to 5 s of real time for c to end.
+func waitDone(t *testing.T, c *Conn, what string) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: the connection did not end", what)
+	}
+}
+
+// TestDeadPeer kills the peer of an established connection (every packet
+// to or from it is lost, as when its process or host dies): the first
+// work request after completes RETRY_EXC_ERR after eight ACK timeouts,
+// within 20 s with rdma_cm's defaults and proportionally sooner with a
+// shorter ACK timeout; the connection's Done fires with an Err that says
+// why; Close returns within 2 s and leaves the DREQ to the agent, which
+// sends it again in the background up to its retries.
+func TestDeadPeer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ack  uint8
+		want uint8 // the QP's ACK timeout
+	}{{"defaults", 0, 19}, {"ACK timeout 14", 14, 14}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeak(t)
+			v := newVNet(t, nil, nil)
+			cli, srv, c, _ := connectV(t, v, Params{ACKTimeout: tc.ack})
+			if got := c.Info().LocalACKTimeout; got != tc.want {
+				t.Fatalf("ACK timeout %d, want %d", got, tc.want)
+			}
+			v.dead.Store(true)
+			if err := cli.qp.PostSend([]roce.SendWR{{ID: 1, Opcode: roce.OpWrite, Flags: roce.Signaled,
+				SGL: []roce.SGE{{Addr: cli.mr.Addr(), Length: 64, LKey: cli.mr.LKey()}}, RemoteAddr: srv.mr.Addr(),
+				RKey: srv.mr.RKey()}}); err != nil {
+				t.Fatal(err)
+			}
+			timeout := cmTimeout(tc.want)
+			wc := make([]roce.WC, 1)
+			took := v.advance(t, timeout/20, 30*time.Second, "RETRY_EXC_ERR", func() bool { return cli.cq.Poll(wc) == 1 })
+			if wc[0].Status != roce.RetryExcErr {
+				t.Fatalf("completion %v, want RETRY_EXC_ERR", &wc[0])
+			}
+			// The first try and seven retries, each after an ACK timeout.
+			if took < 8*timeout || took > 8*timeout+timeout/10 || took > 20*time.Second {
+				t.Errorf("RETRY_EXC_ERR after %v, want 8 × %v and at most 20 s", took, timeout)
+			}
+			t.Logf("RETRY_EXC_ERR after %v of virtual time", took)
+			waitDone(t, c, "RETRY_EXC_ERR")
+			if err := c.Err(); !errors.Is(err, ErrQPError) || !strings.Contains(err.Error(), "RETRY_EXC_ERR") {
+				t.Errorf("Err() = %v; want ErrQPError naming RETRY_EXC_ERR", err)
+			}
+			t.Log(c.Err())
+			if err := within(t, 2*time.Second, "Close with a dead peer", c.Close); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			// The agent sends the DREQ again in the background, up to its
+			// retries, and then stops.
+			dreqs := func() int { return v.a.link.count(0x15) }
+			v.advance(t, time.Second, 200*time.Second, "the DREQ's retries", func() bool {
+				return dreqs() == DefaultMaxRetries+1
+			})
+			v.clk.Advance(time.Minute)
+			time.Sleep(10 * time.Millisecond)
+			if n := dreqs(); n != DefaultMaxRetries+1 {
+				t.Errorf("%d DREQs sent, want %d", n, DefaultMaxRetries+1)
+			}
+		})
+	}
+}
+
+// TestCloseDuringTraffic closes a connection while WRITEs stream: Close
+// returns within 2 s, every work request completes (flushed), the peer
+// sees the disconnect, and no goroutine is left behind.
+func TestCloseDuringTraffic(t *testing.T) {
+	checkNoLeak(t)
+	ha, hb := memPair(t, nil, nil)
+	ctx := ctxT(t, 20*time.Second)
+	cl, sv, c, s := connectPair(t, ctx, ha, hb)
+	cli, scq, mr, smr := cl.qp, cl.cq, cl.mr, sv.mr
+	flushed := make(chan int, 1)
+	started := make(chan struct{})
+	go func() { // bounded: 5 s or a flush
+		wr := []roce.SendWR{{Opcode: roce.OpWrite, Flags: roce.Signaled,
+			SGL: []roce.SGE{{Addr: mr.Addr(), Length: 1 << 16, LKey: mr.LKey()}}, RemoteAddr: smr.Addr(), RKey: smr.RKey()}}
+		wc := make([]roce.WC, 16)
+		deadline, posted, done := time.Now().Add(5*time.Second), 0, 0
+		for time.Now().Before(deadline) {
+			if posted-done < 8 && cli.PostSend(wr) == nil {
+				posted++
+				if posted == 8 {
+					close(started)
+				}
+			}
+			n := scq.Poll(wc)
+			for _, w := range wc[:n] {
+				done++
+				if w.Status != roce.Success {
+					flushed <- posted - done
+					return
+				}
+			}
+			if n == 0 {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+		flushed <- -1
+	}()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no traffic")
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := within(t, 2*time.Second, "Close during traffic", c.Close); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	select {
+	case n := <-flushed:
+		if n < 0 {
+			t.Error("the WRITEs were not flushed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sender is still waiting for completions")
+	}
+	waitDone(t, s, "peer")
+	if !errors.Is(s.Err(), ErrDisconnected) {
+		t.Errorf("peer ended with %v", s.Err())
+	}
+	s.Close()
 }

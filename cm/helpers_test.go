@@ -183,6 +183,15 @@ func madAttr(data []byte) (uint16, bool) {
 	return uint16(p.Payload[16])<<8 | uint16(p.Payload[17]), true
 }
 
+// NotifyUnreachable passes the link's notices on (the embedded interface
+// would hide them).
+func (f *faultLink) NotifyUnreachable(fn func(transport.Unreachable)) func() {
+	if n, ok := f.Transport.(transport.UnreachableNotifier); ok {
+		return n.NotifyUnreachable(fn)
+	}
+	return func() {}
+}
+
 func (f *faultLink) Send(pkts []transport.Packet) error {
 	out := make([]transport.Packet, 0, len(pkts)+1)
 	f.mu.Lock()

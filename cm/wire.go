@@ -22,6 +22,10 @@ const (
 	// uses for RoCE paths; with the CA ACK delay it gives the local ACK
 	// timeout of 19 seen in the captures.
 	DefaultPacketLifeTime = 18
+	// DefaultCloseWait is how long Conn.Close waits for the peer's DREP
+	// (Config.CloseWait): a peer that is up answers in a round trip; one
+	// that is not gets the DREQ again in the background.
+	DefaultCloseWait = time.Second
 	// caACKDelay is the CA ACK delay the agent announces as the REP's
 	// target ACK delay (rxe's value).
 	caACKDelay = 15
