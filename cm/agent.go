@@ -44,6 +44,13 @@ type Config struct {
 	// Receives is how many MADs the agent can hold between two passes
 	// of its receive loop; 0 means 64.
 	Receives int
+	// ConnectTimeout bounds how long Dial and ResolveDatagram wait for
+	// an answer when nothing answers at all, sending the request again
+	// every CM response timeout meanwhile (a REQ every 6.4 s with the
+	// defaults); 0 means DefaultConnectTimeout (25 s). It bounds the
+	// local wait only: the REQ still announces MaxRetries to the peer.
+	// An ICMP error, a REJ or the context end the wait sooner.
+	ConnectTimeout time.Duration
 	// CloseWait is how long Conn.Close waits for the peer's DREP before
 	// it returns, leaving the agent to send the DREQ again in the
 	// background (as rdma_disconnect does not wait at all); 0 means
@@ -89,11 +96,12 @@ type Agent struct {
 	log  *slog.Logger
 	mtu  roce.MTU
 
-	respTimeout uint8
-	maxRetries  uint8
-	lifeTime    uint8
-	agentID     uint32
-	closeWait   time.Duration
+	respTimeout    uint8
+	maxRetries     uint8
+	lifeTime       uint8
+	agentID        uint32
+	closeWait      time.Duration
+	connectTimeout time.Duration
 
 	pd   roce.PD
 	cq   roce.CQ
@@ -113,9 +121,11 @@ type Agent struct {
 	sidr       map[uint32]*sidrQuery
 	buf        [mad.Len]byte
 
-	done chan struct{}
-	wg   sync.WaitGroup
-	ctr  counters
+	unreach chan roce.Unreachable // the device's notices, for loop
+	unwatch func()                // stops them
+	done    chan struct{}
+	wg      sync.WaitGroup
+	ctr     counters
 }
 
 // remoteID names a connection by what the peer calls it.
@@ -162,11 +172,11 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 	a := &Agent{
 		dev: dev, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
-		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait,
+		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait, connectTimeout: c.ConnectTimeout,
 		ahs: make(map[netip.Addr]roce.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
 		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
 		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
-		done: make(chan struct{}),
+		done: make(chan struct{}), unreach: make(chan roce.Unreachable, 16),
 	}
 	a.gid = roce.GIDFromAddr(a.addr)
 	if a.clk == nil {
@@ -196,6 +206,9 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 	if a.closeWait == 0 {
 		a.closeWait = DefaultCloseWait
 	}
+	if a.connectTimeout <= 0 {
+		a.connectTimeout = DefaultConnectTimeout
+	}
 	if a.respTimeout > mad.MaxTimeout || a.lifeTime > mad.MaxTimeout || a.maxRetries > 15 {
 		return nil, invalid("config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
 			a.respTimeout, a.lifeTime, a.maxRetries)
@@ -204,6 +217,7 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 		a.release()
 		return nil, err
 	}
+	a.unwatch = a.watchUnreachable(sd)
 	a.wg.Add(1)
 	go a.loop()
 	a.log.Debug("cm agent started", "dev", dev.Name(), "addr", a.addr, "guid", fmt.Sprintf("%#016x", a.guid))
@@ -373,6 +387,7 @@ func (a *Agent) Close() error {
 	close(a.done)
 	a.mu.Unlock()
 	a.wg.Wait()
+	a.unwatch()
 	a.mu.Lock()
 	clear(a.conns)
 	clear(a.remote)
@@ -423,6 +438,8 @@ func (a *Agent) loop() {
 		}
 		select {
 		case <-a.cq.C():
+		case u := <-a.unreach:
+			a.unreachable(u)
 		case <-a.done:
 			return
 		}

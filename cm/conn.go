@@ -166,8 +166,9 @@ type Conn struct {
 	maxTries int
 	timer    clock.Timer
 	gen      uint64
-	pathACK  uint8  // the local ACK timeout the path gives, for the CM's own timers
-	unwatch  func() // stops watchQP
+	pathACK  uint8     // the local ACK timeout the path gives, for the CM's own timers
+	unwatch  func()    // stops watchQP
+	deadline time.Time // the active side gives up on its REQ then (Config.ConnectTimeout)
 	hsErr    error
 	err      error
 	closeErr error
@@ -437,9 +438,15 @@ func (c *Conn) fail(err error) {
 
 // Dial connects to a listener at addr (the peer's IP address and rdma_cm
 // TCP port) and returns the connection once the REP has come and the RTU
-// is sent. It fails with a *RejectError when the peer rejects (matching
-// ErrConnRefused when nobody listens on the port), with ErrTimeout when
-// the peer never answers the REQ, or with ctx's error.
+// is sent. It fails at once with a *RejectError when the peer rejects
+// (matching ErrConnRefused when nobody listens on the port, or the peer's
+// device has no CM agent), as soon as the network reports the peer
+// unreachable with ErrUnreachable (an ICMP error over UDP: nothing
+// receives RoCEv2 there, or no route), with ErrTimeout when nothing
+// answers the REQ within Config.ConnectTimeout (25 s by default; the REQ
+// still announces rdma_cm's 15 retries of 4.3 s to the peer), or with
+// ctx's error as soon as ctx ends. A failed Dial leaves a caller's QP in
+// ERR, its posted work requests flushed.
 func (a *Agent) Dial(ctx context.Context, addr netip.AddrPort, p *Params) (*Conn, error) {
 	if err := a.ok(); err != nil {
 		return nil, err
@@ -518,6 +525,7 @@ func (a *Agent) sendREQ(c *Conn) error {
 	a.conns[c.info.LocalCommID] = c
 	c.tid = formTID(a.agentID, c.info.LocalCommID)
 	c.state = stREQSent
+	c.deadline = a.clk.Now().Add(a.connectTimeout)
 	c.maxTries = int(a.maxRetries)
 	a.log.Debug("cm: send REQ", "local_id", c.info.LocalCommID, "qpn", c.info.LocalQPN, "psn", c.info.RecvPSN, "to", c.remote)
 	a.startExchange(c, a.send(c.peer, c.tid, req), a.reqTimeout())
@@ -712,8 +720,13 @@ func (a *Agent) startExchange(c *Conn, b []byte, d time.Duration) {
 	a.arm(c, d)
 }
 
-// arm (re)starts the connection's timer; the caller holds a.mu.
+// arm (re)starts the connection's timer; the caller holds a.mu. While
+// the active side waits for the answer to its REQ, the timer fires by
+// Config.ConnectTimeout at the latest.
 func (a *Agent) arm(c *Conn, d time.Duration) {
+	if c.dialing() {
+		d = max(min(d, c.deadline.Sub(a.clk.Now())), 0)
+	}
 	a.disarm(c)
 	gen := c.gen
 	c.timer = a.clk.AfterFunc(d, func() { a.fire(c, gen) })
@@ -745,7 +758,8 @@ func (a *Agent) fire(c *Conn, gen uint64) {
 	default:
 		return
 	}
-	if c.tries < c.maxTries {
+	late := c.dialing() && !a.clk.Now().Before(c.deadline)
+	if c.tries < c.maxTries && !late {
 		c.tries++
 		a.ctr.retransmits.Add(1)
 		a.log.Debug("cm: retransmit", "local_id", c.info.LocalCommID, "state", c.state, "try", c.tries)
@@ -755,19 +769,28 @@ func (a *Agent) fire(c *Conn, gen uint64) {
 	}
 	a.ctr.timeouts.Add(1)
 	a.log.Debug("cm: timeout", "local_id", c.info.LocalCommID, "state", c.state)
-	switch c.state {
-	case stDREQSent:
+	switch {
+	case c.state == stDREQSent:
 		c.closeDone(fmt.Errorf("cm: disconnect from %v: %w", c.remote, ErrTimeout))
 		a.timeWait(c)
+	case c.active:
+		a.toErr(c)
+		c.fail(fmt.Errorf("cm: connect to %v: %w: %d REQs in %v; check that the peer is up and listens on that port, "+
+			"and that nothing drops UDP port 4791 on the way", c.remote, ErrTimeout, c.tries+1,
+			a.clk.Now().Sub(c.deadline.Add(-a.connectTimeout)).Round(time.Millisecond)))
+		a.forget(c)
 	default:
 		a.toErr(c)
-		what := "connect to"
-		if !c.active {
-			what = "accept from"
-		}
-		c.fail(fmt.Errorf("cm: %s %v: %w", what, c.remote, ErrTimeout))
+		c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, ErrTimeout))
 		a.forget(c)
 	}
+}
+
+// dialing reports whether c waits for any answer to its REQ, a wait
+// Config.ConnectTimeout bounds; after an MRA the peer is known to be
+// there, and the CM's retries bound the wait.
+func (c *Conn) dialing() bool {
+	return c.active && c.state == stREQSent
 }
 
 // timeWait keeps an ended connection's IDs for a while, to answer late

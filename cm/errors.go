@@ -15,8 +15,9 @@ import (
 var (
 	// ErrTimeout means the peer did not answer a REQ, REP, DREQ or
 	// SIDR_REQ after the CM's retries (the max CM retries of the
-	// exchange, each waiting a CM response timeout).
-	ErrTimeout = errors.New("cm: no answer from the peer after every CM retry")
+	// exchange, each waiting a CM response timeout), or, for a REQ or
+	// SIDR_REQ, within Config.ConnectTimeout.
+	ErrTimeout = errors.New("cm: no answer from the peer")
 	// ErrRejected matches every *RejectError: the peer sent a REJ (or a
 	// SIDR_REP that was not valid).
 	ErrRejected = errors.New("cm: connection rejected")
@@ -24,6 +25,14 @@ var (
 	// service ID": nobody listens on that port, the RDMA counterpart of
 	// ECONNREFUSED.
 	ErrConnRefused = errors.New("cm: connection refused")
+	// ErrUnreachable means the network reported the peer unreachable
+	// while a Dial, Accept or ResolveDatagram waited for it: an ICMP
+	// "destination unreachable" over UDP (port unreachable when nothing
+	// receives RoCEv2 at the address, host or network unreachable when
+	// there is no way there), an address without an endpoint on the
+	// in-memory network. The error also wraps the system's error
+	// (syscall.ECONNREFUSED, EHOSTUNREACH, ...) and says what to check.
+	ErrUnreachable = errors.New("cm: peer unreachable")
 	// ErrDisconnected is why a connection ended when the peer sent a
 	// DREQ (or a REJ once connected). It matches io.EOF.
 	ErrDisconnected = fmt.Errorf("cm: peer disconnected: %w", io.EOF)

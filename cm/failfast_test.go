@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
 )
@@ -478,4 +479,272 @@ func TestCloseDuringTraffic(t *testing.T) {
 		t.Errorf("peer ended with %v", s.Err())
 	}
 	s.Close()
+}
+
+// TestDialRefused dials a device that is up but has no CM agent (nothing
+// called Listen or NewAgent on it): the device answers the REQ with a REJ
+// "invalid service ID", as the kernel's CM does, and Dial fails at once.
+func TestDialRefused(t *testing.T) {
+	checkNoLeak(t)
+	n := mem.NewNetwork(&mem.Config{Live: true})
+	t.Cleanup(n.Close)
+	ha := func() *host {
+		ep, err := n.Endpoint(netip.MustParseAddr("198.18.0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newHost(t, ep, nil)
+	}()
+	ep, err := n.Endpoint(netip.MustParseAddr("198.18.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := roce.Open(&roce.Config{Link: ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	ctx := ctxT(t, 30*time.Second)
+	err = within(t, time.Second, "Dial to a device without an agent", func() error {
+		_, err := ha.agent.Dial(ctx, netip.MustParseAddrPort("198.18.0.2:7174"), nil)
+		return err
+	})
+	if !errors.Is(err, ErrConnRefused) {
+		t.Fatalf("Dial: %v; want ErrConnRefused", err)
+	}
+	t.Log(err)
+}
+
+// TestDialUnreachable dials an address where nothing receives RoCEv2:
+// the network says so (an address without an endpoint in memory, an ICMP
+// port unreachable on loopback) and Dial fails within 3 s with
+// ErrUnreachable, though with the default Config the REQ would be sent
+// again only after 6.4 s. The caller's QP is left in ERR.
+func TestDialUnreachable(t *testing.T) {
+	type target struct {
+		dev  *roce.SoftDevice
+		addr netip.AddrPort
+	}
+	cases := []struct {
+		name string
+		open func(t *testing.T) target
+	}{
+		{"mem no endpoint", func(t *testing.T) target {
+			n := mem.NewNetwork(&mem.Config{Live: true})
+			t.Cleanup(n.Close)
+			d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.1")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return target{d, netip.MustParseAddrPort("198.18.0.9:7174")}
+		}},
+		{"udp 127.0.0.2 no socket", func(t *testing.T) target {
+			port := freePort(t)
+			d, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
+			if err != nil {
+				t.Skipf("udp: %v", err)
+			}
+			return target{d, netip.MustParseAddrPort("127.0.0.2:7174")}
+		}},
+		{"udp 127.0.0.1 other port", func(t *testing.T) target {
+			port, other := freePort(t), freePort(t)
+			d, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: other})
+			if err != nil {
+				t.Skipf("udp: %v", err)
+			}
+			return target{d, netip.MustParseAddrPort("127.0.0.1:7174")}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeak(t)
+			tg := tc.open(t)
+			h := newHostDev(t, tg.dev, nil, nil)
+			cli := newSide(t, h.dev)
+			cli.postRecv(t)
+			ctx := ctxT(t, 30*time.Second)
+			err := within(t, 3*time.Second, "Dial to an unreachable peer", func() error {
+				_, err := h.agent.Dial(ctx, tg.addr, &Params{QP: cli.qp})
+				return err
+			})
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), tg.addr.String()) {
+				t.Fatalf("Dial: %v; want ErrUnreachable naming %v", err, tg.addr)
+			}
+			t.Log(err)
+			if wc := waitWC(t, cli.cq); wc.Status != roce.WRFlushErr {
+				t.Errorf("posted receive completed %v, want WR_FLUSH_ERR", &wc)
+			}
+			// A datagram service there is just as unreachable.
+			_, err = within2(t, 3*time.Second, func() (*DatagramPeer, error) {
+				return h.agent.ResolveDatagram(ctx, tg.addr, nil)
+			})
+			if !errors.Is(err, ErrUnreachable) {
+				t.Errorf("ResolveDatagram: %v; want ErrUnreachable", err)
+			}
+		})
+	}
+}
+
+// within2 is within for a call that returns a value too.
+func within2[T any](t *testing.T, d time.Duration, f func() (T, error)) (T, error) {
+	t.Helper()
+	var v T
+	err := within(t, d, "the call", func() error {
+		var err error
+		v, err = f()
+		return err
+	})
+	return v, err
+}
+
+// TestDialSilent dials a peer that answers nothing at all (its packets are
+// all lost): the REQ announces rdma_cm's CM response timeout 20 and 15
+// retries, but Dial gives up by itself after Config.ConnectTimeout, within
+// 30 s, having sent the REQ every 6.4 s meanwhile.
+func TestDialSilent(t *testing.T) {
+	checkNoLeak(t)
+	v := newVNet(t, nil, nil)
+	v.dead.Store(true)
+	v.a.link.record()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := v.a.agent.Dial(context.Background(), netip.MustParseAddrPort("198.18.0.2:7174"), nil)
+		errc <- err
+	}()
+	var err error
+	took := v.advance(t, 100*time.Millisecond, time.Minute, "Dial's end", func() bool {
+		select {
+		case err = <-errc:
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(err, ErrTimeout) || took > 30*time.Second || took < DefaultConnectTimeout {
+		t.Fatalf("Dial: %v after %v; want ErrTimeout after %v", err, took, DefaultConnectTimeout)
+	}
+	t.Logf("%v after %v of virtual time", err, took)
+	reqs := 0
+	for _, b := range v.a.link.recorded() {
+		h, m, err := mad.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req, ok := m.(*mad.REQ); ok {
+			reqs++
+			if req.MaxCMRetries != 15 || req.LocalCMResponseTimeout != 20 || req.RemoteCMResponseTimeout != 20 {
+				t.Errorf("REQ %d (TID %#x): max CM retries %d, response timeouts %d and %d; want rdma_cm's 15 and 20",
+					reqs, h.TID, req.MaxCMRetries, req.LocalCMResponseTimeout, req.RemoteCMResponseTimeout)
+			}
+		}
+	}
+	if want := int(DefaultConnectTimeout/v.a.agent.reqTimeout()) + 1; reqs != want {
+		t.Errorf("%d REQs sent, want %d (one every %v)", reqs, want, v.a.agent.reqTimeout())
+	}
+}
+
+// TestContextCancel checks that cancelling the context of a blocking call
+// ends it at once and leaves its QP in ERR, so that work requests waiting
+// on it end too: a SEND that waits for ever on a peer that posts no
+// receive (RNR retry 7), ended by CloseContext or Close; a Dial that
+// waits for a REP, an Accept that waits for a request or an RTU, each
+// flushing the receive posted on its QP.
+func TestContextCancel(t *testing.T) {
+	const atOnce = time.Second
+	for _, how := range []string{"CloseContext", "Close"} {
+		t.Run("RNR wait/"+how, func(t *testing.T) {
+			checkNoLeak(t)
+			ha, hb := memPair(t, nil, nil)
+			ctx := ctxT(t, 20*time.Second)
+			cli, srv := newSide(t, ha.dev), newSide(t, hb.dev) // srv posts no receive
+			l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp})
+			defer l.Close()
+			c, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{QP: cli.qp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := <-accepted
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.conn.Close()
+			if err := cli.qp.PostSend([]roce.SendWR{{ID: 9, Opcode: roce.OpSend, Flags: roce.Signaled,
+				SGL: []roce.SGE{{Addr: cli.mr.Addr(), Length: 16, LKey: cli.mr.LKey()}}}}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if n := cli.cq.Poll(make([]roce.WC, 1)); n != 0 {
+				t.Fatal("the SEND completed with no receive posted")
+			}
+			cctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err = within(t, atOnce, how, func() error {
+				if how == "Close" {
+					return c.Close()
+				}
+				return c.CloseContext(cctx)
+			})
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", how, err)
+			}
+			if wc := waitWC(t, cli.cq); wc.ID != 9 || wc.Status != roce.WRFlushErr {
+				t.Errorf("SEND completed %v, want WR_FLUSH_ERR", &wc)
+			}
+		})
+	}
+	t.Run("Dial", func(t *testing.T) {
+		checkNoLeak(t)
+		ha, hb := memPair(t, nil, nil)
+		ha.link.dropNext(mad.AttrREQ, 100)
+		cli := newSide(t, ha.dev)
+		cli.postRecv(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		_, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{QP: cli.qp})
+		if !errors.Is(err, context.Canceled) || time.Since(start) > 50*time.Millisecond+atOnce {
+			t.Errorf("Dial: %v after %v; want context.Canceled at once", err, time.Since(start))
+		}
+		if wc := waitWC(t, cli.cq); wc.Status != roce.WRFlushErr {
+			t.Errorf("receive completed %v, want WR_FLUSH_ERR", &wc)
+		}
+	})
+	t.Run("Accept", func(t *testing.T) {
+		checkNoLeak(t)
+		ha, hb := memPair(t, nil, nil)
+		srv := newSide(t, hb.dev)
+		srv.postRecv(t)
+		l, err := hb.agent.Listen(context.Background(), netip.AddrPortFrom(hb.agent.Addr(), 7174),
+			&ListenConfig{OnRequest: func(context.Context, *Request) (*Params, error) { return &Params{QP: srv.qp}, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		// Nothing comes.
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		if _, err := within2(t, atOnce, func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
+			t.Errorf("Accept with no request: %v", err)
+		}
+		// A request comes, but its RTU never does.
+		ha.link.dropNext(mad.AttrRTU, 100)
+		dialed := make(chan *Conn, 1)
+		go func() {
+			c, _ := ha.agent.Dial(ctxT(t, 10*time.Second), netip.AddrPortFrom(hb.agent.Addr(), 7174), nil)
+			dialed <- c // closed once Accept is over: its DREQ would stand in for the RTU
+		}()
+		defer func() {
+			if c := <-dialed; c != nil {
+				c.Close()
+			}
+		}()
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		if _, err := within2(t, 100*time.Millisecond+atOnce, func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
+			t.Errorf("Accept waiting for the RTU: %v", err)
+		}
+		if wc := waitWC(t, srv.cq); wc.Status != roce.WRFlushErr {
+			t.Errorf("receive completed %v, want WR_FLUSH_ERR", &wc)
+		}
+	})
 }

@@ -163,16 +163,17 @@ func (l *DatagramListener) Close() error {
 
 // sidrQuery is a SIDR_REQ waiting for its SIDR_REP.
 type sidrQuery struct {
-	id     uint32
-	dst    netip.AddrPort
-	msg    []byte
-	tries  int
-	timer  clock.Timer
-	gen    uint64
-	done   chan struct{}
-	peer   *DatagramPeer
-	err    error
-	closed bool
+	id       uint32
+	dst      netip.AddrPort
+	msg      []byte
+	tries    int
+	timer    clock.Timer
+	gen      uint64
+	done     chan struct{}
+	peer     *DatagramPeer
+	err      error
+	closed   bool
+	deadline time.Time // Config.ConnectTimeout
 }
 
 // finish ends the query; the caller holds a.mu.
@@ -189,7 +190,9 @@ func (q *sidrQuery) finish(p *DatagramPeer, err error) {
 // rdma_cm's UDP port space) which UD QP serves the port, with a SIDR_REQ
 // carrying privateData (at most 180 bytes) after rdma_cm's header. It
 // fails with a *SIDRError when the peer answers with another status than
-// "valid", with ErrTimeout when it never answers, or with ctx's error.
+// "valid", with ErrUnreachable when the network reports the peer
+// unreachable, with ErrTimeout when it never answers (within
+// Config.ConnectTimeout at most), or with ctx's error.
 func (a *Agent) ResolveDatagram(ctx context.Context, addr netip.AddrPort, privateData []byte) (*DatagramPeer, error) {
 	if err := a.ok(); err != nil {
 		return nil, err
@@ -209,7 +212,8 @@ func (a *Agent) ResolveDatagram(ctx context.Context, addr netip.AddrPort, privat
 		a.mu.Unlock()
 		return nil, ErrClosed
 	}
-	q := &sidrQuery{id: a.newLocalID(), dst: netip.AddrPortFrom(dst, addr.Port()), done: make(chan struct{})}
+	q := &sidrQuery{id: a.newLocalID(), dst: netip.AddrPortFrom(dst, addr.Port()), done: make(chan struct{}),
+		deadline: a.clk.Now().Add(a.connectTimeout)}
 	m := &mad.SIDRREQ{RequestID: q.id, PKey: defaultPKey, ServiceID: mad.ServiceID(mad.PortSpaceUDP, addr.Port())}
 	cma := mad.CMAHeader{SrcPort: a.newPort(), Src: a.addr, Dst: dst}
 	if err := cma.Marshal(m.PrivateData[:]); err != nil {
@@ -244,7 +248,8 @@ func (a *Agent) armSIDR(q *sidrQuery) {
 	if q.timer != nil {
 		q.timer.Stop()
 	}
-	q.timer = a.clk.AfterFunc(a.sidrTimeout(), func() { a.fireSIDR(q, gen) })
+	d := max(min(a.sidrTimeout(), q.deadline.Sub(a.clk.Now())), 0)
+	q.timer = a.clk.AfterFunc(d, func() { a.fireSIDR(q, gen) })
 }
 
 func (a *Agent) fireSIDR(q *sidrQuery, gen uint64) {
@@ -253,7 +258,7 @@ func (a *Agent) fireSIDR(q *sidrQuery, gen uint64) {
 	if a.closed || q.closed || q.gen != gen {
 		return
 	}
-	if q.tries < int(a.maxRetries) {
+	if q.tries < int(a.maxRetries) && a.clk.Now().Before(q.deadline) {
 		q.tries++
 		a.ctr.retransmits.Add(1)
 		a.sendRaw(q.dst.Addr(), q.msg)

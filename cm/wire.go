@@ -22,6 +22,11 @@ const (
 	// uses for RoCE paths; with the CA ACK delay it gives the local ACK
 	// timeout of 19 seen in the captures.
 	DefaultPacketLifeTime = 18
+	// DefaultConnectTimeout bounds the wait of Dial and ResolveDatagram
+	// for a peer that never answers (Config.ConnectTimeout): four REQs,
+	// 6.4 s apart, with rdma_cm's timeouts, where the retries the REQ
+	// announces would take 103 s.
+	DefaultConnectTimeout = 25 * time.Second
 	// DefaultCloseWait is how long Conn.Close waits for the peer's DREP
 	// (Config.CloseWait): a peer that is up answers in a round trip; one
 	// that is not gets the DREQ again in the background.
