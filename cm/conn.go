@@ -311,8 +311,9 @@ func (c *Conn) qpACKTimeout() uint8 {
 // disconnected first, or did not answer within the wait: the agent then
 // goes on sending the DREQ in the background, up to its CM retries or
 // until the agent closes, as rdma_disconnect leaves it to the kernel. It
-// returns an error wrapping ErrTimeout when the retries ran out within the
-// wait. CloseContext waits as long as its context lets it.
+// returns an error wrapping ErrTimeout or ErrUnreachable when the
+// exchange failed within the wait. CloseContext waits as long as its
+// context lets it.
 func (c *Conn) Close() error {
 	if err := c.ok(); err != nil {
 		return err

@@ -56,7 +56,8 @@
 //
 // Lost messages are recovered as the IB CM does: a REQ, REP or DREQ is
 // sent again after its CM response timeout, up to the max CM retries,
-// after which the exchange fails with ErrTimeout. A duplicate REQ is
+// after which the exchange fails with ErrTimeout (a REQ within
+// Config.ConnectTimeout at most). A duplicate REQ is
 // answered with the REP already sent (or an MRA while the application is
 // still deciding), a duplicate REP with the RTU, a duplicate DREQ with
 // the DREP, a DREQ for an unknown connection with a DREP; a REQ from a
@@ -65,6 +66,32 @@
 // and Q_Key of UD services in rdma_cm's UDP port space (ListenDatagram,
 // ResolveDatagram).
 //
-// Every wait is bounded: by the caller's context and by the CM's
-// retries. Timers run on the device's clock (or Config.Clock).
+// Failures surface fast, each as its own error:
+//
+//   - A peer that is up but has nobody listening on the port (or whose
+//     device has no CM agent at all: roce.Open's device answers for QP 1
+//     until an agent takes it) rejects the REQ at once: a *RejectError
+//     matching ErrConnRefused.
+//   - A peer the network reports unreachable (an ICMP destination
+//     unreachable on the udp transport, such as port unreachable from a
+//     host where nothing receives RoCEv2; an address without an endpoint
+//     on the in-memory network) fails Dial within milliseconds with
+//     ErrUnreachable; the afpacket transport does not see ICMP errors.
+//   - A peer that answers nothing fails Dial with ErrTimeout after
+//     Config.ConnectTimeout (25 s), the REQ having been sent every
+//     6.4 s meanwhile.
+//   - An established connection whose QP enters the error state ends:
+//     Done fires and Err wraps ErrQPError and names the status. A peer
+//     that dies shows so: with the defaults (ACK timeout 19, 2.1 s, and
+//     7 retries) the first work request after it completes
+//     RETRY_EXC_ERR within 17.2 s, sooner with a shorter
+//     Params.ACKTimeout. A peer that posts no receive holds a SEND for
+//     ever under RNR retry 7, as on any RNIC; Close ends it.
+//   - Close waits at most Config.CloseWait (1 s) for the DREP; the agent
+//     sends the DREQ again in the background, up to its retries or until
+//     it closes.
+//   - Every blocking call returns as soon as its context ends, leaving
+//     its QP in ERR with its work requests flushed.
+//
+// Timers run on the device's clock (or Config.Clock).
 package cm

@@ -2,6 +2,7 @@ package cm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/netip"
@@ -102,4 +103,26 @@ func ExampleRejectError() {
 	_, err := agents[1].Dial(ctx, netip.MustParseAddrPort("198.18.0.11:7174"), nil)
 	fmt.Println(err)
 	// Output: cm: connection to 198.18.0.11:7174 refused: nobody listens on that port (REJ reason 8, invalid service ID)
+}
+
+// Dialing fails fast and says why: a peer the network reports unreachable
+// (here an address with no host on the in-memory network; over UDP, the
+// ICMP port unreachable of a host where nothing receives RoCEv2) fails at
+// once with ErrUnreachable, not after the CM's retries.
+func ExampleDial_unreachable() {
+	n := mem.NewNetwork(&mem.Config{Live: true})
+	defer n.Close()
+	d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.12")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = cm.Dial(ctx, d, netip.MustParseAddrPort("198.18.0.99:7174"), nil)
+	fmt.Println(errors.Is(err, cm.ErrUnreachable))
+	fmt.Println(err)
+	// Output:
+	// true
+	// cm: connect to 198.18.0.99:7174: cm: peer unreachable: mem: no endpoint has that address (host unreachable); check the address, and the route to it
 }
