@@ -748,3 +748,56 @@ func TestContextCancel(t *testing.T) {
 		}
 	})
 }
+
+// foreignQP hides the engine's QP behind the verbs interface alone, as a
+// QP of another backend would be: it cannot say when it enters ERR.
+type foreignQP struct{ roce.QP }
+
+// TestQPErrorEndsConn checks that a connection ends when the program
+// moves its QP to ERR, both for the engine's QP (which tells the agent)
+// and for one that cannot tell (which the agent polls every second).
+func TestQPErrorEndsConn(t *testing.T) {
+	for _, foreign := range []bool{false, true} {
+		name := "engine QP"
+		if foreign {
+			name = "foreign QP"
+		}
+		t.Run(name, func(t *testing.T) {
+			checkNoLeak(t)
+			ha, hb := memPair(t, fastConfig(), fastConfig())
+			ctx := ctxT(t, 10*time.Second)
+			cli, srv := newSide(t, ha.dev), newSide(t, hb.dev)
+			l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp})
+			defer l.Close()
+			var q roce.QP = cli.qp
+			if foreign {
+				q = foreignQP{cli.qp}
+			}
+			c, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{QP: q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := <-accepted
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.conn.Close()
+			if err := cli.qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			waitDone(t, c, "QP moved to ERR")
+			if took := time.Since(start); foreign && took > 2*qpPollInterval || !foreign && took > time.Second {
+				t.Errorf("Done after %v", took)
+			}
+			if err := c.Err(); !errors.Is(err, ErrQPError) {
+				t.Errorf("Err() = %v; want ErrQPError", err)
+			}
+			t.Log(c.Err())
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			waitDone(t, r.conn, "peer")
+		})
+	}
+}

@@ -82,7 +82,7 @@ func qpExitError(c *Conn, e roce.QPExit) error {
 	case e.Status != roce.Success:
 		why = fmt.Sprintf("a work request completed %v", e.Status)
 	default:
-		why = fmt.Sprintf("QP %d entered the error state (a request of the peer's it could not serve)", i.LocalQPN)
+		why = fmt.Sprintf("QP %d entered the error state", i.LocalQPN)
 	}
 	return fmt.Errorf("cm: connection to %v ended: %w: %s; close it", c.remote, ErrQPError, why)
 }
