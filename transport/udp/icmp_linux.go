@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -24,8 +25,9 @@ import (
 // data path pays nothing for it.
 type icmpState struct {
 	list    unreach.List
-	started bool // under Transport.mu
-	evfd    int  // wakes the reader at Close
+	started bool        // under Transport.mu
+	on      atomic.Bool // IP_RECVERR is set: sends may fail with earlier packets' errors
+	evfd    int         // wakes the reader at Close
 	wg      sync.WaitGroup
 }
 
@@ -77,6 +79,7 @@ func (t *Transport) startICMP() error {
 	if err := unix.SetsockoptInt(t.txFD, level, opt, 1); err != nil {
 		return fmt.Errorf("udp: %w", os.NewSyscallError("setsockopt", err))
 	}
+	s.on.Store(true)
 	ev, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("udp: %w", os.NewSyscallError("eventfd", err))
@@ -212,7 +215,10 @@ func sockaddrIP(sa unix.Sockaddr) netip.Addr {
 // earlier packet's ICMP error, which the kernel reports on the next send
 // of a socket with IP_RECVERR: the errors ICMP destination unreachable,
 // time exceeded and parameter problem map to.
-func pendingICMPError(e unix.Errno) bool {
+func (t *Transport) pendingICMPError(e unix.Errno) bool {
+	if !t.icmp.on.Load() {
+		return false
+	}
 	switch e {
 	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENONET,
 		unix.ENOPROTOOPT, unix.EOPNOTSUPP, unix.EMSGSIZE, unix.EPROTO:

@@ -636,7 +636,7 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 				continue
 			}
 			m := tx.start
-			if pendingICMPError(tx.errno) && retries < maxICMPRetries {
+			if t.pendingICMPError(tx.errno) && retries < maxICMPRetries {
 				// Maybe earlier packets' ICMP errors (IP_RECVERR),
 				// which the kernel reports on the next sends, one
 				// each: try again.
