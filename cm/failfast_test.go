@@ -344,9 +344,11 @@ func within(t *testing.T, d time.Duration, what string, f func() error) error {
 	t.Helper()
 	start := time.Now()
 	err := f()
-	if took := time.Since(start); took > d {
+	took := time.Since(start)
+	if took > d {
 		t.Errorf("%s took %v, want at most %v", what, took, d)
 	}
+	t.Logf("%s took %v", what, took)
 	return err
 }
 
@@ -575,7 +577,7 @@ func TestDialUnreachable(t *testing.T) {
 				t.Errorf("posted receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			// A datagram service there is just as unreachable.
-			_, err = within2(t, 3*time.Second, func() (*DatagramPeer, error) {
+			_, err = within2(t, 3*time.Second, "ResolveDatagram of an unreachable peer", func() (*DatagramPeer, error) {
 				return h.agent.ResolveDatagram(ctx, tg.addr, nil)
 			})
 			if !errors.Is(err, ErrUnreachable) {
@@ -586,10 +588,10 @@ func TestDialUnreachable(t *testing.T) {
 }
 
 // within2 is within for a call that returns a value too.
-func within2[T any](t *testing.T, d time.Duration, f func() (T, error)) (T, error) {
+func within2[T any](t *testing.T, d time.Duration, what string, f func() (T, error)) (T, error) {
 	t.Helper()
 	var v T
-	err := within(t, d, "the call", func() error {
+	err := within(t, d, what, func() error {
 		var err error
 		v, err = f()
 		return err
@@ -723,7 +725,7 @@ func TestContextCancel(t *testing.T) {
 		// Nothing comes.
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
-		if _, err := within2(t, atOnce, func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
+		if _, err := within2(t, atOnce, "Accept with no request", func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
 			t.Errorf("Accept with no request: %v", err)
 		}
 		// A request comes, but its RTU never does.
@@ -740,7 +742,8 @@ func TestContextCancel(t *testing.T) {
 		}()
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)
-		if _, err := within2(t, 100*time.Millisecond+atOnce, func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
+		if _, err := within2(t, 100*time.Millisecond+atOnce, "Accept waiting for the RTU",
+			func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
 			t.Errorf("Accept waiting for the RTU: %v", err)
 		}
 		if wc := waitWC(t, srv.cq); wc.Status != roce.WRFlushErr {

@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"log/slog"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 type cmRejecter struct {
 	transport.Transport
 	dev atomic.Pointer[qp.Device]
+	log *slog.Logger
 
 	mu  sync.Mutex // guards buf and psn
 	buf [bth.BTHLen + bth.DETHLen + mad.Len + bth.ICRCLen]byte
@@ -44,9 +46,13 @@ type pollingRejecter struct {
 // Poll receives on the caller's goroutine (transport.Poller).
 func (r pollingRejecter) Poll() int { return r.p.Poll() }
 
-// rejectNoAgent wraps t in a cmRejecter; serve tells it the device.
-func rejectNoAgent(t transport.Transport) (transport.Transport, *cmRejecter) {
-	r := &cmRejecter{Transport: t}
+// rejectNoAgent wraps t in a cmRejecter that logs its answers to log (at
+// Debug; nil discards); serve tells it the device.
+func rejectNoAgent(t transport.Transport, log *slog.Logger) (transport.Transport, *cmRejecter) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &cmRejecter{Transport: t, log: log}
 	if p, ok := t.(transport.Poller); ok {
 		return pollingRejecter{r, p}, r
 	}
@@ -99,6 +105,8 @@ func (r *cmRejecter) answer(p *transport.Packet) {
 	default:
 		return
 	}
+	r.log.Debug("roce: no CM agent on QP 1: answered", "from", p.Src, "attr", mad.AttrName(h.AttrID),
+		"answer", mad.AttrName(reply.AttrID()))
 	r.send(p.Dst, p.Src, mad.CMHeader(mad.MethodSend, h.TID), reply)
 }
 

@@ -120,7 +120,7 @@ func Open(cfg *Config) (*SoftDevice, error) {
 		sd.sniff = transport.Sniff(t, w)
 		t = sd.sniff
 	}
-	t, rej := rejectNoAgent(t)
+	t, rej := rejectNoAgent(t, c.Logger)
 	d, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs,
 		BusyPoll: c.BusyPoll > 0})
 	if err != nil {
