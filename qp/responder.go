@@ -469,12 +469,28 @@ func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
 	q.ctr.SentPkts++
 }
 
-// respError NAKs psn with code and moves the QP to ERR, as rxe's class A
-// and C errors do.
+// respError NAKs psn with code, raises the asynchronous event of the
+// error's class and moves the QP to ERR, as rxe's class A and C errors do.
 func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st verbs.Status, why string) {
 	q.dev.log.Debug("responder error", "qpn", q.qpn, "psn", uint32(psn), "nak", code, "status", st, "why", why)
 	q.sendAck(b, bth.NAKSyndrome(code), psn)
+	q.dev.event(verbs.Event{Type: respErrorEvent(code), QPN: q.qpn})
 	q.toErr(b)
+}
+
+// respErrorEvent returns the affiliated asynchronous error a responder
+// raises with a NAK (IBTA Vol. 1 §11.6.3.1): an invalid request is an
+// Invalid Request Local Work Queue Error, a remote access error a Local
+// Access Violation Work Queue Error, and anything else (the receive
+// queue itself is broken) a Local Work Queue Catastrophic Error.
+func respErrorEvent(code bth.NAKCode) verbs.EventType {
+	switch code {
+	case bth.NAKInvalidRequest:
+		return verbs.EventQPReqErr
+	case bth.NAKRemoteAccessError:
+		return verbs.EventQPAccessErr
+	}
+	return verbs.EventQPFatal
 }
 
 // respErrorRecv is respError for a failure that the receive in progress
