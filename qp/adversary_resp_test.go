@@ -58,3 +58,46 @@ func TestAdversaryResponderEvents(t *testing.T) {
 		}, want: errState(nakRemOp, 0, verbs.EventQPFatal, "sent_rem_op_nak", "7 LOC_PROT_ERR")},
 	})
 }
+
+// TestAdversaryReceiveAccounting: a receive that a SEND (or a WRITE with
+// immediate) took completes exactly once however the message ends: with
+// the error that ended it, or WR_FLUSH_ERR when the QP went to ERR.
+func TestAdversaryReceiveAccounting(t *testing.T) {
+	first := func(a *adversary) { a.inject(a.req(bth.RCSendFirst, 0, a.mtu)) }
+	runRespCases(t, []respCase{
+		{name: "SEND FIRST then a READ", opts: advOpts{recvs: 2}, run: func(a *adversary) {
+			first(a)
+			a.inject(a.req(bth.RCReadRequest, 1, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: errState(nakInvReq, 1, verbs.EventQPReqErr, "sent_inv_req_nak", "100 REM_INV_REQ_ERR", "101 WR_FLUSH_ERR")},
+		{name: "SEND FIRST then a short MIDDLE", opts: advOpts{recvs: 2}, run: func(a *adversary) {
+			first(a)
+			a.inject(a.req(bth.RCSendMiddle, 1, 100))
+		}, want: errState(nakInvReq, 1, verbs.EventQPReqErr, "sent_inv_req_nak", "100 REM_INV_REQ_ERR", "101 WR_FLUSH_ERR")},
+		{name: "SEND FIRST then a WRITE MIDDLE", opts: advOpts{recvs: 2}, run: func(a *adversary) {
+			first(a)
+			a.inject(a.req(bth.RCWriteMiddle, 1, a.mtu))
+		}, want: errState(nakInvReq, 1, verbs.EventQPReqErr, "sent_inv_req_nak", "100 REM_INV_REQ_ERR", "101 WR_FLUSH_ERR")},
+		{name: "SEND longer than its receive", opts: advOpts{}, run: func(a *adversary) {
+			a.postRecv(5, 0, 300)
+			first(a)
+			a.inject(a.req(bth.RCSendLast, 1, 100))
+		}, want: errState(nakInvReq, 1, verbs.EventQPReqErr, "sent_inv_req_nak", "5 LOC_LEN_ERR")},
+		{name: "SEND FIRST then the QP is modified to ERR", opts: advOpts{recvs: 2}, run: func(a *adversary) {
+			first(a)
+			must(a.t, a.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState))
+		}, want: check{wcs: []string{"100 WR_FLUSH_ERR", "101 WR_FLUSH_ERR"}, state: verbs.StateErr}},
+		{name: "SEND FIRST on an SRQ then a READ", opts: advOpts{srq: true, recvs: 2}, run: func(a *adversary) {
+			first(a)
+			a.inject(a.req(bth.RCReadRequest, 1, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: check{sent: []string{"ACKNOWLEDGE @1" + nakInvReq}, wcs: []string{"100 REM_INV_REQ_ERR"},
+			state: verbs.StateErr, events: []verbs.EventType{verbs.EventQPReqErr, verbs.EventLastWQEReached}}},
+		{name: "SEND FIRST on an SRQ then the QP is modified to ERR", opts: advOpts{srq: true, recvs: 2}, run: func(a *adversary) {
+			first(a)
+			must(a.t, a.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState))
+		}, want: check{wcs: []string{"100 WR_FLUSH_ERR"}, state: verbs.StateErr,
+			events: []verbs.EventType{verbs.EventLastWQEReached}}},
+		{name: "WRITE with immediate to a bad key", opts: advOpts{recvs: 2}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteOnlyImm, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey()+1, 8).ack())
+		}, want: errState(nakRemAccess, 0, verbs.EventQPAccessErr, "sent_rem_access_nak", "100 REM_ACCESS_ERR", "101 WR_FLUSH_ERR")},
+	})
+}

@@ -110,12 +110,12 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	a.rbuf = a.register(verbs.LocalWrite, 2)
 	a.lbuf = a.register(verbs.LocalWrite, 3)
 	a.orig, a.lorig = bytes.Clone(a.mr.Bytes()), bytes.Clone(a.lbuf.Bytes())
-	for i := range o.recvs {
-		a.postRecv(uint64(100+i), i*4096, 4096)
-	}
 	q := a.qp
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: o.access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	for i := range o.recvs {
+		a.postRecv(uint64(100+i), i*4096, 4096)
+	}
 	rd := uint8(4)
 	if o.noDestRD {
 		rd = 0

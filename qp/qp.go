@@ -571,20 +571,19 @@ func (q *QP) flushSend() {
 	q.retire()
 }
 
+// flushRecv completes the QP's receives with WR_FLUSH_ERR: first the one
+// a message in progress took (from the RQ or the SRQ: it is the oldest),
+// then those still in the RQ. Receives still in an SRQ stay there.
 func (q *QP) flushRecv() {
-	if q.resp.haveRecv && q.srq == nil {
+	if q.resp.haveRecv {
+		wc := verbs.WC{ID: q.resp.recv.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
+		q.rcq.push(&wc, false)
 		q.resp.haveRecv = false
 	}
 	for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 		wc := verbs.WC{ID: w.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
 		q.rcq.push(&wc, false)
 		q.rq.pop()
-	}
-	if q.resp.haveRecv {
-		// A receive taken from the SRQ for a message in progress.
-		wc := verbs.WC{ID: q.resp.recv.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
-		q.rcq.push(&wc, false)
-		q.resp.haveRecv = false
 	}
 }
 

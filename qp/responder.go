@@ -173,11 +173,11 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 	r := &q.resp.recv
 	n := uint64(len(p.Payload))
 	if q.resp.recvOff+n > r.len {
-		q.respErrorRecv(b, bth.NAKInvalidRequest, psn, verbs.LocLenErr, "message longer than the receive")
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.LocLenErr, "message longer than the receive")
 		return
 	}
 	if !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
-		q.respErrorRecv(b, bth.NAKRemoteOpError, psn, verbs.LocProtErr, "receive SGE")
+		q.respError(b, bth.NAKRemoteOpError, psn, verbs.LocProtErr, "receive SGE")
 		return
 	}
 	q.resp.recvOff += n
@@ -193,7 +193,7 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 	if p.IETH != nil {
 		m, err := q.dev.mrs.Find(q.pd, p.IETH.RKey())
 		if err != nil {
-			q.respErrorRecv(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "invalidate key")
+			q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "invalidate key")
 			return
 		}
 		m.Invalidate()
@@ -471,8 +471,15 @@ func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
 
 // respError NAKs psn with code, raises the asynchronous event of the
 // error's class and moves the QP to ERR, as rxe's class A and C errors do.
+// The receive a message in progress took, if any, completes with status
+// st (rxe completes it with the error too); the rest are flushed.
 func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st verbs.Status, why string) {
 	q.dev.log.Debug("responder error", "qpn", q.qpn, "psn", uint32(psn), "nak", code, "status", st, "why", why)
+	if q.resp.haveRecv {
+		wc := verbs.WC{ID: q.resp.recv.id, Status: st, Opcode: verbs.WCRecv, QPN: q.qpn}
+		q.rcq.push(&wc, false)
+		q.resp.haveRecv = false
+	}
 	q.sendAck(b, bth.NAKSyndrome(code), psn)
 	q.dev.event(verbs.Event{Type: respErrorEvent(code), QPN: q.qpn})
 	q.toErr(b)
@@ -491,17 +498,6 @@ func respErrorEvent(code bth.NAKCode) verbs.EventType {
 		return verbs.EventQPAccessErr
 	}
 	return verbs.EventQPFatal
-}
-
-// respErrorRecv is respError for a failure that the receive in progress
-// completes with.
-func (q *QP) respErrorRecv(b *txBatch, code bth.NAKCode, psn bth.PSN, st verbs.Status, why string) {
-	if q.resp.haveRecv {
-		wc := verbs.WC{ID: q.resp.recv.id, Status: st, Opcode: verbs.WCRecv, QPN: q.qpn}
-		q.rcq.push(&wc, false)
-		q.resp.haveRecv = false
-	}
-	q.respError(b, code, psn, st, why)
 }
 
 // takeRecv makes the oldest posted receive (of the QP or its SRQ) the

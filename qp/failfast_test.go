@@ -1,0 +1,140 @@
+package qp
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Fail-fast tests through the verbs API: when the peer dies, goes silent
+// or misbehaves, every work request still completes exactly once, and the
+// program learns it within a bounded (simulated) time. The dead peer is
+// in deadpeer_test.go.
+
+// tapLink passes a link's traffic through, and lets a test see, rewrite
+// or drop each packet received (rx) or sent (tx) on the way. Received
+// packets reach the device one at a time, so that rx may act on the
+// engine between two packets of a batch.
+type tapLink struct {
+	transport.Transport
+	mu sync.Mutex
+	rx func(p *transport.Packet) bool // false drops the packet
+	tx func(p *transport.Packet) bool
+}
+
+func (l *tapLink) Start(h transport.Handler) error {
+	return l.Transport.Start(func(pkts []transport.Packet) {
+		for i := range pkts {
+			l.mu.Lock()
+			rx := l.rx
+			l.mu.Unlock()
+			if rx == nil || rx(&pkts[i]) {
+				h(pkts[i : i+1])
+			}
+		}
+	})
+}
+
+func (l *tapLink) Send(pkts []transport.Packet) error {
+	l.mu.Lock()
+	tx := l.tx
+	l.mu.Unlock()
+	if tx == nil {
+		return l.Transport.Send(pkts)
+	}
+	out := make([]transport.Packet, 0, len(pkts))
+	for _, p := range pkts {
+		p.Data, p.Payload = p.AppendTo(nil), nil
+		if tx(&p) {
+			out = append(out, p)
+		}
+	}
+	return l.Transport.Send(out)
+}
+
+func (l *tapLink) setRx(f func(p *transport.Packet) bool) { l.mu.Lock(); l.rx = f; l.mu.Unlock() }
+
+// tapPair returns a pair whose B side's link is a tapLink.
+func tapPair(t *testing.T, o pairOpts) (*pair, *tapLink) {
+	var tap *tapLink
+	o.wrapB = func(tr transport.Transport) transport.Transport {
+		tap = &tapLink{Transport: tr}
+		return tap
+	}
+	return newPair(t, o), tap
+}
+
+// recvIDs checks that the completions hold each of the receives ids
+// exactly once, and returns their statuses by ID.
+func recvIDs(t *testing.T, wcs []verbs.WC, ids ...uint64) map[uint64]verbs.Status {
+	t.Helper()
+	got := map[uint64]verbs.Status{}
+	for _, wc := range wcs {
+		if _, dup := got[wc.ID]; dup || !slices.Contains(ids, wc.ID) {
+			t.Fatalf("receive %v completed twice or was never posted", &wc)
+		}
+		got[wc.ID] = wc.Status
+	}
+	if len(got) != len(ids) {
+		t.Fatalf("%d of the %d receives completed: %v", len(got), len(ids), got)
+	}
+	return got
+}
+
+// TestFailFastSendMidMessage: a SEND that fails part way, at the
+// responder or because its QP goes to ERR, leaves no receive behind: the
+// one the SEND took completes with the error (or WR_FLUSH_ERR), the
+// others are flushed, each exactly once, and the requester learns it at
+// once from the NAK, or within its retry count when the responder went
+// silent.
+func TestFailFastSendMidMessage(t *testing.T) {
+	const timeout = 14 // 67 ms
+	cases := []struct {
+		name     string
+		recvLen  int           // the first receive's length
+		toErr    bool          // B goes to ERR after the SEND's first packet
+		wantRecv verbs.Status  // the first receive's status
+		wantSend verbs.Status  // the SEND's
+		within   time.Duration // the SEND fails within
+	}{
+		{name: "receive too short", recvLen: 300, wantRecv: verbs.LocLenErr, wantSend: verbs.RemInvReqErr,
+			within: bth.ACKTimeout(timeout)},
+		{name: "responder modified to ERR", recvLen: 4096, toErr: true, wantRecv: verbs.WRFlushErr,
+			wantSend: verbs.RetryExcErr, within: 9 * bth.ACKTimeout(timeout)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, tap := tapPair(t, pairOpts{mtu: verbs.MTU256, timeout: timeout})
+			src, dst := p.a.reg(t, 1024), p.b.reg(t, 3*4096)
+			must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{sge(dst, 0, c.recvLen)}},
+				{ID: 2, SGL: []verbs.SGE{sge(dst, 4096, 4096)}}, {ID: 3, SGL: []verbs.SGE{sge(dst, 8192, 4096)}}}))
+			n := 0
+			tap.setRx(func(pk *transport.Packet) bool {
+				n++
+				if n == 2 && c.toErr {
+					must(t, p.b.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState))
+				}
+				return true
+			})
+			start := p.net.Clock().Now()
+			must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: 9, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+				SGL: []verbs.SGE{sge(src, 0, 700)}}}))
+			wa := p.poll(&p.a, 1)
+			if took := p.net.Clock().Now().Sub(start); wa[0].Status != c.wantSend || took > c.within {
+				t.Fatalf("SEND %v after %v, want %v within %v", &wa[0], took, c.wantSend, c.within)
+			}
+			if st := p.b.qp.State(); st != verbs.StateErr {
+				t.Fatalf("responder state %v", st)
+			}
+			got := recvIDs(t, p.settle(&p.b), 1, 2, 3)
+			if got[1] != c.wantRecv || got[2] != verbs.WRFlushErr || got[3] != verbs.WRFlushErr {
+				t.Fatalf("receives %v, want 1: %v, 2 and 3: WR_FLUSH_ERR", got, c.wantRecv)
+			}
+		})
+	}
+}
