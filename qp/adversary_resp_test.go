@@ -10,14 +10,15 @@ import (
 
 // goroce as the responder, facing a hostile requester.
 
-type respCase struct {
+// advCase is one case of the adversary, in either role.
+type advCase struct {
 	name string
 	opts advOpts
 	run  func(a *adversary)
 	want check
 }
 
-func runRespCases(t *testing.T, cases []respCase) {
+func runAdvCases(t *testing.T, cases []advCase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -44,7 +45,7 @@ func errState(nak string, psn int, ev verbs.EventType, ctr string, wcs ...string
 // TestAdversaryResponderEvents: each class of responder error raises its
 // asynchronous event as it NAKs and moves the QP to ERR.
 func TestAdversaryResponderEvents(t *testing.T) {
-	runRespCases(t, []respCase{
+	runAdvCases(t, []advCase{
 		{name: "remote access error raises QP_ACCESS_ERR", run: func(a *adversary) {
 			a.inject(a.req(bth.RCWriteOnly, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey()^0x80, 8).ack())
 		}, want: errState(nakRemAccess, 0, verbs.EventQPAccessErr, "sent_rem_access_nak")},
@@ -64,7 +65,7 @@ func TestAdversaryResponderEvents(t *testing.T) {
 // the error that ended it, or WR_FLUSH_ERR when the QP went to ERR.
 func TestAdversaryReceiveAccounting(t *testing.T) {
 	first := func(a *adversary) { a.inject(a.req(bth.RCSendFirst, 0, a.mtu)) }
-	runRespCases(t, []respCase{
+	runAdvCases(t, []advCase{
 		{name: "SEND FIRST then a READ", opts: advOpts{recvs: 2}, run: func(a *adversary) {
 			first(a)
 			a.inject(a.req(bth.RCReadRequest, 1, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))

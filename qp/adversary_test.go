@@ -41,15 +41,16 @@ type advOpts struct {
 	access    verbs.Access // every remote right when 0
 	noDestRD  bool         // max_dest_rd_atomic 0 (4 otherwise)
 	srq       bool
-	recvs     int // receives of 4 KiB posted before the case
-	retry     uint8
-	rnrRetry  uint8
+	recvs     int    // receives of 4 KiB posted before the case
+	retry     *uint8 // retry_cnt, 7 when nil
+	rnrRetry  *uint8 // rnr_retry, 7 when nil
 	cqe       int
 	maxUnack  int
 	sigAll    bool
 	rdAtomic  uint8 // max_rd_atomic, 4 when 0
 	srqLimit  uint32
 	noTimeout bool // timeout 0: no retransmission timer
+	rtr       bool // leave the QP in RTR
 }
 
 type adversary struct {
@@ -86,6 +87,12 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	}
 	if o.rdAtomic == 0 {
 		o.rdAtomic = 4
+	}
+	if o.retry == nil {
+		o.retry = u8(7)
+	}
+	if o.rnrRetry == nil {
+		o.rnrRetry = u8(7)
 	}
 	a := &adversary{t: t, link: &fakeLink{addr: advLocal}, clk: clock.NewManual(time.Unix(1e9, 0)), mtu: o.mtu.Bytes()}
 	dev, err := New(a.link, &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack})
@@ -126,6 +133,9 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	}
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateRTR, PathMTU: o.mtu, DestQPN: advPeerQPN, RQPSN: advRQPSN,
 		MaxDestRDAtomic: rd, MinRNRTimer: 1, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(advPeer)}}, rtr))
+	if o.rtr {
+		return a
+	}
 	timeout := uint8(14)
 	if o.noTimeout {
 		timeout = 0
@@ -134,10 +144,12 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	if o.typ == verbs.RC {
 		rts |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRDAtomic
 	}
-	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateRTS, SQPSN: advSQPSN, Timeout: timeout, RetryCnt: o.retry,
-		RNRRetry: o.rnrRetry, MaxRDAtomic: o.rdAtomic}, rts))
+	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateRTS, SQPSN: advSQPSN, Timeout: timeout, RetryCnt: *o.retry,
+		RNRRetry: *o.rnrRetry, MaxRDAtomic: o.rdAtomic}, rts))
 	return a
 }
+
+func u8(v uint8) *uint8 { return &v }
 
 func (a *adversary) register(access verbs.Access, seed int) *mr.MR {
 	m, err := a.pd.pd.Register(make([]byte, advMemLen), access)
@@ -181,7 +193,23 @@ func (a *adversary) req(op bth.Opcode, off, n int) *wire {
 	return w
 }
 
-func (w *wire) ack() *wire { w.f.AckReq = true; return w }
+// resp returns a response of the peer at PSN advSQPSN+off with n bytes of
+// payload and, where the opcode has an AETH, an ACK syndrome.
+func (a *adversary) resp(op bth.Opcode, off, n int) *wire {
+	w := a.req(op, 0, n)
+	w.f.PSN = advSQPSN.Add(uint32(off))
+	w.syn = bth.ACKSyndrome(bth.NoCredits)
+	fill(w.payload, 7+off)
+	return w
+}
+
+// ackAt returns an ACKNOWLEDGE of the peer at advSQPSN+off with syndrome s.
+func (a *adversary) ackAt(off int, s bth.Syndrome) *wire {
+	return a.resp(bth.RCAcknowledge, off, 0).withSyn(s)
+}
+
+func (w *wire) ack() *wire                   { w.f.AckReq = true; return w }
+func (w *wire) withSyn(s bth.Syndrome) *wire { w.syn = s; return w }
 func (w *wire) rethOf(va uint64, k, n uint32) *wire {
 	w.reth = &bth.RETHFields{VA: va, RKey: k, DMALen: n}
 	return w
@@ -309,6 +337,38 @@ func (a *adversary) counter(name string) uint64 {
 		a.t.Fatalf("no counter %q", name)
 	}
 	return v
+}
+
+// post posts goroce's own work requests.
+func (a *adversary) post(wrs ...verbs.SendWR) {
+	a.t.Helper()
+	must(a.t, a.qp.PostSend(wrs))
+}
+
+// Remote memory goroce's requests name: the peer is not real, any address
+// and key do.
+const (
+	advRemoteVA   = 0x10000
+	advRemoteRKey = 0x4242
+)
+
+// write returns a signaled WRITE of n bytes from lbuf at off.
+func (a *adversary) write(id uint64, off, n int) verbs.SendWR {
+	return verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(a.lbuf, off, n)},
+		RemoteAddr: advRemoteVA, RKey: advRemoteRKey}
+}
+
+// read returns a signaled READ of n bytes into lbuf at off.
+func (a *adversary) read(id uint64, off, n int) verbs.SendWR {
+	w := a.write(id, off, n)
+	w.Opcode = verbs.OpRead
+	return w
+}
+
+// modify moves the QP to state st.
+func (a *adversary) modify(st verbs.QPState) {
+	a.t.Helper()
+	must(a.t, a.qp.Modify(&verbs.QPAttr{State: st}, verbs.AttrState))
 }
 
 // check is what a case expects after its packets: the packets goroce

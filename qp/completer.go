@@ -35,10 +35,14 @@ func (q *QP) complete(p *bth.Packet, b *txBatch) {
 		return
 	}
 	psn := p.BTH.PSN()
-	// A response names a PSN we sent and have not seen answered; an ACK
-	// may repeat the last one answered.
-	if !psn.InRange(q.comp.psn.Add(bth.PSNMask), q.req.maxSent) {
-		q.ctr.DropBadResp++
+	// A response answers a PSN sent and not yet acknowledged or answered.
+	// Anything else answers no outstanding request: sent when nothing is
+	// outstanding, naming a PSN never sent, or one already completed (a
+	// repeated ACK among them). It is dropped, as rxe's completer drops a
+	// response that matches no outstanding work request, so that a stale
+	// or spoofed NAK cannot fail a request it does not name.
+	if !psn.InRange(q.comp.psn, q.req.maxSent) {
+		q.ctr.DropUnexpectedResp++
 		return
 	}
 	switch p.Info.Operation {
@@ -59,13 +63,13 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 		q.ackTo(psn, b)
 	case bth.KindRNRNAK:
 		q.ctr.RcvdRNRErr++
-		q.ackTo(psn.Add(bth.PSNMask), b)
-		if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
+		w := q.nakTarget(psn, b)
+		if w == nil {
 			return
 		}
 		if q.comp.rnrLeft == 0 {
 			q.ctr.RetryRNRExceededErr++
-			q.failHead(verbs.RNRRetryExcErr, b)
+			q.failWQE(w, verbs.RNRRetryExcErr, b)
 			return
 		}
 		if q.comp.rnrLeft != 7 {
@@ -73,29 +77,51 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 		}
 		q.startRNRWait(psn, bth.RNRTimerDuration(syn.Value()))
 	case bth.KindNAK:
-		q.ackTo(psn.Add(bth.PSNMask), b)
-		if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
-			return
-		}
-		switch syn.NAKCode() {
-		case bth.NAKPSNSequenceError:
+		if syn.NAKCode() == bth.NAKPSNSequenceError {
 			q.ctr.RcvdSeqErr++
-			if psn.InRange(q.comp.psn, q.req.maxSent) && !q.comp.retrying {
+			q.ackTo(psn.Add(bth.PSNMask), b)
+			if (q.state == verbs.StateRTS || q.state == verbs.StateSQD) && !q.comp.retrying {
 				q.retry(b, psn)
 			}
+			return
+		}
+		st := verbs.RemOpErr
+		switch syn.NAKCode() {
 		case bth.NAKInvalidRequest:
 			q.ctr.RcvdInvReqNAK++
-			q.failHead(verbs.RemInvReqErr, b)
+			st = verbs.RemInvReqErr
 		case bth.NAKRemoteAccessError:
 			q.ctr.RcvdRemAccessNAK++
-			q.failHead(verbs.RemAccessErr, b)
+			st = verbs.RemAccessErr
 		default:
 			q.ctr.RcvdRemOpNAK++
-			q.failHead(verbs.RemOpErr, b)
+		}
+		if w := q.nakTarget(psn, b); w != nil {
+			q.failWQE(w, st, b)
 		}
 	default:
 		q.ctr.DropBadResp++
 	}
+}
+
+// nakTarget takes the acknowledgement a NAK for psn carries of every PSN
+// before it, and returns the request the NAK is about: the oldest one not
+// complete, if psn is one of its PSNs. When psn names a later request,
+// the responses of the READs or atomics before it were lost and the
+// requester asks again (rxe's completer retries too); nil then.
+func (q *QP) nakTarget(psn bth.PSN, b *txBatch) *sendWQE {
+	q.ackTo(psn.Add(bth.PSNMask), b)
+	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
+		return nil
+	}
+	w := q.headPending()
+	if w != nil && psn.InWindow(w.firstPSN, max(w.npsn, 1)) {
+		return w
+	}
+	if w != nil && !q.comp.retrying {
+		q.retry(b, q.comp.psn)
+	}
+	return nil
 }
 
 // ackTo takes an acknowledgement of every PSN up to and including psn.

@@ -57,6 +57,11 @@ type Counters struct {
 	DropUCMessage  uint64 `rdma:"drop_uc_message"`
 	DropSilentPSN  uint64 `rdma:"drop_after_nak"`
 	DropDuplicates uint64 `rdma:"drop_duplicate_unknown"`
+
+	// DropUnexpectedResp counts responses that answer no outstanding
+	// request: nothing was outstanding, or the PSN was never sent or was
+	// already completed (repeated ACKs among them).
+	DropUnexpectedResp uint64 `rdma:"drop_unexpected_resp"`
 }
 
 // Add adds o to c.
