@@ -106,3 +106,147 @@ func TestAdversaryUnexpectedResponse(t *testing.T) {
 	}...)
 	runAdvCases(t, cases)
 }
+
+// TestAdversaryReadResponse: READ responses in the wrong opcode sequence,
+// of the wrong length, with a NAK in their AETH, or for another kind of
+// request fail the READ at once (BAD_RESP_ERR, LOC_LEN_ERR for too short,
+// LOC_PROT_ERR for too long), move the QP to ERR and flush what follows;
+// no byte of a rejected response reaches the READ's buffer. Atomic ACKs
+// likewise.
+func TestAdversaryReadResponse(t *testing.T) {
+	const mtu = 256
+	// A READ of three packets, and a fenced WRITE that waits for it.
+	read3 := func(a *adversary) {
+		fenced := a.write(2, 0, 8)
+		fenced.Flags |= verbs.Fence
+		a.post(a.read(1, 0, 3*mtu), fenced)
+	}
+	sentRead := []string{"RDMA_READ_REQUEST @0"}
+	fails := func(st string, lfrom int) check {
+		return check{sent: sentRead, wcs: []string{"1 " + st, "2 WR_FLUSH_ERR"}, state: verbs.StateErr, lfrom: lfrom}
+	}
+	first, middle, last, only := bth.RCReadResponseFirst, bth.RCReadResponseMiddle, bth.RCReadResponseLast, bth.RCReadResponseOnly
+	// landed checks that lbuf holds the payload of the responses at offs.
+	landed := func(offs ...int) func(a *adversary) {
+		return func(a *adversary) {
+			for _, off := range offs {
+				want := a.resp(middle, off, mtu).payload
+				if got := a.lbuf.Bytes()[off*mtu : (off+1)*mtu]; string(got) != string(want) {
+					a.t.Errorf("response @%d did not land", off)
+				}
+			}
+		}
+	}
+	runAdvCases(t, []advCase{
+		{name: "in order", run: func(a *adversary) {
+			a.post(a.read(1, 0, 3*mtu))
+			a.inject(a.resp(first, 0, mtu), a.resp(middle, 1, mtu), a.resp(last, 2, mtu))
+		}, want: check{sent: sentRead, wcs: []string{"1 SUCCESS"}, state: verbs.StateRTS, lfrom: 3 * mtu},
+			after: landed(0, 1, 2)},
+		{name: "a second FIRST", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(first, 1, mtu))
+		}, want: fails("BAD_RESP_ERR", mtu), after: landed(0)},
+		{name: "MIDDLE without FIRST", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(middle, 0, mtu))
+		}, want: fails("BAD_RESP_ERR", 0)},
+		{name: "LAST without FIRST", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(last, 0, mtu))
+		}, want: fails("BAD_RESP_ERR", 0)},
+		{name: "ONLY in the middle", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(only, 1, mtu))
+		}, want: fails("BAD_RESP_ERR", mtu)},
+		{name: "FIRST with a NAK", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu).withSyn(synInvReq))
+		}, want: fails("BAD_RESP_ERR", 0)},
+		{name: "LAST with an RNR NAK", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(middle, 1, mtu), a.resp(last, 2, mtu).withSyn(synRNR))
+		}, want: fails("BAD_RESP_ERR", 2*mtu)},
+		{name: "ONLY with a reserved syndrome", run: func(a *adversary) {
+			a.post(a.read(1, 0, 8))
+			a.inject(a.resp(only, 0, 8).withSyn(0x40))
+		}, want: check{sent: sentRead, wcs: []string{"1 BAD_RESP_ERR"}, state: verbs.StateErr}},
+		{name: "ONLY ends a three-packet READ early", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(only, 0, mtu))
+		}, want: fails("LOC_LEN_ERR", 0)},
+		{name: "LAST ends it early", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(last, 1, mtu))
+		}, want: fails("LOC_LEN_ERR", mtu)},
+		{name: "MIDDLE shorter than the MTU", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(middle, 1, mtu-4))
+		}, want: fails("LOC_LEN_ERR", mtu)},
+		{name: "LAST shorter than the rest", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(middle, 1, mtu), a.resp(last, 2, mtu-4))
+		}, want: fails("LOC_LEN_ERR", 2*mtu)},
+		{name: "ONLY shorter than the READ", run: func(a *adversary) {
+			a.post(a.read(1, 0, 100))
+			a.inject(a.resp(only, 0, 96))
+		}, want: check{sent: sentRead, wcs: []string{"1 LOC_LEN_ERR"}, state: verbs.StateErr}},
+		{name: "ONLY longer than the READ", run: func(a *adversary) {
+			a.post(a.read(1, 0, 100))
+			a.inject(a.resp(only, 0, 104))
+		}, want: check{sent: sentRead, wcs: []string{"1 LOC_PROT_ERR"}, state: verbs.StateErr}},
+		{name: "LAST longer than the rest", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(middle, 1, mtu), a.resp(last, 2, mtu+4))
+		}, want: fails("LOC_PROT_ERR", 2*mtu)},
+		{name: "MIDDLE at the last PSN: it goes on", run: func(a *adversary) {
+			read3(a)
+			a.inject(a.resp(first, 0, mtu), a.resp(middle, 1, mtu), a.resp(middle, 2, mtu))
+		}, want: fails("LOC_PROT_ERR", 2*mtu)},
+		{name: "FIRST for a one-packet READ: it goes on", run: func(a *adversary) {
+			a.post(a.read(1, 0, mtu))
+			a.inject(a.resp(first, 0, mtu))
+		}, want: check{sent: sentRead, wcs: []string{"1 LOC_PROT_ERR"}, state: verbs.StateErr}},
+		{name: "READ response for a WRITE", run: func(a *adversary) {
+			a.post(a.write(1, 0, 8))
+			a.inject(a.resp(only, 0, 8))
+		}, want: check{sent: []string{"RDMA_WRITE_ONLY @0 8B"}, wcs: []string{"1 BAD_RESP_ERR"}, state: verbs.StateErr}},
+		{name: "READ response for an atomic", run: func(a *adversary) {
+			a.post(a.fetchAdd(1, 0))
+			a.inject(a.resp(only, 0, 8))
+		}, want: check{sent: []string{"FETCH_ADD @0"}, wcs: []string{"1 BAD_RESP_ERR"}, state: verbs.StateErr}},
+		{name: "atomic ACK for a READ", run: func(a *adversary) {
+			a.post(a.read(1, 0, 8))
+			a.inject(a.resp(bth.RCAtomicAcknowledge, 0, 0).withOrig(5))
+		}, want: check{sent: sentRead, wcs: []string{"1 BAD_RESP_ERR"}, state: verbs.StateErr}},
+		{name: "atomic ACK with a NAK", run: func(a *adversary) {
+			a.post(a.fetchAdd(1, 0))
+			a.inject(a.resp(bth.RCAtomicAcknowledge, 0, 0).withOrig(5).withSyn(synAccess))
+		}, want: check{sent: []string{"FETCH_ADD @0"}, wcs: []string{"1 BAD_RESP_ERR"}, state: verbs.StateErr}},
+		{name: "atomic ACK", run: func(a *adversary) {
+			a.post(a.fetchAdd(1, 0))
+			a.inject(a.resp(bth.RCAtomicAcknowledge, 0, 0).withOrig(5))
+		}, want: check{sent: []string{"FETCH_ADD @0"}, wcs: []string{"1 SUCCESS"}, state: verbs.StateRTS, lfrom: 8}},
+		{name: "READ asked again from the middle, answered from FIRST", run: func(a *adversary) {
+			a.post(a.read(1, 0, 3*mtu))
+			a.inject(a.resp(first, 0, mtu))
+			a.fire() // the rest is lost: ask again
+			a.inject(a.resp(first, 1, mtu), a.resp(last, 2, mtu))
+		}, want: check{sent: []string{"RDMA_READ_REQUEST @0", "RDMA_READ_REQUEST @1"}, wcs: []string{"1 SUCCESS"},
+			state: verbs.StateRTS, lfrom: 3 * mtu}, after: landed(0, 1, 2)},
+		{name: "READ asked again from the middle, answered from MIDDLE", run: func(a *adversary) {
+			a.post(a.read(1, 0, 3*mtu))
+			a.inject(a.resp(first, 0, mtu))
+			a.fire()
+			a.inject(a.resp(middle, 1, mtu), a.resp(last, 2, mtu))
+		}, want: check{sent: []string{"RDMA_READ_REQUEST @0", "RDMA_READ_REQUEST @1"}, wcs: []string{"1 SUCCESS"},
+			state: verbs.StateRTS, lfrom: 3 * mtu}, after: landed(0, 1, 2)},
+		{name: "READ asked again, then a second FIRST", run: func(a *adversary) {
+			a.post(a.read(1, 0, 3*mtu))
+			a.inject(a.resp(first, 0, mtu))
+			a.fire()
+			a.inject(a.resp(first, 1, mtu), a.resp(first, 2, mtu))
+		}, want: check{sent: []string{"RDMA_READ_REQUEST @0", "RDMA_READ_REQUEST @1"}, wcs: []string{"1 BAD_RESP_ERR"},
+			state: verbs.StateErr, lfrom: 2 * mtu}, after: landed(0, 1)},
+	})
+}

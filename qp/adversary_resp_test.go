@@ -16,6 +16,8 @@ type advCase struct {
 	opts advOpts
 	run  func(a *adversary)
 	want check
+	// after, if set, checks more once want holds.
+	after func(a *adversary)
 }
 
 func runAdvCases(t *testing.T, cases []advCase) {
@@ -25,6 +27,9 @@ func runAdvCases(t *testing.T, cases []advCase) {
 			a := newAdversary(t, c.opts)
 			c.run(a)
 			a.expect(c.want)
+			if c.after != nil {
+				c.after(a)
+			}
 		})
 	}
 }

@@ -210,6 +210,7 @@ func (a *adversary) ackAt(off int, s bth.Syndrome) *wire {
 
 func (w *wire) ack() *wire                   { w.f.AckReq = true; return w }
 func (w *wire) withSyn(s bth.Syndrome) *wire { w.syn = s; return w }
+func (w *wire) withOrig(v uint64) *wire      { w.orig = v; return w }
 func (w *wire) rethOf(va uint64, k, n uint32) *wire {
 	w.reth = &bth.RETHFields{VA: va, RKey: k, DMALen: n}
 	return w
@@ -363,6 +364,23 @@ func (a *adversary) read(id uint64, off, n int) verbs.SendWR {
 	w := a.write(id, off, n)
 	w.Opcode = verbs.OpRead
 	return w
+}
+
+// fetchAdd returns a signaled FETCH_AND_ADD into lbuf at off.
+func (a *adversary) fetchAdd(id uint64, off int) verbs.SendWR {
+	w := a.write(id, off, 8)
+	w.Opcode, w.CompareAdd = verbs.OpAtomicFetchAdd, 1
+	return w
+}
+
+// fire advances the clock to goroce's next timer and runs it.
+func (a *adversary) fire() {
+	a.t.Helper()
+	next, ok := a.clk.Next()
+	if !ok {
+		a.t.Fatal("no timer pending")
+	}
+	a.clk.AdvanceTo(next)
 }
 
 // modify moves the QP to state st.

@@ -25,6 +25,10 @@ type compState struct {
 	// start another retry. A timeout retries regardless.
 	retrying bool
 	lastPSN  bth.PSN // comp.psn at the last progress, to grow the window
+	// restarted: the requester asked again for the rest of a READ, from
+	// restartPSN, and no response has come since.
+	restarted  bool
+	restartPSN bth.PSN
 }
 
 // complete handles a response to this QP's requests: an ACK or NAK, a READ
@@ -63,7 +67,7 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 		q.ackTo(psn, b)
 	case bth.KindRNRNAK:
 		q.ctr.RcvdRNRErr++
-		w := q.nakTarget(psn, b)
+		w := q.responseTarget(psn, b)
 		if w == nil {
 			return
 		}
@@ -96,30 +100,37 @@ func (q *QP) handleAETH(a bth.AETH, psn bth.PSN, b *txBatch) {
 		default:
 			q.ctr.RcvdRemOpNAK++
 		}
-		if w := q.nakTarget(psn, b); w != nil {
+		if w := q.responseTarget(psn, b); w != nil {
 			q.failWQE(w, st, b)
 		}
 	default:
-		q.ctr.DropBadResp++
+		// A reserved syndrome: a bad response, as rxe's completer
+		// takes it.
+		if w := q.responseTarget(psn, b); w != nil {
+			q.failWQE(w, verbs.BadRespErr, b)
+		}
 	}
 }
 
-// nakTarget takes the acknowledgement a NAK for psn carries of every PSN
-// before it, and returns the request the NAK is about: the oldest one not
-// complete, if psn is one of its PSNs. When psn names a later request,
-// the responses of the READs or atomics before it were lost and the
-// requester asks again (rxe's completer retries too); nil then.
-func (q *QP) nakTarget(psn bth.PSN, b *txBatch) *sendWQE {
+// responseTarget takes the acknowledgement a NAK, READ response or
+// atomic ACK for psn carries of every PSN before it, and returns the
+// request the response is about: the oldest one not complete, if psn is
+// one of its PSNs. When psn names a later request, the responses of the
+// READs or atomics before it were lost and the requester asks again
+// (rxe's completer retries too); nil then.
+func (q *QP) responseTarget(psn bth.PSN, b *txBatch) *sendWQE {
 	q.ackTo(psn.Add(bth.PSNMask), b)
 	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return nil
 	}
 	w := q.headPending()
-	if w != nil && psn.InWindow(w.firstPSN, max(w.npsn, 1)) {
+	switch {
+	case w != nil && psn.InWindow(w.firstPSN, max(w.npsn, 1)):
 		return w
-	}
-	if w != nil && !q.comp.retrying {
+	case w != nil && !q.comp.retrying:
 		q.retry(b, q.comp.psn)
+	default:
+		q.ctr.DropBadResp++
 	}
 	return nil
 }
@@ -199,34 +210,34 @@ func (q *QP) progress() {
 }
 
 func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
-	// A response acknowledges every PSN before it.
-	q.ackTo(psn.Add(bth.PSNMask), b)
-	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
+	w := q.responseTarget(psn, b)
+	if w == nil {
 		return
 	}
-	w := q.headPending()
-	if w == nil || w.wr.Opcode != verbs.OpRead || !psn.InWindow(w.firstPSN, w.npsn) {
-		q.ctr.DropBadResp++
+	if w.wr.Opcode != verbs.OpRead {
+		// A READ response for a SEND, WRITE or atomic (rxe fails the
+		// request too).
+		q.failWQE(w, verbs.BadRespErr, b)
 		return
 	}
 	if psn != q.comp.psn {
-		if q.comp.psn.LessThan(psn) && !q.comp.retrying {
+		if !q.comp.retrying {
 			q.retry(b, q.comp.psn) // responses lost before this one
 		}
 		return
 	}
-	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
-	n := uint64(len(p.Payload))
-	end := p.Info.Position == bth.PosLast || p.Info.Position == bth.PosOnly
-	if end && off+n != w.length || !end && n != uint64(q.mtu) {
-		q.ctr.DropBadResp++
+	if st := q.checkReadResponse(p, psn, w); st != verbs.Success {
+		q.failWQE(w, st, b)
 		return
 	}
+	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
 	if !q.scatter(w.sgl, off, p.Payload) {
 		q.failWQE(w, verbs.LocProtErr, b)
 		return
 	}
+	q.comp.restarted = false
 	q.comp.psn = psn.Next()
+	end := p.Info.Position == bth.PosLast || p.Info.Position == bth.PosOnly
 	if end {
 		w.state = wqeDone
 		q.req.rdOutstanding--
@@ -238,14 +249,57 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	}
 }
 
+// checkReadResponse checks the response for psn, the next one READ w
+// waits for, as rxe's completer does (check_ack, do_read), and returns the
+// status w fails with, or SUCCESS. Nothing of a response that fails
+// reaches w's memory.
+//
+//   - Its opcode must fit its place: the first response of a READ is a
+//     FIRST or ONLY, every later one a MIDDLE or LAST, except the first
+//     after the requester asked again for the rest of a READ, which may
+//     be either (rxe's responder goes on with the message, goroce's
+//     starts a new one). A FIRST, LAST and ONLY carry an ACK. Anything
+//     else is BAD_RESP_ERR.
+//   - Its payload must be what is due at its place: the path MTU, the
+//     rest at the last PSN, which must be a LAST or ONLY. A response
+//     that carries more than is due, or goes on past the last PSN, is
+//     LOC_PROT_ERR, as rxe reports data that overruns the READ's buffer;
+//     one that carries less, or ends before the last PSN, is LOC_LEN_ERR
+//     (rxe waits for data that never comes and retries until its count
+//     is spent).
+func (q *QP) checkReadResponse(p *bth.Packet, psn bth.PSN, w *sendWQE) verbs.Status {
+	pos := p.Info.Position
+	start := pos == bth.PosFirst || pos == bth.PosOnly
+	end := pos == bth.PosLast || pos == bth.PosOnly
+	restart := q.comp.restarted && psn == q.comp.restartPSN
+	if psn == w.firstPSN && !start || psn != w.firstPSN && start && !restart {
+		return verbs.BadRespErr
+	}
+	if p.AETH != nil && p.AETH.Syndrome().Kind() != bth.KindACK {
+		return verbs.BadRespErr
+	}
+	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
+	due := min(uint64(q.mtu), w.length-off)
+	last := psn == w.lastPSN()
+	n := uint64(len(p.Payload))
+	switch {
+	case n > due || last && !end:
+		return verbs.LocProtErr
+	case n < due || end && !last:
+		return verbs.LocLenErr
+	}
+	return verbs.Success
+}
+
 func (q *QP) handleAtomicAck(p *bth.Packet, psn bth.PSN, b *txBatch) {
-	q.ackTo(psn.Add(bth.PSNMask), b)
-	if q.state != verbs.StateRTS && q.state != verbs.StateSQD {
+	w := q.responseTarget(psn, b)
+	if w == nil {
 		return
 	}
-	w := q.headPending()
-	if w == nil || !w.wr.Opcode.IsAtomic() || w.firstPSN != psn || psn != q.comp.psn {
-		q.ctr.DropBadResp++
+	// An atomic ACK for another kind of request, or one that does not
+	// carry an ACK, is a bad response (rxe fails the request too).
+	if !w.wr.Opcode.IsAtomic() || p.AETH.Syndrome().Kind() != bth.KindACK {
+		q.failWQE(w, verbs.BadRespErr, b)
 		return
 	}
 	w.orig = p.AtomicAckETH.Orig()

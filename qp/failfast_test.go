@@ -138,3 +138,93 @@ func TestFailFastSendMidMessage(t *testing.T) {
 		})
 	}
 }
+
+// rebuild returns the RoCE packet data with opcode op and the payload
+// edit makes of its own, every other field kept (an AETH the new opcode
+// needs is an ACK; one it has not is dropped).
+func rebuild(data []byte, op bth.Opcode, edit func([]byte) []byte) []byte {
+	var p bth.Packet
+	if p.Parse(data) != nil {
+		return data
+	}
+	payload := edit(append([]byte(nil), p.Payload...))
+	f := p.BTH.Fields()
+	f.Opcode = op
+	out := make([]byte, bth.Len(op, len(payload)))
+	var q bth.Packet
+	q.Build(out, &f, len(payload))
+	copy(q.Payload, payload)
+	if q.AETH != nil {
+		a := bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits)}
+		if p.AETH != nil {
+			a = p.AETH.Fields()
+		}
+		q.AETH.Encode(&a)
+	}
+	return out
+}
+
+// TestFailFastReadResponseAbuse: a responder whose READ responses come in
+// the wrong opcode sequence or with the wrong length fails the READ at
+// once (no retry, no timeout), with the status of the fault; the
+// requester's QP goes to ERR, what follows is flushed, and the READ's
+// buffer holds nothing of the bad response.
+func TestFailFastReadResponseAbuse(t *testing.T) {
+	const mtu = 256
+	same := func(b []byte) []byte { return b }
+	cases := []struct {
+		name string
+		nth  int // the response (0-2) the responder rewrites
+		op   bth.Opcode
+		edit func([]byte) []byte
+		want verbs.Status
+	}{
+		{"a second FIRST", 1, bth.RCReadResponseFirst, same, verbs.BadRespErr},
+		{"MIDDLE without FIRST", 0, bth.RCReadResponseMiddle, same, verbs.BadRespErr},
+		{"LAST too short", 2, bth.RCReadResponseLast, func(b []byte) []byte { return b[:len(b)-4] }, verbs.LocLenErr},
+		{"LAST too long", 2, bth.RCReadResponseLast, func(b []byte) []byte { return append(b, 1, 2, 3, 4) }, verbs.LocProtErr},
+		{"ends early", 1, bth.RCReadResponseLast, same, verbs.LocLenErr},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, tap := tapPair(t, pairOpts{mtu: verbs.MTU256})
+			local, remote := p.a.reg(t, 4*mtu), p.b.reg(t, 4*mtu)
+			fill(remote.Bytes(), 5)
+			before := slices.Clone(local.Bytes())
+			n := 0
+			tap.mu.Lock()
+			tap.tx = func(pk *transport.Packet) bool {
+				if bth.Opcode(pk.Data[0]).Info().Operation == bth.OpReadResponse {
+					if n == c.nth {
+						pk.Data = rebuild(pk.Data, c.op, c.edit)
+					}
+					n++
+				}
+				return true
+			}
+			tap.mu.Unlock()
+			start := p.net.Clock().Now()
+			must(t, p.a.qp.PostSend([]verbs.SendWR{
+				{ID: 1, Opcode: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, 3*mtu)},
+					RemoteAddr: remote.Addr(), RKey: remote.RKey()},
+				{ID: 2, Opcode: verbs.OpWrite, Flags: verbs.Signaled | verbs.Fence, SGL: []verbs.SGE{sge(local, 0, 8)},
+					RemoteAddr: remote.Addr(), RKey: remote.RKey()},
+			}))
+			wcs := p.poll(&p.a, 2)
+			took := p.net.Clock().Now().Sub(start)
+			if wcs[0].ID != 1 || wcs[0].Status != c.want || wcs[1].ID != 2 || wcs[1].Status != verbs.WRFlushErr {
+				t.Fatalf("completions %v, %v: want the READ %v, the WRITE flushed", &wcs[0], &wcs[1], c.want)
+			}
+			if d := bth.ACKTimeout(14); took >= d {
+				t.Fatalf("the READ failed after %v, a retransmission timeout (%v) or more", took, d)
+			}
+			if st := p.a.qp.State(); st != verbs.StateErr {
+				t.Fatalf("requester state %v, want ERR", st)
+			}
+			good := c.nth * mtu // what came before the bad response
+			if !slices.Equal(local.Bytes()[:good], remote.Bytes()[:good]) || !slices.Equal(local.Bytes()[good:], before[good:]) {
+				t.Fatal("the READ's buffer holds something other than the good responses")
+			}
+		})
+	}
+}

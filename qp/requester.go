@@ -578,6 +578,7 @@ func (q *QP) rewind(psn bth.PSN) {
 			if w.wr.Opcode.IsAtomic() {
 				w.sent = 0
 			}
+			q.comp.restarted, q.comp.restartPSN = w.sent != 0 && w.wr.Opcode == verbs.OpRead, psn
 			continue
 		}
 		if w.wr.Opcode.NeedsResponse() {
