@@ -107,3 +107,73 @@ func TestAdversaryReceiveAccounting(t *testing.T) {
 		}, want: errState(nakRemAccess, 0, verbs.EventQPAccessErr, "sent_rem_access_nak", "100 REM_ACCESS_ERR", "101 WR_FLUSH_ERR")},
 	})
 }
+
+// TestAdversaryLength: the length and pad of each request packet, and a
+// RETH's DMA length, as rxe's check_length and check_rkey check them: a
+// FIRST or MIDDLE carries the path MTU and no pad, a LAST 1 byte to the
+// MTU, an ONLY up to the MTU, the pad of a LAST or ONLY aligns its
+// payload, a message is at most 2^31 bytes. RC answers NAK invalid
+// request and goes to ERR; UC drops the message.
+func TestAdversaryLength(t *testing.T) {
+	const mtu = 256
+	inv := func(psn int, wcs ...string) check {
+		return errState(nakInvReq, psn, verbs.EventQPReqErr, "sent_inv_req_nak", wcs...)
+	}
+	wfirst := func(a *adversary) *wire {
+		return a.req(bth.RCWriteFirst, 0, mtu).rethOf(a.mr.Addr(), a.mr.RKey(), 2*mtu)
+	}
+	wonly := func(a *adversary, n int) *wire {
+		return a.req(bth.RCWriteOnly, 0, n).rethOf(a.mr.Addr(), a.mr.RKey(), uint32(n)).ack()
+	}
+	changed := func(c check) check { c.changed = true; return c }
+	runAdvCases(t, []advCase{
+		{name: "SEND FIRST with a pad", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendFirst, 0, mtu).withPad(1))
+		}, want: inv(0, "100 REM_INV_REQ_ERR")},
+		{name: "SEND MIDDLE with a pad", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendFirst, 0, mtu), a.req(bth.RCSendMiddle, 1, mtu).withPad(3))
+		}, want: inv(1, "100 REM_INV_REQ_ERR")},
+		{name: "SEND MIDDLE shorter than the MTU", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendFirst, 0, mtu), a.req(bth.RCSendMiddle, 1, mtu-4))
+		}, want: inv(1, "100 REM_INV_REQ_ERR")},
+		{name: "SEND LAST empty", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendFirst, 0, mtu), a.req(bth.RCSendLast, 1, 0).ack())
+		}, want: inv(1, "100 REM_INV_REQ_ERR")},
+		{name: "SEND ONLY longer than the MTU", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendOnly, 0, mtu+4).ack())
+		}, want: inv(0, "100 REM_INV_REQ_ERR")},
+		{name: "SEND ONLY with a pad that does not align it", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendOnly, 0, 5).withPad(0).ack())
+		}, want: inv(0, "100 REM_INV_REQ_ERR")},
+		{name: "SEND ONLY with the right pad", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendOnly, 0, 5).withPad(3).ack())
+		}, want: check{sent: []string{"ACKNOWLEDGE @0"}, wcs: []string{"100 SUCCESS"}, state: verbs.StateRTS}},
+		{name: "WRITE FIRST with a pad", run: func(a *adversary) {
+			a.inject(wfirst(a).withPad(2))
+		}, want: inv(0)},
+		{name: "WRITE LAST empty", run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteFirst, 0, mtu).rethOf(a.mr.Addr(), a.mr.RKey(), mtu), a.req(bth.RCWriteLast, 1, 0).ack())
+		}, want: changed(inv(1))},
+		{name: "WRITE LAST with a pad that does not align it", run: func(a *adversary) {
+			a.inject(wfirst(a), a.req(bth.RCWriteLast, 1, mtu-3).withPad(0).ack())
+		}, want: changed(inv(1))},
+		{name: "WRITE ONLY with too much pad", run: func(a *adversary) {
+			a.inject(wonly(a, 8).withPad(1))
+		}, want: inv(0)},
+		{name: "WRITE MIDDLE longer than the MTU", run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteFirst, 0, mtu).rethOf(a.mr.Addr(), a.mr.RKey(), 4*mtu), a.req(bth.RCWriteMiddle, 1, mtu+4))
+		}, want: changed(inv(1))},
+		{name: "WRITE of more than 2^31 bytes", run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteFirst, 0, mtu).rethOf(a.mr.Addr(), a.mr.RKey(), 1<<31+1))
+		}, want: inv(0)},
+		{name: "READ of more than 2^31 bytes", run: func(a *adversary) {
+			a.inject(a.req(bth.RCReadRequest, 0, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 1<<31+1))
+		}, want: inv(0)},
+		{name: "UC SEND ONLY with a pad that does not align it", opts: advOpts{typ: verbs.UC, recvs: 2}, run: func(a *adversary) {
+			a.inject(a.req(bth.UCSendOnly, 0, 5).withPad(0), a.req(bth.UCSendOnly, 1, 8))
+		}, want: check{wcs: []string{"100 SUCCESS"}, state: verbs.StateRTS, ctrs: map[string]uint64{"drop_uc_message": 1}}},
+		{name: "UC SEND LAST empty", opts: advOpts{typ: verbs.UC, recvs: 2}, run: func(a *adversary) {
+			a.inject(a.req(bth.UCSendFirst, 0, mtu), a.req(bth.UCSendLast, 1, 0), a.req(bth.UCSendOnly, 2, 8))
+		}, want: check{wcs: []string{"100 SUCCESS"}, state: verbs.StateRTS, ctrs: map[string]uint64{"drop_uc_message": 1}}},
+	})
+}

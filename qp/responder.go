@@ -147,12 +147,9 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		q.sendAck(b, syn, psn)
 		return
 	}
-	n := uint64(len(p.Payload))
-	if info.Payload && op != bth.OpReadResponse {
-		if !end && n != uint64(q.mtu) || end && n > uint64(q.mtu) {
-			q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "payload length")
-			return
-		}
+	if why := q.checkLength(p); why != "" {
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, why)
+		return
 	}
 	switch op {
 	case bth.OpSend:
@@ -164,6 +161,41 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	default:
 		q.receiveAtomic(p, psn, b)
 	}
+}
+
+// checkLength checks a request's payload and pad against its place in
+// the message, and a RETH's DMA length, as rxe's check_length (and, for
+// the pad, check_rkey) does, and says what is wrong, or "". A FIRST or
+// MIDDLE packet carries exactly the path MTU and no pad, a LAST from 1
+// byte to the MTU, an ONLY up to the MTU (IBTA C9-92); the pad of a LAST
+// or ONLY makes the payload a multiple of 4 bytes; a message is at most
+// 2^31 bytes (C9-94). goroce checks the pad of SENDs too, which rxe does
+// only for WRITEs: a correct requester always sets it so.
+func (q *QP) checkLength(p *bth.Packet) string {
+	if p.Info.Payload {
+		n, mtu, pad := len(p.Payload), q.mtu, p.BTH.PadCount()
+		switch p.Info.Position {
+		case bth.PosFirst, bth.PosMiddle:
+			if n != mtu || pad != 0 {
+				return "FIRST or MIDDLE packet not of the path MTU"
+			}
+		case bth.PosLast:
+			if n == 0 || n > mtu {
+				return "LAST packet empty or longer than the path MTU"
+			}
+		case bth.PosOnly:
+			if n > mtu {
+				return "ONLY packet longer than the path MTU"
+			}
+		}
+		if pad != bth.PadCount(n) {
+			return "pad count does not align the payload"
+		}
+	}
+	if p.RETH != nil && p.RETH.DMALen() > verbs.MaxMsgSize {
+		return "DMA length over 2^31"
+	}
+	return ""
 }
 
 func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch) {
@@ -284,10 +316,6 @@ func (q *QP) checkRETH(b *txBatch, psn bth.PSN, f *bth.RETHFields, access verbs.
 
 func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.RETH.Fields()
-	if f.DMALen > verbs.MaxMsgSize {
-		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "READ too long")
-		return
-	}
 	if !q.checkRETH(b, psn, &f, verbs.RemoteRead) {
 		return
 	}
@@ -558,11 +586,11 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		q.ucDropMessage(start, end)
 		return
 	}
-	n := uint64(len(p.Payload))
-	if !end && n != uint64(q.mtu) || end && n > uint64(q.mtu) {
+	if q.checkLength(p) != "" {
 		q.ucDropMessage(start, end)
 		return
 	}
+	n := uint64(len(p.Payload))
 	if op == bth.OpSend {
 		if start {
 			q.resp.recvOff = 0
