@@ -177,3 +177,39 @@ func TestAdversaryLength(t *testing.T) {
 		}, want: check{wcs: []string{"100 SUCCESS"}, state: verbs.StateRTS, ctrs: map[string]uint64{"drop_uc_message": 1}}},
 	})
 }
+
+// TestAdversaryNoResponderResources: with max_dest_rd_atomic 0 the
+// responder has no resources for READs and atomics, and NAKs them as
+// invalid requests (rxe's check_resource); SENDs and WRITEs go on.
+func TestAdversaryNoResponderResources(t *testing.T) {
+	inv := errState(nakInvReq, 0, verbs.EventQPReqErr, "sent_inv_req_nak")
+	runAdvCases(t, []advCase{
+		{name: "READ", opts: advOpts{noDestRD: true}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCReadRequest, 0, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 64))
+		}, want: inv},
+		{name: "FETCH_ADD", opts: advOpts{noDestRD: true}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCFetchAdd, 0, 0).atomicOf(a.mr.Addr(), a.mr.RKey(), 1, 0))
+		}, want: inv},
+		{name: "COMPARE_SWAP", opts: advOpts{noDestRD: true}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCCompareSwap, 0, 0).atomicOf(a.mr.Addr(), a.mr.RKey(), 1, 0))
+		}, want: inv},
+		{name: "WRITE", opts: advOpts{noDestRD: true}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteOnly, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8).ack())
+		}, want: check{sent: []string{"ACKNOWLEDGE @0"}, state: verbs.StateRTS, changed: true}},
+	})
+}
+
+// TestAdversaryFewerResponderResources: max_dest_rd_atomic lowered in SQD
+// (the one transition that allows it) leaves a ring the next READ fits.
+func TestAdversaryFewerResponderResources(t *testing.T) {
+	a := newAdversary(t, advOpts{})
+	for i := range 3 {
+		a.inject(a.req(bth.RCReadRequest, i, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+	}
+	a.modify(verbs.StateSQD)
+	must(t, a.qp.Modify(&verbs.QPAttr{MaxDestRDAtomic: 2}, verbs.AttrMaxDestRDAtomic))
+	a.modify(verbs.StateRTS)
+	a.inject(a.req(bth.RCReadRequest, 3, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+	a.expect(check{sent: []string{"RDMA_READ_RESPONSE_ONLY @0 8B", "RDMA_READ_RESPONSE_ONLY @1 8B",
+		"RDMA_READ_RESPONSE_ONLY @2 8B", "RDMA_READ_RESPONSE_ONLY @3 8B"}, state: verbs.StateRTS})
+}

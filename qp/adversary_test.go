@@ -212,6 +212,10 @@ func (w *wire) ack() *wire                   { w.f.AckReq = true; return w }
 func (w *wire) withSyn(s bth.Syndrome) *wire { w.syn = s; return w }
 func (w *wire) withOrig(v uint64) *wire      { w.orig = v; return w }
 func (w *wire) withPad(n int) *wire          { w.pad = n; return w }
+func (w *wire) atomicOf(va uint64, k uint32, swapAdd, cmp uint64) *wire {
+	w.atomic = &bth.AtomicETHFields{VA: va, RKey: k, SwapAdd: swapAdd, Compare: cmp}
+	return w
+}
 func (w *wire) rethOf(va uint64, k, n uint32) *wire {
 	w.reth = &bth.RETHFields{VA: va, RKey: k, DMALen: n}
 	return w

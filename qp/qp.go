@@ -260,7 +260,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	case verbs.StateRTR:
 		if cur == verbs.StateInit {
 			q.resp.psn = q.attr.RQPSN
-			q.resp.res = make([]readResource, max(1, int(q.attr.MaxDestRDAtomic)))
+			q.resp.res = make([]readResource, q.attr.MaxDestRDAtomic)
 		}
 	case verbs.StateRTS:
 		if cur == verbs.StateRTR {
@@ -373,7 +373,8 @@ func (q *QP) applyAttr(a *verbs.QPAttr, mask verbs.AttrMask) {
 	if mask&verbs.AttrMaxDestRDAtomic != 0 {
 		t.MaxDestRDAtomic = a.MaxDestRDAtomic
 		if q.resp.res != nil {
-			q.resp.res = make([]readResource, max(1, int(a.MaxDestRDAtomic)))
+			q.resp.res = make([]readResource, a.MaxDestRDAtomic)
+			q.resp.resNext = 0
 		}
 	}
 	if mask&verbs.AttrDestQPN != 0 {

@@ -140,6 +140,12 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "QP access flags")
 		return
 	}
+	// READs and atomics need responder resources: with
+	// max_dest_rd_atomic 0 there are none (rxe's check_resource).
+	if (op == bth.OpReadRequest || op == bth.OpCompareSwap || op == bth.OpFetchAdd) && len(q.resp.res) == 0 {
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "no responder resources for a READ or atomic")
+		return
+	}
 	// A SEND, and a WRITE with immediate at its end, consume a receive.
 	if (op == bth.OpSend && start || op == bth.OpWrite && info.Imm) && !q.resp.haveRecv && !q.takeRecv() {
 		q.sendPendingAck(b)
@@ -413,6 +419,9 @@ func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 }
 
 func (q *QP) saveResource(r readResource) {
+	if len(q.resp.res) == 0 {
+		return
+	}
 	q.resp.res[q.resp.resNext] = r
 	q.resp.resNext = (q.resp.resNext + 1) % len(q.resp.res)
 }
