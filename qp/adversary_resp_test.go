@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -212,4 +213,100 @@ func TestAdversaryFewerResponderResources(t *testing.T) {
 	a.inject(a.req(bth.RCReadRequest, 3, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
 	a.expect(check{sent: []string{"RDMA_READ_RESPONSE_ONLY @0 8B", "RDMA_READ_RESPONSE_ONLY @1 8B",
 		"RDMA_READ_RESPONSE_ONLY @2 8B", "RDMA_READ_RESPONSE_ONLY @3 8B"}, state: verbs.StateRTS})
+}
+
+// TestAdversaryRequestChecks: the operation and memory checks of rxe's
+// check_op_valid and check_rkey, in its order: an operation goroce does
+// not carry out or the QP does not allow is an invalid request; the key,
+// protection domain, rights and range of the memory a request names
+// (VA + length overflowing 64 bits among them) a remote access error,
+// before an atomic's alignment is looked at; a request of zero bytes names
+// no memory. The memory is untouched by every failed request.
+func TestAdversaryRequestChecks(t *testing.T) {
+	inv := errState(nakInvReq, 0, verbs.EventQPReqErr, "sent_inv_req_nak")
+	acc := errState(nakRemAccess, 0, verbs.EventQPAccessErr, "sent_rem_access_nak")
+	other := func(a *adversary, access verbs.Access) *mr.MR {
+		m, err := a.pd.pd.Register(make([]byte, 1024), access)
+		must(a.t, err)
+		return m
+	}
+	write := func(a *adversary, va uint64, k uint32, n int) *wire {
+		return a.req(bth.RCWriteOnly, 0, n).rethOf(va, k, uint32(n)).ack()
+	}
+	read := func(a *adversary, va uint64, k uint32, n uint32) *wire {
+		return a.req(bth.RCReadRequest, 0, 0).rethOf(va, k, n)
+	}
+	fetchAdd := func(a *adversary, va uint64, k uint32) *wire {
+		return a.req(bth.RCFetchAdd, 0, 0).atomicOf(va, k, 1, 0)
+	}
+	runAdvCases(t, []advCase{
+		{name: "FLUSH", run: func(a *adversary) {
+			a.inject(a.req(bth.RCFlush, 0, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 64))
+		}, want: inv},
+		{name: "ATOMIC_WRITE", run: func(a *adversary) {
+			a.inject(a.req(bth.RCAtomicWrite, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: inv},
+		{name: "WRITE on a QP without remote write", opts: advOpts{access: verbs.LocalWrite | verbs.RemoteRead},
+			run: func(a *adversary) { a.inject(write(a, a.mr.Addr(), a.mr.RKey(), 8)) }, want: inv},
+		{name: "atomic on a QP without remote atomic", opts: advOpts{access: verbs.LocalWrite | verbs.RemoteRead | verbs.RemoteWrite},
+			run: func(a *adversary) { a.inject(fetchAdd(a, a.mr.Addr(), a.mr.RKey())) }, want: inv},
+		{name: "WRITE with an unknown key", run: func(a *adversary) {
+			a.inject(write(a, a.mr.Addr(), a.mr.RKey()+0x100, 8))
+		}, want: acc},
+		{name: "WRITE to a region without remote write", run: func(a *adversary) {
+			m := other(a, verbs.LocalWrite|verbs.RemoteRead)
+			a.inject(write(a, m.Addr(), m.RKey(), 8))
+		}, want: acc},
+		{name: "WRITE to a region of another PD", run: func(a *adversary) {
+			m, err := newPD(a.dev).Register(make([]byte, 64), verbs.LocalWrite|verbs.RemoteAccess)
+			must(a.t, err)
+			a.inject(write(a, m.Addr(), m.RKey(), 8))
+		}, want: acc},
+		{name: "WRITE past the region's end", run: func(a *adversary) {
+			a.inject(write(a, a.mr.Addr()+advMemLen-4, a.mr.RKey(), 8))
+		}, want: acc},
+		{name: "WRITE whose VA + length overflows", run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteFirst, 0, 256).rethOf(^uint64(0)-255, a.mr.RKey(), 512))
+		}, want: acc},
+		{name: "WRITE of zero bytes names no memory", run: func(a *adversary) {
+			a.inject(write(a, 0, 0xDEAD00, 0))
+		}, want: check{sent: []string{"ACKNOWLEDGE @0"}, state: verbs.StateRTS}},
+		{name: "WRITE of zero bytes with a payload", run: func(a *adversary) {
+			a.inject(a.req(bth.RCWriteOnly, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 0).ack())
+		}, want: acc},
+		{name: "READ of zero bytes names no memory", run: func(a *adversary) {
+			a.inject(read(a, 0, 0xDEAD00, 0))
+		}, want: check{sent: []string{"RDMA_READ_RESPONSE_ONLY @0 0B"}, state: verbs.StateRTS}},
+		{name: "READ whose VA + length overflows", run: func(a *adversary) {
+			a.inject(read(a, ^uint64(0)-7, a.mr.RKey(), 16))
+		}, want: acc},
+		{name: "READ from a region without remote read", run: func(a *adversary) {
+			m := other(a, verbs.LocalWrite|verbs.RemoteWrite)
+			a.inject(read(a, m.Addr(), m.RKey(), 8))
+		}, want: acc},
+		{name: "atomic misaligned", run: func(a *adversary) {
+			a.inject(fetchAdd(a, a.mr.Addr()+4, a.mr.RKey()))
+		}, want: inv},
+		{name: "atomic misaligned with an unknown key", run: func(a *adversary) {
+			a.inject(fetchAdd(a, a.mr.Addr()+4, a.mr.RKey()+0x100))
+		}, want: acc},
+		{name: "atomic on a region without the atomic right", run: func(a *adversary) {
+			m := other(a, verbs.LocalWrite|verbs.RemoteRead|verbs.RemoteWrite)
+			a.inject(fetchAdd(a, m.Addr(), m.RKey()))
+		}, want: acc},
+		{name: "atomic past the region's end", run: func(a *adversary) {
+			a.inject(fetchAdd(a, a.mr.Addr()+advMemLen, a.mr.RKey()))
+		}, want: acc},
+		{name: "WRITE MIDDLE after the region was deregistered", run: func(a *adversary) {
+			m := other(a, verbs.LocalWrite|verbs.RemoteWrite)
+			a.inject(a.req(bth.RCWriteFirst, 0, 256).rethOf(m.Addr(), m.RKey(), 512))
+			must(a.t, m.Dereg())
+			a.inject(a.req(bth.RCWriteLast, 1, 256).ack())
+		}, want: errState(nakRemAccess, 1, verbs.EventQPAccessErr, "sent_rem_access_nak")},
+		{name: "SEND with invalidate of an unknown key", opts: advOpts{recvs: 1}, run: func(a *adversary) {
+			w := a.req(bth.RCSendOnlyInvalidate, 0, 8).ack()
+			w.ieth = 0xDEAD00
+			a.inject(w)
+		}, want: errState(nakInvReq, 0, verbs.EventQPReqErr, "sent_inv_req_nak", "100 REM_INV_REQ_ERR")},
+	})
 }

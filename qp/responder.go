@@ -81,7 +81,8 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	case bth.OpAcknowledge, bth.OpReadResponse, bth.OpAtomicAcknowledge:
 		q.complete(p, b)
 		return
-	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd,
+		bth.OpFlush, bth.OpAtomicWrite: // the last two to be NAKed: goroce does not carry them out
 	default:
 		q.ctr.DropBadOpcode++
 		return
@@ -127,6 +128,8 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "opcode sequence")
 		return
 	}
+	// The operation: one goroce carries out (not FLUSH or ATOMIC_WRITE),
+	// and that the QP's access flags allow (rxe's check_op_valid).
 	var need verbs.Access
 	switch op {
 	case bth.OpWrite:
@@ -135,6 +138,10 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		need = verbs.RemoteRead
 	case bth.OpCompareSwap, bth.OpFetchAdd:
 		need = verbs.RemoteAtomic
+	case bth.OpSend:
+	default:
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "unsupported operation")
+		return
 	}
 	if q.attr.Access&need != need {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "QP access flags")
@@ -250,6 +257,12 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 		q.resp.va, q.resp.rkey, q.resp.resid, q.resp.dmaLen = f.VA, f.RKey, uint64(f.DMALen), f.DMALen
 	}
 	n := uint64(len(p.Payload))
+	if n > 0 && q.resp.dmaLen == 0 {
+		// A zero-length WRITE names no memory: its payload has nowhere
+		// to go (rxe: an R_Key violation).
+		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, "payload for a WRITE of zero bytes")
+		return
+	}
 	if n > q.resp.resid || end && n != q.resp.resid {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "WRITE longer or shorter than its DMA length")
 		return
@@ -390,15 +403,18 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 
 func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.AtomicETH.Fields()
-	if f.VA%8 != 0 {
-		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "atomic not 8-byte aligned")
-		return
-	}
+	// The key and range first, then the alignment, in rxe's order.
 	q.dev.atomicMu.Lock()
 	m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, 8, verbs.RemoteAtomic)
 	if err != nil {
 		q.dev.atomicMu.Unlock()
 		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
+		return
+	}
+	if f.VA%8 != 0 {
+		m.Release()
+		q.dev.atomicMu.Unlock()
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "atomic not 8-byte aligned")
 		return
 	}
 	orig := binary.NativeEndian.Uint64(mem)
