@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"encoding/binary"
 	"strconv"
 	"testing"
 
@@ -39,6 +40,7 @@ var (
 	nakInvReq    = " " + bth.NAKSyndrome(bth.NAKInvalidRequest).String()
 	nakRemAccess = " " + bth.NAKSyndrome(bth.NAKRemoteAccessError).String()
 	nakRemOp     = " " + bth.NAKSyndrome(bth.NAKRemoteOpError).String()
+	nakSeq       = " " + bth.NAKSyndrome(bth.NAKPSNSequenceError).String()
 )
 
 // errState is the check of a responder error: the NAK, ERR, the event,
@@ -308,5 +310,90 @@ func TestAdversaryRequestChecks(t *testing.T) {
 			w.ieth = 0xDEAD00
 			a.inject(w)
 		}, want: errState(nakInvReq, 0, verbs.EventQPReqErr, "sent_inv_req_nak", "100 REM_INV_REQ_ERR")},
+	})
+}
+
+// TestAdversaryDuplicates: requests with a PSN already seen, as rxe's
+// duplicate_request handles them. A SEND or WRITE is acknowledged again
+// with the PSN acknowledged last (never a READ's: an ACK with a READ's
+// PSN completes the READ at rxe's requester) and not carried out again; a
+// READ is answered again if a responder resource still remembers it and
+// it asks for that READ's memory or part of it with the same key, else
+// dropped; an atomic is answered with the value it found, not carried
+// out again. A request ahead of the expected PSN gets one sequence NAK,
+// then silence until the expected PSN comes.
+func TestAdversaryDuplicates(t *testing.T) {
+	const mtu = 256
+	read := func(a *adversary, off int, va uint64, k, n uint32) *wire {
+		return a.req(bth.RCReadRequest, off, 0).rethOf(va, k, n)
+	}
+	readOnly := func(psn, n int) string {
+		return "RDMA_READ_RESPONSE_ONLY @" + strconv.Itoa(psn) + " " + strconv.Itoa(n) + "B"
+	}
+	dup := map[string]uint64{"duplicate_request": 1}
+	dropped := map[string]uint64{"duplicate_request": 1, "drop_duplicate_unknown": 1}
+	runAdvCases(t, []advCase{
+		{name: "WRITE after a READ is acknowledged with its own PSN", run: func(a *adversary) {
+			w := a.req(bth.RCWriteOnly, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8).ack()
+			a.inject(w, read(a, 1, a.mr.Addr(), a.mr.RKey(), 8))
+			a.inject(w)
+		}, want: check{sent: []string{"ACKNOWLEDGE @0", readOnly(1, 8), "ACKNOWLEDGE @0"}, state: verbs.StateRTS,
+			changed: true, ctrs: dup}},
+		{name: "SEND is acknowledged and not delivered again", opts: advOpts{recvs: 2}, run: func(a *adversary) {
+			w := a.req(bth.RCSendOnly, 0, 8).ack()
+			a.inject(w)
+			a.inject(w)
+		}, want: check{sent: []string{"ACKNOWLEDGE @0", "ACKNOWLEDGE @0"}, wcs: []string{"100 SUCCESS"},
+			state: verbs.StateRTS, ctrs: dup}},
+		{name: "READ is answered again", run: func(a *adversary) {
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 16))
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 16))
+		}, want: check{sent: []string{readOnly(0, 16), readOnly(0, 16)}, state: verbs.StateRTS, ctrs: dup}},
+		{name: "READ of the rest of a READ", run: func(a *adversary) {
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 3*mtu))
+			a.inject(read(a, 1, a.mr.Addr()+mtu, a.mr.RKey(), 2*mtu))
+		}, want: check{sent: []string{"RDMA_READ_RESPONSE_FIRST @0 256B", "RDMA_READ_RESPONSE_MIDDLE @1 256B",
+			"RDMA_READ_RESPONSE_LAST @2 256B", "RDMA_READ_RESPONSE_FIRST @1 256B", "RDMA_READ_RESPONSE_LAST @2 256B"},
+			state: verbs.StateRTS, ctrs: dup}},
+		{name: "READ with another key is dropped", run: func(a *adversary) {
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 16))
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey()+0x100, 16))
+		}, want: check{sent: []string{readOnly(0, 16)}, state: verbs.StateRTS, ctrs: dropped}},
+		{name: "READ of more than the READ is dropped", run: func(a *adversary) {
+			a.inject(read(a, 0, a.mr.Addr()+64, a.mr.RKey(), 16))
+			a.inject(read(a, 0, a.mr.Addr()+56, a.mr.RKey(), 16), read(a, 0, a.mr.Addr()+64, a.mr.RKey(), 24))
+		}, want: check{sent: []string{readOnly(0, 16)}, state: verbs.StateRTS,
+			ctrs: map[string]uint64{"duplicate_request": 2, "drop_duplicate_unknown": 2}}},
+		{name: "READ after its region was deregistered", run: func(a *adversary) {
+			m, err := a.pd.pd.Register(make([]byte, 64), verbs.LocalWrite|verbs.RemoteRead)
+			must(a.t, err)
+			a.inject(read(a, 0, m.Addr(), m.RKey(), 16))
+			must(a.t, m.Dereg())
+			a.inject(read(a, 0, m.Addr(), m.RKey(), 16))
+		}, want: check{sent: []string{readOnly(0, 16), "ACKNOWLEDGE @0" + nakRemAccess}, state: verbs.StateErr,
+			events: []verbs.EventType{verbs.EventQPAccessErr}, ctrs: dup}},
+		{name: "READ whose resource was evicted is dropped", run: func(a *adversary) {
+			for i := range 5 { // four responder resources
+				a.inject(read(a, i, a.mr.Addr(), a.mr.RKey(), 8))
+			}
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 8), read(a, 1, a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: check{sent: []string{readOnly(0, 8), readOnly(1, 8), readOnly(2, 8), readOnly(3, 8), readOnly(4, 8), readOnly(1, 8)},
+			state: verbs.StateRTS, ctrs: map[string]uint64{"duplicate_request": 2, "drop_duplicate_unknown": 1}}},
+		{name: "atomic is answered with the value it found", run: func(a *adversary) {
+			w := a.req(bth.RCFetchAdd, 0, 0).atomicOf(a.mr.Addr(), a.mr.RKey(), 1, 0)
+			a.inject(w)
+			a.inject(w)
+		}, want: check{sent: []string{"ATOMIC_ACKNOWLEDGE @0", "ATOMIC_ACKNOWLEDGE @0"}, state: verbs.StateRTS, changed: true, ctrs: dup},
+			after: func(a *adversary) {
+				got, want := a.mr.Bytes()[:8], a.orig[:8]
+				if binary.NativeEndian.Uint64(got) != binary.NativeEndian.Uint64(want)+1 {
+					a.t.Errorf("the word is %x, was %x: added more than once", got, want)
+				}
+			}},
+		{name: "out of sequence: one NAK, then silence", run: func(a *adversary) {
+			a.inject(read(a, 1, a.mr.Addr(), a.mr.RKey(), 8), read(a, 2, a.mr.Addr(), a.mr.RKey(), 8))
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 8), read(a, 3, a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: check{sent: []string{"ACKNOWLEDGE @0" + nakSeq, readOnly(0, 8), "ACKNOWLEDGE @1" + nakSeq},
+			state: verbs.StateRTS, ctrs: map[string]uint64{"out_of_seq_request": 3, "drop_after_nak": 1, "send_seq_err": 2}}},
 	})
 }

@@ -260,6 +260,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	case verbs.StateRTR:
 		if cur == verbs.StateInit {
 			q.resp.psn = q.attr.RQPSN
+			q.resp.ackedPSN = q.attr.RQPSN.Add(bth.PSNMask)
 			q.resp.res = make([]readResource, q.attr.MaxDestRDAtomic)
 		}
 	case verbs.StateRTS:

@@ -15,6 +15,10 @@ type respState struct {
 	msn     uint32  // messages completed, 24 bits on the wire
 	nakSent bool    // a PSN-sequence NAK went out; silent until psn arrives
 
+	// ackedPSN is the last SEND, WRITE or atomic packet carried out: a
+	// duplicate SEND or WRITE is acknowledged with it (rxe's ack_psn - 1).
+	ackedPSN bth.PSN
+
 	inMsg    bth.Operation // SEND or WRITE message in progress, or OpInvalid
 	recv     recvWQE       // the receive a SEND (or WRITE with immediate) fills
 	haveRecv bool
@@ -41,7 +45,10 @@ type readResource struct {
 	atomic   bool
 	firstPSN bth.PSN
 	npsn     uint32
-	orig     uint64
+	orig     uint64 // atomic: the value found
+	va       uint64 // READ: the memory it named
+	length   uint32
+	rkey     uint32
 }
 
 // recv hands a validated packet to the responder or the completer. The
@@ -296,7 +303,7 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 
 // advance accepts a packet in the middle of a message.
 func (q *QP) advance(p *bth.Packet, psn bth.PSN) {
-	q.resp.psn = psn.Next()
+	q.resp.psn, q.resp.ackedPSN = psn.Next(), psn
 	if p.BTH.AckReq() {
 		q.pendAck(psn)
 	}
@@ -311,7 +318,7 @@ func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *verbs.WC) {
 		q.resp.haveRecv = false
 		q.rcq.push(wc, p.BTH.SE())
 	}
-	q.resp.psn = psn.Next()
+	q.resp.psn, q.resp.ackedPSN = psn.Next(), psn
 	if q.typ == verbs.RC && p.BTH.AckReq() {
 		q.pendAck(psn)
 	}
@@ -339,7 +346,7 @@ func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	npsn := q.packets(uint64(f.DMALen))
-	q.saveResource(readResource{valid: true, firstPSN: psn, npsn: npsn})
+	q.saveResource(readResource{valid: true, firstPSN: psn, npsn: npsn, va: f.VA, length: f.DMALen, rkey: f.RKey})
 	// rxe counts the READ as a completed message before it answers
 	// (C9-148), so the responses carry the new MSN.
 	q.resp.msn++
@@ -430,7 +437,7 @@ func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	q.dev.atomicMu.Unlock()
 	q.saveResource(readResource{valid: true, atomic: true, firstPSN: psn, npsn: 1, orig: orig})
 	q.resp.msn++
-	q.resp.psn = psn.Next()
+	q.resp.psn, q.resp.ackedPSN = psn.Next(), psn
 	q.sendAtomicAck(b, psn, orig)
 }
 
@@ -448,7 +455,10 @@ func (q *QP) saveResource(r readResource) {
 func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	switch p.Info.Operation {
 	case bth.OpSend, bth.OpWrite:
-		q.pendAck(q.resp.psn.Add(bth.PSNMask))
+		// C9-105: acknowledge again what was acknowledged last, not the
+		// PSN of a READ answered since: an ACK with a READ's PSN would
+		// complete the READ at a requester such as rxe's.
+		q.pendAck(q.resp.ackedPSN)
 		return
 	}
 	for i := range q.resp.res {
@@ -467,13 +477,27 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 			break
 		}
 		f := p.RETH.Fields()
+		if !r.covers(&f) {
+			break // not the READ remembered, or more than it: rxe drops it too
+		}
+		// The region may have gone since: look at it again.
 		if !q.checkRETH(b, psn, &f, verbs.RemoteRead) {
 			return
 		}
 		q.sendReadResponses(b, psn, &f)
 		return
 	}
+	// A resource evicted since (or never had): silence, as rxe's class D.
 	q.ctr.DropDuplicates++
+}
+
+// covers reports whether the READ of f asks for the memory of the READ r
+// remembers, or part of it, with the same key.
+func (r *readResource) covers(f *bth.RETHFields) bool {
+	if f.DMALen == 0 {
+		return true // names no memory
+	}
+	return f.RKey == r.rkey && f.VA >= r.va && f.DMALen <= r.length && f.VA-r.va <= uint64(r.length-f.DMALen)
 }
 
 // pendAck notes that psn must be acknowledged. ACKs are cumulative, so
