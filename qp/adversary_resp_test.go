@@ -2,6 +2,7 @@ package qp
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"strconv"
 	"testing"
 
@@ -396,4 +397,97 @@ func TestAdversaryDuplicates(t *testing.T) {
 		}, want: check{sent: []string{"ACKNOWLEDGE @0" + nakSeq, readOnly(0, 8), "ACKNOWLEDGE @1" + nakSeq},
 			state: verbs.StateRTS, ctrs: map[string]uint64{"out_of_seq_request": 3, "drop_after_nak": 1, "send_seq_err": 2}}},
 	})
+}
+
+// TestAdversaryHeaderChecks: the checks of rxe_recv.c, each counted by
+// its reason and silent: the transport version, the destination QP, the
+// opcode's transport against the QP's type, the QP's state, the source
+// and destination addresses of a connected QP, the P_Key, the Q_Key of a
+// datagram QP. Where a packet fails two, rxe's order decides the count.
+func TestAdversaryHeaderChecks(t *testing.T) {
+	write := func(a *adversary) *wire {
+		return a.req(bth.RCWriteOnly, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8).ack()
+	}
+	silent := func(ctr string) check {
+		return check{state: verbs.StateRTS, ctrs: map[string]uint64{ctr: 1, "acks_sent": 0}}
+	}
+	other := netip.MustParseAddr("198.18.0.9")
+	dev := func(f func(s Stats) uint64) func(a *adversary) {
+		return func(a *adversary) {
+			if f(a.dev.Stats()) != 1 {
+				a.t.Errorf("device drops %+v", a.dev.Stats())
+			}
+		}
+	}
+	runAdvCases(t, []advCase{
+		{name: "transport version 1", run: func(a *adversary) { a.inject(write(a).withTVer(1)) },
+			want: check{state: verbs.StateRTS}, after: dev(func(s Stats) uint64 { return s.DropTVer })},
+		{name: "unknown QP", run: func(a *adversary) { a.inject(write(a).withDestQP(0x123456)) },
+			want: check{state: verbs.StateRTS}, after: dev(func(s Stats) uint64 { return s.DropNoQP })},
+		{name: "QP 0", run: func(a *adversary) { a.inject(write(a).withDestQP(0)) },
+			want: check{state: verbs.StateRTS}, after: dev(func(s Stats) uint64 { return s.DropNoQP })},
+		{name: "UC opcode to an RC QP", run: func(a *adversary) {
+			a.inject(a.req(bth.UCWriteOnly, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: silent("drop_bad_transport")},
+		{name: "UD opcode to an RC QP", run: func(a *adversary) {
+			a.inject(a.req(bth.UDSendOnly, 0, 8).withQKey(advQKey))
+		}, want: silent("drop_bad_transport")},
+		{name: "CNP to an RC QP", run: func(a *adversary) { a.inject(a.req(bth.CNP, 0, 0)) },
+			want: silent("drop_bad_transport")},
+		{name: "RC opcode to a UD QP", opts: advOpts{typ: verbs.UD, recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendOnly, 0, 8))
+		}, want: silent("drop_bad_transport")},
+		{name: "request after ERR", run: func(a *adversary) {
+			a.modify(verbs.StateErr)
+			a.inject(write(a))
+		}, want: check{state: verbs.StateErr, ctrs: map[string]uint64{"drop_bad_state": 1}}},
+		{name: "request in INIT", run: func(a *adversary) {
+			a.modify(verbs.StateReset)
+			must(a.t, a.qp.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: verbs.RemoteAccess},
+				verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+			a.inject(write(a))
+		}, want: check{state: verbs.StateInit, ctrs: map[string]uint64{"drop_bad_state": 1}}},
+		{name: "wrong source address", run: func(a *adversary) { a.inject(write(a).from(other)) },
+			want: silent("drop_bad_addr")},
+		{name: "wrong destination address", run: func(a *adversary) { a.inject(write(a).to(other)) },
+			want: silent("drop_bad_addr")},
+		{name: "bad P_Key", run: func(a *adversary) { a.inject(write(a).withPKey(0x1234)) },
+			want: silent("drop_bad_pkey")},
+		{name: "bad P_Key from the wrong address counts the address", run: func(a *adversary) {
+			a.inject(write(a).withPKey(0x1234).from(other))
+		}, want: check{state: verbs.StateRTS, ctrs: map[string]uint64{"drop_bad_addr": 1, "drop_bad_pkey": 0}}},
+		{name: "P_Key of a limited member", run: func(a *adversary) { a.inject(write(a).withPKey(0x7FFF)) },
+			want: check{sent: []string{"ACKNOWLEDGE @0"}, state: verbs.StateRTS, changed: true}},
+		{name: "UD bad Q_Key", opts: advOpts{typ: verbs.UD, recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.UDSendOnly, 0, 8).withQKey(advQKey+1), a.req(bth.UDSendOnly, 1, 8).withQKey(advQKey))
+		}, want: check{wcs: []string{"100 SUCCESS"}, state: verbs.StateRTS, ctrs: map[string]uint64{"drop_bad_qkey": 1}}},
+		{name: "UD from any address", opts: advOpts{typ: verbs.UD, recvs: 1}, run: func(a *adversary) {
+			a.inject(a.req(bth.UDSendOnly, 0, 8).withQKey(advQKey).from(other))
+		}, want: check{wcs: []string{"100 SUCCESS"}, state: verbs.StateRTS}},
+	})
+}
+
+// TestAdversaryResponseHeaderChecks: a response that fails a header check
+// is dropped as a request is, and what it would have answered stays
+// outstanding.
+func TestAdversaryResponseHeaderChecks(t *testing.T) {
+	other := netip.MustParseAddr("198.18.0.9")
+	cases := []struct {
+		name string
+		bad  func(w *wire) *wire
+		ctr  string
+	}{
+		{"bad P_Key", func(w *wire) *wire { return w.withPKey(0x1234) }, "drop_bad_pkey"},
+		{"wrong source address", func(w *wire) *wire { return w.from(other) }, "drop_bad_addr"},
+		{"wrong destination address", func(w *wire) *wire { return w.to(other) }, "drop_bad_addr"},
+	}
+	var adv []advCase
+	for _, c := range cases {
+		adv = append(adv, advCase{name: c.name, run: func(a *adversary) {
+			a.post(a.write(1, 0, 8))
+			a.inject(c.bad(a.ackAt(0, bth.NAKSyndrome(bth.NAKInvalidRequest))), a.ackAt(0, bth.ACKSyndrome(bth.NoCredits)))
+		}, want: check{sent: []string{"RDMA_WRITE_ONLY @0 8B"}, wcs: []string{"1 SUCCESS"}, state: verbs.StateRTS,
+			ctrs: map[string]uint64{c.ctr: 1}}})
+	}
+	runAdvCases(t, adv)
 }

@@ -33,6 +33,7 @@ const (
 	advRQPSN   = bth.PSN(0xFFFFFE) // the peer's first request PSN: +2 wraps to 0
 	advSQPSN   = bth.PSN(0xFFFFFD) // goroce's first request PSN: +3 wraps to 0
 	advMemLen  = 16 << 10
+	advQKey    = 0x11111111 // a UD QP's
 )
 
 type advOpts struct {
@@ -118,8 +119,11 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	a.lbuf = a.register(verbs.LocalWrite, 3)
 	a.orig, a.lorig = bytes.Clone(a.mr.Bytes()), bytes.Clone(a.lbuf.Bytes())
 	q := a.qp
-	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: o.access},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	init2 := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+	if o.typ == verbs.UD {
+		init2 = verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey
+	}
+	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: o.access, QKey: advQKey}, init2))
 	for i := range o.recvs {
 		a.postRecv(uint64(100+i), i*4096, 4096)
 	}
@@ -128,7 +132,10 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 		rd = 0
 	}
 	rtr := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
-	if o.typ == verbs.RC {
+	switch o.typ {
+	case verbs.UD:
+		rtr = verbs.AttrState
+	case verbs.RC:
 		rtr |= verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer
 	}
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateRTR, PathMTU: o.mtu, DestQPN: advPeerQPN, RQPSN: advRQPSN,
@@ -212,6 +219,12 @@ func (w *wire) ack() *wire                   { w.f.AckReq = true; return w }
 func (w *wire) withSyn(s bth.Syndrome) *wire { w.syn = s; return w }
 func (w *wire) withOrig(v uint64) *wire      { w.orig = v; return w }
 func (w *wire) withPad(n int) *wire          { w.pad = n; return w }
+func (w *wire) withPKey(k uint16) *wire      { w.f.PKey = k; return w }
+func (w *wire) withQKey(k uint32) *wire      { w.qkey = k; return w }
+func (w *wire) withDestQP(n uint32) *wire    { w.f.DestQP = n; return w }
+func (w *wire) withTVer(v uint8) *wire       { w.f.TVer = v; return w }
+func (w *wire) from(src netip.Addr) *wire    { w.src = src; return w }
+func (w *wire) to(dst netip.Addr) *wire      { w.dst = dst; return w }
 func (w *wire) atomicOf(va uint64, k uint32, swapAdd, cmp uint64) *wire {
 	w.atomic = &bth.AtomicETHFields{VA: va, RKey: k, SwapAdd: swapAdd, Compare: cmp}
 	return w

@@ -167,6 +167,13 @@ func (d *Device) poll() int {
 	return n
 }
 
+// isLocal reports whether a packet sent to dst is for this device: dst
+// is its address, or either is unknown (a transport bound to every
+// address of the host).
+func (d *Device) isLocal(dst netip.Addr) bool {
+	return !dst.IsValid() || !d.gid.IsValid() || d.gid.IsUnspecified() || dst.Unmap() == d.gid.Unmap()
+}
+
 // Name names the device after its address: goroce:198.18.0.1.
 func (d *Device) Name() string { return "goroce:" + d.gid.String() }
 

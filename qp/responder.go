@@ -58,12 +58,11 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	if q.destroyed {
 		return
 	}
+	// The header checks of rxe_recv.c, in its order: the QP's type and
+	// state, the addresses of a connected QP, the P_Key, the Q_Key of a
+	// datagram QP.
 	if p.Info.Transport != transportOf(q.typ) {
-		q.ctr.DropBadOpcode++
-		return
-	}
-	if p.BTH.PKey()&0x7FFF != bth.DefaultPKey&0x7FFF {
-		q.ctr.DropBadPKey++
+		q.ctr.DropBadTransport++
 		return
 	}
 	switch q.state {
@@ -72,16 +71,21 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 		q.ctr.DropBadState++
 		return
 	}
-	if q.typ == verbs.UD || q.typ == verbs.GSI {
+	ud := q.typ == verbs.UD || q.typ == verbs.GSI
+	if !ud && (tp.Src != q.dest || !q.dev.isLocal(tp.Dst)) {
+		q.ctr.DropBadAddr++
+		return
+	}
+	if p.BTH.PKey()&0x7FFF != bth.DefaultPKey&0x7FFF {
+		q.ctr.DropBadPKey++
+		return
+	}
+	if ud {
 		if p.DETH.QKey() != q.attr.QKey {
 			q.ctr.DropBadQKey++
 			return
 		}
 		q.respondUD(p, tp, b)
-		return
-	}
-	if tp.Src != q.dest {
-		q.ctr.DropBadAddr++
 		return
 	}
 	switch p.Info.Operation {

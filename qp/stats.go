@@ -62,6 +62,9 @@ type Counters struct {
 	// request: nothing was outstanding, or the PSN was never sent or was
 	// already completed (repeated ACKs among them).
 	DropUnexpectedResp uint64 `rdma:"drop_unexpected_resp"`
+	// DropBadTransport counts packets of another transport than the
+	// QP's (a UC or UD opcode to an RC QP, say).
+	DropBadTransport uint64 `rdma:"drop_bad_transport"`
 }
 
 // Add adds o to c.
