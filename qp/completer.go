@@ -375,17 +375,23 @@ func (q *QP) failWQE(w *sendWQE, st verbs.Status, b *txBatch) {
 // retire completes finished requests from the head of the send queue, in
 // order, with a completion for those signaled or failed.
 func (q *QP) retire() {
+	lost := 0
 	for q.sq.first != q.sq.next {
 		w := q.sq.at(q.sq.first)
 		if w.state != wqeDone {
-			return
+			break
 		}
 		if w.status != verbs.Success || w.wr.Flags&verbs.Signaled != 0 || q.sigAll {
 			wc := verbs.WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn,
 				ByteLen: uint32(w.length)}
-			q.scq.push(&wc, false)
+			if !q.scq.push(&wc, false) {
+				lost++
+			}
 		}
 		q.sq.first++
+	}
+	for range lost {
+		q.lostCompletion()
 	}
 	q.checkDrained()
 }

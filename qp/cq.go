@@ -11,20 +11,24 @@ import (
 // CQ is a completion queue. Poll, Wait and ReqNotify are safe for
 // concurrent use; the engine adds completions from its goroutines.
 //
-// A CQ that fills up loses the completion that did not fit: the device
-// reports an EventCQErr asynchronous event and the CQ stays in error, as
-// an overrun hardware CQ does.
+// A CQ that is full loses the completions that do not fit, as an overrun
+// hardware CQ does: the device raises EventCQErr (once, until the CQ has
+// had room again), and every QP whose completion was lost goes to ERR
+// with EventQPFatal, so that what it had outstanding, and everything
+// posted to it after, completes with WR_FLUSH_ERR as room is made. The
+// CQ takes completions again as soon as Poll has made room; QPs that lost
+// none go on as before.
 type CQ struct {
-	dev   *Device
-	mu    sync.Mutex
-	ring  []verbs.WC
-	head  int // oldest entry
-	n     atomic.Int32
-	armed uint8 // 0, armAny or armSolicited
-	err   bool
-	ch    chan struct{}
-	users atomic.Int32
-	dead  bool
+	dev     *Device
+	mu      sync.Mutex
+	ring    []verbs.WC
+	head    int // oldest entry
+	n       atomic.Int32
+	armed   uint8 // 0, armAny or armSolicited
+	overrun bool  // completions were lost since the CQ last had room
+	ch      chan struct{}
+	users   atomic.Int32
+	dead    bool
 }
 
 const (
@@ -134,19 +138,21 @@ func (c *CQ) Destroy() error {
 	return nil
 }
 
-// push adds a completion. It reports false when the CQ overflowed.
+// push adds a completion. It reports false when the CQ is full and the
+// completion is lost.
 func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	c.mu.Lock()
 	n := int(c.n.Load())
-	if n == len(c.ring) || c.err {
-		first := !c.err
-		c.err = true
+	if n == len(c.ring) {
+		first := !c.overrun
+		c.overrun = true
 		c.mu.Unlock()
 		if first {
 			c.dev.event(verbs.Event{Type: verbs.EventCQErr, CQ: c})
 		}
 		return false
 	}
+	c.overrun = false
 	i := c.head + n
 	if i >= len(c.ring) {
 		i -= len(c.ring)

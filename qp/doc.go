@@ -33,8 +33,10 @@
 //     protection domain, rights or range of the memory a request names)
 //     and the QP went to ERR;
 //   - EventQPFatal: the responder could not use a receive (its SGEs name
-//     memory it may not write) and the QP went to ERR;
-//   - EventCQErr: a completion found its CQ full and was lost;
+//     memory it may not write), or a completion of the QP found its CQ
+//     full and was lost; the QP went to ERR;
+//   - EventCQErr: a completion found its CQ full and was lost (once until
+//     the CQ has had room again; see CQ);
 //   - EventCommEstablished: the first request reached a QP in RTR;
 //   - EventSQDrained: a QP moved to SQD with SQDrainNotify has nothing
 //     in flight any more;

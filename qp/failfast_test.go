@@ -228,3 +228,97 @@ func TestFailFastReadResponseAbuse(t *testing.T) {
 		})
 	}
 }
+
+// events returns the asynchronous events waiting on d.
+func events(d *Device) []verbs.EventType {
+	var out []verbs.EventType
+	for {
+		select {
+		case e := <-d.Events():
+			out = append(out, e.Type)
+		default:
+			return out
+		}
+	}
+}
+
+// TestFailFastCQOverflow: a CQ too small for what completes loses the
+// completions that do not fit, as hardware does, and says so: EventCQErr,
+// and for each QP that lost one EventQPFatal and ERR, so that nothing
+// stops completing in silence. Once polled, the CQ takes completions
+// again: what is posted after completes WR_FLUSH_ERR, at once.
+func TestFailFastCQOverflow(t *testing.T) {
+	t.Run("send completions", func(t *testing.T) {
+		p := newPair(t, pairOpts{cqe: 4})
+		local, remote := p.a.reg(t, 64), p.b.reg(t, 64)
+		write := func(id uint64) verbs.SendWR {
+			return verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, 8)},
+				RemoteAddr: remote.Addr(), RKey: remote.RKey()}
+		}
+		var wrs []verbs.SendWR
+		for i := range 16 {
+			wrs = append(wrs, write(uint64(i)))
+		}
+		must(t, p.a.qp.PostSend(wrs))
+		p.drain()
+		if got := events(p.a.dev); !slices.Equal(got, []verbs.EventType{verbs.EventCQErr, verbs.EventQPFatal}) {
+			t.Fatalf("events %v, want CQ_ERR, QP_FATAL", got)
+		}
+		if st := p.a.qp.State(); st != verbs.StateErr {
+			t.Fatalf("state %v, want ERR", st)
+		}
+		if c := p.a.qp.Counters(); c.LostCompletions != 12 {
+			t.Fatalf("%d completions lost, want 12", c.LostCompletions)
+		}
+		for i, wc := range p.settle(&p.a) {
+			if wc.ID != uint64(i) || wc.Status != verbs.Success {
+				t.Fatalf("completion %v", &wc)
+			}
+		}
+		start := p.net.Clock().Now()
+		must(t, p.a.qp.PostSend([]verbs.SendWR{write(99)}))
+		if wc := p.poll(&p.a, 1)[0]; wc.ID != 99 || wc.Status != verbs.WRFlushErr || p.net.Clock().Now() != start {
+			t.Fatalf("after the overrun: %v", &wc)
+		}
+	})
+	t.Run("receive completions", func(t *testing.T) {
+		const timeout = 14
+		p := newPair(t, pairOpts{cqe: 2, timeout: timeout})
+		local, dst := p.a.reg(t, 64), p.b.reg(t, 4*64)
+		for i := range 4 {
+			must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(10 + i), SGL: []verbs.SGE{sge(dst, 64*i, 64)}}}))
+		}
+		start := p.net.Clock().Now()
+		for i := range 4 {
+			must(t, p.a.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.Signaled,
+				SGL: []verbs.SGE{sge(local, 0, 8)}}}))
+		}
+		// The requester learns it from its retry count: the responder
+		// went to ERR without acknowledging the SEND whose completion
+		// it lost (rxe does the same).
+		wa := p.poll(&p.a, 4)
+		want := []verbs.Status{verbs.Success, verbs.Success, verbs.RetryExcErr, verbs.WRFlushErr}
+		for i, wc := range wa {
+			if wc.Status != want[i] {
+				t.Fatalf("send completion %d: %v, want %v", i, &wc, want[i])
+			}
+		}
+		if took := p.net.Clock().Now().Sub(start); took > 9*bth.ACKTimeout(timeout) {
+			t.Fatalf("the requester learned it after %v", took)
+		}
+		if got := events(p.b.dev); !slices.Equal(got, []verbs.EventType{verbs.EventCQErr, verbs.EventQPFatal}) {
+			t.Fatalf("responder events %v, want CQ_ERR, QP_FATAL", got)
+		}
+		if st := p.b.qp.State(); st != verbs.StateErr {
+			t.Fatalf("responder state %v", st)
+		}
+		got := recvIDs(t, p.settle(&p.b), 10, 11)
+		if got[10] != verbs.Success || got[11] != verbs.Success {
+			t.Fatalf("receives %v", got)
+		}
+		must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 20}}))
+		if wc := p.poll(&p.b, 1)[0]; wc.ID != 20 || wc.Status != verbs.WRFlushErr {
+			t.Fatalf("receive posted after the overrun: %v", &wc)
+		}
+	})
+}

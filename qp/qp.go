@@ -551,6 +551,31 @@ func (q *QP) toErr(b *txBatch) {
 	q.flush(b)
 }
 
+// lostCompletion handles a completion of the QP that its CQ had no room
+// for (the CQ raised EventCQErr). The QP can no longer promise that every
+// work request completes, so it goes to ERR with EventQPFatal, as rxe's
+// responder goes to ERR on a full receive CQ: what it had outstanding and
+// everything posted after completes with WR_FLUSH_ERR as the CQ has room.
+func (q *QP) lostCompletion() {
+	q.ctr.LostCompletions++
+	if q.state == verbs.StateErr {
+		return
+	}
+	q.dev.log.Debug("completion lost: CQ full", "qpn", q.qpn)
+	q.dev.event(verbs.Event{Type: verbs.EventQPFatal, QPN: q.qpn})
+	q.toErr(nil)
+}
+
+// pushRecv adds a receive completion to the receive CQ; a completion the
+// CQ has no room for is lost, and the QP goes to ERR.
+func (q *QP) pushRecv(wc *verbs.WC, solicited bool) bool {
+	if q.rcq.push(wc, solicited) {
+		return true
+	}
+	q.lostCompletion()
+	return false
+}
+
 // flush completes every outstanding work request with WR_FLUSH_ERR (those
 // already failed keep their status), in order.
 func (q *QP) flush(*txBatch) {
@@ -579,12 +604,12 @@ func (q *QP) flushSend() {
 func (q *QP) flushRecv() {
 	if q.resp.haveRecv {
 		wc := verbs.WC{ID: q.resp.recv.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
-		q.rcq.push(&wc, false)
+		q.pushRecv(&wc, false)
 		q.resp.haveRecv = false
 	}
 	for w := q.rq.peek(); w != nil; w = q.rq.peek() {
 		wc := verbs.WC{ID: w.id, Status: verbs.WRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}
-		q.rcq.push(&wc, false)
+		q.pushRecv(&wc, false)
 		q.rq.pop()
 	}
 }

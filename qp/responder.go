@@ -320,7 +320,9 @@ func (q *QP) finishMessage(p *bth.Packet, psn bth.PSN, wc *verbs.WC) {
 	q.resp.msn++
 	if wc != nil {
 		q.resp.haveRecv = false
-		q.rcq.push(wc, p.BTH.SE())
+		if !q.pushRecv(wc, p.BTH.SE()) {
+			return // the QP went to ERR: no ACK, as rxe's class G error
+		}
 	}
 	q.resp.psn, q.resp.ackedPSN = psn.Next(), psn
 	if q.typ == verbs.RC && p.BTH.AckReq() {
@@ -558,7 +560,7 @@ func (q *QP) respError(b *txBatch, code bth.NAKCode, psn bth.PSN, st verbs.Statu
 	q.dev.log.Debug("responder error", "qpn", q.qpn, "psn", uint32(psn), "nak", code, "status", st, "why", why)
 	if q.resp.haveRecv {
 		wc := verbs.WC{ID: q.resp.recv.id, Status: st, Opcode: verbs.WCRecv, QPN: q.qpn}
-		q.rcq.push(&wc, false)
+		q.pushRecv(&wc, false)
 		q.resp.haveRecv = false
 	}
 	q.sendAck(b, bth.NAKSyndrome(code), psn)
@@ -652,7 +654,7 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		if q.resp.recvOff+n > r.len || !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
 			// The receive completes in error; the QP goes on.
 			wc := verbs.WC{ID: r.id, Status: verbs.LocLenErr, Opcode: verbs.WCRecv, QPN: q.qpn}
-			q.rcq.push(&wc, false)
+			q.pushRecv(&wc, false)
 			q.resp.haveRecv = false
 			q.ucDropMessage(start, end)
 			return
@@ -729,7 +731,7 @@ func (q *QP) respondUD(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	buildGRH(&grh, tp)
 	if GRHLen+n > r.len || !q.scatter(r.sgl, 0, grh[:]) || !q.scatter(r.sgl, GRHLen, p.Payload) {
 		wc.Status, wc.Flags = verbs.LocLenErr, 0
-		q.rcq.push(&wc, false)
+		q.pushRecv(&wc, false)
 		return
 	}
 	wc.ByteLen = uint32(GRHLen + n)
@@ -738,7 +740,7 @@ func (q *QP) respondUD(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	}
 	q.resp.psn = p.BTH.PSN().Next()
 	q.ctr.RDMARecvs++
-	q.rcq.push(&wc, p.BTH.SE())
+	q.pushRecv(&wc, p.BTH.SE())
 }
 
 // buildGRH writes the network header of tp into g the way a UD receive

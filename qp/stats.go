@@ -65,6 +65,8 @@ type Counters struct {
 	// DropBadTransport counts packets of another transport than the
 	// QP's (a UC or UD opcode to an RC QP, say).
 	DropBadTransport uint64 `rdma:"drop_bad_transport"`
+	// LostCompletions counts the QP's completions its CQ had no room for.
+	LostCompletions uint64 `rdma:"lost_completions"`
 }
 
 // Add adds o to c.
