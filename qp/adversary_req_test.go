@@ -1,6 +1,8 @@
 package qp
 
 import (
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/goroce/goroce/bth"
@@ -248,5 +250,92 @@ func TestAdversaryReadResponse(t *testing.T) {
 			a.inject(a.resp(first, 1, mtu), a.resp(first, 2, mtu))
 		}, want: check{sent: []string{"RDMA_READ_REQUEST @0", "RDMA_READ_REQUEST @1"}, wcs: []string{"1 BAD_RESP_ERR"},
 			state: verbs.StateErr, lfrom: 2 * mtu}, after: landed(0, 1)},
+	})
+}
+
+// TestAdversaryRetries: the completer's retry and RNR paths, as rxe's
+// (check_ack, COMPST_ERROR_RETRY, COMPST_RNR_RETRY): a sequence NAK goes
+// back to its PSN once, however many come; an RNR NAK waits its timer,
+// then sends again, rnr_retry times, and without end at 7; a timeout
+// goes back to the oldest unacknowledged PSN, retry_cnt times; progress
+// restores both counts. Where goroce differs: retry_cnt 7 is seven
+// retries, as the IBTA counts, where rxe retries without end.
+func TestAdversaryRetries(t *testing.T) {
+	w := func(psn int) string { return "RDMA_WRITE_ONLY @" + strconv.Itoa(psn) + " 8B" }
+	send := func(a *adversary) {
+		a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(a.lbuf, 0, 8)}})
+	}
+	sendOnly := "SEND_ONLY @0 8B"
+	times := func(n int, s string) []string { return slices.Repeat([]string{s}, n) }
+	runAdvCases(t, []advCase{
+		{name: "sequence NAK goes back once", run: func(a *adversary) {
+			a.post(a.write(1, 0, 8), a.write(2, 0, 8), a.write(3, 0, 8))
+			a.inject(a.ackAt(1, synSeq), a.ackAt(1, synSeq))
+			a.inject(a.ackAt(2, synACK))
+		}, want: check{sent: []string{w(0), w(1), w(2), w(1), w(2)}, wcs: []string{"1 SUCCESS", "2 SUCCESS", "3 SUCCESS"},
+			state: verbs.StateRTS, ctrs: map[string]uint64{"rcvd_seq_err": 2, "completer_retry_err": 1}}},
+		{name: "RNR NAK waits its timer", run: func(a *adversary) {
+			send(a)
+			a.inject(a.ackAt(0, synRNR))
+			if len(a.sent()) != 1 {
+				a.t.Error("sent again before the RNR timer")
+			}
+			a.fire()
+			a.inject(a.ackAt(0, synACK))
+		}, want: check{sent: []string{sendOnly}, wcs: []string{"1 SUCCESS"}, state: verbs.StateRTS,
+			ctrs: map[string]uint64{"rcvd_rnr_err": 1}}},
+		{name: "rnr_retry 2: the third RNR NAK fails the SEND", opts: advOpts{rnrRetry: u8(2)}, run: func(a *adversary) {
+			send(a)
+			for range 2 {
+				a.inject(a.ackAt(0, synRNR))
+				a.fire()
+			}
+			a.inject(a.ackAt(0, synRNR))
+		}, want: check{sent: times(3, sendOnly), wcs: []string{"1 RNR_RETRY_EXC_ERR"}, state: verbs.StateErr,
+			ctrs: map[string]uint64{"rcvd_rnr_err": 3, "retry_rnr_exceeded_err": 1}}},
+		{name: "rnr_retry 7 retries without end", run: func(a *adversary) {
+			send(a)
+			for range 50 {
+				a.inject(a.ackAt(0, synRNR))
+				a.fire()
+			}
+			a.inject(a.ackAt(0, synACK))
+		}, want: check{sent: times(51, sendOnly), wcs: []string{"1 SUCCESS"}, state: verbs.StateRTS,
+			ctrs: map[string]uint64{"rcvd_rnr_err": 50}}},
+		{name: "retry_cnt 0: the first timeout fails", opts: advOpts{retry: u8(0)}, run: func(a *adversary) {
+			a.post(a.write(1, 0, 8))
+			a.fire()
+		}, want: check{sent: []string{w(0)}, wcs: []string{"1 RETRY_EXC_ERR"}, state: verbs.StateErr,
+			ctrs: map[string]uint64{"retry_exceeded_err": 1}}},
+		{name: "retry_cnt 7 is seven retries", run: func(a *adversary) {
+			a.post(a.write(1, 0, 8))
+			for range 8 {
+				a.fire()
+			}
+		}, want: check{sent: times(8, w(0)), wcs: []string{"1 RETRY_EXC_ERR"}, state: verbs.StateErr,
+			ctrs: map[string]uint64{"completer_retry_err": 8, "retry_exceeded_err": 1}}},
+		{name: "progress restores the retry count", opts: advOpts{retry: u8(1)}, run: func(a *adversary) {
+			a.post(a.write(1, 0, 8), a.write(2, 0, 8))
+			a.fire() // the one retry
+			a.inject(a.ackAt(0, synACK))
+			a.fire() // a retry again
+			a.fire()
+		}, want: check{sent: []string{w(0), w(1), w(0), w(1), w(1)}, wcs: []string{"1 SUCCESS", "2 RETRY_EXC_ERR"},
+			state: verbs.StateErr, ctrs: map[string]uint64{"completer_retry_err": 3, "retry_exceeded_err": 1}}},
+		{name: "timeout 0: no retransmission timer", opts: advOpts{noTimeout: true}, run: func(a *adversary) {
+			a.post(a.write(1, 0, 8))
+			if _, ok := a.clk.Next(); ok {
+				a.t.Error("a timer runs with timeout 0")
+			}
+		}, want: check{sent: []string{w(0)}, state: verbs.StateRTS}},
+		{name: "ACKs part way through a message", run: func(a *adversary) {
+			a.post(a.write(1, 0, 3*256))
+			a.inject(a.ackAt(1, synACK))
+			if got := a.polled(); len(got) != 0 {
+				a.t.Errorf("completed on a partial ACK: %v", got)
+			}
+			a.inject(a.ackAt(2, synACK))
+		}, want: check{sent: []string{"RDMA_WRITE_FIRST @0 256B", "RDMA_WRITE_MIDDLE @1 256B", "RDMA_WRITE_LAST @2 256B"},
+			wcs: []string{"1 SUCCESS"}, state: verbs.StateRTS}},
 	})
 }

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"strconv"
@@ -490,4 +491,37 @@ func TestAdversaryResponseHeaderChecks(t *testing.T) {
 			ctrs: map[string]uint64{c.ctr: 1}}})
 	}
 	runAdvCases(t, adv)
+}
+
+// TestAdversaryReceiveQueue: a SEND, or a WRITE with immediate, that finds
+// no receive gets an RNR NAK with the QP's min_rnr_timer and changes
+// nothing; sent again once a receive is posted, it is carried out. An SRQ
+// that falls below its limit raises SRQ_LIMIT_REACHED, once.
+func TestAdversaryReceiveQueue(t *testing.T) {
+	rnr := "ACKNOWLEDGE @0 " + bth.RNRNAKSyndrome(1).String()
+	runAdvCases(t, []advCase{
+		{name: "SEND without a receive", run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendOnly, 0, 8).ack())
+			a.postRecv(5, 0, 64)
+			a.inject(a.req(bth.RCSendOnly, 0, 8).ack())
+		}, want: check{sent: []string{rnr, "ACKNOWLEDGE @0"}, wcs: []string{"5 SUCCESS"}, state: verbs.StateRTS,
+			ctrs: map[string]uint64{"send_rnr_err": 1, "rdma_recvs": 1}}},
+		{name: "WRITE with immediate without a receive", run: func(a *adversary) {
+			w := a.req(bth.RCWriteOnlyImm, 0, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8).ack()
+			a.inject(w)
+			if !bytes.Equal(a.mr.Bytes(), a.orig) {
+				a.t.Error("the WRITE was carried out before its RNR NAK")
+			}
+			a.postRecv(5, 0, 64)
+			a.inject(w)
+		}, want: check{sent: []string{rnr, "ACKNOWLEDGE @0"}, wcs: []string{"5 SUCCESS"}, state: verbs.StateRTS,
+			changed: true, ctrs: map[string]uint64{"send_rnr_err": 1}}},
+		{name: "SEND FIRST without a receive on an SRQ", opts: advOpts{srq: true}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendFirst, 0, 256))
+		}, want: check{sent: []string{rnr}, state: verbs.StateRTS, ctrs: map[string]uint64{"send_rnr_err": 1}}},
+		{name: "SRQ below its limit", opts: advOpts{srq: true, recvs: 3, srqLimit: 2}, run: func(a *adversary) {
+			a.inject(a.req(bth.RCSendOnly, 0, 8), a.req(bth.RCSendOnly, 1, 8), a.req(bth.RCSendOnly, 2, 8).ack())
+		}, want: check{sent: []string{"ACKNOWLEDGE @2"}, wcs: []string{"100 SUCCESS", "101 SUCCESS", "102 SUCCESS"},
+			state: verbs.StateRTS, events: []verbs.EventType{verbs.EventSRQLimitReached}}},
+	})
 }
