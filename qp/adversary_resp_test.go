@@ -525,3 +525,29 @@ func TestAdversaryReceiveQueue(t *testing.T) {
 			state: verbs.StateRTS, events: []verbs.EventType{verbs.EventSRQLimitReached}}},
 	})
 }
+
+// TestAdversaryRequestPSN: the responder's PSN edges. A request before
+// the expected PSN is a duplicate, even one never seen (the starting PSN
+// - 1): a WRITE there is acknowledged again with the PSN before the
+// first, and not carried out; a READ there finds no resource and is
+// dropped. Requests cross the 24-bit wrap in sequence. A PSN up to 2^23 -
+// 1 ahead is out of sequence, one 2^23 away is in the past.
+func TestAdversaryRequestPSN(t *testing.T) {
+	write := func(a *adversary, off int) *wire {
+		return a.req(bth.RCWriteOnly, off, 8).rethOf(a.mr.Addr(), a.mr.RKey(), 8).ack()
+	}
+	runAdvCases(t, []advCase{
+		{name: "WRITE for the starting PSN - 1", run: func(a *adversary) { a.inject(write(a, -1)) },
+			want: check{sent: []string{"ACKNOWLEDGE @-1"}, state: verbs.StateRTS, ctrs: map[string]uint64{"duplicate_request": 1}}},
+		{name: "READ for the starting PSN - 1", run: func(a *adversary) {
+			a.inject(a.req(bth.RCReadRequest, -1, 0).rethOf(a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: check{state: verbs.StateRTS, ctrs: map[string]uint64{"duplicate_request": 1, "drop_duplicate_unknown": 1}}},
+		{name: "across the 24-bit wrap", run: func(a *adversary) {
+			a.inject(write(a, 0), write(a, 1), write(a, 2), write(a, 3))
+		}, want: check{sent: []string{"ACKNOWLEDGE @3"}, state: verbs.StateRTS, changed: true, ctrs: map[string]uint64{"ack_deferred": 3}}},
+		{name: "2^23 - 1 ahead", run: func(a *adversary) { a.inject(write(a, 1<<23-1)) },
+			want: check{sent: []string{"ACKNOWLEDGE @0" + nakSeq}, state: verbs.StateRTS, ctrs: map[string]uint64{"out_of_seq_request": 1}}},
+		{name: "2^23 away", run: func(a *adversary) { a.inject(write(a, 1<<23)) },
+			want: check{sent: []string{"ACKNOWLEDGE @-1"}, state: verbs.StateRTS, ctrs: map[string]uint64{"duplicate_request": 1}}},
+	})
+}

@@ -467,15 +467,29 @@ func (e *PostError) Unwrap() error { return e.Err }
 // EventType is the kind of an asynchronous event.
 type EventType uint8
 
-// Asynchronous events, as ibv_event_type names them.
+// Asynchronous events, as ibv_event_type names them. Each names its
+// object in Event: the CQ, the QP's number, or the SRQ.
 const (
+	// EventCQErr: a completion found its CQ full and was lost.
 	EventCQErr EventType = iota + 1
+	// EventQPFatal: the QP went to ERR for an error of its own: a
+	// completion it could not deliver, a receive it could not use.
 	EventQPFatal
+	// EventQPReqErr: the QP, as responder, received an invalid request
+	// (NAKed as such) and went to ERR.
 	EventQPReqErr
+	// EventQPAccessErr: the QP, as responder, received a request for
+	// memory it may not access (NAKed as a remote access error) and went
+	// to ERR.
 	EventQPAccessErr
+	// EventCommEstablished: the first request reached a QP in RTR.
 	EventCommEstablished
+	// EventSQDrained: a QP in SQD asked to be told has nothing in flight.
 	EventSQDrained
+	// EventLastWQEReached: a QP on an SRQ went to ERR; it takes no more
+	// receives from the SRQ.
 	EventLastWQEReached
+	// EventSRQLimitReached: an SRQ fell below the limit it was armed with.
 	EventSRQLimitReached
 )
 
