@@ -215,8 +215,9 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	if w.wr.Opcode != verbs.OpRead {
-		// A READ response for a SEND, WRITE or atomic (rxe fails the
-		// request too).
+		// A READ response for a SEND, WRITE or atomic: BAD_RESP_ERR, the
+		// IBTA's status for an unexpected opcode from the responder
+		// (rxe fails the request too, with FATAL_ERR).
 		q.failWQE(w, verbs.BadRespErr, b)
 		return
 	}
@@ -297,7 +298,8 @@ func (q *QP) handleAtomicAck(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	// An atomic ACK for another kind of request, or one that does not
-	// carry an ACK, is a bad response (rxe fails the request too).
+	// carry an ACK, is a bad response (rxe fails the request too, with
+	// no status of its own).
 	if !w.wr.Opcode.IsAtomic() || p.AETH.Syndrome().Kind() != bth.KindACK {
 		q.failWQE(w, verbs.BadRespErr, b)
 		return

@@ -249,6 +249,8 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 	if p.IETH != nil {
 		m, err := q.dev.mrs.Find(q.pd, p.IETH.RKey())
 		if err != nil {
+			// rxe (its class J) acknowledges such a SEND and then goes
+			// to ERR; goroce NAKs it, so that the requester learns why.
 			q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "invalidate key")
 			return
 		}
@@ -361,6 +363,9 @@ func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 }
 
 // sendReadResponses sends the responses to a READ of f, starting at psn.
+// A READ asked again from the middle is answered as a new message, from
+// a FIRST (or ONLY): rxe's responder goes on with the old one's MIDDLE
+// and LAST there; goroce's requester takes either.
 func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 	q.sendPendingAck(b)
 	npsn := q.packets(uint64(f.DMALen))
@@ -645,36 +650,47 @@ func (q *QP) respondUC(p *bth.Packet, b *txBatch) {
 		q.ucDropMessage(start, end)
 		return
 	}
-	n := uint64(len(p.Payload))
 	if op == bth.OpSend {
-		if start {
-			q.resp.recvOff = 0
-		}
-		r := &q.resp.recv
-		if q.resp.recvOff+n > r.len || !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
-			// The receive completes in error; the QP goes on.
-			wc := verbs.WC{ID: r.id, Status: verbs.LocLenErr, Opcode: verbs.WCRecv, QPN: q.qpn}
-			q.pushRecv(&wc, false)
-			q.resp.haveRecv = false
-			q.ucDropMessage(start, end)
-			return
-		}
-		q.resp.recvOff += n
-		q.resp.inMsg = bth.OpSend
-		if end {
-			wc := verbs.WC{ID: r.id, Opcode: verbs.WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
-			if p.ImmDt != nil {
-				wc.Imm, wc.Flags = p.ImmDt.Imm(), verbs.WithImm
-			}
-			q.ctr.RDMARecvs++
-			q.finishMessage(p, psn, &wc)
-		}
+		q.ucReceiveSend(p, psn, start, end)
 		return
 	}
+	q.ucReceiveWrite(p, psn, start, end)
+}
+
+// ucReceiveSend places a UC SEND packet into the receive in progress.
+func (q *QP) ucReceiveSend(p *bth.Packet, psn bth.PSN, start, end bool) {
+	if start {
+		q.resp.recvOff = 0
+	}
+	n := uint64(len(p.Payload))
+	r := &q.resp.recv
+	if q.resp.recvOff+n > r.len || !q.scatter(r.sgl, q.resp.recvOff, p.Payload) {
+		// The receive completes in error; the QP goes on.
+		wc := verbs.WC{ID: r.id, Status: verbs.LocLenErr, Opcode: verbs.WCRecv, QPN: q.qpn}
+		q.pushRecv(&wc, false)
+		q.resp.haveRecv = false
+		q.ucDropMessage(start, end)
+		return
+	}
+	q.resp.recvOff += n
+	q.resp.inMsg = bth.OpSend
+	if end {
+		wc := verbs.WC{ID: r.id, Opcode: verbs.WCRecv, ByteLen: uint32(q.resp.recvOff), QPN: q.qpn}
+		if p.ImmDt != nil {
+			wc.Imm, wc.Flags = p.ImmDt.Imm(), verbs.WithImm
+		}
+		q.ctr.RDMARecvs++
+		q.finishMessage(p, psn, &wc)
+	}
+}
+
+// ucReceiveWrite carries out a UC WRITE packet.
+func (q *QP) ucReceiveWrite(p *bth.Packet, psn bth.PSN, start, end bool) {
 	if start {
 		f := p.RETH.Fields()
 		q.resp.va, q.resp.rkey, q.resp.resid, q.resp.dmaLen = f.VA, f.RKey, uint64(f.DMALen), f.DMALen
 	}
+	n := uint64(len(p.Payload))
 	if n > q.resp.resid || end && n != q.resp.resid {
 		q.ucDropMessage(start, end)
 		return
