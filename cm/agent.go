@@ -265,16 +265,21 @@ func (a *Agent) ok() error {
 
 // openGSI creates QP 1 with its CQ and receive buffers, brings it to RTS
 // and posts the receives.
+// gsiSendDepth is how many MADs the agent's QP 1 may have in flight.
+const gsiSendDepth = 64
+
 func (a *Agent) openGSI() error {
 	var err error
 	if a.pd, err = a.dev.AllocPD(); err != nil {
 		return fmt.Errorf("cm: %w", err)
 	}
-	if a.cq, err = a.dev.CreateCQ(2 * a.nrcv); err != nil {
+	// Room for a completion of every receive and send the QP can hold:
+	// a CQ that overflows fails the QP (and the agent with it).
+	if a.cq, err = a.dev.CreateCQ(a.nrcv + gsiSendDepth); err != nil {
 		return fmt.Errorf("cm: %w", err)
 	}
 	a.gsi, err = a.pd.CreateQP(&roce.QPInitAttr{Type: roce.GSI, SendCQ: a.cq, RecvCQ: a.cq,
-		Cap: roce.QPCap{MaxSendWR: 64, MaxRecvWR: uint32(a.nrcv), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}})
+		Cap: roce.QPCap{MaxSendWR: gsiSendDepth, MaxRecvWR: uint32(a.nrcv), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}})
 	if err != nil {
 		if errors.Is(err, roce.ErrGSIExists) {
 			return fmt.Errorf("cm: device %s already has a CM agent: %w", a.dev.Name(), err)
