@@ -14,10 +14,11 @@ import (
 // A CQ that is full loses the completions that do not fit, as an overrun
 // hardware CQ does: the device raises EventCQErr (once, until the CQ has
 // had room again), and every QP whose completion was lost goes to ERR
-// with EventQPFatal, so that what it had outstanding, and everything
-// posted to it after, completes with WR_FLUSH_ERR as room is made. The
-// CQ takes completions again as soon as Poll has made room; QPs that lost
-// none go on as before.
+// with EventQPFatal. The flush completions of what such a QP had
+// outstanding go to the same full CQ, so those that find no room are lost
+// too (Counters.LostCompletions counts them); everything posted to it
+// once Poll has made room completes with WR_FLUSH_ERR. QPs that lost no
+// completion go on as before.
 type CQ struct {
 	dev     *Device
 	mu      sync.Mutex

@@ -554,8 +554,9 @@ func (q *QP) toErr(b *txBatch) {
 // lostCompletion handles a completion of the QP that its CQ had no room
 // for (the CQ raised EventCQErr). The QP can no longer promise that every
 // work request completes, so it goes to ERR with EventQPFatal, as rxe's
-// responder goes to ERR on a full receive CQ: what it had outstanding and
-// everything posted after completes with WR_FLUSH_ERR as the CQ has room.
+// responder goes to ERR on a full receive CQ: what it had outstanding is
+// flushed (lost too where the CQ still has no room), and everything posted
+// once the CQ has room completes with WR_FLUSH_ERR.
 func (q *QP) lostCompletion() {
 	q.ctr.LostCompletions++
 	if q.state == verbs.StateErr {
