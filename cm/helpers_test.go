@@ -17,10 +17,13 @@ import (
 	"github.com/goroce/goroce/transport/mem"
 )
 
-// fastConfig makes the CM's timers short so that retry tests take
-// milliseconds: REQs are retried after about 19 ms, REPs after 17 ms.
+// fastConfig makes the CM's timers short so that retry tests take a
+// fraction of a second: REQs and REPs are retried after about 70 ms, and
+// five tries last long enough for a handshake on a loaded machine (with
+// 17 ms, TestACKTimeout's accept gave up once while other test binaries
+// ran).
 func fastConfig() *Config {
-	return &Config{ResponseTimeout: 12, PacketLifeTime: 8, MaxRetries: 4}
+	return &Config{ResponseTimeout: 14, PacketLifeTime: 8, MaxRetries: 4}
 }
 
 // host is one side of a test: a software device and its agent.
