@@ -431,7 +431,7 @@ func TestCloseDuringTraffic(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	cl, sv, c, s := connectPair(t, ctx, ha, hb)
 	cli, scq, mr, smr := cl.qp, cl.cq, cl.mr, sv.mr
-	flushed := make(chan int, 1)
+	flushed := make(chan roce.Status, 1) // the first failed completion's status, or SUCCESS after 5 s
 	started := make(chan struct{})
 	go func() { // bounded: 5 s or a flush
 		wr := []roce.SendWR{{Opcode: roce.OpWrite, Flags: roce.Signaled,
@@ -447,9 +447,14 @@ func TestCloseDuringTraffic(t *testing.T) {
 			}
 			n := scq.Poll(wc)
 			for _, w := range wc[:n] {
+				if w.Opcode == roce.WCRecv {
+					// The receive connectPair posted, flushed by Close
+					// with the WRITEs.
+					continue
+				}
 				done++
 				if w.Status != roce.Success {
-					flushed <- posted - done
+					flushed <- w.Status
 					return
 				}
 			}
@@ -457,7 +462,7 @@ func TestCloseDuringTraffic(t *testing.T) {
 				time.Sleep(10 * time.Microsecond)
 			}
 		}
-		flushed <- -1
+		flushed <- roce.Success
 	}()
 	select {
 	case <-started:
@@ -469,9 +474,9 @@ func TestCloseDuringTraffic(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	select {
-	case n := <-flushed:
-		if n < 0 {
-			t.Error("the WRITEs were not flushed")
+	case st := <-flushed:
+		if st != roce.WRFlushErr {
+			t.Errorf("the first WRITE that did not succeed after Close completed %v, want WR_FLUSH_ERR", st)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the sender is still waiting for completions")
