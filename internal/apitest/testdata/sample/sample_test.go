@@ -1,0 +1,4 @@
+package sample
+
+// InTest is not part of the API.
+func InTest() {}
