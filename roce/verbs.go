@@ -158,6 +158,7 @@ var (
 	ErrNoQPN             = verbs.ErrNoQPN
 	ErrGSIExists         = verbs.ErrGSIExists
 	ErrForeign           = verbs.ErrForeign
+	ErrNil               = verbs.ErrNil
 )
 
 // MTUFromBytes returns the largest MTU not above n bytes, and false when

@@ -31,7 +31,10 @@ func (a Access) String() string {
 		}
 	}
 	if rest := a &^ KnownAccess; rest != 0 {
-		b = fmt.Appendf(b, "|%#x", uint32(rest))
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		b = fmt.Appendf(b, "%#x", uint32(rest))
 	}
 	return string(b)
 }

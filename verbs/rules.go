@@ -80,42 +80,72 @@ var transitions = func() (t [StateErr + 1][StateErr + 1]transition) {
 // the mask only, not the values.
 func CheckModify(typ QPType, cur, next QPState, mask AttrMask) error {
 	if typ < RC || typ > GSI {
-		return fmt.Errorf("%w: QP type %v", ErrInvalidAttr, typ)
+		return fmt.Errorf("%w: QP type %v: want RC, UC, UD or GSI", ErrInvalidAttr, typ)
 	}
 	if cur > StateErr || next > StateErr {
-		return fmt.Errorf("%w: state %v to %v", ErrInvalidAttr, cur, next)
+		return fmt.Errorf("%w: state %v to %v: states run from RESET to ERR", ErrInvalidAttr, cur, next)
 	}
 	tr := transitions[cur][next]
 	if !tr.valid || typ == RC && cur == StateSQE {
-		return fmt.Errorf("%w: %v to %v", ErrInvalidTransition, cur, next)
+		return fmt.Errorf("%w: %v to %v; from %v a%s QP goes to %s", ErrInvalidTransition, cur, next, cur,
+			article(typ), nextStates(typ, cur))
 	}
 	req, opt := tr.req[typ-1], tr.opt[typ-1]|AttrState|AttrCurState
 	if miss := req &^ mask; miss != 0 {
-		return fmt.Errorf("%w: %v to %v needs %v", ErrMissingAttr, cur, next, miss)
+		return fmt.Errorf("%w: %v to %v of a%s QP needs %v: add them to the mask, with their values in QPAttr",
+			ErrMissingAttr, cur, next, article(typ), miss)
 	}
 	if extra := mask &^ (req | opt); extra != 0 {
-		return fmt.Errorf("%w: %v to %v does not take %v", ErrExtraAttr, cur, next, extra)
+		return fmt.Errorf("%w: %v to %v of a%s QP does not take %v: leave them out of the mask",
+			ErrExtraAttr, cur, next, article(typ), extra)
 	}
 	return nil
 }
 
+// article returns " " or "n " and the type's name, for "a UD QP" and "an
+// RC QP".
+func article(typ QPType) string {
+	if typ == RC || typ == UC {
+		return "n " + typ.String()
+	}
+	return " " + typ.String()
+}
+
+// nextStates lists the states a QP of type typ may go to from cur.
+func nextStates(typ QPType, cur QPState) string {
+	var b []byte
+	for next := StateReset; next <= StateErr; next++ {
+		if !transitions[cur][next].valid || typ == RC && cur == StateSQE && next != StateReset && next != StateErr {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, next.String()...)
+	}
+	return string(b)
+}
+
 // CheckSendOp reports whether a QP of type typ takes send work requests
 // with opcode op: UD only SENDs (with or without immediate), UC no READ,
-// atomics or SEND with invalidate.
+// atomics or SEND with invalidate. An unknown QP type is an error
+// wrapping ErrInvalidAttr.
 func CheckSendOp(typ QPType, op WROpcode) error {
 	switch typ {
 	case UD, GSI:
 		if op != OpSend && op != OpSendImm {
-			return fmt.Errorf("%w: %v on a UD QP", ErrInvalidWR, op)
+			return fmt.Errorf("%w: %v on a %v QP, which takes only SEND and SEND_WITH_IMM", ErrInvalidWR, op, typ)
 		}
 	case UC:
 		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && op != OpLocalInv {
-			return fmt.Errorf("%w: %v on a UC QP", ErrInvalidWR, op)
+			return fmt.Errorf("%w: %v on a UC QP, which takes no READ, atomic or SEND_WITH_INV: use an RC QP", ErrInvalidWR, op)
+		}
+	case RC:
+		if !op.Valid() {
+			return fmt.Errorf("%w: opcode %v is none of the verbs' send opcodes (OpWrite ... OpSendInv)", ErrInvalidWR, op)
 		}
 	default:
-		if !op.Valid() {
-			return fmt.Errorf("%w: opcode %v", ErrInvalidWR, op)
-		}
+		return fmt.Errorf("%w: QP type %v: want RC, UC, UD or GSI", ErrInvalidAttr, typ)
 	}
 	return nil
 }

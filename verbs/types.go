@@ -311,6 +311,9 @@ type WC struct {
 }
 
 func (w *WC) String() string {
+	if w == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("wr_id=%d status=%s opcode=%s byte_len=%d qp_num=%d src_qp=%d flags=%#x imm=%#x",
 		w.ID, w.Status, w.Opcode, w.ByteLen, w.QPN, w.SrcQP, uint8(w.Flags), w.Imm)
 }
@@ -451,6 +454,9 @@ var (
 	ErrNoQPN             = errors.New("verbs: no free QP number")
 	ErrGSIExists         = errors.New("verbs: the device already has a GSI QP")
 	ErrForeign           = errors.New("verbs: object belongs to another device or backend")
+	// ErrNil means a required argument is nil, or a method was called on
+	// a nil object (or on a zero value its constructor did not make).
+	ErrNil = errors.New("verbs: nil argument")
 )
 
 // PostError reports the first work request a post refused. Requests
@@ -461,8 +467,20 @@ type PostError struct {
 	Err   error
 }
 
-func (e *PostError) Error() string { return fmt.Sprintf("work request %d: %v", e.Index, e.Err) }
-func (e *PostError) Unwrap() error { return e.Err }
+func (e *PostError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("work request %d: %v", e.Index, e.Err)
+}
+
+// Unwrap returns the reason the request was refused.
+func (e *PostError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // EventType is the kind of an asynchronous event.
 type EventType uint8

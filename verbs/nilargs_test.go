@@ -1,0 +1,118 @@
+package verbs
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/goroce/goroce/internal/apitest"
+)
+
+// TestNilArgs calls every exported function and method of the package
+// with zero and out-of-range arguments: none panics, and errors name what
+// is wrong and wrap their sentinel.
+func TestNilArgs(t *testing.T) {
+	apitest.Run(t, ".", apitest.Table{
+		"Access.String": func(t *testing.T) {
+			if got := Access(0).String(); got != "none" {
+				t.Errorf("Access(0) = %q", got)
+			}
+			if got := Access(1 << 7).String(); got != "0x80" {
+				t.Errorf("Access(0x80) = %q", got)
+			}
+		},
+		"CheckModify": func(t *testing.T) {
+			apitest.Err(t, CheckModify(0, StateReset, StateInit, 0), ErrInvalidAttr, "QP type", "want RC, UC, UD or GSI")
+			apitest.Err(t, CheckModify(RC, 200, StateInit, 0), ErrInvalidAttr, "state", "RESET to ERR")
+			apitest.Err(t, CheckModify(RC, StateReset, StateRTS, AttrState), ErrInvalidTransition,
+				"RESET to RTS", "goes to RESET, INIT")
+			apitest.Err(t, CheckModify(RC, StateSQE, StateRTS, AttrState), ErrInvalidTransition, "goes to RESET, ERR")
+			apitest.Err(t, CheckModify(UD, StateReset, StateInit, AttrState), ErrMissingAttr,
+				"a UD QP needs", "PKEY_INDEX", "add them to the mask")
+			apitest.Err(t, CheckModify(RC, StateReset, StateInit, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags|AttrQKey),
+				ErrExtraAttr, "an RC QP does not take QKEY", "leave them out")
+		},
+		"CheckSendOp": func(t *testing.T) {
+			apitest.Err(t, CheckSendOp(0, OpSend), ErrInvalidAttr, "QP type QPType(0)")
+			apitest.Err(t, CheckSendOp(RC, 8), ErrInvalidWR, "WROpcode(8)")
+			apitest.Err(t, CheckSendOp(UD, OpRead), ErrInvalidWR, "RDMA_READ on a UD QP", "only SEND")
+			apitest.Err(t, CheckSendOp(GSI, OpWrite), ErrInvalidWR, "on a GSI QP")
+			apitest.Err(t, CheckSendOp(UC, OpAtomicCmpSwp), ErrInvalidWR, "UC QP", "use an RC QP")
+			if err := CheckSendOp(RC, OpWrite); err != nil {
+				t.Error(err)
+			}
+		},
+		"QPType.String":  func(t *testing.T) { wantString(t, QPType(0).String(), "QPType(0)") },
+		"QPState.String": func(t *testing.T) { wantString(t, QPState(99).String(), "QPState(99)") },
+		"MTU.Bytes": func(t *testing.T) {
+			if MTU(0).Bytes() != 0 || MTU(6).Bytes() != 0 {
+				t.Error("an invalid MTU has bytes")
+			}
+		},
+		"MTUFromBytes": func(t *testing.T) {
+			if m, ok := MTUFromBytes(-1); ok || m != 0 {
+				t.Errorf("MTUFromBytes(-1) = %v, %v", m, ok)
+			}
+		},
+		"MTU.String":      func(t *testing.T) { wantString(t, MTU(0).String(), "MTU(0)") },
+		"WROpcode.String": func(t *testing.T) { wantString(t, WROpcode(8).String(), "WROpcode(8)") },
+		"WROpcode.IsAtomic": func(t *testing.T) {
+			if WROpcode(0xFF).IsAtomic() {
+				t.Error("0xFF is atomic")
+			}
+		},
+		"WROpcode.NeedsResponse": func(t *testing.T) {
+			if WROpcode(0xFF).NeedsResponse() {
+				t.Error("0xFF needs a response")
+			}
+		},
+		"WROpcode.IsSend": func(t *testing.T) {
+			if WROpcode(0xFF).IsSend() {
+				t.Error("0xFF is a send")
+			}
+		},
+		"WROpcode.Valid": func(t *testing.T) {
+			if WROpcode(8).Valid() {
+				t.Error("8 is valid")
+			}
+		},
+		"Status.String":   func(t *testing.T) { wantString(t, Status(255).String(), "Status(255)") },
+		"WCOpcode.String": func(t *testing.T) { wantString(t, WCOpcode(99).String(), "WCOpcode(99)") },
+		"WC.String": func(t *testing.T) {
+			wantString(t, (*WC)(nil).String(), "<nil>")
+			wantString(t, (&WC{}).String(), "wr_id=0 status=SUCCESS opcode=SEND byte_len=0 qp_num=0 src_qp=0 flags=0x0 imm=0x0")
+		},
+		"AHAttr.DestAddr": func(t *testing.T) {
+			if a := (AHAttr{}).DestAddr(); a != netip.IPv6Unspecified() {
+				t.Errorf("zero AHAttr's address %v", a)
+			}
+		},
+		"GIDFromAddr": func(t *testing.T) {
+			if g := GIDFromAddr(netip.Addr{}); g != [16]byte{} {
+				t.Errorf("GID of the zero Addr: %x", g)
+			}
+		},
+		"AttrMask.String": func(t *testing.T) { wantString(t, AttrMask(0).String(), "0") },
+		"PostError.Error": func(t *testing.T) {
+			wantString(t, (*PostError)(nil).Error(), "<nil>")
+			wantString(t, (&PostError{Index: 2}).Error(), "work request 2: <nil>")
+		},
+		"PostError.Unwrap": func(t *testing.T) {
+			if (*PostError)(nil).Unwrap() != nil {
+				t.Error("nil PostError unwraps")
+			}
+			if !errors.Is(&PostError{Err: ErrQueueFull}, ErrQueueFull) {
+				t.Error("PostError does not unwrap")
+			}
+		},
+		"EventType.String": func(t *testing.T) { wantString(t, EventType(0).String(), "UNKNOWN") },
+	})
+	apitest.NilReceivers(t, ".", (*WC)(nil), (*PostError)(nil))
+}
+
+func wantString(t *testing.T, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
