@@ -8,13 +8,14 @@
 // take O(1) and no lock on the table.
 //
 // Deregistration and invalidation take effect at once: an access holds the
-// region's read lock while it copies, and Deregister takes the write lock,
+// region's read lock while it copies, and Dereg takes the write lock,
 // so when it returns no packet in flight can touch the memory any more.
 package mr
 
 import (
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -57,9 +58,46 @@ var (
 	ErrAccessRights = errors.New("mr: access not permitted")
 	// ErrAlignment: an atomic access not 8-byte aligned.
 	ErrAlignment = errors.New("mr: atomic access not 8-byte aligned")
+	// ErrEmpty: a registration of no bytes (ibv_reg_mr's EINVAL on real
+	// devices).
+	ErrEmpty = errors.New("mr: empty memory region")
 )
 
+// argError is an error about a caller's argument. It wraps this
+// package's sentinel and verbs.ErrInvalidAttr, so that code written for
+// any backend can check the latter.
+type argError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *argError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	return e.msg
+}
+
+func (e *argError) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
+	return []error{e.sentinel, verbs.ErrInvalidAttr}
+}
+
+func badArg(sentinel error, format string, args ...any) error {
+	return &argError{msg: sentinel.Error() + ": " + fmt.Sprintf(format, args...), sentinel: sentinel}
+}
+
+// nilError reports a method called on a nil object, or on a zero value
+// its constructor did not make.
+func nilError(what, make string) error {
+	return fmt.Errorf("%w: mr: %s: use one from %s", verbs.ErrNil, what, make)
+}
+
 // Table is the key table of one device. It is safe for concurrent use.
+// The zero Table is ready to use; NewTable seeds its keys from
+// crypto/rand at once.
 type Table struct {
 	mu   sync.Mutex // serializes registration and deregistration
 	dir  [1 << dirBits]atomic.Pointer[chunk]
@@ -80,44 +118,79 @@ type chunk [1 << chunkBits]atomic.Pointer[MR]
 
 // NewTable returns an empty table.
 func NewTable() *Table {
+	return &Table{next: 1, rnd: newRand()}
+}
+
+func newRand() *rand.Rand {
 	var seed [32]byte
 	crand.Read(seed[:])
-	return &Table{next: 1, rnd: rand.New(rand.NewChaCha8(seed))}
+	return rand.New(rand.NewChaCha8(seed))
+}
+
+// init readies a zero Table; the caller holds t.mu.
+func (t *Table) init() {
+	if t.rnd == nil {
+		t.next, t.rnd = 1, newRand()
+	}
 }
 
 // PD is a protection domain: regions and queue pairs of one PD may be used
-// together, and no other combination. It is safe for concurrent use.
+// together, and no other combination. It is safe for concurrent use. Its
+// methods on a nil PD do nothing, or return an error wrapping
+// verbs.ErrNil.
 type PD struct {
 	t     *Table
 	id    uint32
 	users atomic.Int64
 }
 
-// AllocPD returns a new protection domain.
-func (t *Table) AllocPD() *PD { return &PD{t: t, id: t.pds.Add(1)} }
+// AllocPD returns a new protection domain, or nil on a nil Table.
+func (t *Table) AllocPD() *PD {
+	if t == nil {
+		return nil
+	}
+	return &PD{t: t, id: t.pds.Add(1)}
+}
 
-// ID returns a number that identifies the PD on its device.
-func (pd *PD) ID() uint32 { return pd.id }
+// ID returns a number that identifies the PD on its device (0 for nil).
+func (pd *PD) ID() uint32 {
+	if pd == nil {
+		return 0
+	}
+	return pd.id
+}
 
 // Hold counts an object (a queue pair, say) that uses the PD, so that
 // Dealloc refuses while it exists. Drop undoes it.
-func (pd *PD) Hold() { pd.users.Add(1) }
+func (pd *PD) Hold() {
+	if pd != nil {
+		pd.users.Add(1)
+	}
+}
 
 // Drop undoes a Hold.
-func (pd *PD) Drop() { pd.users.Add(-1) }
+func (pd *PD) Drop() {
+	if pd != nil {
+		pd.users.Add(-1)
+	}
+}
 
 // Dealloc frees the PD; it fails with ErrPDBusy while regions or queue
 // pairs use it.
 func (pd *PD) Dealloc() error {
-	if pd.users.Load() != 0 {
-		return ErrPDBusy
+	if pd == nil {
+		return nilError("Dealloc of a nil *PD", "Table.AllocPD")
+	}
+	if n := pd.users.Load(); n != 0 {
+		return fmt.Errorf("%w: %d memory regions or queue pairs use it: deregister and destroy them first", ErrPDBusy, n)
 	}
 	return nil
 }
 
 // MR is a registered memory region: a caller-owned byte slice, the I/O
 // virtual address peers use to name it, its access rights and its key.
-// It is safe for concurrent use.
+// It is safe for concurrent use. Its methods on a nil MR (or one not made
+// by Register) return zero values, or an error wrapping verbs.ErrNil.
 type MR struct {
 	pd     *PD
 	buf    []byte
@@ -134,7 +207,7 @@ type MR struct {
 // Register registers buf in pd with the given rights. The region's
 // address (what SGEs and peers use) is the address of buf[0], as with
 // ibv_reg_mr; RegisterIOVA chooses another. The caller must not let buf
-// go until Deregister returns.
+// go until Dereg returns.
 func (pd *PD) Register(buf []byte, access Access) (*MR, error) {
 	var iova uint64
 	if len(buf) > 0 {
@@ -144,17 +217,17 @@ func (pd *PD) Register(buf []byte, access Access) (*MR, error) {
 }
 
 // RegisterIOVA is Register with the region's address chosen by the caller
-// (ibv_reg_mr_iova).
+// (ibv_reg_mr_iova). Errors about the arguments wrap both this package's
+// sentinel (ErrEmpty, ErrInvalidAccess, ErrBounds) and
+// verbs.ErrInvalidAttr.
 func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
-	if access&^knownAccess != 0 || access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
-		return nil, ErrInvalidAccess
-	}
-	if iova+uint64(len(buf)) < iova {
-		return nil, ErrBounds
+	if err := checkRegister(pd, buf, iova, access); err != nil {
+		return nil, err
 	}
 	t := pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.init()
 	var idx, r uint32
 	if n := len(t.free); n > 0 {
 		var old uint32
@@ -167,7 +240,7 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 		}
 	} else {
 		if t.next > MaxRegions {
-			return nil, ErrTableFull
+			return nil, fmt.Errorf("%w: all %d are in use: deregister regions first", ErrTableFull, MaxRegions)
 		}
 		idx, r = t.next, uint32(t.rnd.IntN(256))
 		t.next++
@@ -184,13 +257,33 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	return m, nil
 }
 
+func checkRegister(pd *PD, buf []byte, iova uint64, access Access) error {
+	switch {
+	case pd == nil || pd.t == nil:
+		return nilError("Register on a nil *PD", "Table.AllocPD (roce: Device.AllocPD)")
+	case len(buf) == 0:
+		return badArg(ErrEmpty, "register at least one byte (libibverbs refuses zero-length regions too)")
+	case access&^knownAccess != 0:
+		return badArg(ErrInvalidAccess, "access %v has unknown flags: use LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic", access)
+	case access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0:
+		return badArg(ErrInvalidAccess, "access %v: add LocalWrite", access)
+	case iova+uint64(len(buf)) < iova:
+		return badArg(ErrBounds, "%d bytes at address %#x wrap around the 64-bit address space: choose a lower address",
+			len(buf), iova)
+	}
+	return nil
+}
+
 // Dereg removes the region (ibv_dereg_mr). When it returns, no access is under way
 // and none will start; the memory is the caller's again.
 func (m *MR) Dereg() error {
+	if m == nil || m.pd == nil {
+		return nilError("Dereg of a nil *MR", "PD.Register")
+	}
 	m.mu.Lock()
 	if m.gone {
 		m.mu.Unlock()
-		return ErrDeregistered
+		return fmt.Errorf("%w: Dereg called twice on the region of key %#x", ErrDeregistered, m.key)
 	}
 	m.gone, m.valid = true, false
 	m.mu.Unlock()
@@ -206,6 +299,9 @@ func (m *MR) Dereg() error {
 // Invalidate makes the region's key unusable, as LOCAL_INV and SEND with
 // invalidate do, until Rekey. It waits for accesses under way.
 func (m *MR) Invalidate() {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	m.valid = false
 	m.mu.Unlock()
@@ -215,14 +311,18 @@ func (m *MR) Invalidate() {
 // valid again, as a fast registration does after an invalidation. It
 // returns the new key.
 func (m *MR) Rekey() (uint32, error) {
+	if m == nil || m.pd == nil {
+		return 0, nilError("Rekey of a nil *MR", "PD.Register")
+	}
 	t := m.pd.t
 	t.mu.Lock()
+	t.init()
 	r := uint32(t.rnd.IntN(255))
 	t.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.gone {
-		return 0, ErrDeregistered
+		return 0, fmt.Errorf("%w: Rekey after Dereg: register the memory again", ErrDeregistered)
 	}
 	if r >= m.key&0xFF {
 		r++ // never the same key twice in a row
@@ -242,12 +342,19 @@ func (m *MR) Rekey() (uint32, error) {
 // the race detector) cannot see it. Programs with one device per process
 // do not need it.
 func (m *MR) Sync() {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
+	//lint:ignore SA2001 taking the lock is the point: it orders the accesses on either side
 	m.mu.Unlock()
 }
 
 // LKey returns the local key.
 func (m *MR) LKey() uint32 {
+	if m == nil {
+		return 0
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.key
@@ -257,26 +364,57 @@ func (m *MR) LKey() uint32 {
 func (m *MR) RKey() uint32 { return m.LKey() }
 
 // Addr returns the region's address.
-func (m *MR) Addr() uint64 { return m.iova }
+func (m *MR) Addr() uint64 {
+	if m == nil {
+		return 0
+	}
+	return m.iova
+}
 
 // Len returns the region's length.
-func (m *MR) Len() int { return len(m.buf) }
+func (m *MR) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.buf)
+}
 
 // Bytes returns the registered memory.
-func (m *MR) Bytes() []byte { return m.buf }
+func (m *MR) Bytes() []byte {
+	if m == nil {
+		return nil
+	}
+	return m.buf
+}
 
 // Access returns the region's access rights.
-func (m *MR) Access() Access { return m.access }
+func (m *MR) Access() Access {
+	if m == nil {
+		return 0
+	}
+	return m.access
+}
 
 // PD returns the region's protection domain.
-func (m *MR) PD() *PD { return m.pd }
+func (m *MR) PD() *PD {
+	if m == nil {
+		return nil
+	}
+	return m.pd
+}
 
 // Lookup finds the valid region with key in pd and checks that
 // [addr, addr+n) lies within it and that it grants want. On success the
 // region is held for reading: the caller copies through the returned
 // slice, which is exactly the n bytes asked for, and then calls Release.
-// Lookup takes no lock on the table.
+// Lookup takes no lock on the table. Its errors are the bare sentinels
+// (ErrKey, ErrPD, ErrAccessRights, ErrBounds), which the engine turns
+// into NAKs and completion statuses: a peer's bad request costs no
+// allocation.
 func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (*MR, []byte, error) {
+	if t == nil {
+		return nil, nil, nilError("Lookup on a nil *Table", "NewTable")
+	}
 	idx := key >> 8
 	c := t.dir[idx>>chunkBits].Load()
 	if c == nil {
@@ -307,12 +445,20 @@ func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (
 	return m, m.buf[off : off+uint64(n) : off+uint64(n)], nil
 }
 
-// Release ends an access begun by Lookup.
-func (m *MR) Release() { m.mu.RUnlock() }
+// Release ends an access begun by Lookup. It does nothing on a nil MR,
+// which Lookup never returns with a nil error.
+func (m *MR) Release() {
+	if m != nil {
+		m.mu.RUnlock()
+	}
+}
 
 // Find returns the registered region with key in pd, valid or not, for
 // invalidation. It fails when no region has the key or the PD differs.
 func (t *Table) Find(pd *PD, key uint32) (*MR, error) {
+	if t == nil {
+		return nil, nilError("Find on a nil *Table", "NewTable")
+	}
 	idx := key >> 8
 	c := t.dir[idx>>chunkBits].Load()
 	if c == nil {

@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -124,12 +125,16 @@ func ExamplePD_regMR() {
 		log.Fatal(err)
 	}
 	fmt.Println(mr.Len(), mr.Addr() != 0, mr.LKey() == mr.RKey())
-	// A remote right that needs local write is refused without it.
+	// A remote right that needs local write is refused without it, as
+	// is an empty buffer.
 	_, err = pd.RegMR(buf, roce.RemoteWrite)
 	fmt.Println(err)
+	_, err = pd.RegMR(nil, roce.LocalWrite)
+	fmt.Println(errors.Is(err, roce.ErrInvalidAttr))
 	// Output:
 	// 65536 true true
-	// mr: remote write and remote atomic need local write
+	// mr: remote write and remote atomic need local write: access REMOTE_WRITE: add LocalWrite
+	// true
 }
 
 // SEND and RECV: the server posts a receive first; the client's SEND

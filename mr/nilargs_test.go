@@ -1,0 +1,177 @@
+package mr
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/goroce/goroce/internal/apitest"
+	"github.com/goroce/goroce/verbs"
+)
+
+// TestNilArgs calls every exported function and method of the package
+// with nil, zero and out-of-range arguments: none panics, and errors name
+// what is wrong and what to do.
+func TestNilArgs(t *testing.T) {
+	tab := NewTable()
+	pd := tab.AllocPD()
+	reg := func(t *testing.T) *MR {
+		m, err := pd.Register(make([]byte, 16), LocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	apitest.Run(t, ".", apitest.Table{
+		"NewTable": func(t *testing.T) {
+			a, b := NewTable(), NewTable()
+			if a == nil || a == b {
+				t.Error("NewTable returned nil, or one table twice")
+			}
+		},
+		"Table.AllocPD": func(t *testing.T) {
+			if (*Table)(nil).AllocPD() != nil {
+				t.Error("a nil table made a PD")
+			}
+			// The zero Table works.
+			var z Table
+			m, err := z.AllocPD().Register(make([]byte, 8), LocalWrite)
+			if err != nil || m.LKey()>>8 == 0 {
+				t.Fatalf("zero Table: key %#x, %v", m.LKey(), err)
+			}
+			if _, b, err := z.Lookup(m.PD(), m.LKey(), m.Addr(), 8, 0); err != nil || len(b) != 8 {
+				t.Errorf("zero Table lookup: %v", err)
+			} else {
+				m.Release()
+			}
+		},
+		"PD.ID": func(t *testing.T) {
+			if (*PD)(nil).ID() != 0 || pd.ID() == 0 {
+				t.Error("IDs of a nil and a real PD")
+			}
+		},
+		"PD.Hold": func(t *testing.T) {
+			(*PD)(nil).Hold()
+			p := tab.AllocPD()
+			p.Hold()
+			apitest.Err(t, p.Dealloc(), ErrPDBusy, "1 memory regions or queue pairs use it", "destroy them first")
+			p.Drop()
+		},
+		"PD.Drop": func(t *testing.T) {
+			(*PD)(nil).Drop()
+			p := tab.AllocPD()
+			p.Hold()
+			p.Drop()
+			if err := p.Dealloc(); err != nil {
+				t.Error(err)
+			}
+		},
+		"PD.Dealloc": func(t *testing.T) {
+			apitest.Err(t, (*PD)(nil).Dealloc(), verbs.ErrNil, "nil *PD", "Table.AllocPD")
+		},
+		"PD.Register": func(t *testing.T) {
+			for _, buf := range [][]byte{nil, {}} {
+				_, err := pd.Register(buf, LocalWrite)
+				apitest.Err(t, err, ErrEmpty, "at least one byte")
+				apitest.Err(t, err, verbs.ErrInvalidAttr)
+			}
+			_, err := (*PD)(nil).Register(make([]byte, 1), 0)
+			apitest.Err(t, err, verbs.ErrNil, "nil *PD")
+			_, err = (&PD{}).Register(make([]byte, 1), 0)
+			apitest.Err(t, err, verbs.ErrNil, "Table.AllocPD")
+			_, err = pd.Register(make([]byte, 1), RemoteWrite)
+			apitest.Err(t, err, ErrInvalidAccess, "REMOTE_WRITE", "add LocalWrite")
+			apitest.Err(t, err, verbs.ErrInvalidAttr)
+			_, err = pd.Register(make([]byte, 1), 1<<9)
+			apitest.Err(t, err, ErrInvalidAccess, "unknown flags")
+		},
+		"PD.RegisterIOVA": func(t *testing.T) {
+			_, err := pd.RegisterIOVA(make([]byte, 2), 1<<64-1, LocalWrite)
+			apitest.Err(t, err, ErrBounds, "wrap around", "lower address")
+			apitest.Err(t, err, verbs.ErrInvalidAttr)
+			_, err = pd.RegisterIOVA(nil, 0, LocalWrite)
+			apitest.Err(t, err, ErrEmpty)
+		},
+		"MR.Dereg": func(t *testing.T) {
+			apitest.Err(t, (*MR)(nil).Dereg(), verbs.ErrNil, "nil *MR")
+			apitest.Err(t, (&MR{}).Dereg(), verbs.ErrNil, "PD.Register")
+			m := reg(t)
+			if err := m.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+			apitest.Err(t, m.Dereg(), ErrDeregistered, "twice")
+		},
+		"MR.Invalidate": func(t *testing.T) {
+			(*MR)(nil).Invalidate()
+			m := reg(t)
+			m.Invalidate()
+			if _, err := tab.Find(pd, m.LKey()); err != nil {
+				t.Errorf("Find an invalidated region: %v", err)
+			}
+			if _, _, err := tab.Lookup(pd, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
+				t.Errorf("Lookup an invalidated region: %v", err)
+			}
+		},
+		"MR.Rekey": func(t *testing.T) {
+			_, err := (*MR)(nil).Rekey()
+			apitest.Err(t, err, verbs.ErrNil, "nil *MR")
+			m := reg(t)
+			m.Dereg()
+			_, err = m.Rekey()
+			apitest.Err(t, err, ErrDeregistered, "register the memory again")
+		},
+		"MR.Sync":  func(t *testing.T) { (*MR)(nil).Sync() },
+		"MR.LKey":  func(t *testing.T) { zero(t, (*MR)(nil).LKey()) },
+		"MR.RKey":  func(t *testing.T) { zero(t, (*MR)(nil).RKey()) },
+		"MR.Addr":  func(t *testing.T) { zero(t, (*MR)(nil).Addr()) },
+		"MR.Len":   func(t *testing.T) { zero(t, (*MR)(nil).Len()) },
+		"MR.Bytes": func(t *testing.T) { zero(t, len((*MR)(nil).Bytes())) },
+		"MR.Access": func(t *testing.T) {
+			zero(t, (*MR)(nil).Access())
+		},
+		"MR.PD": func(t *testing.T) {
+			if (*MR)(nil).PD() != nil {
+				t.Error("a nil MR has a PD")
+			}
+		},
+		"Table.Lookup": func(t *testing.T) {
+			_, _, err := (*Table)(nil).Lookup(nil, 0, 0, 0, 0)
+			apitest.Err(t, err, verbs.ErrNil, "nil *Table")
+			for _, key := range []uint32{0, 1<<32 - 1} {
+				if _, _, err := tab.Lookup(nil, key, 0, 0, 0); !errors.Is(err, ErrKey) {
+					t.Errorf("key %#x: %v", key, err)
+				}
+			}
+			m := reg(t)
+			if _, _, err := tab.Lookup(nil, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, ErrPD) {
+				t.Errorf("nil PD: %v", err)
+			}
+		},
+		"MR.Release": func(t *testing.T) { (*MR)(nil).Release() },
+		"argError.Error": func(t *testing.T) {
+			if got := (*argError)(nil).Error(); got != "<nil>" {
+				t.Errorf("nil argError: %q", got)
+			}
+		},
+		"argError.Unwrap": func(t *testing.T) {
+			if (*argError)(nil).Unwrap() != nil {
+				t.Error("a nil argError wraps")
+			}
+		},
+		"Table.Find": func(t *testing.T) {
+			_, err := (*Table)(nil).Find(nil, 0)
+			apitest.Err(t, err, verbs.ErrNil, "nil *Table")
+			if _, err := tab.Find(nil, 1<<32-1); !errors.Is(err, ErrKey) {
+				t.Errorf("Find(nil, all ones): %v", err)
+			}
+		},
+	})
+	apitest.NilReceivers(t, ".", (*Table)(nil), (*PD)(nil), (*MR)(nil), (*argError)(nil))
+}
+
+func zero[T comparable](t *testing.T, v T) {
+	t.Helper()
+	var z T
+	if v != z {
+		t.Errorf("got %v, want %v", v, z)
+	}
+}
