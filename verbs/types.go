@@ -447,7 +447,7 @@ var (
 	ErrTooManySGE        = errors.New("verbs: too many scatter/gather elements")
 	ErrInlineTooLong     = errors.New("verbs: inline data too long")
 	ErrHasSRQ            = errors.New("verbs: QP uses a shared receive queue")
-	ErrInvalidCap        = errors.New("verbs: capability exceeds the device's limits")
+	ErrInvalidCap        = errors.New("verbs: queue size or capability out of range")
 	ErrDestroyed         = errors.New("verbs: object destroyed")
 	ErrBusy              = errors.New("verbs: object in use")
 	ErrClosed            = errors.New("verbs: device closed")
