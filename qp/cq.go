@@ -2,6 +2,7 @@ package qp
 
 import (
 	"context"
+	"fmt"
 	"github.com/goroce/goroce/verbs"
 	"runtime"
 	"sync"
@@ -39,20 +40,39 @@ const (
 
 // CreateCQ returns a completion queue for at least cqe completions.
 func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
+	if !d.ok() {
+		return nil, errNilDevice
+	}
 	if cqe < 1 || cqe > MaxCQE {
-		return nil, verbs.ErrInvalidCap
+		return nil, fmt.Errorf("%w: a CQ of %d entries: want 1 to %d", verbs.ErrInvalidCap, cqe, MaxCQE)
 	}
 	if d.closed.Load() {
-		return nil, verbs.ErrClosed
+		return nil, fmt.Errorf("%w: CreateCQ after Close", verbs.ErrClosed)
 	}
 	return &CQ{dev: d, ring: make([]verbs.WC, cqe), ch: make(chan struct{}, 1)}, nil
 }
 
+// ok reports whether c was made by CreateCQ.
+func (c *CQ) ok() bool { return c != nil && c.dev.ok() }
+
+// errNilCQ is what the methods of a nil CQ return.
+var errNilCQ = nilError("nil *CQ", "Device.CreateCQ")
+
 // Len returns the number of completions waiting.
-func (c *CQ) Len() int { return int(c.n.Load()) }
+func (c *CQ) Len() int {
+	if !c.ok() {
+		return 0
+	}
+	return int(c.n.Load())
+}
 
 // Cap returns the number of completions the CQ holds.
-func (c *CQ) Cap() int { return len(c.ring) }
+func (c *CQ) Cap() int {
+	if !c.ok() {
+		return 0
+	}
+	return len(c.ring)
+}
 
 // Poll moves up to len(wc) completions, oldest first, into wc and returns
 // how many. It does not block. On an empty CQ it yields the processor
@@ -60,6 +80,9 @@ func (c *CQ) Cap() int { return len(c.ring) }
 // program spins on Poll; in busy-poll mode (Config.BusyPoll) it receives
 // from the link itself instead.
 func (c *CQ) Poll(wc []verbs.WC) int {
+	if !c.ok() {
+		return 0
+	}
 	if c.n.Load() == 0 {
 		p := c.dev.poller
 		if p == nil {
@@ -98,6 +121,9 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 // ReqNotify arms the CQ: the next completion (only a solicited one or an
 // error, if solicitedOnly) sends one value on C. Like ibv_req_notify_cq.
 func (c *CQ) ReqNotify(solicitedOnly bool) {
+	if !c.ok() {
+		return
+	}
 	c.mu.Lock()
 	if solicitedOnly {
 		if c.armed != armAny {
@@ -109,11 +135,20 @@ func (c *CQ) ReqNotify(solicitedOnly bool) {
 	c.mu.Unlock()
 }
 
-// C returns the CQ's completion channel (ibv_get_cq_event).
-func (c *CQ) C() <-chan struct{} { return c.ch }
+// C returns the CQ's completion channel (ibv_get_cq_event); nil for a nil
+// CQ.
+func (c *CQ) C() <-chan struct{} {
+	if !c.ok() {
+		return nil
+	}
+	return c.ch
+}
 
 // Wait blocks until the CQ holds a completion or ctx is done.
 func (c *CQ) Wait(ctx context.Context) error {
+	if !c.ok() {
+		return errNilCQ
+	}
 	for c.n.Load() == 0 {
 		c.ReqNotify(false)
 		if c.n.Load() != 0 {
@@ -130,8 +165,11 @@ func (c *CQ) Wait(ctx context.Context) error {
 
 // Destroy frees the CQ; it fails with ErrBusy while queue pairs use it.
 func (c *CQ) Destroy() error {
-	if c.users.Load() != 0 {
-		return verbs.ErrBusy
+	if !c.ok() {
+		return errNilCQ
+	}
+	if n := c.users.Load(); n != 0 {
+		return fmt.Errorf("%w: %d queue pairs use the CQ: destroy them first", verbs.ErrBusy, n)
 	}
 	c.mu.Lock()
 	c.dead = true

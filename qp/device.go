@@ -2,7 +2,6 @@ package qp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -46,6 +45,11 @@ type Config struct {
 // Device is a software RNIC: it owns queue pairs, completion queues and the
 // memory region table, and runs the RC, UC and UD protocols over a
 // transport. It is safe for concurrent use.
+//
+// The methods of the Device, PD, QP, CQ, SRQ and AH types called on a nil
+// object (or a zero value New did not make) do not panic: those that
+// return an error return one wrapping verbs.ErrNil, the others zero
+// values.
 type Device struct {
 	t   transport.Transport
 	clk clock.Clock
@@ -81,6 +85,9 @@ type Device struct {
 
 // New returns a device that sends and receives over t, and starts t.
 func New(t transport.Transport, cfg *Config) (*Device, error) {
+	if err := checkNew(t, cfg); err != nil {
+		return nil, err
+	}
 	if cfg == nil {
 		cfg = &Config{}
 	}
@@ -116,15 +123,47 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if p, ok := t.(transport.Poller); ok && cfg.BusyPoll {
 		d.poller = p
 	}
-	if d.maxPacket < bth.RCWriteFirst.HeaderLen()+verbs.MTU256.Bytes()+bth.ICRCLen {
-		return nil, errors.New("qp: transport packets too small for a 256-byte MTU")
+	if need := bth.RCWriteFirst.HeaderLen() + verbs.MTU256.Bytes() + bth.ICRCLen; d.maxPacket < need {
+		return nil, fmt.Errorf("%w: the transport carries packets of %d bytes, and a 256-byte path MTU needs %d: "+
+			"raise its MaxPacket", verbs.ErrInvalidCap, d.maxPacket, need)
 	}
 	d.batches = make(chan *txBatch, maxFreeBatches)
 	if err := t.Start(d.receive); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("qp: starting the transport: %w", err)
 	}
 	return d, nil
 }
+
+// checkNew checks New's arguments.
+func checkNew(t transport.Transport, cfg *Config) error {
+	if t == nil {
+		return fmt.Errorf("%w: qp.New needs a transport (udp.New, afpacket.New or a mem.Network's Endpoint)", verbs.ErrNil)
+	}
+	if cfg == nil {
+		return nil
+	}
+	for _, f := range [...]struct {
+		name string
+		v    int
+	}{{"MaxUnackedPSNs", cfg.MaxUnackedPSNs}, {"SharedUnackedPSNs", cfg.SharedUnackedPSNs}, {"AckReqEvery", cfg.AckReqEvery}} {
+		if f.v < 0 || f.v > bth.PSNMask/2 {
+			return fmt.Errorf("%w: qp: Config.%s %d: want 0 (the default) to %d", verbs.ErrInvalidAttr, f.name, f.v, bth.PSNMask/2)
+		}
+	}
+	return nil
+}
+
+// ok reports whether d was made by New.
+func (d *Device) ok() bool { return d != nil && d.t != nil }
+
+// nilError reports a call on a nil object (or a zero value), or a nil
+// argument: what names it, and make where to get a real one.
+func nilError(what, make string) error {
+	return fmt.Errorf("%w: qp: %s: use one from %s", verbs.ErrNil, what, make)
+}
+
+// errNilDevice is what the methods of a nil Device return.
+var errNilDevice = nilError("nil *Device", "qp.New (roce: roce.Open)")
 
 // firstQPN is the first QP number handed out, as rxe does; 0 and 1 are
 // the special QPs.
@@ -132,6 +171,9 @@ const firstQPN = 0x11
 
 // Close destroys the device's queue pairs and closes its transport.
 func (d *Device) Close() error {
+	if !d.ok() {
+		return errNilDevice
+	}
 	if d.closed.Swap(true) {
 		return nil
 	}
@@ -152,7 +194,7 @@ func (d *Device) Close() error {
 // memory an RDMA WRITE fills rather than on a CQ (perftest's write
 // latency test), so that their spinning thread drives the receive path.
 func (d *Device) Progress() int {
-	if d.poller == nil {
+	if !d.ok() || d.poller == nil {
 		return 0
 	}
 	return d.poll()
@@ -174,29 +216,48 @@ func (d *Device) isLocal(dst netip.Addr) bool {
 	return !dst.IsValid() || !d.gid.IsValid() || d.gid.IsUnspecified() || dst.Unmap() == d.gid.Unmap()
 }
 
-// Name names the device after its address: goroce:198.18.0.1.
-func (d *Device) Name() string { return "goroce:" + d.gid.String() }
+// Name names the device after its address: goroce:198.18.0.1 ("" for a
+// nil Device).
+func (d *Device) Name() string {
+	if !d.ok() {
+		return ""
+	}
+	return "goroce:" + d.gid.String()
+}
 
 // Addr returns the address behind the device's RoCEv2 GID (index 0).
-func (d *Device) Addr() netip.Addr { return d.gid }
+func (d *Device) Addr() netip.Addr {
+	if !d.ok() {
+		return netip.Addr{}
+	}
+	return d.gid
+}
 
 // GID returns the RoCEv2 GID of the given index; the software device has
 // one, at index 0, but also answers for any index (as `-g` picks one in
 // rdma-core's tools) with the same GID.
 func (d *Device) GID(index int) ([16]byte, error) {
+	if !d.ok() {
+		return [16]byte{}, errNilDevice
+	}
 	if index < 0 || index > 255 {
-		return [16]byte{}, fmt.Errorf("%w: GID index %d", verbs.ErrInvalidAttr, index)
+		return [16]byte{}, fmt.Errorf("%w: GID index %d: want 0 to 255 (the software device has one GID, at 0)",
+			verbs.ErrInvalidAttr, index)
 	}
 	return verbs.GIDFromAddr(d.gid), nil
 }
 
 // ActiveMTU returns the largest path MTU the transport carries.
 func (d *Device) ActiveMTU() verbs.MTU {
+	if !d.ok() {
+		return 0
+	}
 	m, _ := verbs.MTUFromBytes(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
 	return m
 }
 
-// PD is a protection domain of the software device.
+// PD is a protection domain of the software device. It is safe for
+// concurrent use.
 type PD struct {
 	dev *Device
 	pd  *mr.PD
@@ -204,15 +265,27 @@ type PD struct {
 
 // AllocPD returns a new protection domain.
 func (d *Device) AllocPD() (verbs.PD, error) {
+	if !d.ok() {
+		return nil, errNilDevice
+	}
 	if d.closed.Load() {
-		return nil, verbs.ErrClosed
+		return nil, fmt.Errorf("%w: AllocPD after Close", verbs.ErrClosed)
 	}
 	return &PD{dev: d, pd: d.mrs.AllocPD()}, nil
 }
 
+// ok reports whether p was made by AllocPD.
+func (p *PD) ok() bool { return p != nil && p.dev.ok() && p.pd != nil }
+
+// errNilPD is what the methods of a nil PD return.
+var errNilPD = nilError("nil *PD", "Device.AllocPD")
+
 // RegMR registers buf in the PD. The region's address is that of buf[0],
-// as with ibv_reg_mr.
+// as with ibv_reg_mr. An empty buf is refused, as libibverbs does.
 func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if !p.ok() {
+		return nil, errNilPD
+	}
 	m, err := p.pd.Register(buf, access)
 	if err != nil {
 		return nil, err
@@ -221,23 +294,55 @@ func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 }
 
 // Dealloc frees the PD; it fails while regions or queue pairs use it.
-func (p *PD) Dealloc() error { return p.pd.Dealloc() }
+func (p *PD) Dealloc() error {
+	if !p.ok() {
+		return errNilPD
+	}
+	return p.pd.Dealloc()
+}
 
 // MRPD returns the engine's protection domain behind a PD of this device.
-func (p *PD) MRPD() *mr.PD { return p.pd }
+func (p *PD) MRPD() *mr.PD {
+	if p == nil {
+		return nil
+	}
+	return p.pd
+}
 
 // Transport returns the device's transport.
-func (d *Device) Transport() transport.Transport { return d.t }
+func (d *Device) Transport() transport.Transport {
+	if !d.ok() {
+		return nil
+	}
+	return d.t
+}
 
-// Logger returns the device's logger.
-func (d *Device) Logger() *slog.Logger { return d.log }
+// Logger returns the device's logger (one that discards, for a nil
+// Device).
+func (d *Device) Logger() *slog.Logger {
+	if !d.ok() {
+		return slog.New(slog.DiscardHandler)
+	}
+	return d.log
+}
 
-// Clock returns the device's clock.
-func (d *Device) Clock() clock.Clock { return d.clk }
+// Clock returns the device's clock (the system clock, for a nil Device).
+func (d *Device) Clock() clock.Clock {
+	if !d.ok() {
+		return clock.Real{}
+	}
+	return d.clk
+}
 
 // Events returns the channel of asynchronous events (ibv_get_async_event).
-// Events that find the channel full are dropped and counted.
-func (d *Device) Events() <-chan verbs.Event { return d.events }
+// Events that find the channel full are dropped and counted. A nil Device
+// has none: its channel is nil.
+func (d *Device) Events() <-chan verbs.Event {
+	if !d.ok() {
+		return nil
+	}
+	return d.events
+}
 
 func (d *Device) event(e verbs.Event) {
 	select {
@@ -351,7 +456,7 @@ func (d *Device) allocQPN() (uint32, error) {
 			return n, nil
 		}
 	}
-	return 0, verbs.ErrNoQPN
+	return 0, fmt.Errorf("%w: all %d are in use: destroy QPs first", verbs.ErrNoQPN, bth.MaxQPN-firstQPN+1)
 }
 
 // txBatch collects the packets one pass of the engine sends, so that they
@@ -457,6 +562,9 @@ var (
 // 7, as rxe counts), which a closed device would leave unanswered. TCP's
 // TIME_WAIT does the same for the last segment's ACK.
 func (d *Device) Linger(ctx context.Context, quiet time.Duration) error {
+	if !d.ok() {
+		return errNilDevice
+	}
 	tick := max(quiet/8, time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()

@@ -35,10 +35,11 @@ type exitWatches struct {
 // its own goroutine) when it is in ERR or destroyed already. The returned
 // stop cancels the call: it reports whether it did so, false when f has
 // been started already or stop was called before, as with
-// context.AfterFunc. A nil f is never called. Nothing is spent on the data
-// path: watchers are looked at only when the QP leaves service.
+// context.AfterFunc. A nil f is never called, nor f for a nil QP. Nothing
+// is spent on the data path: watchers are looked at only when the QP
+// leaves service.
 func (q *QP) OnExit(f func(Exit)) (stop func() bool) {
-	if f == nil {
+	if f == nil || !q.ok() {
 		return func() bool { return false }
 	}
 	q.mu.Lock()
@@ -92,5 +93,5 @@ func (q *QP) sendFailure() verbs.Status {
 
 // HasGSI reports whether the device has a General Services QP (QP 1),
 // that is whether anything on it serves management datagrams (a CM
-// agent, or the program itself). It takes no lock.
-func (d *Device) HasGSI() bool { return d.qps.get(1) != nil }
+// agent, or the program itself). It takes no lock. A nil Device has none.
+func (d *Device) HasGSI() bool { return d.ok() && d.qps.get(1) != nil }

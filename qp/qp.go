@@ -54,6 +54,9 @@ type QP struct {
 // CreateQP creates a queue pair in the PD, in the RESET state. Its CQs
 // and SRQ must come from the same device.
 func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
+	if !p.ok() {
+		return nil, errNilPD
+	}
 	q, err := p.dev.createQP(p, init)
 	if err != nil {
 		return nil, err
@@ -62,32 +65,37 @@ func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
 }
 
 func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
+	if init == nil {
+		return nil, fmt.Errorf("%w: CreateQP needs a *QPInitAttr with the QP's type, CQs and sizes", verbs.ErrNil)
+	}
 	if d.closed.Load() {
-		return nil, verbs.ErrClosed
+		return nil, fmt.Errorf("%w: CreateQP after Close", verbs.ErrClosed)
 	}
 	pd := p.pd
-	scq, ok1 := init.SendCQ.(*CQ)
-	rcq, ok2 := init.RecvCQ.(*CQ)
-	if !ok1 || !ok2 || scq.dev != d || rcq.dev != d {
-		return nil, fmt.Errorf("%w: send and receive CQs of this device are required", verbs.ErrForeign)
+	scq, err := d.initCQ(init.SendCQ, "send")
+	if err != nil {
+		return nil, err
+	}
+	rcq, err := d.initCQ(init.RecvCQ, "receive")
+	if err != nil {
+		return nil, err
 	}
 	var srq *SRQ
 	if init.SRQ != nil {
 		s, ok := init.SRQ.(*SRQ)
-		if !ok || s.dev != d || s.pd != pd {
-			return nil, fmt.Errorf("%w: SRQ", verbs.ErrForeign)
+		switch {
+		case ok && !s.ok():
+			return nil, fmt.Errorf("%w: QPInitAttr.SRQ is a nil *SRQ: use one from PD.CreateSRQ, or a nil interface "+
+				"for a QP with its own receive queue", verbs.ErrNil)
+		case !ok || s.dev != d || s.pd != pd:
+			return nil, fmt.Errorf("%w: the SRQ (%T) comes from another device or PD: use one from this PD's CreateSRQ",
+				verbs.ErrForeign, init.SRQ)
 		}
 		srq = s
 	}
 	c := init.Cap
-	switch init.Type {
-	case verbs.RC, verbs.UC, verbs.UD, verbs.GSI:
-	default:
-		return nil, fmt.Errorf("%w: QP type %v", verbs.ErrInvalidAttr, init.Type)
-	}
-	if c.MaxSendWR > MaxWR || c.MaxRecvWR > MaxWR || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE ||
-		c.MaxInlineData > MaxInlineData {
-		return nil, verbs.ErrInvalidCap
+	if err := checkQPInit(init.Type, &c); err != nil {
+		return nil, err
 	}
 	if c.MaxSendWR == 0 {
 		c.MaxSendWR = 1
@@ -113,7 +121,7 @@ func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
 	defer d.qpMu.Unlock()
 	if init.Type == verbs.GSI {
 		if d.gsi != nil {
-			return nil, verbs.ErrGSIExists
+			return nil, fmt.Errorf("%w (QP 1; a cm agent makes one): destroy it first", verbs.ErrGSIExists)
 		}
 		q.qpn = 1
 		d.gsi = q
@@ -139,17 +147,82 @@ func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
 	return q, nil
 }
 
+// initCQ checks one of the CQs a QP is created with.
+func (d *Device) initCQ(cq verbs.CQ, which string) (*CQ, error) {
+	c, ok := cq.(*CQ)
+	switch {
+	case cq == nil || ok && !c.ok():
+		return nil, fmt.Errorf("%w: the %s CQ is missing (QPInitAttr.%sCQ): use one from Device.CreateCQ",
+			verbs.ErrNil, which, map[string]string{"send": "Send", "receive": "Recv"}[which])
+	case !ok || c.dev != d:
+		return nil, fmt.Errorf("%w: the %s CQ (%T) comes from another device: use one from this device's CreateCQ",
+			verbs.ErrForeign, which, cq)
+	}
+	c.mu.Lock()
+	dead := c.dead
+	c.mu.Unlock()
+	if dead {
+		return nil, fmt.Errorf("%w: the %s CQ was destroyed", verbs.ErrDestroyed, which)
+	}
+	return c, nil
+}
+
+// checkQPInit checks a QP's type and sizes.
+func checkQPInit(typ verbs.QPType, c *verbs.QPCap) error {
+	switch typ {
+	case verbs.RC, verbs.UC, verbs.UD, verbs.GSI:
+	default:
+		return fmt.Errorf("%w: QP type %v: want RC, UC, UD or GSI", verbs.ErrInvalidAttr, typ)
+	}
+	for _, f := range [...]struct {
+		name   string
+		v, max uint32
+	}{
+		{"MaxSendWR", c.MaxSendWR, MaxWR}, {"MaxRecvWR", c.MaxRecvWR, MaxWR}, {"MaxSendSGE", c.MaxSendSGE, MaxSGE},
+		{"MaxRecvSGE", c.MaxRecvSGE, MaxSGE}, {"MaxInlineData", c.MaxInlineData, MaxInlineData},
+	} {
+		if f.v > f.max {
+			return fmt.Errorf("%w: QPCap.%s %d: want at most %d", verbs.ErrInvalidCap, f.name, f.v, f.max)
+		}
+	}
+	return nil
+}
+
+// ok reports whether q was made by CreateQP.
+func (q *QP) ok() bool { return q != nil && q.dev.ok() }
+
+// errNilQP is what the methods of a nil QP return.
+var errNilQP = nilError("nil *QP", "PD.CreateQP")
+
 // QPN returns the queue pair number.
-func (q *QP) QPN() uint32 { return q.qpn }
+func (q *QP) QPN() uint32 {
+	if !q.ok() {
+		return 0
+	}
+	return q.qpn
+}
 
 // Type returns the QP's transport service.
-func (q *QP) Type() verbs.QPType { return q.typ }
+func (q *QP) Type() verbs.QPType {
+	if !q.ok() {
+		return 0
+	}
+	return q.typ
+}
 
 // PD returns the QP's protection domain.
-func (q *QP) PD() *mr.PD { return q.pd }
+func (q *QP) PD() *mr.PD {
+	if !q.ok() {
+		return nil
+	}
+	return q.pd
+}
 
 // State returns the current state.
 func (q *QP) State() verbs.QPState {
+	if !q.ok() {
+		return verbs.StateReset
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.state
@@ -157,10 +230,13 @@ func (q *QP) State() verbs.QPState {
 
 // Query returns the QP's attributes.
 func (q *QP) Query() (verbs.QPAttr, error) {
+	if !q.ok() {
+		return verbs.QPAttr{}, errNilQP
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return verbs.QPAttr{}, verbs.ErrDestroyed
+		return verbs.QPAttr{}, fmt.Errorf("%w: Query of QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
 	}
 	a := q.attr
 	a.State, a.CurState, a.Cap = q.state, q.state, q.cap
@@ -169,6 +245,9 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 
 // Counters returns the QP's counters.
 func (q *QP) Counters() Counters {
+	if !q.ok() {
+		return Counters{}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ctr
@@ -177,10 +256,13 @@ func (q *QP) Counters() Counters {
 // Destroy removes the queue pair. Outstanding work requests are dropped
 // without completions, as ibv_destroy_qp does.
 func (q *QP) Destroy() error {
+	if !q.ok() {
+		return errNilQP
+	}
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
-		return verbs.ErrDestroyed
+		return fmt.Errorf("%w: QP %d was destroyed already (by Destroy or the device's Close)", verbs.ErrDestroyed, q.qpn)
 	}
 	if q.resp.ackPending {
 		// A deferred ACK (busy-poll mode) still answers what came.
@@ -219,13 +301,19 @@ func (q *QP) Destroy() error {
 // ibv_modify_qp: each transition requires some attributes and allows
 // others. A refused modification changes nothing.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
+	if !q.ok() {
+		return errNilQP
+	}
+	if attr == nil {
+		return fmt.Errorf("%w: Modify needs a *QPAttr with the values mask names", verbs.ErrNil)
+	}
 	b := q.dev.getBatch()
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	defer q.updateActive()
 	if q.destroyed {
-		return verbs.ErrDestroyed
+		return fmt.Errorf("%w: Modify of QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
 	}
 	if q.resp.ackPending {
 		// A deferred ACK (busy-poll mode) answers what came in the
@@ -319,11 +407,8 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.AttrMask) error {
 		return bad("P_Key index", a.PKeyIndex)
 	case mask&verbs.AttrAccessFlags != 0 && a.Access&^(verbs.LocalWrite|verbs.RemoteAccess) != 0:
 		return bad("access flags", a.Access)
-	case mask&verbs.AttrAV != 0 && !a.AH.DestAddr().IsValid():
-		return bad("address vector", a.AH.DGID)
-	case mask&verbs.AttrAV != 0 && a.AH.DestAddr().Is4() != q.dev.gid.Is4():
-		return fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
-			verbs.ErrInvalidAttr, a.AH.DestAddr(), q.dev.gid)
+	case mask&verbs.AttrAV != 0:
+		return checkDest(a.AH.DGID, q.dev.gid, "QPAttr.AH.DGID")
 	}
 	return nil
 }
@@ -447,6 +532,9 @@ func (q *QP) stopTimers() {
 // they are posted; the first bad one stops the post with a *PostError.
 // In the ERR state requests are accepted and complete with WR_FLUSH_ERR.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	if !q.ok() {
+		return errNilQP
+	}
 	b := q.dev.getBatch()
 	q.mu.Lock()
 	err := q.postSend(wrs)
@@ -463,11 +551,11 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 
 func (q *QP) postSend(wrs []verbs.SendWR) error {
 	if q.destroyed {
-		return verbs.ErrDestroyed
+		return fmt.Errorf("%w: PostSend on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
 	}
 	switch q.state {
 	case verbs.StateReset, verbs.StateInit, verbs.StateRTR:
-		return fmt.Errorf("%w: post send in %v", verbs.ErrInvalidState, q.state)
+		return fmt.Errorf("%w: post send in %v: move the QP to RTS first (roce.Connect)", verbs.ErrInvalidState, q.state)
 	}
 	for i := range wrs {
 		wr := &wrs[i]
@@ -475,7 +563,8 @@ func (q *QP) postSend(wrs []verbs.SendWR) error {
 			return &verbs.PostError{Index: i, Err: err}
 		}
 		if q.sq.tail-q.sq.first == q.sq.max {
-			return &verbs.PostError{Index: i, Err: verbs.ErrQueueFull}
+			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d send requests outstanding: poll the CQ, "+
+				"or create the QP with a larger QPCap.MaxSendWR", verbs.ErrQueueFull, q.sq.max)}
 		}
 		q.sq.post(wr, q)
 	}
@@ -488,22 +577,25 @@ func (q *QP) checkSendWR(wr *verbs.SendWR) error {
 		return err
 	}
 	if q.typ == verbs.UD || q.typ == verbs.GSI {
-		if wr.AH == nil {
-			return fmt.Errorf("%w: UD send without an address handle", verbs.ErrInvalidWR)
+		if ah, ok := wr.AH.(*AH); wr.AH == nil || ok && ah == nil {
+			return fmt.Errorf("%w: a UD send without an address handle: set SendWR.AH to one from PD.CreateAH",
+				verbs.ErrInvalidWR)
 		}
 		if wr.RemoteQPN > bth.MaxQPN {
-			return fmt.Errorf("%w: remote QPN %#x", verbs.ErrInvalidWR, wr.RemoteQPN)
+			return fmt.Errorf("%w: remote QPN %#x does not fit in 24 bits", verbs.ErrInvalidWR, wr.RemoteQPN)
 		}
 	}
 	if len(wr.SGL) > q.sq.maxSGE {
-		return verbs.ErrTooManySGE
+		return fmt.Errorf("%w: %d SGEs, and the QP takes at most %d (QPCap.MaxSendSGE)", verbs.ErrTooManySGE,
+			len(wr.SGL), q.sq.maxSGE)
 	}
 	if wr.Flags&verbs.Inline != 0 {
 		if len(wr.InlineData) > int(q.cap.MaxInlineData) {
-			return verbs.ErrInlineTooLong
+			return fmt.Errorf("%w: %d bytes, and the QP takes at most %d (QPCap.MaxInlineData)", verbs.ErrInlineTooLong,
+				len(wr.InlineData), q.cap.MaxInlineData)
 		}
 		if op.NeedsResponse() {
-			return fmt.Errorf("%w: inline %v", verbs.ErrInvalidWR, op)
+			return fmt.Errorf("%w: %v cannot be inline: its data comes back into the SGEs", verbs.ErrInvalidWR, op)
 		}
 	}
 	if op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
@@ -514,23 +606,27 @@ func (q *QP) checkSendWR(wr *verbs.SendWR) error {
 
 // PostRecv posts receive work requests to the QP's own receive queue.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
+	if !q.ok() {
+		return errNilQP
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
-		return verbs.ErrDestroyed
+		return fmt.Errorf("%w: PostRecv on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
 	}
 	if q.srq != nil {
-		return verbs.ErrHasSRQ
+		return fmt.Errorf("%w: post its receives to the SRQ", verbs.ErrHasSRQ)
 	}
 	if q.state == verbs.StateReset {
-		return fmt.Errorf("%w: post receive in RESET", verbs.ErrInvalidState)
+		return fmt.Errorf("%w: post receive in RESET: move the QP to INIT first (roce.ModifyToInit)", verbs.ErrInvalidState)
 	}
 	for i := range wrs {
 		if err := checkRecvWR(&wrs[i], q.rq.maxSGE); err != nil {
 			return &verbs.PostError{Index: i, Err: err}
 		}
 		if q.rq.full() {
-			return &verbs.PostError{Index: i, Err: verbs.ErrQueueFull}
+			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d receives posted: wait for completions, "+
+				"or create the QP with a larger QPCap.MaxRecvWR", verbs.ErrQueueFull, q.rq.max)}
 		}
 		q.rq.post(&wrs[i])
 	}
@@ -718,6 +814,9 @@ func (q *QP) checkDrained() {
 
 // LogValue makes a QP print as the minimal sample's QP dump in slog.
 func (q *QP) LogValue() slog.Value {
+	if !q.ok() {
+		return slog.StringValue("<nil>")
+	}
 	q.mu.Lock()
 	a := q.attr
 	a.State = q.state

@@ -3,6 +3,7 @@ package qp
 import (
 	"fmt"
 	"github.com/goroce/goroce/verbs"
+	"net/netip"
 	"sync"
 
 	"github.com/goroce/goroce/mr"
@@ -66,7 +67,8 @@ func (q *recvQueue) pop() {
 
 func checkRecvWR(wr *verbs.RecvWR, maxSGE int) error {
 	if len(wr.SGL) > maxSGE {
-		return verbs.ErrTooManySGE
+		return fmt.Errorf("%w: %d SGEs, and the queue takes at most %d (MaxRecvSGE, MaxSGE of an SRQ)",
+			verbs.ErrTooManySGE, len(wr.SGL), maxSGE)
 	}
 	return nil
 }
@@ -85,6 +87,9 @@ type SRQ struct {
 
 // CreateSRQ returns a shared receive queue in the PD.
 func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
+	if !p.ok() {
+		return nil, errNilPD
+	}
 	s, err := p.dev.createSRQ(p.pd, attr)
 	if err != nil {
 		return nil, err
@@ -93,8 +98,14 @@ func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
 }
 
 func (d *Device) createSRQ(pd *mr.PD, attr verbs.SRQAttr) (*SRQ, error) {
-	if attr.MaxWR == 0 || attr.MaxWR > MaxWR || attr.MaxSGE > MaxSGE || attr.Limit > attr.MaxWR {
-		return nil, verbs.ErrInvalidCap
+	switch {
+	case attr.MaxWR == 0 || attr.MaxWR > MaxWR:
+		return nil, fmt.Errorf("%w: SRQ MaxWR %d: want 1 to %d", verbs.ErrInvalidCap, attr.MaxWR, MaxWR)
+	case attr.MaxSGE > MaxSGE:
+		return nil, fmt.Errorf("%w: SRQ MaxSGE %d: want 0 (meaning 1) to %d", verbs.ErrInvalidCap, attr.MaxSGE, MaxSGE)
+	case attr.Limit > attr.MaxWR:
+		return nil, fmt.Errorf("%w: SRQ Limit %d exceeds MaxWR %d: want 0 (no limit event) to MaxWR",
+			verbs.ErrInvalidCap, attr.Limit, attr.MaxWR)
 	}
 	if attr.MaxSGE == 0 {
 		attr.MaxSGE = 1
@@ -104,19 +115,29 @@ func (d *Device) createSRQ(pd *mr.PD, attr verbs.SRQAttr) (*SRQ, error) {
 		limit: int(attr.Limit)}, nil
 }
 
+// ok reports whether s was made by CreateSRQ.
+func (s *SRQ) ok() bool { return s != nil && s.dev.ok() && s.pd != nil }
+
+// errNilSRQ is what the methods of a nil SRQ return.
+var errNilSRQ = nilError("nil *SRQ", "PD.CreateSRQ")
+
 // PostRecv posts receives to the SRQ.
 func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
+	if !s.ok() {
+		return errNilSRQ
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
-		return verbs.ErrDestroyed
+		return fmt.Errorf("%w: PostRecv on an SRQ after Destroy", verbs.ErrDestroyed)
 	}
 	for i := range wrs {
 		if err := checkRecvWR(&wrs[i], s.q.maxSGE); err != nil {
 			return &verbs.PostError{Index: i, Err: err}
 		}
 		if s.q.full() {
-			return &verbs.PostError{Index: i, Err: verbs.ErrQueueFull}
+			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d receives posted to the SRQ: wait for completions, "+
+				"or create it with a larger MaxWR", verbs.ErrQueueFull, s.q.max)}
 		}
 		s.q.post(&wrs[i])
 	}
@@ -125,10 +146,14 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
 
 // Modify arms the limit event with a new threshold (IBV_SRQ_LIMIT).
 func (s *SRQ) Modify(limit uint32) error {
+	if !s.ok() {
+		return errNilSRQ
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if int(limit) > s.q.max {
-		return verbs.ErrInvalidAttr
+	if int64(limit) > int64(s.q.max) {
+		return fmt.Errorf("%w: SRQ limit %d exceeds its %d entries: want 0 (disarmed) to %d",
+			verbs.ErrInvalidAttr, limit, s.q.max, s.q.max)
 	}
 	s.limit = int(limit)
 	return nil
@@ -136,6 +161,9 @@ func (s *SRQ) Modify(limit uint32) error {
 
 // Query returns the SRQ's attributes.
 func (s *SRQ) Query() verbs.SRQAttr {
+	if !s.ok() {
+		return verbs.SRQAttr{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return verbs.SRQAttr{MaxWR: uint32(s.q.max), MaxSGE: uint32(s.q.maxSGE), Limit: uint32(s.limit)}
@@ -143,6 +171,9 @@ func (s *SRQ) Query() verbs.SRQAttr {
 
 // Len returns the number of posted receives.
 func (s *SRQ) Len() int {
+	if !s.ok() {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.q.n
@@ -150,10 +181,13 @@ func (s *SRQ) Len() int {
 
 // Destroy frees the SRQ; it fails with ErrBusy while queue pairs use it.
 func (s *SRQ) Destroy() error {
+	if !s.ok() {
+		return errNilSRQ
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.users > 0 {
-		return verbs.ErrBusy
+		return fmt.Errorf("%w: %d queue pairs use the SRQ: destroy them first", verbs.ErrBusy, s.users)
 	}
 	if !s.dead {
 		s.dead = true
@@ -192,19 +226,42 @@ type AH struct {
 
 // CreateAH returns an address handle for attr in the PD.
 func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
-	if !attr.DestAddr().IsValid() || attr.DestAddr().IsUnspecified() {
-		return nil, verbs.ErrInvalidAttr
+	if !p.ok() {
+		return nil, errNilPD
 	}
-	if attr.DestAddr().Is4() != p.dev.gid.Is4() {
-		return nil, fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
-			verbs.ErrInvalidAttr, attr.DestAddr(), p.dev.gid)
+	if err := checkDest(attr.DGID, p.dev.gid, "AHAttr.DGID"); err != nil {
+		return nil, err
 	}
 	return &AH{attr: attr}, nil
 }
 
-// Attr returns the handle's address vector.
-func (a *AH) Attr() verbs.AHAttr { return a.attr }
+// checkDest checks a destination GID against the device's address.
+func checkDest(gid [16]byte, local netip.Addr, field string) error {
+	dst := netip.AddrFrom16(gid).Unmap()
+	if dst.IsUnspecified() {
+		return fmt.Errorf("%w: no destination GID (%s is zero): set it to the peer's GID, its IP address "+
+			"as verbs.GIDFromAddr makes it", verbs.ErrInvalidAttr, field)
+	}
+	if dst.Is4() != local.Is4() {
+		return fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
+			verbs.ErrInvalidAttr, dst, local)
+	}
+	return nil
+}
+
+// Attr returns the handle's address vector (the zero one, for a nil AH).
+func (a *AH) Attr() verbs.AHAttr {
+	if a == nil {
+		return verbs.AHAttr{}
+	}
+	return a.attr
+}
 
 // Destroy frees the handle; work requests already posted keep their copy
 // of the address.
-func (a *AH) Destroy() error { return nil }
+func (a *AH) Destroy() error {
+	if a == nil {
+		return nilError("nil *AH", "PD.CreateAH")
+	}
+	return nil
+}

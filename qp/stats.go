@@ -69,8 +69,11 @@ type Counters struct {
 	LostCompletions uint64 `rdma:"lost_completions"`
 }
 
-// Add adds o to c.
+// Add adds o to c; a nil o adds nothing, and a nil c takes nothing.
 func (c *Counters) Add(o *Counters) {
+	if c == nil || o == nil {
+		return
+	}
 	cv, ov := reflect.ValueOf(c).Elem(), reflect.ValueOf(o).Elem()
 	for i := range cv.NumField() {
 		f := cv.Field(i)
@@ -78,8 +81,12 @@ func (c *Counters) Add(o *Counters) {
 	}
 }
 
-// Each calls f with each counter's rdma name and value, in field order.
+// Each calls f with each counter's rdma name and value, in field order;
+// a nil c has none.
 func (c *Counters) Each(f func(name string, v uint64)) {
+	if c == nil || f == nil {
+		return
+	}
 	v := reflect.ValueOf(c).Elem()
 	t := v.Type()
 	for i := range v.NumField() {
@@ -89,6 +96,9 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 
 // String lists the non-zero counters as name=value.
 func (c *Counters) String() string {
+	if c == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	c.Each(func(name string, v uint64) {
 		if v != 0 {
@@ -153,6 +163,9 @@ type Stats struct {
 // Stats returns the device's counters.
 func (d *Device) Stats() Stats {
 	var s Stats
+	if !d.ok() {
+		return s
+	}
 	d.qpMu.Lock()
 	s.Counters = d.retired
 	var qps []*QP
