@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -70,6 +71,9 @@ func (r *cmRejecter) SendsPayload() bool { return transport.SendsPayload(r.Trans
 // packet to h and then answers the CM requests among them when the
 // device has no GSI QP.
 func (r *cmRejecter) Start(h transport.Handler) error {
+	if h == nil {
+		return fmt.Errorf("roce: %w: Start needs a Handler", ErrNil)
+	}
 	return r.Transport.Start(func(pkts []transport.Packet) {
 		h(pkts)
 		if d := r.dev.Load(); d != nil && d.HasGSI() {

@@ -7,17 +7,19 @@ import (
 )
 
 // Remote is what a program learns about the other end of a connection
-// from the out-of-band exchange or the connection manager.
+// from the out-of-band exchange or the connection manager. It is plain
+// data, safe to share once filled.
 type Remote struct {
 	QPN uint32
 	PSN uint32 // the PSN the peer starts sending with
 	GID [16]byte
 }
 
-// ConnParams are the attributes Connect gives a QP. The zero value gives
-// the values of rdma-core's example programs: path MTU 1024, local ACK
-// timeout 14, 7 retries, 7 RNR retries (forever), minimum RNR timer 12,
-// one outstanding READ or atomic each way, every remote right.
+// ConnParams are the attributes Connect gives a QP. The zero value (and a
+// nil *ConnParams) gives the values of rdma-core's example programs: path
+// MTU 1024, local ACK timeout 14, 7 retries, 7 RNR retries (forever),
+// minimum RNR timer 12, one outstanding READ or atomic each way, every
+// remote right. It is plain data, safe to share once filled.
 type ConnParams struct {
 	MTU MTU
 	// PSN is the PSN this side starts sending with.
@@ -78,9 +80,20 @@ func (p *ConnParams) withDefaults() ConnParams {
 	return c
 }
 
+// checkQP reports a nil QP given to step.
+func checkQP(q QP, step string) error {
+	if q == nil {
+		return fmt.Errorf("roce: %s: %w: a QP from PD.CreateQP is required", step, ErrNil)
+	}
+	return nil
+}
+
 // ModifyToInit moves a QP from RESET to INIT: port 1, P_Key index 0, and
 // the remote rights (RC, UC) or the Q_Key (UD).
 func ModifyToInit(q QP, p *ConnParams) error {
+	if err := checkQP(q, "ModifyToInit"); err != nil {
+		return err
+	}
 	c := p.withDefaults()
 	a := QPAttr{State: StateInit, Port: 1, Access: c.Access, QKey: c.QKey}
 	mask := AttrState | AttrPKeyIndex | AttrPort
@@ -95,15 +108,19 @@ func ModifyToInit(q QP, p *ConnParams) error {
 	return nil
 }
 
-// ModifyToRTR moves a QP from INIT to RTR towards r.
+// ModifyToRTR moves a QP from INIT to RTR towards r; r may be nil for a
+// UD QP.
 func ModifyToRTR(q QP, r *Remote, p *ConnParams) error {
+	if err := checkQP(q, "ModifyToRTR"); err != nil {
+		return err
+	}
 	c := p.withDefaults()
 	a := QPAttr{State: StateRTR}
 	mask := AttrState
 	switch q.Type() {
 	case RC, UC:
-		if r.QPN > bth.MaxQPN || r.PSN > bth.PSNMask {
-			return fmt.Errorf("roce: QP %d to RTR: %w: remote QPN %#x PSN %#x", q.QPN(), ErrInvalidAttr, r.QPN, r.PSN)
+		if err := checkRemote(q, r); err != nil {
+			return err
 		}
 		a.PathMTU, a.DestQPN, a.RQPSN = c.MTU, r.QPN, bth.PSN(r.PSN)
 		a.AH = AHAttr{DGID: r.GID, SGIDIndex: c.SGIDIndex, HopLimit: c.HopLimit, TrafficClass: c.TrafficClass, Port: 1}
@@ -119,11 +136,30 @@ func ModifyToRTR(q QP, r *Remote, p *ConnParams) error {
 	return nil
 }
 
+// checkRemote checks what a connected QP needs to know of its peer.
+func checkRemote(q QP, r *Remote) error {
+	switch {
+	case r == nil:
+		return fmt.Errorf("roce: %v QP %d to RTR: %w: a *Remote with the peer's QPN, PSN and GID is required",
+			q.Type(), q.QPN(), ErrNil)
+	case r.GID == [16]byte{}:
+		return fmt.Errorf("roce: %v QP %d to RTR: %w: the remote GID is missing (Remote.GID is zero): "+
+			"set it to the peer's GID (its Device.GID(0), or GIDFromAddr of its address)", q.Type(), q.QPN(), ErrInvalidAttr)
+	case r.QPN > bth.MaxQPN || r.PSN > bth.PSNMask:
+		return fmt.Errorf("roce: QP %d to RTR: %w: remote QPN %#x or PSN %#x does not fit in 24 bits",
+			q.QPN(), ErrInvalidAttr, r.QPN, r.PSN)
+	}
+	return nil
+}
+
 // ModifyToRTS moves a QP from RTR to RTS, sending from PSN p.PSN.
 func ModifyToRTS(q QP, p *ConnParams) error {
+	if err := checkQP(q, "ModifyToRTS"); err != nil {
+		return err
+	}
 	c := p.withDefaults()
 	if c.PSN > bth.PSNMask {
-		return fmt.Errorf("roce: QP %d to RTS: %w: PSN %#x", q.QPN(), ErrInvalidAttr, c.PSN)
+		return fmt.Errorf("roce: QP %d to RTS: %w: ConnParams.PSN %#x does not fit in 24 bits", q.QPN(), ErrInvalidAttr, c.PSN)
 	}
 	a := QPAttr{State: StateRTS, SQPSN: bth.PSN(c.PSN), Timeout: c.Timeout, RetryCnt: c.RetryCnt,
 		RNRRetry: c.RNRRetry, MaxRDAtomic: c.MaxRDAtomic}
@@ -140,17 +176,17 @@ func ModifyToRTS(q QP, p *ConnParams) error {
 // Connect moves a QP in RESET through INIT and RTR to RTS towards r (a QP
 // already in INIT goes on from there). For UD, r may be nil.
 func Connect(q QP, r *Remote, p *ConnParams) error {
+	if err := checkQP(q, "Connect"); err != nil {
+		return err
+	}
 	st, err := q.Query()
 	if err != nil {
-		return err
+		return fmt.Errorf("roce: Connect: %w", err)
 	}
 	if st.State == StateReset {
 		if err := ModifyToInit(q, p); err != nil {
 			return err
 		}
-	}
-	if r == nil {
-		r = &Remote{}
 	}
 	if err := ModifyToRTR(q, r, p); err != nil {
 		return err

@@ -19,8 +19,11 @@ type QPExit = qp.Exit
 // stop is called or the device closes; f must return quickly. The udp
 // transport learns of them from ICMP errors, the in-memory network from
 // addresses without an endpoint; afpacket, or a Config.Link that is no
-// transport.UnreachableNotifier, never calls f.
+// transport.UnreachableNotifier (or a nil SoftDevice), never calls f.
 func (d *SoftDevice) NotifyUnreachable(f func(Unreachable)) (stop func()) {
+	if d == nil {
+		return func() {}
+	}
 	if n, ok := d.link.(transport.UnreachableNotifier); ok && f != nil {
 		return n.NotifyUnreachable(f)
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // Config says how Open builds a software device. A nil *Config means a
-// UDP transport on 127.0.0.1:4791.
+// UDP transport on 127.0.0.1:4791. Open reads it, never writes it.
 type Config struct {
 	// Transport is "udp" (the default), "afpacket" or "mem".
 	Transport string
@@ -66,6 +66,11 @@ type Config struct {
 
 // SoftDevice is goroce's software RDMA device, as Open returns it. It
 // implements Device and is safe for concurrent use.
+//
+// Its own methods (Close, TransportStats, FaultStats) on a nil
+// *SoftDevice return ErrNil or zero values; those it promotes from
+// *qp.Device need the SoftDevice itself, as Go's embedding does (on a
+// SoftDevice Open did not make, they return ErrNil).
 type SoftDevice struct {
 	*qp.Device
 	link   transport.Transport // the transport under the wrappers
@@ -161,11 +166,13 @@ func (c *Config) transport() (transport.Transport, error) {
 			TOS: c.TOS, Logger: c.Logger})
 	case "mem":
 		if c.Network == nil {
-			return nil, errors.New("roce: the mem transport needs Config.Network")
+			return nil, fmt.Errorf("roce: %w: the mem transport needs Config.Network: set it to a mem.NewNetwork "+
+				"that the devices share", ErrNil)
 		}
 		addr := c.Addr
 		if !addr.IsValid() {
-			return nil, errors.New("roce: the mem transport needs Config.Addr")
+			return nil, fmt.Errorf("roce: %w: the mem transport needs Config.Addr, the device's address on the network",
+				ErrInvalidAttr)
 		}
 		return c.Network.Endpoint(addr)
 	}
@@ -198,15 +205,24 @@ func findInterface(ifname string, addr netip.Addr) (string, netip.Addr, error) {
 	}
 	switch {
 	case ifname == "" && !addr.IsValid():
-		return "", addr, errors.New("roce: afpacket needs an interface (--dev) or an address (--bind)")
+		return "", addr, fmt.Errorf("roce: %w: afpacket needs Config.Interface or Config.Addr (the command's --dev or --bind)",
+			ErrInvalidAttr)
 	case ifname == "":
-		return "", addr, fmt.Errorf("roce: no interface holds %v", addr)
+		return "", addr, fmt.Errorf("roce: %w: no interface holds %v: set Config.Interface, or an Addr of this host",
+			ErrInvalidAttr, addr)
 	}
-	return "", addr, fmt.Errorf("roce: interface %q has no usable IP address", ifname)
+	return "", addr, fmt.Errorf("roce: %w: interface %q has no usable IP address: give it one, or set Config.Addr",
+		ErrInvalidAttr, ifname)
 }
+
+// errNilSoftDevice is what the methods of a nil SoftDevice return.
+var errNilSoftDevice = fmt.Errorf("roce: %w: nil *SoftDevice: use one from Open", ErrNil)
 
 // Close closes the device, its transport and its capture file.
 func (d *SoftDevice) Close() error {
+	if d == nil {
+		return errNilSoftDevice
+	}
 	err := d.Device.Close()
 	if perr := d.closePcap(); err == nil {
 		err = perr
@@ -228,11 +244,16 @@ func (d *SoftDevice) closePcap() error {
 
 // TransportStats returns the transport's counters: packets, bytes, ICRC
 // errors.
-func (d *SoftDevice) TransportStats() transport.Stats { return d.Device.Transport().Stats() }
+func (d *SoftDevice) TransportStats() transport.Stats {
+	if d == nil || d.Device.Transport() == nil {
+		return transport.Stats{}
+	}
+	return d.Device.Transport().Stats()
+}
 
 // FaultStats returns what Config.Faults did, when set.
 func (d *SoftDevice) FaultStats() transport.FaultStats {
-	if d.faulty == nil {
+	if d == nil || d.faulty == nil {
 		return transport.FaultStats{}
 	}
 	return d.faulty.FaultStats()

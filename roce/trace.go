@@ -24,9 +24,11 @@ const (
 // attributes "step" (the number) and "kind" (StepControl, StepData or
 // StepDetail). Objects made through the wrapper are wrapped too; they work
 // with the backend as the originals do. An empty poll is not logged. A
-// nil log discards. A
-// nil log discards.
+// nil log discards. Trace of a nil Device is nil.
 func Trace(d Device, log *slog.Logger) Device {
+	if d == nil {
+		return nil
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -101,6 +103,9 @@ func (p *tracePD) RegMR(buf []byte, access Access) (MR, error) {
 }
 
 func (p *tracePD) CreateQP(attr *QPInitAttr) (QP, error) {
+	if attr == nil {
+		return p.PD.CreateQP(nil) // the backend's error
+	}
 	a := *attr
 	a.SendCQ, a.RecvCQ, a.SRQ = untraceCQ(a.SendCQ), untraceCQ(a.RecvCQ), untraceSRQ(a.SRQ)
 	p.t.logf(StepControl, "create %v QP", a.Type)
@@ -165,7 +170,7 @@ func (q *traceQP) dump() {
 func (q *traceQP) Modify(attr *QPAttr, mask AttrMask) error {
 	before, _ := q.QP.Query()
 	to := before.State
-	if mask&AttrState != 0 {
+	if mask&AttrState != 0 && attr != nil {
 		to = attr.State
 	}
 	q.t.logf(StepControl, "modify QP %d %v -> %v (%v)", q.QPN(), before.State, to, mask)

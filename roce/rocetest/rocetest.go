@@ -14,7 +14,8 @@ import (
 	"github.com/goroce/goroce/roce"
 )
 
-// Side is one end of a connection made through the public API.
+// Side is one end of a connection made through the public API. It is
+// used by one test goroutine at a time.
 type Side struct {
 	dev roce.Device
 	pd  roce.PD
@@ -23,8 +24,14 @@ type Side struct {
 	buf roce.MR
 }
 
+// NewSide makes a PD, a 256-entry CQ, a QP of type typ (64 work requests
+// and 2 SGEs each way) and a 1 MiB region with every right on d, and
+// fails t if one cannot be made.
 func NewSide(t testing.TB, d roce.Device, typ roce.QPType) *Side {
 	t.Helper()
+	if d == nil {
+		t.Fatal("rocetest: NewSide needs a device (roce.Open, hwverbs.Open)")
+	}
 	s := &Side{dev: d}
 	var err error
 	if s.pd, err = d.AllocPD(); err != nil {
@@ -43,7 +50,13 @@ func NewSide(t testing.TB, d roce.Device, typ roce.QPType) *Side {
 	return s
 }
 
+// Remote returns what the peer of s needs to connect to it: its QPN, the
+// given starting PSN and its GID.
 func (s *Side) Remote(t testing.TB, psn uint32) *roce.Remote {
+	t.Helper()
+	if s == nil {
+		t.Fatal("rocetest: Remote of a nil *Side: use one from NewSide")
+	}
 	gid, err := s.dev.GID(0)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +67,9 @@ func (s *Side) Remote(t testing.TB, psn uint32) *roce.Remote {
 // Wait polls cq until a completion arrives, for up to 10 s.
 func Wait(t testing.TB, cq roce.CQ) roce.WC {
 	t.Helper()
+	if cq == nil {
+		t.Fatal("rocetest: Wait needs a CQ")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wc := make([]roce.WC, 1)
@@ -167,6 +183,10 @@ func EveryOperation(t testing.TB, da, db roce.Device) {
 // throughput (b.SetBytes) and allocations. Every completion is checked;
 // data is not, to measure the stack rather than the test.
 func Stream(b *testing.B, da, db roce.Device, op roce.WROpcode, size, depth int) {
+	b.Helper()
+	if size < 1 || depth < 1 {
+		b.Fatalf("rocetest: Stream of %d requests of %d bytes: want at least one of one byte", depth, size)
+	}
 	a, z := NewSide(b, da, roce.RC), NewSide(b, db, roce.RC)
 	p := &roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	if err := roce.Connect(a.qp, z.Remote(b, 0), p); err != nil {
@@ -305,6 +325,10 @@ func Sync(mr roce.MR) {
 // (ns/op) and allocations. The peer runs on its own goroutine, each side
 // spinning on its CQ.
 func PingPong(b *testing.B, da, db roce.Device, size int) {
+	b.Helper()
+	if size < 0 || size > 4096 {
+		b.Fatalf("rocetest: PingPong of %d bytes: want 0 to 4096", size)
+	}
 	a, z := NewSide(b, da, roce.RC), NewSide(b, db, roce.RC)
 	p := &roce.ConnParams{MTU: roce.MTU4096}
 	if err := roce.Connect(a.qp, z.Remote(b, 0), p); err != nil {
