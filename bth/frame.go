@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"strconv"
 )
 
 // Sizes and numbers of the headers that carry RoCEv2.
@@ -38,6 +39,43 @@ var (
 	ErrPadCount      = errors.New("bth: pad count longer than the payload")
 )
 
+// Errors from the builders and encoders.
+var (
+	// ErrRange means a value does not fit its field; the error is a
+	// *FieldError that names it.
+	ErrRange = errors.New("bth: value out of range")
+	// ErrShortBuffer means a buffer, or a header view, is too short for
+	// what was to be written into it.
+	ErrShortBuffer = errors.New("bth: buffer too short")
+	// ErrNil means a required argument, or the receiver, is nil.
+	ErrNil = errors.New("bth: nil argument")
+	// ErrFlow means a Flow's addresses are missing or of two IP versions.
+	ErrFlow = errors.New("bth: flow addresses invalid")
+)
+
+// wrapError is an error with a message of its own that wraps a sentinel.
+type wrapError struct {
+	msg string
+	err error
+}
+
+func (e *wrapError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	return e.msg
+}
+
+func (e *wrapError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.err
+}
+
+// nilError reports a nil argument or receiver.
+func nilError(what string) error { return &wrapError{msg: "bth: nil argument: " + what, err: ErrNil} }
+
 // LinkType says what comes before the IP header of a frame.
 type LinkType uint8
 
@@ -66,8 +104,12 @@ type FrameFields struct {
 	UDPChecksum bool
 }
 
-// HeaderLen returns the length of the headers EncodeFrame writes.
+// HeaderLen returns the length of the headers EncodeFrame writes (0 for
+// a nil f).
 func (f *FrameFields) HeaderLen() int {
+	if f == nil {
+		return 0
+	}
 	n := IPv6Len + UDPLen
 	if f.Flow.IsIPv4() {
 		n = IPv4MinLen + UDPLen
@@ -80,8 +122,14 @@ func (f *FrameFields) HeaderLen() int {
 
 // EncodeFrame writes the Ethernet, IP and UDP headers described by f into
 // the front of frame, whose remaining bytes, from f.HeaderLen() on, are a
-// RoCE packet with its ICRC. It returns the length of the headers.
-func EncodeFrame(frame []byte, f *FrameFields) int {
+// RoCE packet with its ICRC. It returns the length of the headers. It
+// fails, writing nothing, when f's addresses are missing or of two IP
+// versions, its flow label does not fit in 20 bits, or frame is shorter
+// than the headers or longer than an IP packet can be.
+func EncodeFrame(frame []byte, f *FrameFields) (int, error) {
+	if err := f.check(len(frame)); err != nil {
+		return 0, err
+	}
 	b := frame
 	if f.Ethernet {
 		copy(b[0:], f.DstMAC[:])
@@ -109,7 +157,7 @@ func EncodeFrame(frame []byte, f *FrameFields) int {
 		h[8] = ttl
 		h[9] = ProtocolUDP
 		h[10], h[11] = 0, 0
-		s, d := f.Flow.Src.Unmap().As4(), f.Flow.Dst.Unmap().As4()
+		s, d := as4(f.Flow.Src), as4(f.Flow.Dst)
 		copy(h[12:], s[:])
 		copy(h[16:], d[:])
 		binary.BigEndian.PutUint16(h[10:], ^fold(checksum(0, h)))
@@ -132,7 +180,36 @@ func EncodeFrame(frame []byte, f *FrameFields) int {
 	if f.UDPChecksum || !f.Flow.IsIPv4() {
 		binary.BigEndian.PutUint16(u[6:], udpChecksum(b[:ipLen], u))
 	}
-	return len(frame) - len(u) + UDPLen
+	return len(frame) - len(u) + UDPLen, nil
+}
+
+// check reports why EncodeFrame cannot write f into a frame of n bytes.
+func (f *FrameFields) check(n int) error {
+	if f == nil {
+		return nilError("EncodeFrame needs a *FrameFields")
+	}
+	if err := f.Flow.check(); err != nil {
+		return err
+	}
+	if f.FlowLabel > 0xFFFFF {
+		return rangeError("IPv6", "FlowLabel", uint64(f.FlowLabel), "0xfffff (20 bits)")
+	}
+	hl := f.HeaderLen()
+	ipMax := 0xFFFF // IPv4 total length
+	if !f.Flow.IsIPv4() {
+		ipMax += IPv6Len // IPv6 payload length
+	}
+	if f.Ethernet {
+		ipMax += EthernetLen
+	}
+	switch {
+	case n < hl:
+		return &wrapError{msg: "bth: a frame of " + strconv.Itoa(n) + " bytes cannot hold its " + strconv.Itoa(hl) +
+			" bytes of headers: leave f.HeaderLen() bytes in front of the RoCE packet", err: ErrShortBuffer}
+	case n > ipMax:
+		return rangeError("IP", "length", uint64(n), strconv.Itoa(ipMax)+" bytes of frame")
+	}
+	return nil
 }
 
 // checksum adds b to the ones' complement sum s (RFC 1071).
@@ -170,71 +247,163 @@ func udpChecksum(ip []byte, u []byte) uint16 {
 	return c
 }
 
-// IPv4 is a view of an IPv4 header (RFC 791).
+// IPv4 is a view of an IPv4 header (RFC 791). Like the transport header
+// views, a view shorter than the 20 bytes of a header reads as zeros.
 type IPv4 []byte
 
 // HeaderLen returns the header length in bytes.
-func (h IPv4) HeaderLen() int { return int(h[0]&0x0F) * 4 }
+func (h IPv4) HeaderLen() int {
+	if len(h) < IPv4MinLen {
+		return 0
+	}
+	return int(h[0]&0x0F) * 4
+}
 
 // TotalLen returns the total length of the packet.
-func (h IPv4) TotalLen() int { return int(binary.BigEndian.Uint16(h[2:])) }
+func (h IPv4) TotalLen() int {
+	if len(h) < IPv4MinLen {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(h[2:]))
+}
 
 // TOS returns the TOS byte (DSCP << 2 | ECN).
-func (h IPv4) TOS() uint8 { return h[1] }
+func (h IPv4) TOS() uint8 {
+	if len(h) < IPv4MinLen {
+		return 0
+	}
+	return h[1]
+}
 
 // ID returns the identification.
-func (h IPv4) ID() uint16 { return binary.BigEndian.Uint16(h[4:]) }
+func (h IPv4) ID() uint16 {
+	if len(h) < IPv4MinLen {
+		return 0
+	}
+	return binary.BigEndian.Uint16(h[4:])
+}
 
 // DF reports the don't-fragment bit.
-func (h IPv4) DF() bool { return h[6]&0x40 != 0 }
+func (h IPv4) DF() bool { return len(h) >= IPv4MinLen && h[6]&0x40 != 0 }
 
 // TTL returns the time to live.
-func (h IPv4) TTL() uint8 { return h[8] }
+func (h IPv4) TTL() uint8 {
+	if len(h) < IPv4MinLen {
+		return 0
+	}
+	return h[8]
+}
 
-// Src returns the source address.
-func (h IPv4) Src() netip.Addr { return netip.AddrFrom4([4]byte(h[12:16])) }
+// Src returns the source address (the zero Addr for a short view).
+func (h IPv4) Src() netip.Addr {
+	if len(h) < IPv4MinLen {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom4([4]byte(h[12:16]))
+}
 
-// Dst returns the destination address.
-func (h IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(h[16:20])) }
+// Dst returns the destination address (the zero Addr for a short view).
+func (h IPv4) Dst() netip.Addr {
+	if len(h) < IPv4MinLen {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom4([4]byte(h[16:20]))
+}
 
-// ChecksumValid reports whether the header checksum is right.
-func (h IPv4) ChecksumValid() bool { return fold(checksum(0, h[:h.HeaderLen()])) == 0xFFFF }
+// ChecksumValid reports whether the header checksum is right; a view
+// shorter than its header length has none.
+func (h IPv4) ChecksumValid() bool {
+	n := h.HeaderLen()
+	return n >= IPv4MinLen && n <= len(h) && fold(checksum(0, h[:n])) == 0xFFFF
+}
 
-// IPv6 is a view of an IPv6 header (RFC 8200).
+// IPv6 is a view of an IPv6 header (RFC 8200); one shorter than 40 bytes
+// reads as zeros.
 type IPv6 []byte
 
 // TrafficClass returns the traffic class (DSCP << 2 | ECN).
-func (h IPv6) TrafficClass() uint8 { return uint8(binary.BigEndian.Uint16(h) >> 4) }
+func (h IPv6) TrafficClass() uint8 {
+	if len(h) < IPv6Len {
+		return 0
+	}
+	return uint8(binary.BigEndian.Uint16(h) >> 4)
+}
 
 // FlowLabel returns the 20-bit flow label.
-func (h IPv6) FlowLabel() uint32 { return binary.BigEndian.Uint32(h) & 0xFFFFF }
+func (h IPv6) FlowLabel() uint32 {
+	if len(h) < IPv6Len {
+		return 0
+	}
+	return binary.BigEndian.Uint32(h) & 0xFFFFF
+}
 
 // PayloadLen returns the payload length.
-func (h IPv6) PayloadLen() int { return int(binary.BigEndian.Uint16(h[4:])) }
+func (h IPv6) PayloadLen() int {
+	if len(h) < IPv6Len {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(h[4:]))
+}
 
 // HopLimit returns the hop limit.
-func (h IPv6) HopLimit() uint8 { return h[7] }
+func (h IPv6) HopLimit() uint8 {
+	if len(h) < IPv6Len {
+		return 0
+	}
+	return h[7]
+}
 
-// Src returns the source address.
-func (h IPv6) Src() netip.Addr { return netip.AddrFrom16([16]byte(h[8:24])) }
+// Src returns the source address (the zero Addr for a short view).
+func (h IPv6) Src() netip.Addr {
+	if len(h) < IPv6Len {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16([16]byte(h[8:24]))
+}
 
-// Dst returns the destination address.
-func (h IPv6) Dst() netip.Addr { return netip.AddrFrom16([16]byte(h[24:40])) }
+// Dst returns the destination address (the zero Addr for a short view).
+func (h IPv6) Dst() netip.Addr {
+	if len(h) < IPv6Len {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16([16]byte(h[24:40]))
+}
 
-// UDP is a view of a UDP header (RFC 768).
+// UDP is a view of a UDP header (RFC 768); one shorter than 8 bytes reads
+// as zeros.
 type UDP []byte
 
 // SrcPort returns the source port.
-func (u UDP) SrcPort() uint16 { return binary.BigEndian.Uint16(u) }
+func (u UDP) SrcPort() uint16 {
+	if len(u) < UDPLen {
+		return 0
+	}
+	return binary.BigEndian.Uint16(u)
+}
 
 // DstPort returns the destination port.
-func (u UDP) DstPort() uint16 { return binary.BigEndian.Uint16(u[2:]) }
+func (u UDP) DstPort() uint16 {
+	if len(u) < UDPLen {
+		return 0
+	}
+	return binary.BigEndian.Uint16(u[2:])
+}
 
 // Length returns the UDP length, header included.
-func (u UDP) Length() int { return int(binary.BigEndian.Uint16(u[4:])) }
+func (u UDP) Length() int {
+	if len(u) < UDPLen {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(u[4:]))
+}
 
 // Checksum returns the checksum field (0 when the sender left it out).
-func (u UDP) Checksum() uint16 { return binary.BigEndian.Uint16(u[6:]) }
+func (u UDP) Checksum() uint16 {
+	if len(u) < UDPLen {
+		return 0
+	}
+	return binary.BigEndian.Uint16(u[6:])
+}
 
 // Frame is a parsed RoCEv2 frame: views of each header in the buffer given
 // to ParseFrame.
@@ -263,6 +432,9 @@ type Frame struct {
 // by a capture's snap length parses with Truncated set as long as the
 // headers are whole.
 func ParseFrame(fr *Frame, b []byte, link LinkType) error {
+	if fr == nil {
+		return nilError("ParseFrame needs a *Frame to fill")
+	}
 	*fr = Frame{}
 	if link == LinkEthernet {
 		if len(b) < EthernetLen {
@@ -347,5 +519,10 @@ func parseIP(fr *Frame, b []byte) error {
 
 // ICRC returns the ICRC of the frame's RoCE packet computed from its IP
 // header. It needs a whole frame (Truncated false) of at least a BTH and an
-// ICRC.
-func (fr *Frame) ICRC() uint32 { return FrameICRC(fr.IP) }
+// ICRC; for anything less (or a nil fr) it returns 0.
+func (fr *Frame) ICRC() uint32 {
+	if fr == nil {
+		return 0
+	}
+	return FrameICRC(fr.IP)
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"net/netip"
+	"strconv"
 )
 
 // The invariant CRC (IBTA Vol. 1 Annex A17 §A17.4.1.1, "ICRC") is the
@@ -40,17 +41,40 @@ type Flow struct {
 }
 
 // IsIPv4 reports whether the flow is carried over IPv4.
-func (f *Flow) IsIPv4() bool { return f.Src.Unmap().Is4() }
+func (f *Flow) IsIPv4() bool { return f != nil && f.Src.Unmap().Is4() }
+
+// check reports a flow whose addresses are missing or of two IP versions.
+func (f *Flow) check() error {
+	if f == nil {
+		return nilError("a nil *Flow")
+	}
+	if s, d := f.Src.Unmap(), f.Dst.Unmap(); !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() {
+		return &wrapError{msg: "bth: flow from " + f.Src.String() + " to " + f.Dst.String() +
+			": set Src and Dst, both IPv4 or both IPv6", err: ErrFlow}
+	}
+	return nil
+}
+
+// as4 returns the IPv4 address a, or zeros when a is not one.
+func as4(a netip.Addr) [4]byte {
+	if a = a.Unmap(); a.Is4() {
+		return a.As4()
+	}
+	return [4]byte{}
+}
 
 // pseudo writes the masked prefix of the ICRC input for a RoCE packet of
-// roceLen bytes (BTH through ICRC) into b and returns its length.
-func (f *Flow) pseudo(b *[maxPseudoLen]byte, bth []byte, roceLen int) int {
+// roceLen bytes (BTH through ICRC) into b and returns its length, and
+// false when the flow's addresses are missing or of two IP versions (the
+// prefix then holds zeros for what is missing).
+func (f *Flow) pseudo(b *[maxPseudoLen]byte, bth []byte, roceLen int) (int, bool) {
+	var ok bool
 	for i := range 8 {
 		b[i] = 0xFF
 	}
 	n := 8
 	udpLen := UDPLen + roceLen
-	if f.IsIPv4() {
+	if src := f.Src.Unmap(); src.Is4() {
 		h := b[n : n+IPv4MinLen]
 		h[0] = 0x45
 		h[1] = 0xFF // TOS
@@ -60,7 +84,11 @@ func (f *Flow) pseudo(b *[maxPseudoLen]byte, bth []byte, roceLen int) int {
 		h[8] = 0xFF // TTL
 		h[9] = ProtocolUDP
 		h[10], h[11] = 0xFF, 0xFF // header checksum
-		s, d := f.Src.Unmap().As4(), f.Dst.Unmap().As4()
+		s := src.As4()
+		var d [4]byte
+		if dst := f.Dst.Unmap(); dst.Is4() {
+			d, ok = dst.As4(), true
+		}
 		copy(h[12:], s[:])
 		copy(h[16:], d[:])
 		n += IPv4MinLen
@@ -70,6 +98,7 @@ func (f *Flow) pseudo(b *[maxPseudoLen]byte, bth []byte, roceLen int) int {
 		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
 		h[6] = ProtocolUDP
 		h[7] = 0xFF // hop limit
+		ok = f.Src.Is6() && f.Dst.Is6() && !f.Dst.Is4In6()
 		s, d := f.Src.As16(), f.Dst.As16()
 		copy(h[8:], s[:])
 		copy(h[24:], d[:])
@@ -82,7 +111,7 @@ func (f *Flow) pseudo(b *[maxPseudoLen]byte, bth []byte, roceLen int) int {
 	u[6], u[7] = 0xFF, 0xFF // checksum
 	n += UDPLen
 	n += maskBTH(b[n:], bth)
-	return n
+	return n, ok
 }
 
 // maskBTH copies the BTH into dst with byte 4 set to ones.
@@ -93,11 +122,22 @@ func maskBTH(dst, bth []byte) int {
 }
 
 // ICRC returns the ICRC of pkt, a RoCE packet from its BTH through its pad
-// (without the ICRC), carried by flow f.
+// (without the ICRC), carried by flow f. It returns 0 for a nil f or a pkt
+// shorter than a BTH; on a flow without valid addresses its result means
+// nothing (Seal refuses such a flow).
 func (f *Flow) ICRC(pkt []byte) uint32 {
+	c, _ := f.icrc(pkt)
+	return c
+}
+
+// icrc is ICRC, and reports whether the flow's addresses were valid.
+func (f *Flow) icrc(pkt []byte) (uint32, bool) {
+	if f == nil || len(pkt) < BTHLen {
+		return 0, false
+	}
 	var b [maxPseudoLen]byte
-	n := f.pseudo(&b, pkt, len(pkt)+ICRCLen)
-	return crcJoined(b[:n], pkt[BTHLen:])
+	n, ok := f.pseudo(&b, pkt, len(pkt)+ICRCLen)
+	return crcJoined(b[:n], pkt[BTHLen:]), ok
 }
 
 // crcTables are the slicing-by-8 tables of the IEEE CRC-32 (reflected
@@ -144,20 +184,50 @@ func crcShort(crc uint32, p []byte) uint32 {
 }
 
 // Seal computes the ICRC of pkt, a RoCE packet from its BTH through its
-// ICRC, carried by flow f, and writes it into the last four bytes.
-func (f *Flow) Seal(pkt []byte) {
+// ICRC, carried by flow f, and writes it into the last four bytes. It
+// fails, writing nothing, when the flow's addresses are missing or of two
+// IP versions, or pkt is shorter than a BTH and an ICRC.
+func (f *Flow) Seal(pkt []byte) error { return f.seal(pkt) }
+
+// seal is Seal; Seal, a call to it, is inlined into its callers.
+func (f *Flow) seal(pkt []byte) error {
 	n := len(pkt) - ICRCLen
-	binary.LittleEndian.PutUint32(pkt[n:], f.ICRC(pkt[:n]))
+	if f == nil || n < BTHLen {
+		return f.sealError(len(pkt))
+	}
+	var b [maxPseudoLen]byte
+	m, ok := f.pseudo(&b, pkt, len(pkt))
+	if !ok {
+		return f.sealError(len(pkt))
+	}
+	binary.LittleEndian.PutUint32(pkt[n:], crcJoined(b[:m], pkt[BTHLen:n]))
+	return nil
+}
+
+// sealError reports why a packet of n bytes, headers through ICRC,
+// cannot be sealed on flow f.
+func (f *Flow) sealError(n int) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return &wrapError{msg: "bth: a RoCE packet of " + strconv.Itoa(n) + " bytes: it needs at least a BTH and an ICRC (16)",
+		err: ErrShortBuffer}
 }
 
 // SealSplit is Seal for a packet kept in two pieces: head holds the
 // headers (BTH and extension headers) followed by four bytes for the
 // ICRC, payload what goes between them on the wire. It writes the ICRC
-// into head's last four bytes.
-func (f *Flow) SealSplit(head, payload []byte) {
+// into head's last four bytes. It fails as Seal does.
+func (f *Flow) SealSplit(head, payload []byte) error {
 	n := len(head) - ICRCLen
+	if f == nil || n < BTHLen {
+		return f.sealError(len(head))
+	}
 	var b [maxPseudoLen + maxExtLen]byte
-	m := f.pseudo((*[maxPseudoLen]byte)(b[:maxPseudoLen]), head, len(head)+len(payload))
+	m, ok := f.pseudo((*[maxPseudoLen]byte)(b[:maxPseudoLen]), head, len(head)+len(payload))
+	if !ok {
+		return f.sealError(len(head))
+	}
 	var c uint32
 	if n-BTHLen <= maxExtLen {
 		m += copy(b[m:], head[BTHLen:n])
@@ -166,37 +236,47 @@ func (f *Flow) SealSplit(head, payload []byte) {
 		c = crcUpdate(crcShort(crcShort(0, b[:m]), head[BTHLen:n]), payload)
 	}
 	binary.LittleEndian.PutUint32(head[n:], c)
+	return nil
 }
 
 // Verify reports whether the ICRC at the end of pkt (BTH through ICRC) is
-// right for flow f.
+// right for flow f; never for a flow without valid addresses.
 func (f *Flow) Verify(pkt []byte) bool {
 	n := len(pkt) - ICRCLen
 	if n < BTHLen {
 		return false
 	}
-	return f.ICRC(pkt[:n]) == binary.LittleEndian.Uint32(pkt[n:])
+	c, ok := f.icrc(pkt[:n])
+	return ok && c == binary.LittleEndian.Uint32(pkt[n:])
 }
 
 // FrameICRC returns the ICRC of ip, an IPv4 or IPv6 packet that carries a
 // RoCE packet over UDP, from its IP header through the ICRC (which is not
-// itself covered). ip must have passed ParseIP, so its headers are valid.
+// itself covered). ip should have passed ParseFrame; FrameICRC returns 0
+// when it is too short for its IP and UDP headers, a BTH and an ICRC.
 func FrameICRC(ip []byte) uint32 {
+	if len(ip) < 1 {
+		return 0
+	}
+	hl := IPv6Len
+	if ip[0]>>4 == 4 {
+		hl = int(ip[0]&0x0F) * 4
+	}
+	if hl < IPv4MinLen || len(ip) < hl+UDPLen+BTHLen+ICRCLen {
+		return 0
+	}
 	var b [maxPseudoLen]byte
 	for i := range 8 {
 		b[i] = 0xFF
 	}
 	n := 8
-	var hl int
 	if ip[0]>>4 == 4 {
-		hl = int(ip[0]&0x0F) * 4
 		h := b[n : n+hl]
 		copy(h, ip[:hl])
 		h[1] = 0xFF
 		h[8] = 0xFF
 		h[10], h[11] = 0xFF, 0xFF
 	} else {
-		hl = IPv6Len
 		h := b[n : n+hl]
 		copy(h, ip[:hl])
 		h[0] |= 0x0F
@@ -236,15 +316,19 @@ type idBasis struct {
 
 // Recover returns the IPv4 identification for which pkt (BTH through ICRC)
 // has a right ICRC on flow f, whose ID field is ignored, and ok false when
-// there is none.
+// there is none (or s or f is nil, or f is not a valid IPv4 flow).
 func (s *IDSolver) Recover(f *Flow, pkt []byte) (id uint16, ok bool) {
 	n := len(pkt) - ICRCLen
-	if n < BTHLen || !f.IsIPv4() {
+	if s == nil || n < BTHLen || !f.IsIPv4() {
 		return 0, false
 	}
 	g := *f
 	g.ID = 0
-	delta := g.ICRC(pkt[:n]) ^ binary.LittleEndian.Uint32(pkt[n:])
+	c, valid := g.icrc(pkt[:n])
+	if !valid {
+		return 0, false
+	}
+	delta := c ^ binary.LittleEndian.Uint32(pkt[n:])
 	if delta == 0 {
 		return 0, true
 	}

@@ -174,10 +174,10 @@ type OpInfo struct {
 }
 
 // Valid reports whether the opcode is defined.
-func (i *OpInfo) Valid() bool { return i.Transport != TransportInvalid }
+func (i *OpInfo) Valid() bool { return i != nil && i.Transport != TransportInvalid }
 
 // Has reports whether the opcode carries header h.
-func (i *OpInfo) Has(h Header) bool { return i.Headers&h != 0 }
+func (i *OpInfo) Has(h Header) bool { return i != nil && i.Headers&h != 0 }
 
 // opTable has an entry for every opcode; undefined ones have Transport
 // TransportInvalid.
@@ -305,10 +305,10 @@ func init() {
 	add(CNP, "CNP", TransportCNP, OpCNP, PosOnly, HdrCNPPad, false)
 }
 
-// Offset returns the offset of header h from the start of the BTH for
-// opcode op, or -1 when op does not carry h.
+// Offset returns the offset of header h (one header) from the start of
+// the BTH for opcode op, or -1 when op does not carry h.
 func (i *OpInfo) Offset(h Header) int {
-	if i.Headers&h == 0 {
+	if i == nil || h&(h-1) != 0 || i.Headers&h == 0 {
 		return -1
 	}
 	return int(i.off[bitIndex(h)])
