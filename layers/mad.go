@@ -113,6 +113,9 @@ func (m *MAD) CanDecode() gopacket.LayerClass { return LayerTypeMAD }
 // NextLayerType returns the layer type registered for the management class
 // with RegisterMADClassLayerType, or gopacket.LayerTypePayload.
 func (m *MAD) NextLayerType() gopacket.LayerType {
+	if m == nil {
+		return gopacket.LayerTypeZero
+	}
 	if lt := madClassLayer[m.MgmtClass]; lt != gopacket.LayerTypeZero {
 		return lt
 	}
@@ -120,11 +123,14 @@ func (m *MAD) NextLayerType() gopacket.LayerType {
 }
 
 // Response reports whether the method's R bit is set.
-func (m *MAD) Response() bool { return m.Method&MADResponseBit != 0 }
+func (m *MAD) Response() bool { return m != nil && m.Method&MADResponseBit != 0 }
 
 // DecodeFromBytes decodes the MAD header from data; the rest of data is the
 // MAD data (the layer's payload).
 func (m *MAD) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
+	if m == nil {
+		return nilError("DecodeFromBytes into a nil *MAD")
+	}
 	if len(data) < MADHeaderLen {
 		*m = MAD{}
 		return ErrMADTruncated
@@ -155,6 +161,12 @@ func decodeMAD(data []byte, p gopacket.PacketBuilder) error {
 // implementing gopacket.SerializableLayer. The reserved field is written as
 // zero.
 func (m *MAD) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOptions) error {
+	switch {
+	case m == nil:
+		return nilError("SerializeTo of a nil *MAD")
+	case b == nil:
+		return nilError("SerializeTo needs a gopacket.SerializeBuffer")
+	}
 	h, err := b.PrependBytes(MADHeaderLen)
 	if err != nil {
 		return err

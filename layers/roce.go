@@ -3,6 +3,7 @@ package layers
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 
@@ -52,7 +53,13 @@ var (
 	// cannot derive the ICRC flow from (not IPv4 or IPv6, or an IPv4
 	// header with options).
 	ErrICRCNetworkLayer = errors.New("layers: ICRC flow needs an IPv4 header without options or an IPv6 header")
+	// ErrNil means a required argument, or the layer a method was called
+	// on, is nil.
+	ErrNil = errors.New("layers: nil argument")
 )
+
+// nilError reports a nil argument or receiver: what names it.
+func nilError(what string) error { return fmt.Errorf("%w: %s", ErrNil, what) }
 
 // FieldError names the field that does not fit. It unwraps to
 // ErrFieldRange. It is not modified after it is returned, so it is safe for
@@ -60,15 +67,25 @@ var (
 type FieldError struct {
 	Field string // such as "BTH.PSN"
 	Value uint64
+	Max   uint64 // the largest value the field takes
 }
 
-// Error describes the field and its value.
+// Error describes the field, its value and what it takes.
 func (e *FieldError) Error() string {
-	return "layers: " + e.Field + " " + strconv.FormatUint(e.Value, 10) + " does not fit its wire width"
+	if e == nil {
+		return "<nil>"
+	}
+	return "layers: " + e.Field + " " + strconv.FormatUint(e.Value, 10) + " does not fit its wire width: at most " +
+		strconv.FormatUint(e.Max, 10)
 }
 
 // Unwrap returns ErrFieldRange.
-func (e *FieldError) Unwrap() error { return ErrFieldRange }
+func (e *FieldError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return ErrFieldRange
+}
 
 // RoCE is a RoCEv2 transport packet: the Base Transport Header, the
 // extension headers its opcode carries, the payload, the pad and the ICRC
@@ -126,12 +143,15 @@ func (r *RoCE) LayerType() gopacket.LayerType { return LayerTypeRoCE }
 func (r *RoCE) CanDecode() gopacket.LayerClass { return LayerTypeRoCE }
 
 // Has reports whether the packet's opcode carries extension header h.
-func (r *RoCE) Has(h bth.Header) bool { return r.BTH.Opcode.Info().Has(h) }
+func (r *RoCE) Has(h bth.Header) bool { return r != nil && r.BTH.Opcode.Info().Has(h) }
 
 // NextLayerType returns LayerTypeMAD for a UD SEND to QP1 (the general
 // services interface, where MADs travel) and gopacket.LayerTypePayload
 // otherwise.
 func (r *RoCE) NextLayerType() gopacket.LayerType {
+	if r == nil {
+		return gopacket.LayerTypeZero
+	}
 	if r.BTH.Opcode.Transport() == bth.TransportUD && r.BTH.DestQP == GSIQP {
 		return LayerTypeMAD
 	}
@@ -147,6 +167,9 @@ const GSIQP = 1
 // the IP and UDP lengths), it decodes the headers and takes what follows as
 // payload. The layer's slices point into data.
 func (r *RoCE) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
+	if r == nil {
+		return nilError("DecodeFromBytes into a nil *RoCE")
+	}
 	trunc := captureTruncated(df)
 	var err error
 	if trunc {
@@ -234,7 +257,11 @@ func decodeRoCE(data []byte, p gopacket.PacketBuilder) error {
 
 // SetICRCFlow sets the IP addresses, UDP ports and IPv4 ID and DF bit that
 // the ICRC covers, for SerializeTo with ComputeChecksums.
-func (r *RoCE) SetICRCFlow(f bth.Flow) { r.flow, r.hasFlow = f, true }
+func (r *RoCE) SetICRCFlow(f bth.Flow) {
+	if r != nil {
+		r.flow, r.hasFlow = f, true
+	}
+}
 
 // SetNetworkLayerForICRC takes the ICRC flow from the gopacket IPv4 or IPv6
 // layer and the UDP layer that will carry the packet, as UDP's
@@ -242,10 +269,19 @@ func (r *RoCE) SetICRCFlow(f bth.Flow) { r.flow, r.hasFlow = f, true }
 // have no options: the ICRC covers the whole IP header and bth computes it
 // for the 20-byte one.
 func (r *RoCE) SetNetworkLayerForICRC(ip gopacket.NetworkLayer, udp *gplayers.UDP) error {
+	switch {
+	case r == nil:
+		return nilError("SetNetworkLayerForICRC on a nil *RoCE")
+	case udp == nil:
+		return nilError("SetNetworkLayerForICRC needs the packet's *layers.UDP")
+	}
 	f := bth.Flow{SrcPort: uint16(udp.SrcPort), DstPort: uint16(udp.DstPort)}
 	var ok1, ok2 bool
 	switch h := ip.(type) {
 	case *gplayers.IPv4:
+		if h == nil {
+			return nilError("SetNetworkLayerForICRC got a nil *layers.IPv4")
+		}
 		if len(h.Options) > 0 || h.IHL > 5 {
 			return ErrICRCNetworkLayer
 		}
@@ -253,6 +289,9 @@ func (r *RoCE) SetNetworkLayerForICRC(ip gopacket.NetworkLayer, udp *gplayers.UD
 		f.Dst, ok2 = netip.AddrFromSlice(h.DstIP.To4())
 		f.ID, f.DF = h.Id, h.Flags&gplayers.IPv4DontFragment != 0
 	case *gplayers.IPv6:
+		if h == nil {
+			return nilError("SetNetworkLayerForICRC got a nil *layers.IPv6")
+		}
 		f.Src, ok1 = netip.AddrFromSlice(h.SrcIP.To16())
 		f.Dst, ok2 = netip.AddrFromSlice(h.DstIP.To16())
 	}
@@ -266,7 +305,7 @@ func (r *RoCE) SetNetworkLayerForICRC(ip gopacket.NetworkLayer, udp *gplayers.UD
 // VerifyICRC reports whether the packet last decoded carries the right ICRC
 // for flow f. It is false for a truncated packet.
 func (r *RoCE) VerifyICRC(f *bth.Flow) bool {
-	return !r.Truncated && r.Packet.Raw != nil && f.Verify(r.Packet.Raw)
+	return r != nil && !r.Truncated && r.Packet.Raw != nil && f.Verify(r.Packet.Raw)
 }
 
 // SerializeTo writes the headers in front of the payload already in b and
@@ -279,9 +318,15 @@ func (r *RoCE) VerifyICRC(f *bth.Flow) bool {
 // is written as it is. Reserved bits are written as zero. A Truncated layer
 // writes the headers only, with no pad or ICRC.
 func (r *RoCE) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOptions) error {
+	switch {
+	case r == nil:
+		return nilError("SerializeTo of a nil *RoCE")
+	case b == nil:
+		return nilError("SerializeTo needs a gopacket.SerializeBuffer")
+	}
 	info := r.BTH.Opcode.Info()
 	if !info.Valid() {
-		return ErrUndefinedOpcode
+		return fmt.Errorf("%w: %v: set BTH.Opcode to one the IBTA defines", ErrUndefinedOpcode, r.BTH.Opcode)
 	}
 	if err := r.checkFields(info); err != nil {
 		return err
@@ -307,9 +352,13 @@ func (r *RoCE) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOp
 		return err
 	}
 	pkt := b.Bytes()
-	bth.BTH(pkt[:bth.BTHLen]).Encode(&bf)
+	if err := bth.BTH(pkt[:bth.BTHLen]).Encode(&bf); err != nil {
+		return err
+	}
 	clear(pkt[bth.BTHLen:info.HeaderLen])
-	r.encodeHeaders(info, pkt)
+	if err := r.encodeHeaders(info, pkt); err != nil {
+		return err
+	}
 	if r.Truncated {
 		return nil
 	}
@@ -317,8 +366,7 @@ func (r *RoCE) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.SerializeOp
 		if !r.hasFlow {
 			return ErrNoICRCFlow
 		}
-		r.flow.Seal(pkt)
-		return nil
+		return r.flow.Seal(pkt)
 	}
 	binary.LittleEndian.PutUint32(pkt[len(pkt)-bth.ICRCLen:], r.ICRC)
 	return nil
@@ -345,7 +393,7 @@ func (r *RoCE) checkFields(info *bth.OpInfo) error {
 		{info.Has(bth.HdrFETH), "FETH.Placement", uint64(r.FETH.Placement), 15},
 	} {
 		if c.on && c.v > c.mx {
-			return &FieldError{Field: c.name, Value: c.v}
+			return &FieldError{Field: c.name, Value: c.v, Max: c.mx}
 		}
 	}
 	return nil
@@ -353,34 +401,53 @@ func (r *RoCE) checkFields(info *bth.OpInfo) error {
 
 // encodeHeaders writes the extension headers of the opcode into pkt through
 // the bth views.
-func (r *RoCE) encodeHeaders(info *bth.OpInfo, pkt []byte) {
+func (r *RoCE) encodeHeaders(info *bth.OpInfo, pkt []byte) error {
 	if v := headerAt(info, pkt, bth.HdrRDETH, bth.RDETHLen); v != nil {
-		bth.RDETH(v).Encode(&r.RDETH)
+		if err := bth.RDETH(v).Encode(&r.RDETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrDETH, bth.DETHLen); v != nil {
-		bth.DETH(v).Encode(&r.DETH)
+		if err := bth.DETH(v).Encode(&r.DETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrFETH, bth.FETHLen); v != nil {
-		bth.FETH(v).Encode(&r.FETH)
+		if err := bth.FETH(v).Encode(&r.FETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrRETH, bth.RETHLen); v != nil {
-		bth.RETH(v).Encode(&r.RETH)
+		if err := bth.RETH(v).Encode(&r.RETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrAtomicETH, bth.AtomicETHLen); v != nil {
-		bth.AtomicETH(v).Encode(&r.AtomicETH)
+		if err := bth.AtomicETH(v).Encode(&r.AtomicETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrAETH, bth.AETHLen); v != nil {
-		bth.AETH(v).Encode(&r.AETH)
+		if err := bth.AETH(v).Encode(&r.AETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrAtomicAckETH, bth.AtomicAckETHLen); v != nil {
-		bth.AtomicAckETH(v).Encode(&r.AtomicAckETH)
+		if err := bth.AtomicAckETH(v).Encode(&r.AtomicAckETH); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrImmDt, bth.ImmDtLen); v != nil {
-		bth.ImmDt(v).Encode(&r.ImmDt)
+		if err := bth.ImmDt(v).Encode(&r.ImmDt); err != nil {
+			return err
+		}
 	}
 	if v := headerAt(info, pkt, bth.HdrIETH, bth.IETHLen); v != nil {
-		bth.IETH(v).Encode(&r.IETH)
+		if err := bth.IETH(v).Encode(&r.IETH); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // headerAt returns the n bytes of header h in pkt, or nil when the opcode
