@@ -188,7 +188,7 @@ func (m *REQ) check() error {
 
 // Marshal implements Message.
 func (m *REQ) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "REQ")
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (m *REQ) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *REQ) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "REQ")
 	if err != nil {
 		return err
 	}
@@ -278,7 +278,7 @@ func (*MRA) AttrID() uint16 { return AttrMRA }
 
 // Marshal implements Message.
 func (m *MRA) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "MRA")
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (m *MRA) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *MRA) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "MRA")
 	if err != nil {
 		return err
 	}
@@ -337,7 +337,7 @@ func (*REJ) AttrID() uint16 { return AttrREJ }
 
 // Marshal implements Message.
 func (m *REJ) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "REJ")
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (m *REJ) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *REJ) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "REJ")
 	if err != nil {
 		return err
 	}
@@ -375,7 +375,12 @@ func (m *REJ) Unmarshal(b []byte) error {
 
 // ARIBytes returns the used part of the additional reject information:
 // RejectInfoLength bytes of ARI, at most all of it.
-func (m *REJ) ARIBytes() []byte { return m.ARI[:min(int(m.RejectInfoLength), REJARILen)] }
+func (m *REJ) ARIBytes() []byte {
+	if m == nil {
+		return nil
+	}
+	return m.ARI[:min(int(m.RejectInfoLength), REJARILen)]
+}
 
 // REP is the ConnectReply message (IBTA Vol. 1 Table 110), sent by the
 // passive side.
@@ -418,7 +423,7 @@ func (*REP) AttrID() uint16 { return AttrREP }
 
 // Marshal implements Message.
 func (m *REP) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "REP")
 	if err != nil {
 		return err
 	}
@@ -450,7 +455,7 @@ func (m *REP) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *REP) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "REP")
 	if err != nil {
 		return err
 	}
@@ -493,7 +498,7 @@ func (*RTU) AttrID() uint16 { return AttrRTU }
 
 // Marshal implements Message.
 func (m *RTU) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "RTU")
 	if err != nil {
 		return err
 	}
@@ -505,7 +510,7 @@ func (m *RTU) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *RTU) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "RTU")
 	if err != nil {
 		return err
 	}
@@ -537,7 +542,7 @@ func (*DREQ) AttrID() uint16 { return AttrDREQ }
 
 // Marshal implements Message.
 func (m *DREQ) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "DREQ")
 	if err != nil {
 		return err
 	}
@@ -555,7 +560,7 @@ func (m *DREQ) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *DREQ) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "DREQ")
 	if err != nil {
 		return err
 	}
@@ -585,7 +590,7 @@ func (*DREP) AttrID() uint16 { return AttrDREP }
 
 // Marshal implements Message.
 func (m *DREP) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "DREP")
 	if err != nil {
 		return err
 	}
@@ -597,7 +602,7 @@ func (m *DREP) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *DREP) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "DREP")
 	if err != nil {
 		return err
 	}
@@ -637,7 +642,7 @@ func (*LAP) AttrID() uint16 { return AttrLAP }
 
 // Marshal implements Message.
 func (m *LAP) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "LAP")
 	if err != nil {
 		return err
 	}
@@ -661,7 +666,7 @@ func (m *LAP) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *LAP) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "LAP")
 	if err != nil {
 		return err
 	}
@@ -698,7 +703,7 @@ func (*APR) AttrID() uint16 { return AttrAPR }
 
 // Marshal implements Message.
 func (m *APR) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "APR")
 	if err != nil {
 		return err
 	}
@@ -714,7 +719,7 @@ func (m *APR) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *APR) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "APR")
 	if err != nil {
 		return err
 	}
@@ -750,7 +755,7 @@ func (*SIDRREQ) AttrID() uint16 { return AttrSIDRREQ }
 
 // Marshal implements Message.
 func (m *SIDRREQ) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "SIDRREQ")
 	if err != nil {
 		return err
 	}
@@ -764,7 +769,7 @@ func (m *SIDRREQ) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *SIDRREQ) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "SIDRREQ")
 	if err != nil {
 		return err
 	}
@@ -805,7 +810,7 @@ func (*SIDRREP) AttrID() uint16 { return AttrSIDRREP }
 
 // Marshal implements Message.
 func (m *SIDRREP) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "SIDRREP")
 	if err != nil {
 		return err
 	}
@@ -829,7 +834,7 @@ func (m *SIDRREP) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *SIDRREP) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "SIDRREP")
 	if err != nil {
 		return err
 	}
@@ -899,7 +904,7 @@ func (*ClassPortInfo) AttrID() uint16 { return AttrClassPortInfo }
 
 // Marshal implements Message; the bytes after the attribute are zeroed.
 func (m *ClassPortInfo) Marshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "ClassPortInfo")
 	if err != nil {
 		return err
 	}
@@ -936,7 +941,7 @@ func (m *ClassPortInfo) Marshal(b []byte) error {
 
 // Unmarshal implements Message.
 func (m *ClassPortInfo) Unmarshal(b []byte) error {
-	b, err := data(b)
+	b, err := data(b, m == nil, "ClassPortInfo")
 	if err != nil {
 		return err
 	}

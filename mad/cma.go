@@ -1,6 +1,9 @@
 package mad
 
-import "net/netip"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // CMAHeaderLen is the length of rdma_cm's header at the start of a REQ's
 // (or SIDR_REQ's) private data.
@@ -37,11 +40,13 @@ type CMAHeader struct {
 // Src or Dst is invalid or they are of different families, and then leaves
 // b untouched.
 func (h *CMAHeader) Marshal(b []byte) error {
-	if len(b) < CMAHeaderLen {
-		return ErrShort
-	}
-	if !h.Src.IsValid() || !h.Dst.IsValid() || h.Src.Is4() != h.Dst.Is4() {
-		return ErrAddr
+	switch {
+	case h == nil:
+		return nilError("Marshal of a nil *CMAHeader")
+	case len(b) < CMAHeaderLen:
+		return shortError("rdma_cm header", len(b), CMAHeaderLen)
+	case !h.Src.IsValid() || !h.Dst.IsValid() || h.Src.Is4() != h.Dst.Is4():
+		return fmt.Errorf("%w: from %v to %v: set Src and Dst, both IPv4 or both IPv6", ErrAddr, h.Src, h.Dst)
 	}
 	b = b[:CMAHeaderLen:CMAHeaderLen]
 	clear(b)
@@ -64,11 +69,13 @@ func (h *CMAHeader) Marshal(b []byte) error {
 // and the IP version 4 or 6, as cma.c checks. The reserved nibble and the
 // padding in front of IPv4 addresses are ignored.
 func (h *CMAHeader) Unmarshal(b []byte) error {
-	if len(b) < CMAHeaderLen {
-		return ErrShort
-	}
-	if b[0] != 0 {
-		return ErrCMAVersion
+	switch {
+	case h == nil:
+		return nilError("Unmarshal into a nil *CMAHeader")
+	case len(b) < CMAHeaderLen:
+		return shortError("rdma_cm header", len(b), CMAHeaderLen)
+	case b[0] != 0:
+		return fmt.Errorf("%w: %d", ErrCMAVersion, b[0])
 	}
 	switch b[1] >> 4 {
 	case 4:
@@ -78,7 +85,7 @@ func (h *CMAHeader) Unmarshal(b []byte) error {
 		h.Src = netip.AddrFrom16([16]byte(b[4:20]))
 		h.Dst = netip.AddrFrom16([16]byte(b[20:36]))
 	default:
-		return ErrIPVersion
+		return fmt.Errorf("%w: %d", ErrIPVersion, b[1]>>4)
 	}
 	h.SrcPort = get16(b[2:])
 	return nil

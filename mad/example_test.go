@@ -81,5 +81,5 @@ func ExampleREJ() {
 func ExampleFieldError() {
 	err := mad.Encode(mad.CMHeader(mad.MethodSend, 1), &mad.DREQ{RemoteQPN: 1 << 24}, make([]byte, mad.Len))
 	fmt.Println(err)
-	// Output: mad: DREQ.RemoteQPN = 16777216 does not fit in 24 bits
+	// Output: mad: DREQ.RemoteQPN = 16777216 does not fit in 24 bits (at most 16777215)
 }

@@ -2,6 +2,7 @@ package mad
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strconv"
 )
 
@@ -17,12 +18,20 @@ type FieldError struct {
 
 // Error implements error.
 func (e *FieldError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return "mad: " + e.Msg + "." + e.Field + " = " + strconv.FormatUint(e.Value, 10) +
-		" does not fit in " + strconv.Itoa(e.Bits) + " bits"
+		" does not fit in " + strconv.Itoa(e.Bits) + " bits (at most " + strconv.FormatUint(1<<e.Bits-1, 10) + ")"
 }
 
 // Unwrap returns ErrRange.
-func (e *FieldError) Unwrap() error { return ErrRange }
+func (e *FieldError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return ErrRange
+}
 
 // checker collects the first out-of-range field of a message being
 // marshaled. The zero value is ready; it allocates only on failure.
@@ -62,13 +71,24 @@ func bit(v bool, mask byte) byte {
 	return 0
 }
 
-// data checks that b holds at least a MAD's class data area and returns
-// that area.
-func data(b []byte) ([]byte, error) {
+// data checks that the message msg is not nil and that b holds at least a
+// MAD's class data area, and returns that area.
+func data(b []byte, isNil bool, msg string) ([]byte, error) {
+	if isNil {
+		return nil, nilError("a nil *" + msg)
+	}
 	if len(b) < DataLen {
-		return nil, ErrShort
+		return nil, shortError(msg+" class data", len(b), DataLen)
 	}
 	return b[:DataLen:DataLen], nil
+}
+
+// nilError reports a nil argument or receiver.
+func nilError(what string) error { return fmt.Errorf("%w: %s", ErrNil, what) }
+
+// shortError reports a buffer of have bytes where what takes need.
+func shortError(what string, have, need int) error {
+	return fmt.Errorf("%w: %d bytes, and the %s takes %d", ErrShort, have, what, need)
 }
 
 // hex4 formats v as 0x and four hex digits.

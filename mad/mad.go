@@ -2,6 +2,7 @@ package mad
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 )
 
@@ -152,6 +153,9 @@ var (
 	// ErrAddr means a CMAHeader to marshal has an invalid address, or a
 	// source and destination of different families.
 	ErrAddr = errors.New("mad: rdma_cm header addresses invalid or of mixed families")
+	// ErrNil means a required argument, or the message or header a method
+	// was called on, is nil.
+	ErrNil = errors.New("mad: nil argument")
 )
 
 // Header is the common MAD header (IBTA Vol. 1 §13.4). The 16 reserved
@@ -180,11 +184,13 @@ func CMHeader(m Method, tid uint64) Header {
 // Marshal writes the header to b[:HeaderLen], reserved bits as zero. The
 // base version must be BaseVersion.
 func (h *Header) Marshal(b []byte) error {
-	if len(b) < HeaderLen {
-		return ErrShort
-	}
-	if h.BaseVersion != BaseVersion {
-		return ErrBaseVersion
+	switch {
+	case h == nil:
+		return nilError("Marshal of a nil *Header")
+	case len(b) < HeaderLen:
+		return shortError("MAD header", len(b), HeaderLen)
+	case h.BaseVersion != BaseVersion:
+		return fmt.Errorf("%w: %d: set it to BaseVersion (1), as CMHeader does", ErrBaseVersion, h.BaseVersion)
 	}
 	b = b[:HeaderLen:HeaderLen]
 	b[0], b[1], b[2], b[3] = h.BaseVersion, h.MgmtClass, h.ClassVersion, byte(h.Method)
@@ -200,11 +206,13 @@ func (h *Header) Marshal(b []byte) error {
 // Unmarshal reads the header from b[:HeaderLen]. It checks the length and
 // the base version, and nothing about the class.
 func (h *Header) Unmarshal(b []byte) error {
-	if len(b) < HeaderLen {
-		return ErrShort
-	}
-	if b[0] != BaseVersion {
-		return ErrBaseVersion
+	switch {
+	case h == nil:
+		return nilError("Unmarshal into a nil *Header")
+	case len(b) < HeaderLen:
+		return shortError("MAD header", len(b), HeaderLen)
+	case b[0] != BaseVersion:
+		return fmt.Errorf("%w: %d, where InfiniBand defines only 1", ErrBaseVersion, b[0])
 	}
 	*h = Header{
 		BaseVersion:   b[0],
@@ -290,20 +298,20 @@ func NewMessage(attr uint16) Message {
 func Decode(mad []byte) (Header, Message, error) {
 	var h Header
 	if len(mad) != Len {
-		return h, nil, ErrLength
+		return h, nil, fmt.Errorf("%w: %d bytes", ErrLength, len(mad))
 	}
 	if err := h.Unmarshal(mad); err != nil {
 		return h, nil, err
 	}
 	if h.MgmtClass != ClassCM {
-		return h, nil, ErrClass
+		return h, nil, fmt.Errorf("%w: management class %#02x", ErrClass, h.MgmtClass)
 	}
 	if h.ClassVersion != CMClassVersion {
-		return h, nil, ErrClassVersion
+		return h, nil, fmt.Errorf("%w: %d", ErrClassVersion, h.ClassVersion)
 	}
 	m := NewMessage(h.AttrID)
 	if m == nil {
-		return h, nil, ErrUnknownAttr
+		return h, nil, fmt.Errorf("%w: %s", ErrUnknownAttr, AttrName(h.AttrID))
 	}
 	if err := m.Unmarshal(mad[HeaderLen:]); err != nil {
 		return h, nil, err
@@ -315,11 +323,13 @@ func Decode(mad []byte) (Header, Message, error) {
 // attribute ID written is m.AttrID(), whatever h.AttrID says. On error b is
 // left untouched.
 func Encode(h Header, m Message, b []byte) error {
-	if len(b) < Len {
-		return ErrShort
-	}
-	if h.BaseVersion != BaseVersion {
-		return ErrBaseVersion
+	switch {
+	case m == nil:
+		return nilError("Encode needs a Message (a *REQ, *REP, ...)")
+	case len(b) < Len:
+		return shortError("MAD", len(b), Len)
+	case h.BaseVersion != BaseVersion:
+		return fmt.Errorf("%w: %d: set it to BaseVersion (1), as CMHeader does", ErrBaseVersion, h.BaseVersion)
 	}
 	if err := m.Marshal(b[HeaderLen:Len]); err != nil {
 		return err
