@@ -157,6 +157,9 @@ type stream struct {
 
 // readMsg reads exactly len(buf) bytes within one bounded step.
 func (s *stream) readMsg(ctx context.Context, step, what string, buf []byte) error {
+	if s.conn == nil {
+		return invalid(step+": read", "no connection: pass the net.Conn from Dial or Accept")
+	}
 	end, lim, err := bound(ctx, s.conn, s.cfg)
 	if err != nil {
 		return stepError(ctx, step+": read", err)
@@ -173,6 +176,9 @@ func (s *stream) readMsg(ctx context.Context, step, what string, buf []byte) err
 // matters: the C tools read each message with a single read() and fail on
 // a short one, so a message must not be split by the sender.
 func (s *stream) writeMsg(ctx context.Context, step, what string, msg []byte) error {
+	if s.conn == nil {
+		return invalid(step+": write", "no connection: pass the net.Conn from Dial or Accept")
+	}
 	end, lim, err := bound(ctx, s.conn, s.cfg)
 	if err != nil {
 		return stepError(ctx, step+": write", err)
@@ -231,6 +237,9 @@ func Dial(ctx context.Context, addr string, cfg *Config) (net.Conn, error) {
 // cfg. ln must support SetDeadline (as *net.TCPListener and
 // *net.UnixListener do), since an unbounded accept could wait forever.
 func Accept(ctx context.Context, ln net.Listener, cfg *Config) (net.Conn, error) {
+	if ln == nil {
+		return nil, invalid("accept", "no listener: pass a *net.TCPListener")
+	}
 	d, ok := ln.(deadliner)
 	if !ok {
 		return nil, invalid("accept", "a listener without SetDeadline cannot be bounded")

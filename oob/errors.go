@@ -43,6 +43,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	b.WriteString("oob: ")
 	b.WriteString(e.Step)
@@ -72,6 +75,9 @@ func (e *Error) Error() string {
 
 // Unwrap returns the sentinel and the cause, for errors.Is and errors.As.
 func (e *Error) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
 	var errs []error
 	if e.Err != nil {
 		errs = append(errs, e.Err)

@@ -51,7 +51,17 @@ func NewPerftest(conn net.Conn, role Role, cfg *Config) *Perftest {
 
 // Peer returns what the peer's version implies; the zero Compat before
 // ExchangeVersions.
-func (p *Perftest) Peer() Compat { return p.compat }
+func (p *Perftest) Peer() Compat {
+	if p == nil {
+		return Compat{}
+	}
+	return p.compat
+}
+
+// nilPerftest reports a step called on a nil *Perftest.
+func nilPerftest(step string) error {
+	return invalid("perftest "+step, "nil *Perftest: use one from NewPerftest")
+}
 
 // exchange moves one message each way in perftest's order: the client
 // writes out then reads into in, the server reads then writes.
@@ -73,6 +83,9 @@ func (p *Perftest) exchange(ctx context.Context, step, what string, out, in []by
 }
 
 func (p *Perftest) needVersion(step string) error {
+	if p == nil {
+		return nilPerftest(step)
+	}
 	if !p.version {
 		return invalid("perftest "+step, "called before ExchangeVersions")
 	}
@@ -85,6 +98,9 @@ func (p *Perftest) needVersion(step string) error {
 // exchange, as perftest exits then.
 func (p *Perftest) ExchangeVersions(ctx context.Context) (Compat, error) {
 	const step = "exchange_versions"
+	if p == nil {
+		return Compat{}, nilPerftest(step)
+	}
 	cfg := p.s.cfg
 	v := PerftestVersion
 	minimum := MinPeerVersion
@@ -216,6 +232,9 @@ func (p *Perftest) handShake(ctx context.Context, step string, local PerftestDes
 // and returns the peer's entries. local[0] becomes the entry Barrier and
 // CloseConnection send.
 func (p *Perftest) ExchangeDests(ctx context.Context, local []PerftestDest) ([]PerftestDest, error) {
+	if p == nil {
+		return nil, nilPerftest("exchange dests")
+	}
 	if len(local) == 0 {
 		return nil, invalid("perftest exchange dests", "no local entries")
 	}
@@ -239,6 +258,9 @@ func (p *Perftest) Barrier(ctx context.Context) error {
 }
 
 func (p *Perftest) barrier(ctx context.Context, step string) error {
+	if p == nil {
+		return nilPerftest(step)
+	}
 	if !p.hasDest {
 		return invalid("perftest "+step, "called before any HandShake or ExchangeDests")
 	}

@@ -316,6 +316,9 @@ var pdFields = [...]struct{ off, n int }{
 // It fails with ErrInvalid if b is shorter or if QPN or PSN does not fit in
 // 24 bits.
 func (d *PerftestDest) Encode(b []byte) error {
+	if d == nil {
+		return invalid("encode perftest handshake", "nil *PerftestDest")
+	}
 	if len(b) < PerftestDestLen {
 		return invalid("encode perftest handshake", "buffer of "+strconv.Itoa(len(b))+" bytes, need 108")
 	}
@@ -389,8 +392,15 @@ func ParsePerftestDest(b []byte) (PerftestDest, error) {
 // sends over an rdma_cm connection (-R), with the local GID index, to
 // b[:PerftestDestCMLen]. The padding is written as zeros.
 func (d *PerftestDest) EncodeCM(b []byte, gidIndex int32) error {
-	if len(b) < PerftestDestCMLen {
-		return invalid("encode perftest rdma_cm handshake", "buffer of "+strconv.Itoa(len(b))+" bytes, need 56")
+	const step = "encode perftest rdma_cm handshake"
+	switch {
+	case d == nil:
+		return invalid(step, "nil *PerftestDest")
+	case len(b) < PerftestDestCMLen:
+		return invalid(step, "buffer of "+strconv.Itoa(len(b))+" bytes, need 56")
+	case d.QPN > maxQPN || d.PSN > maxQPN:
+		return invalid(step, "QPN 0x"+strconv.FormatUint(uint64(d.QPN), 16)+
+			" or PSN 0x"+strconv.FormatUint(uint64(d.PSN), 16)+" wider than 24 bits")
 	}
 	be := binary.BigEndian
 	be.PutUint32(b[0:], uint32(d.LID))
@@ -482,8 +492,12 @@ func BWReportLen(c Compat, perPort bool) int {
 // b[:BWReportLen(c, perPort)] and returns their total size. With a 4-byte
 // iters field the count is truncated to 32 bits, as perftest does.
 func (r *BWReport) Encode(b []byte, c Compat, perPort bool) (int, error) {
-	if len(b) < BWReportLen(c, perPort) {
-		return 0, invalid("encode BW report", "buffer of "+strconv.Itoa(len(b))+" bytes, need "+strconv.Itoa(BWReportLen(c, perPort)))
+	const step = "encode BW report"
+	switch {
+	case r == nil:
+		return 0, invalid(step, "nil *BWReport")
+	case len(b) < BWReportLen(c, perPort):
+		return 0, invalid(step, "buffer of "+strconv.Itoa(len(b))+" bytes, need "+strconv.Itoa(BWReportLen(c, perPort)))
 	}
 	be := binary.BigEndian
 	be.PutUint64(b, r.Size)

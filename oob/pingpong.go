@@ -39,6 +39,9 @@ type Dest struct {
 // Encode writes d's DestLen-byte wire form to b[:DestLen]. It fails with
 // ErrInvalid if b is shorter or if QPN or PSN does not fit in 24 bits.
 func (d *Dest) Encode(b []byte) error {
+	if d == nil {
+		return invalid("encode pingpong entry", "nil *Dest")
+	}
 	if len(b) < DestLen {
 		return invalid("encode pingpong entry", "buffer of "+strconv.Itoa(len(b))+" bytes, need 52")
 	}
@@ -207,6 +210,9 @@ func NewPingpongServer(conn net.Conn, entries int, cfg *Config) *PingpongServer 
 // ReadDests reads the client's entries.
 func (p *PingpongServer) ReadDests(ctx context.Context) ([]Dest, error) {
 	const step = "pingpong server"
+	if p == nil {
+		return nil, invalid(step, "nil *PingpongServer: use one from NewPingpongServer")
+	}
 	if p.entries < 1 || p.entries > SRQEntries {
 		return nil, invalid(step, strconv.Itoa(p.entries)+" entries per side, want 1 to 256")
 	}
@@ -227,6 +233,9 @@ func (p *PingpongServer) ReadDests(ctx context.Context) ([]Dest, error) {
 // ready to receive.
 func (p *PingpongServer) Reply(ctx context.Context, local []Dest) error {
 	const step = "pingpong server"
+	if p == nil {
+		return invalid(step, "nil *PingpongServer: use one from NewPingpongServer")
+	}
 	if !p.read {
 		return invalid(step, "Reply called before ReadDests")
 	}
