@@ -31,6 +31,15 @@ const (
 	DefaultSnapLen = 262144
 )
 
+// ErrNil means a required argument, or the Writer or Reader a method was
+// called on, is nil.
+var ErrNil = errors.New("pcapfile: nil argument")
+
+// MaxRecord is the largest record ReadPacket reads whatever the file's
+// snap length says, so that a damaged or hostile file cannot make it
+// allocate gigabytes.
+const MaxRecord = 64 << 20
+
 // ErrNotPcap means the input does not start with a pcap file header.
 var ErrNotPcap = errors.New("pcapfile: not a pcap file")
 
@@ -46,6 +55,9 @@ type Writer struct {
 // NewWriter writes a pcap file header for linkType to w and returns a
 // Writer that appends packets to it. Call Flush before closing w.
 func NewWriter(w io.Writer, linkType uint32) (*Writer, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: NewWriter needs an io.Writer (an *os.File, say)", ErrNil)
+	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var h [24]byte
 	binary.LittleEndian.PutUint32(h[0:], magicNano)
@@ -62,6 +74,9 @@ func NewWriter(w io.Writer, linkType uint32) (*Writer, error) {
 // WritePacket appends one packet captured at t. The data may be given in
 // pieces (headers and payload, say), which are written as one record.
 func (w *Writer) WritePacket(t time.Time, data ...[]byte) error {
+	if w == nil || w.w == nil {
+		return errNilWriter
+	}
 	n := 0
 	for _, d := range data {
 		n += len(d)
@@ -87,6 +102,9 @@ func (w *Writer) WritePacket(t time.Time, data ...[]byte) error {
 
 // Flush writes buffered packets to the underlying writer.
 func (w *Writer) Flush() error {
+	if w == nil || w.w == nil {
+		return errNilWriter
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err != nil {
@@ -116,6 +134,9 @@ type CaptureInfo struct {
 
 // NewReader reads the file header from r.
 func NewReader(r io.Reader) (*Reader, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: NewReader needs an io.Reader (an *os.File, say)", ErrNil)
+	}
 	br := bufio.NewReaderSize(r, 64<<10)
 	var h [24]byte
 	if _, err := io.ReadFull(br, h[:]); err != nil {
@@ -143,11 +164,24 @@ func NewReader(r io.Reader) (*Reader, error) {
 }
 
 // LinkType returns the link type of the file.
-func (r *Reader) LinkType() uint32 { return r.linkType }
+func (r *Reader) LinkType() uint32 {
+	if r == nil {
+		return 0
+	}
+	return r.linkType
+}
+
+var (
+	errNilWriter = fmt.Errorf("%w: nil *Writer: use one from NewWriter", ErrNil)
+	errNilReader = fmt.Errorf("%w: nil *Reader: use one from NewReader", ErrNil)
+)
 
 // ReadPacket returns the next packet, in a new slice. It returns io.EOF at
 // the end and io.ErrUnexpectedEOF for a record cut short.
 func (r *Reader) ReadPacket() ([]byte, CaptureInfo, error) {
+	if r == nil || r.r == nil {
+		return nil, CaptureInfo{}, errNilReader
+	}
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, CaptureInfo{}, fmt.Errorf("pcapfile: record header: %w", err)
@@ -156,8 +190,9 @@ func (r *Reader) ReadPacket() ([]byte, CaptureInfo, error) {
 	}
 	sec, frac := r.order.Uint32(r.hdr[0:]), r.order.Uint32(r.hdr[4:])
 	capLen, origLen := r.order.Uint32(r.hdr[8:]), r.order.Uint32(r.hdr[12:])
-	if capLen > DefaultSnapLen && capLen > r.snapLen {
-		return nil, CaptureInfo{}, fmt.Errorf("pcapfile: record of %d bytes exceeds the snap length", capLen)
+	if capLen > DefaultSnapLen && capLen > r.snapLen || capLen > MaxRecord {
+		return nil, CaptureInfo{}, fmt.Errorf("pcapfile: record of %d bytes exceeds the snap length (%d) or %d bytes: "+
+			"the file is damaged", capLen, r.snapLen, MaxRecord)
 	}
 	if !r.nano {
 		frac *= 1000
