@@ -35,7 +35,16 @@ type Real struct{}
 func (Real) Now() time.Time { return time.Now() }
 
 // AfterFunc wraps time.AfterFunc.
-func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, orNop(f))} }
+
+// orNop returns f, or a function that does nothing for a nil f: a timer
+// of a nil function fires and does nothing.
+func orNop(f func()) func() {
+	if f == nil {
+		return func() {}
+	}
+	return f
+}
 
 type realTimer struct{ t *time.Timer }
 
@@ -45,7 +54,8 @@ func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
 // Manual is a clock that moves only when told to. Timers fire from
 // Advance, in deadline order (ties in the order they were set), on the
 // caller's goroutine. It is safe for concurrent use; a timer function may
-// set, reset and stop timers.
+// set, reset and stop timers. The zero Manual reads the zero time; a nil
+// *Manual reads it too, and its timers never fire.
 type Manual struct {
 	mu   sync.Mutex
 	now  time.Time
@@ -58,6 +68,9 @@ func NewManual(start time.Time) *Manual { return &Manual{now: start} }
 
 // Now returns the clock's time.
 func (c *Manual) Now() time.Time {
+	if c == nil {
+		return time.Time{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
@@ -65,7 +78,10 @@ func (c *Manual) Now() time.Time {
 
 // AfterFunc arranges for f to be called by the Advance that passes now+d.
 func (c *Manual) AfterFunc(d time.Duration, f func()) Timer {
-	t := &manualTimer{c: c, f: f, index: -1}
+	if c == nil {
+		return (*manualTimer)(nil) // never fires; Stop and Reset report false
+	}
+	t := &manualTimer{c: c, f: orNop(f), index: -1}
 	t.Reset(d)
 	return t
 }
@@ -73,6 +89,9 @@ func (c *Manual) AfterFunc(d time.Duration, f func()) Timer {
 // Next returns the deadline of the earliest pending timer, and false when
 // none is pending.
 func (c *Manual) Next() (time.Time, bool) {
+	if c == nil {
+		return time.Time{}, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.heap) == 0 {
@@ -84,6 +103,9 @@ func (c *Manual) Next() (time.Time, bool) {
 // Advance moves the clock forward by d, firing every timer due on the way
 // at its deadline.
 func (c *Manual) Advance(d time.Duration) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	end := c.now.Add(d)
 	c.mu.Unlock()
@@ -93,6 +115,9 @@ func (c *Manual) Advance(d time.Duration) {
 // AdvanceTo moves the clock to t (if later), firing every timer due by
 // then, each with the clock set to its deadline.
 func (c *Manual) AdvanceTo(t time.Time) {
+	if c == nil {
+		return
+	}
 	for {
 		c.mu.Lock()
 		if len(c.heap) == 0 || c.heap[0].when.After(t) {
@@ -121,6 +146,9 @@ type manualTimer struct {
 }
 
 func (t *manualTimer) Stop() bool {
+	if t == nil {
+		return false
+	}
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	if t.index < 0 {
@@ -131,6 +159,9 @@ func (t *manualTimer) Stop() bool {
 }
 
 func (t *manualTimer) Reset(d time.Duration) bool {
+	if t == nil {
+		return false
+	}
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
