@@ -24,7 +24,7 @@ type Faults struct {
 
 // Any reports whether f injects anything.
 func (f *Faults) Any() bool {
-	return f.Drop > 0 || f.Duplicate > 0 || f.Reorder > 0 || f.Corrupt > 0 || f.Truncate > 0 || f.Delay > 0
+	return f != nil && (f.Drop > 0 || f.Duplicate > 0 || f.Reorder > 0 || f.Corrupt > 0 || f.Truncate > 0 || f.Delay > 0)
 }
 
 // FaultStats counts what a faulty transport did.
@@ -52,7 +52,8 @@ type heldPacket struct {
 	timer *time.Timer
 }
 
-// NewFaulty returns t with faults f applied to what it sends.
+// NewFaulty returns t with faults f applied to what it sends. Given a nil
+// t, its methods report ErrNil.
 func NewFaulty(t Transport, f Faults, seed uint64) *Faulty {
 	return &Faulty{Transport: t, f: f, rng: rand.New(rand.NewPCG(seed, seed^0x5DEECE66D)),
 		held: make(map[netip.Addr]*heldPacket)}
@@ -60,10 +61,60 @@ func NewFaulty(t Transport, f Faults, seed uint64) *Faulty {
 
 // SendsPayload reports whether the wrapped transport takes packets with
 // their payload apart.
-func (t *Faulty) SendsPayload() bool { return SendsPayload(t.Transport) }
+func (t *Faulty) SendsPayload() bool { return t.ok() && SendsPayload(t.Transport) }
+
+// ok reports whether t wraps a transport.
+func (t *Faulty) ok() bool { return t != nil && t.Transport != nil && t.rng != nil }
+
+// errNoFaultyTransport is what the methods of a Faulty without a
+// transport return.
+var errNoFaultyTransport = nilError("a nil *Faulty, or one without a transport: use NewFaulty with one")
+
+// Start begins delivery from the wrapped transport.
+func (t *Faulty) Start(h Handler) error {
+	if !t.ok() {
+		return errNoFaultyTransport
+	}
+	return t.Transport.Start(h)
+}
+
+// LocalAddr returns the wrapped transport's address.
+func (t *Faulty) LocalAddr() netip.Addr {
+	if !t.ok() {
+		return netip.Addr{}
+	}
+	return t.Transport.LocalAddr()
+}
+
+// BatchSize returns the wrapped transport's batch size.
+func (t *Faulty) BatchSize() int {
+	if !t.ok() {
+		return 0
+	}
+	return t.Transport.BatchSize()
+}
+
+// MaxPacket returns the wrapped transport's largest packet.
+func (t *Faulty) MaxPacket() int {
+	if !t.ok() {
+		return 0
+	}
+	return t.Transport.MaxPacket()
+}
+
+// Stats returns the wrapped transport's counters.
+func (t *Faulty) Stats() Stats {
+	if !t.ok() {
+		return Stats{}
+	}
+	return t.Transport.Stats()
+}
 
 // FaultStats returns what the wrapper did so far.
 func (t *Faulty) FaultStats() FaultStats {
+	if !t.ok() {
+		return FaultStats{}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.stats
@@ -73,6 +124,9 @@ func (t *Faulty) chance(p float64) bool { return p > 0 && t.rng.Float64() < p }
 
 // Send applies the faults and passes what is left to the transport.
 func (t *Faulty) Send(pkts []Packet) error {
+	if !t.ok() {
+		return errNoFaultyTransport
+	}
 	t.mu.Lock()
 	out := t.buf[:0]
 	for _, p := range pkts {
@@ -87,7 +141,7 @@ func (t *Faulty) Send(pkts []Packet) error {
 		}
 		for range n {
 			q := p
-			if t.chance(t.f.Corrupt) || t.chance(t.f.Truncate) {
+			if (t.chance(t.f.Corrupt) || t.chance(t.f.Truncate)) && p.Len() > 0 {
 				// Corrupt a copy: the caller's buffer may be retransmitted.
 				q.Data, q.Payload = p.AppendTo(nil), nil
 				if t.f.Truncate > 0 && t.rng.IntN(2) == 0 {
@@ -144,6 +198,9 @@ func (t *Faulty) hold(p Packet) {
 
 // Close stops held packets and closes the transport.
 func (t *Faulty) Close() error {
+	if !t.ok() {
+		return errNoFaultyTransport
+	}
 	t.mu.Lock()
 	for _, h := range t.held {
 		h.timer.Stop()

@@ -29,10 +29,9 @@ type Sniffer struct {
 	localPort uint16
 	peerPort  uint16
 
-	mu    sync.Mutex // guards buf and err
-	buf   []byte
-	err   error
-	start sync.Once
+	mu  sync.Mutex // guards buf and err
+	buf []byte
+	err error
 }
 
 var _ Transport = (*Sniffer)(nil)
@@ -46,7 +45,13 @@ var _ Transport = (*Sniffer)(nil)
 // headers right. Sent packets are recorded after t.Send returns, with the
 // ICRC t sealed; received ones before the handler sees them. Ports are
 // 4791 unless t implements PortReporter.
+//
+// Given a nil t, the Sniffer's methods report ErrNil; given a nil w, Err
+// and Close report it.
 func Sniff(t Transport, w *pcapfile.Writer) *Sniffer {
+	if t == nil {
+		return &Sniffer{}
+	}
 	s := &Sniffer{t: t, w: w, local: t.LocalAddr(), localPort: bth.UDPPort, peerPort: bth.UDPPort}
 	if pr, ok := t.(PortReporter); ok {
 		s.localPort, s.peerPort = pr.LocalPort(), pr.PeerPort()
@@ -56,6 +61,9 @@ func Sniff(t Transport, w *pcapfile.Writer) *Sniffer {
 
 // Err returns the first error writing the capture; recording stops there.
 func (s *Sniffer) Err() error {
+	if !s.ok() {
+		return errNoSnifferTransport
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
@@ -64,6 +72,12 @@ func (s *Sniffer) Err() error {
 // Start starts t with a handler that records each received packet and then
 // calls h.
 func (s *Sniffer) Start(h Handler) error {
+	switch {
+	case !s.ok():
+		return errNoSnifferTransport
+	case h == nil:
+		return nilError("Start needs a Handler")
+	}
 	return s.t.Start(func(pkts []Packet) {
 		s.record(pkts, false)
 		h(pkts)
@@ -73,29 +87,62 @@ func (s *Sniffer) Start(h Handler) error {
 // Send sends pkts through t and records them, error or not: the record is
 // of what was handed to the transport.
 func (s *Sniffer) Send(pkts []Packet) error {
+	if !s.ok() {
+		return errNoSnifferTransport
+	}
 	err := s.t.Send(pkts)
 	s.record(pkts, true)
 	return err
 }
 
+// ok reports whether s wraps a transport.
+func (s *Sniffer) ok() bool { return s != nil && s.t != nil }
+
+// errNoSnifferTransport is what the methods of a Sniffer without a
+// transport return.
+var errNoSnifferTransport = nilError("a nil *Sniffer, or one without a transport: use Sniff with one")
+
 // LocalAddr returns t's.
-func (s *Sniffer) LocalAddr() netip.Addr { return s.t.LocalAddr() }
+func (s *Sniffer) LocalAddr() netip.Addr {
+	if !s.ok() {
+		return netip.Addr{}
+	}
+	return s.t.LocalAddr()
+}
 
 // SendsPayload reports whether t takes packets with their payload apart.
-func (s *Sniffer) SendsPayload() bool { return SendsPayload(s.t) }
+func (s *Sniffer) SendsPayload() bool { return s.ok() && SendsPayload(s.t) }
 
 // BatchSize returns t's.
-func (s *Sniffer) BatchSize() int { return s.t.BatchSize() }
+func (s *Sniffer) BatchSize() int {
+	if !s.ok() {
+		return 0
+	}
+	return s.t.BatchSize()
+}
 
 // MaxPacket returns t's.
-func (s *Sniffer) MaxPacket() int { return s.t.MaxPacket() }
+func (s *Sniffer) MaxPacket() int {
+	if !s.ok() {
+		return 0
+	}
+	return s.t.MaxPacket()
+}
 
 // Stats returns t's.
-func (s *Sniffer) Stats() Stats { return s.t.Stats() }
+func (s *Sniffer) Stats() Stats {
+	if !s.ok() {
+		return Stats{}
+	}
+	return s.t.Stats()
+}
 
 // Close closes t and flushes the capture; it does not close the file
 // underneath the Writer.
 func (s *Sniffer) Close() error {
+	if !s.ok() {
+		return errNoSnifferTransport
+	}
 	err := s.t.Close()
 	if ferr := s.w.Flush(); err == nil {
 		s.mu.Lock()
@@ -144,7 +191,9 @@ func (s *Sniffer) record(pkts []Packet, sent bool) {
 			s.buf = make([]byte, max(n, 9000))
 		}
 		b := p.AppendTo(s.buf[:hl])
-		bth.EncodeFrame(b, &f)
+		if _, err := bth.EncodeFrame(b, &f); err != nil {
+			continue // no frame to write for these addresses
+		}
 		s.err = s.w.WritePacket(now, b)
 	}
 }

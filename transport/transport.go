@@ -9,10 +9,19 @@
 package transport
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
 )
+
+// ErrNil means a required argument (a transport, a handler), or the
+// object a method was called on, is nil.
+var ErrNil = errors.New("transport: nil argument")
+
+// nilError reports a nil argument or receiver: what names it.
+func nilError(what string) error { return fmt.Errorf("%w: %s", ErrNil, what) }
 
 // Packet is one RoCE packet crossing a Transport.
 type Packet struct {
@@ -45,25 +54,38 @@ type Packet struct {
 	IPID uint16
 }
 
-// Len returns the packet's length, BTH through ICRC.
-func (p *Packet) Len() int { return len(p.Data) + len(p.Payload) }
+// Len returns the packet's length, BTH through ICRC (0 for a nil p).
+func (p *Packet) Len() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.Data) + len(p.Payload)
+}
 
-// AppendTo appends the whole packet, BTH through ICRC, to b.
+// AppendTo appends the whole packet, BTH through ICRC, to b (nothing for
+// a nil p).
 func (p *Packet) AppendTo(b []byte) []byte {
-	if p.Payload == nil {
+	switch {
+	case p == nil:
+		return b
+	case p.Payload == nil:
 		return append(b, p.Data...)
 	}
-	n := len(p.Data) - bth.ICRCLen
+	n := max(len(p.Data)-bth.ICRCLen, 0)
 	return append(append(append(b, p.Data[:n]...), p.Payload...), p.Data[n:]...)
 }
 
 // Seal writes the packet's ICRC for the IP and UDP headers f describes.
-func (p *Packet) Seal(f *bth.Flow) {
-	if p.Payload == nil {
-		f.Seal(p.Data)
-		return
+// It fails as bth.Flow.Seal does: f's addresses missing or of two IP
+// versions, or a packet too short for a BTH and an ICRC.
+func (p *Packet) Seal(f *bth.Flow) error {
+	switch {
+	case p == nil:
+		return nilError("Seal of a nil *Packet")
+	case p.Payload == nil:
+		return f.Seal(p.Data)
 	}
-	f.SealSplit(p.Data, p.Payload)
+	return f.SealSplit(p.Data, p.Payload)
 }
 
 // PayloadSender is implemented by transports whose Send takes packets

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -34,7 +35,8 @@ import (
 // Faults are the faults the network applies to each packet sent.
 type Faults = transport.Faults
 
-// Config configures a Network. Zero fields mean defaults.
+// Config configures a Network. Zero (and negative) fields mean defaults;
+// a nil *Config means all defaults.
 type Config struct {
 	// Seed makes fault injection repeatable.
 	Seed   uint64
@@ -129,16 +131,16 @@ func NewNetwork(cfg *Config) *Network {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Latency == 0 && !c.Live {
+	if c.Latency < 0 || c.Latency == 0 && !c.Live {
 		c.Latency = time.Microsecond
 	}
-	if c.ReorderDelay == 0 {
+	if c.ReorderDelay <= 0 {
 		c.ReorderDelay = 20 * time.Microsecond
 	}
-	if c.MaxPacket == 0 {
+	if c.MaxPacket <= 0 {
 		c.MaxPacket = 4096 + 64
 	}
-	if c.BatchSize == 0 {
+	if c.BatchSize <= 0 {
 		c.BatchSize = 64
 	}
 	n := &Network{cfg: c, rng: rand.New(rand.NewPCG(c.Seed, c.Seed^0x9E3779B97F4A7C15)),
@@ -162,10 +164,24 @@ func NewNetwork(cfg *Config) *Network {
 
 // Clock returns the network's clock; give it to the devices so that their
 // timers run on the same time as the network.
-func (n *Network) Clock() clock.Clock { return n.clk }
+func (n *Network) Clock() clock.Clock {
+	if !n.ok() {
+		return clock.Real{}
+	}
+	return n.clk
+}
+
+// ok reports whether n was made by NewNetwork.
+func (n *Network) ok() bool { return n != nil && n.eps != nil }
+
+// errNilNetwork is what the methods of a nil Network return.
+var errNilNetwork = fmt.Errorf("%w: mem: nil *Network: use one from NewNetwork", transport.ErrNil)
 
 // Stats returns what the network did to packets so far.
 func (n *Network) Stats() Stats {
+	if !n.ok() {
+		return Stats{}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.stats
@@ -173,6 +189,9 @@ func (n *Network) Stats() Stats {
 
 // SetFaults changes the faults applied from now on.
 func (n *Network) SetFaults(f Faults) {
+	if !n.ok() {
+		return
+	}
 	n.mu.Lock()
 	n.cfg.Faults = f
 	n.mu.Unlock()
@@ -180,6 +199,9 @@ func (n *Network) SetFaults(f Faults) {
 
 // Close stops live delivery. Endpoints stop with it.
 func (n *Network) Close() {
+	if !n.ok() {
+		return
+	}
 	n.mu.Lock()
 	select {
 	case <-n.done:
@@ -193,10 +215,16 @@ func (n *Network) Close() {
 // Endpoint returns a new endpoint with address addr, which must be unique
 // on the network.
 func (n *Network) Endpoint(addr netip.Addr) (*Endpoint, error) {
+	if !n.ok() {
+		return nil, errNilNetwork
+	}
+	if !addr.IsValid() {
+		return nil, errors.New("mem: an endpoint needs an IP address: give Endpoint one (the device's GID)")
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.eps[addr]; ok {
-		return nil, fmt.Errorf("mem: address %v in use", addr)
+		return nil, fmt.Errorf("mem: address %v in use: close its endpoint first, or choose another", addr)
 	}
 	e := &Endpoint{n: n, addr: addr}
 	n.eps[addr] = e
@@ -223,23 +251,53 @@ var (
 
 // Start begins delivery to h.
 func (e *Endpoint) Start(h transport.Handler) error {
+	switch {
+	case !e.ok():
+		return errNilEndpoint
+	case h == nil:
+		return fmt.Errorf("%w: mem: Start needs a Handler", transport.ErrNil)
+	}
 	if !e.handler.CompareAndSwap(nil, &h) {
 		return errors.New("mem: endpoint already started")
 	}
 	return nil
 }
 
+// ok reports whether e was made by Network.Endpoint.
+func (e *Endpoint) ok() bool { return e != nil && e.n.ok() }
+
+// errNilEndpoint is what the methods of a nil Endpoint return.
+var errNilEndpoint = fmt.Errorf("%w: mem: nil *Endpoint: use one from Network.Endpoint", transport.ErrNil)
+
 // LocalAddr returns the endpoint's address.
-func (e *Endpoint) LocalAddr() netip.Addr { return e.addr }
+func (e *Endpoint) LocalAddr() netip.Addr {
+	if !e.ok() {
+		return netip.Addr{}
+	}
+	return e.addr
+}
 
 // BatchSize returns the network's batch size.
-func (e *Endpoint) BatchSize() int { return e.n.cfg.BatchSize }
+func (e *Endpoint) BatchSize() int {
+	if !e.ok() {
+		return 0
+	}
+	return e.n.cfg.BatchSize
+}
 
 // MaxPacket returns the largest packet the network carries.
-func (e *Endpoint) MaxPacket() int { return e.n.cfg.MaxPacket }
+func (e *Endpoint) MaxPacket() int {
+	if !e.ok() {
+		return 0
+	}
+	return e.n.cfg.MaxPacket
+}
 
 // Stats returns the endpoint's counters.
 func (e *Endpoint) Stats() transport.Stats {
+	if !e.ok() {
+		return transport.Stats{}
+	}
 	s := &e.stats
 	return transport.Stats{TxPackets: s.txPackets.Load(), TxBytes: s.txBytes.Load(),
 		RxPackets: s.rxPackets.Load(), RxBytes: s.rxBytes.Load(), RxICRCErrors: s.rxICRC.Load(),
@@ -248,6 +306,9 @@ func (e *Endpoint) Stats() transport.Stats {
 
 // Close detaches the endpoint; packets to it are lost.
 func (e *Endpoint) Close() error {
+	if !e.ok() {
+		return errNilEndpoint
+	}
 	e.closed.Store(true)
 	n := e.n
 	n.mu.Lock()
@@ -265,7 +326,7 @@ func flow(p *transport.Packet) bth.Flow {
 }
 
 // SendsPayload reports true: Send takes packets with their payload apart.
-func (e *Endpoint) SendsPayload() bool { return true }
+func (e *Endpoint) SendsPayload() bool { return e.ok() }
 
 // Send seals each packet's ICRC, copies it onto the network and applies
 // the faults. It never blocks and never delivers on the caller's
@@ -274,8 +335,11 @@ func (e *Endpoint) SendsPayload() bool { return true }
 // network answers it with a notice, as a host's stack answers with an
 // ICMP error, after the network's latency.
 func (e *Endpoint) Send(pkts []transport.Packet) error {
+	if !e.ok() {
+		return errNilEndpoint
+	}
 	if e.closed.Load() {
-		return errors.New("mem: endpoint closed")
+		return fmt.Errorf("mem: send on endpoint %v after Close: %w", e.addr, net.ErrClosed)
 	}
 	n := e.n
 	now := n.clk.Now()
@@ -283,7 +347,7 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 	for i := range pkts {
 		p := pkts[i]
 		fl := flow(&p)
-		p.Seal(&fl)
+		_ = p.Seal(&fl) // a packet that cannot be sealed goes as it is, and the receiver drops it
 		e.stats.txPackets.Add(1)
 		e.stats.txBytes.Add(uint64(p.Len()))
 		n.stats.Sent++
@@ -454,8 +518,12 @@ var ErrNoEndpoint = errors.New("mem: no endpoint has that address (host unreacha
 // NotifyUnreachable calls f, from the goroutine that delivers packets
 // (Run, Step or the live loop), with a notice for every packet the
 // endpoint sends from now on to an address that has no endpoint, until
-// stop is called. f must not block or call back into the network.
+// stop is called. f must not block or call back into the network. A nil
+// Endpoint never calls f.
 func (e *Endpoint) NotifyUnreachable(f func(transport.Unreachable)) (stop func()) {
+	if !e.ok() {
+		return func() {}
+	}
 	stop, _ = e.unreach.Add(f)
 	return stop
 }
@@ -470,6 +538,9 @@ var ErrTimeLimit = errors.New("mem: simulated time limit passed")
 // Step delivers the packets due now (simulation mode). It reports whether
 // it delivered any.
 func (n *Network) Step() bool {
+	if !n.ok() {
+		return false
+	}
 	n.stepMu.Lock()
 	defer n.stepMu.Unlock()
 	to, batch := n.due(n.clk.Now())
@@ -486,8 +557,14 @@ func (n *Network) Step() bool {
 // timers on the way. It fails with ErrIdle when nothing is left to do and
 // with ErrTimeLimit after limit of simulated time.
 func (n *Network) Run(done func() bool, limit time.Duration) error {
-	if n.sim == nil {
-		return errors.New("mem: Run needs simulation mode")
+	switch {
+	case !n.ok():
+		return errNilNetwork
+	case done == nil:
+		return fmt.Errorf("%w: mem: Run needs a done function to say when to stop", transport.ErrNil)
+	case n.sim == nil:
+		return errors.New("mem: Run needs simulation mode: make the Network without Live, " +
+			"and with no Clock or a *clock.Manual")
 	}
 	end := n.sim.Now().Add(limit)
 	for !done() {
