@@ -58,6 +58,12 @@ type Transport struct {
 
 var _ transport.Transport = (*Transport)(nil)
 
+// ok reports whether t was made by New.
+func (t *Transport) ok() bool { return t != nil && t.conn != nil }
+
+// errNilTransport is what the methods of a nil Transport return.
+var errNilTransport = fmt.Errorf("%w: afpacket: nil *Transport: use one from afpacket.New", transport.ErrNil)
+
 // New opens an AF_PACKET socket on cfg.Interface and returns a Transport
 // on it. Without CAP_NET_RAW it returns an error that wraps
 // os.ErrPermission (and the *net.OpError from the socket) and says what to
@@ -222,26 +228,59 @@ func (t *Transport) release() error {
 }
 
 // LocalAddr returns the local IP address.
-func (t *Transport) LocalAddr() netip.Addr { return t.local }
+func (t *Transport) LocalAddr() netip.Addr {
+	if !t.ok() {
+		return netip.Addr{}
+	}
+	return t.local
+}
 
 // LocalPort returns the UDP port the transport receives on.
-func (t *Transport) LocalPort() uint16 { return t.cfg.Port }
+func (t *Transport) LocalPort() uint16 {
+	if !t.ok() {
+		return 0
+	}
+	return t.cfg.Port
+}
 
 // PeerPort returns the UDP port it sends to.
-func (t *Transport) PeerPort() uint16 { return t.cfg.PeerPort }
+func (t *Transport) PeerPort() uint16 {
+	if !t.ok() {
+		return 0
+	}
+	return t.cfg.PeerPort
+}
 
 // BatchSize returns the configured batch size.
-func (t *Transport) BatchSize() int { return t.cfg.BatchSize }
+func (t *Transport) BatchSize() int {
+	if !t.ok() {
+		return 0
+	}
+	return t.cfg.BatchSize
+}
 
 // MaxPacket returns the largest RoCE packet sent or accepted.
-func (t *Transport) MaxPacket() int { return t.maxPacket }
+func (t *Transport) MaxPacket() int {
+	if !t.ok() {
+		return 0
+	}
+	return t.maxPacket
+}
 
 // Stats returns the transport's counters.
-func (t *Transport) Stats() transport.Stats { return t.stats.Snapshot() }
+func (t *Transport) Stats() transport.Stats {
+	if !t.ok() {
+		return transport.Stats{}
+	}
+	return t.stats.Snapshot()
+}
 
 // Start begins delivering received packets to h from a goroutine the
 // Transport owns, until Close.
 func (t *Transport) Start(h transport.Handler) error {
+	if !t.ok() {
+		return errNilTransport
+	}
 	if h == nil {
 		return errorf(ErrBadConfig, "nil handler")
 	}
@@ -263,6 +302,9 @@ func (t *Transport) Start(h transport.Handler) error {
 // Close stops delivery, closes the sockets and waits for the receive
 // goroutine. Calls after the first return net.ErrClosed.
 func (t *Transport) Close() error {
+	if !t.ok() {
+		return errNilTransport
+	}
 	t.mu.Lock()
 	if t.closing.Swap(true) {
 		t.mu.Unlock()
@@ -505,6 +547,9 @@ func (tx *txState) write(fd uintptr) bool {
 // sent (bad, or next hop unresolved) are counted in TxErrors; the first
 // error is returned after the rest have been tried.
 func (t *Transport) Send(pkts []transport.Packet) error {
+	if !t.ok() {
+		return errNilTransport
+	}
 	if t.closing.Load() {
 		return fmt.Errorf("afpacket: send: %w", net.ErrClosed)
 	}
@@ -558,9 +603,9 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 	return firstErr
 }
 
-// SendsPayload reports true: Send takes packets with their payload apart
-// (it copies them into the frame it builds anyway).
-func (t *Transport) SendsPayload() bool { return true }
+// SendsPayload reports true (false for a nil Transport): Send takes
+// packets with their payload apart (it copies them into the frame it builds anyway).
+func (t *Transport) SendsPayload() bool { return t.ok() }
 
 // frame seals p and lays its frame out as the next message.
 func (t *Transport) frame(p *transport.Packet, now time.Time) error {

@@ -80,7 +80,7 @@ func (c *Config) withDefaults() (Config, error) {
 		r = *c
 	}
 	if r.Interface == "" {
-		return r, errorf(ErrBadConfig, "no interface")
+		return r, errorf(ErrBadConfig, "no interface: set Config.Interface to the one to send on (ip link lists them)")
 	}
 	if r.Addr.Is4In6() {
 		r.Addr = r.Addr.Unmap()
@@ -98,10 +98,11 @@ func (c *Config) withDefaults() (Config, error) {
 		return r, errorf(ErrBadConfig, "batch size %d not in 1..1024", r.BatchSize)
 	}
 	if r.MaxPacket < 0 || r.MaxPacket > 65535-40-8 {
-		return r, errorf(ErrBadConfig, "max packet %d", r.MaxPacket)
+		return r, errorf(ErrBadConfig, "max packet %d not in 0 (the interface's MTU)..%d", r.MaxPacket, 65535-40-8)
 	}
 	if r.ResolveTimeout < 0 || r.NeighborTTL < 0 || r.SendTimeout < 0 {
-		return r, errorf(ErrBadConfig, "negative timeout")
+		return r, errorf(ErrBadConfig, "negative timeout (resolve %v, neighbor TTL %v, send %v): 0 means the default",
+			r.ResolveTimeout, r.NeighborTTL, r.SendTimeout)
 	}
 	if r.ResolveTimeout == 0 {
 		r.ResolveTimeout = DefaultResolveTimeout

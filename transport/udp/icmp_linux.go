@@ -54,6 +54,9 @@ const (
 // kernel then also fails the next send once with the error, which Send
 // hides by sending that packet again.
 func (t *Transport) NotifyUnreachable(f func(transport.Unreachable)) (stop func()) {
+	if !t.ok() {
+		return func() {} // a nil Transport sends nothing, and learns nothing
+	}
 	stop, _ = t.icmp.list.Add(f)
 	if f != nil {
 		if err := t.startICMP(); err != nil {

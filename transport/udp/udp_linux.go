@@ -72,6 +72,12 @@ type Transport struct {
 
 var _ transport.Transport = (*Transport)(nil)
 
+// ok reports whether t was made by New.
+func (t *Transport) ok() bool { return t != nil && t.conn != nil }
+
+// errNilTransport is what the methods of a nil Transport return.
+var errNilTransport = fmt.Errorf("%w: udp: nil *Transport: use one from udp.New", transport.ErrNil)
+
 // New opens a UDP socket as cfg says (nil means defaults) and returns a
 // Transport on it. Call Start to receive and Close to release it.
 func New(cfg *Config) (*Transport, error) {
@@ -278,39 +284,92 @@ func linkMaxPacket(ip netip.Addr, ipv4 bool) int {
 
 // LocalAddr returns the IP address the transport is bound to; the
 // unspecified address when bound to all.
-func (t *Transport) LocalAddr() netip.Addr { return t.local.Addr() }
+func (t *Transport) LocalAddr() netip.Addr {
+	if !t.ok() {
+		return netip.Addr{}
+	}
+	return t.local.Addr()
+}
 
 // LocalAddrPort returns the bound address and UDP port.
-func (t *Transport) LocalAddrPort() netip.AddrPort { return t.local }
+func (t *Transport) LocalAddrPort() netip.AddrPort {
+	if !t.ok() {
+		return netip.AddrPort{}
+	}
+	return t.local
+}
 
 // LocalPort returns the UDP port the transport receives on.
-func (t *Transport) LocalPort() uint16 { return t.local.Port() }
+func (t *Transport) LocalPort() uint16 {
+	if !t.ok() {
+		return 0
+	}
+	return t.local.Port()
+}
 
 // SendPort returns the UDP port the transport sends from.
-func (t *Transport) SendPort() uint16 { return t.txPort }
+func (t *Transport) SendPort() uint16 {
+	if !t.ok() {
+		return 0
+	}
+	return t.txPort
+}
 
 // PeerPort returns the UDP port the transport sends to.
-func (t *Transport) PeerPort() uint16 { return t.cfg.PeerPort }
+func (t *Transport) PeerPort() uint16 {
+	if !t.ok() {
+		return 0
+	}
+	return t.cfg.PeerPort
+}
 
 // BatchSize returns the configured batch size.
-func (t *Transport) BatchSize() int { return t.cfg.BatchSize }
+func (t *Transport) BatchSize() int {
+	if !t.ok() {
+		return 0
+	}
+	return t.cfg.BatchSize
+}
 
 // MaxPacket returns the largest RoCE packet the transport sends or accepts.
-func (t *Transport) MaxPacket() int { return t.maxPacket }
+func (t *Transport) MaxPacket() int {
+	if !t.ok() {
+		return 0
+	}
+	return t.maxPacket
+}
 
 // GSO reports whether sends use UDP GSO; it turns false if the kernel
 // refuses a GSO send.
-func (t *Transport) GSO() bool { return t.gso.Load() }
+func (t *Transport) GSO() bool {
+	if !t.ok() {
+		return false
+	}
+	return t.gso.Load()
+}
 
 // GRO reports whether the socket receives with UDP GRO.
-func (t *Transport) GRO() bool { return t.gro }
+func (t *Transport) GRO() bool {
+	if !t.ok() {
+		return false
+	}
+	return t.gro
+}
 
 // Stats returns the transport's counters.
-func (t *Transport) Stats() transport.Stats { return t.stats.Snapshot() }
+func (t *Transport) Stats() transport.Stats {
+	if !t.ok() {
+		return transport.Stats{}
+	}
+	return t.stats.Snapshot()
+}
 
 // Start begins delivering received packets to h from a goroutine the
 // Transport owns, until Close.
 func (t *Transport) Start(h transport.Handler) error {
+	if !t.ok() {
+		return errNilTransport
+	}
 	if h == nil {
 		return errorf(ErrBadConfig, "nil handler")
 	}
@@ -343,6 +402,9 @@ func (t *Transport) Start(h transport.Handler) error {
 // that the thread that spins on its completions also drives receiving,
 // with no hand-off between threads (transport.Poller).
 func (t *Transport) Poll() int {
+	if !t.ok() {
+		return 0
+	}
 	if !t.rxRun.Load() || t.closing.Load() {
 		return 0
 	}
@@ -365,6 +427,9 @@ func (t *Transport) Poll() int {
 // Close stops delivery, closes the socket and waits for the receive
 // goroutine to end. Calls after the first return net.ErrClosed.
 func (t *Transport) Close() error {
+	if !t.ok() {
+		return errNilTransport
+	}
 	t.mu.Lock()
 	if t.closing.Swap(true) {
 		t.mu.Unlock()
@@ -590,6 +655,9 @@ func (tx *txState) write(fd int) bool {
 // GSO is on. Packets that cannot be sent are counted in TxErrors and the
 // first error is returned after the rest have been tried.
 func (t *Transport) Send(pkts []transport.Packet) error {
+	if !t.ok() {
+		return errNilTransport
+	}
 	if t.closing.Load() {
 		return fmt.Errorf("udp: send: %w", net.ErrClosed)
 	}
@@ -795,9 +863,9 @@ func (t *Transport) seal(p *transport.Packet, src, dst netip.Addr, id uint16) {
 	}
 }
 
-// SendsPayload reports true: Send takes packets with their payload apart
-// and sends it in place, from an iovec of its own.
-func (t *Transport) SendsPayload() bool { return true }
+// SendsPayload reports true (false for a nil Transport): Send takes
+// packets with their payload apart and sends it in place, from an iovec of its own.
+func (t *Transport) SendsPayload() bool { return t.ok() }
 
 // iovsOf is how many iovecs p takes: its headers, its payload and its
 // ICRC when the payload is apart, else one.
