@@ -324,6 +324,21 @@ func (e *nilEnv) modify(t *testing.T) {
 	if strings.Contains(err.Error(), "IP version") {
 		t.Errorf("a missing GID reported as %q", err)
 	}
+	rtr.PathMTU, rtr.AH.DGID = 7, verbs.GIDFromAddr(addrB)
+	err = q.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+		verbs.AttrMaxDestRDAtomic|verbs.AttrMinRNRTimer)
+	apitest.Err(t, err, verbs.ErrInvalidAttr, "path MTU MTU(7): want MTU256 to the device's active MTU, 4096")
+	for _, c := range []struct {
+		attr  verbs.QPAttr
+		mask  verbs.AttrMask
+		words string
+	}{
+		{verbs.QPAttr{Port: 2}, verbs.AttrPort, "port 2: want 1"},
+		{verbs.QPAttr{PKeyIndex: 1}, verbs.AttrPKeyIndex, "P_Key index 1: want 0"},
+		{verbs.QPAttr{Access: 1 << 9}, verbs.AttrAccessFlags, "access flags 0x200: want LocalWrite"},
+	} {
+		apitest.Err(t, q.Modify(&c.attr, c.mask), verbs.ErrInvalidAttr, c.words)
+	}
 }
 
 func (e *nilEnv) postSend(t *testing.T) {

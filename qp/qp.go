@@ -379,34 +379,36 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 }
 
 func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.AttrMask) error {
-	bad := func(what string, v any) error { return fmt.Errorf("%w: %s %v", verbs.ErrInvalidAttr, what, v) }
+	bad := func(what string, v any, want string) error {
+		return fmt.Errorf("%w: %s %v: want %s", verbs.ErrInvalidAttr, what, v, want)
+	}
 	switch {
 	case mask&verbs.AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU > q.dev.ActiveMTU()):
-		return bad("path MTU", a.PathMTU)
+		return bad("path MTU", a.PathMTU, "MTU256 to the device's active MTU, "+q.dev.ActiveMTU().String())
 	case mask&verbs.AttrTimeout != 0 && a.Timeout > 31:
-		return bad("timeout", a.Timeout)
+		return bad("timeout", a.Timeout, "0 to 31")
 	case mask&verbs.AttrRetryCnt != 0 && a.RetryCnt > 7:
-		return bad("retry count", a.RetryCnt)
+		return bad("retry count", a.RetryCnt, "0 to 7")
 	case mask&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7:
-		return bad("RNR retry", a.RNRRetry)
+		return bad("RNR retry", a.RNRRetry, "0 to 7 (7: without end)")
 	case mask&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
-		return bad("min RNR timer", a.MinRNRTimer)
+		return bad("min RNR timer", a.MinRNRTimer, "0 to 31")
 	case mask&verbs.AttrMaxQPRDAtomic != 0 && a.MaxRDAtomic > MaxRDAtomic:
-		return bad("max RD atomic", a.MaxRDAtomic)
+		return bad("max RD atomic", a.MaxRDAtomic, "at most 128")
 	case mask&verbs.AttrMaxDestRDAtomic != 0 && a.MaxDestRDAtomic > MaxRDAtomic:
-		return bad("max dest RD atomic", a.MaxDestRDAtomic)
+		return bad("max dest RD atomic", a.MaxDestRDAtomic, "at most 128")
 	case mask&verbs.AttrDestQPN != 0 && a.DestQPN > bth.MaxQPN:
-		return bad("dest QPN", a.DestQPN)
+		return bad("dest QPN", a.DestQPN, "24 bits")
 	case mask&verbs.AttrRQPSN != 0 && !a.RQPSN.Valid():
-		return bad("RQ PSN", a.RQPSN)
+		return bad("RQ PSN", a.RQPSN, "24 bits")
 	case mask&verbs.AttrSQPSN != 0 && !a.SQPSN.Valid():
-		return bad("SQ PSN", a.SQPSN)
+		return bad("SQ PSN", a.SQPSN, "24 bits")
 	case mask&verbs.AttrPort != 0 && a.Port != 1:
-		return bad("port", a.Port)
+		return bad("port", a.Port, "1, the device's one port")
 	case mask&verbs.AttrPKeyIndex != 0 && a.PKeyIndex != 0:
-		return bad("P_Key index", a.PKeyIndex)
+		return bad("P_Key index", a.PKeyIndex, "0, the default partition")
 	case mask&verbs.AttrAccessFlags != 0 && a.Access&^(verbs.LocalWrite|verbs.RemoteAccess) != 0:
-		return bad("access flags", a.Access)
+		return bad("access flags", a.Access, "LocalWrite, RemoteWrite, RemoteRead and RemoteAtomic only")
 	case mask&verbs.AttrAV != 0:
 		return checkDest(a.AH.DGID, q.dev.gid, "QPAttr.AH.DGID")
 	}
