@@ -23,6 +23,7 @@ const (
 	KindNAK      AckKind = 3
 )
 
+// String returns the name of the AckKind.
 func (k AckKind) String() string {
 	switch k {
 	case KindACK:
@@ -60,6 +61,7 @@ const (
 var nakNames = [...]string{"PSN_SEQUENCE_ERROR", "INVALID_REQUEST", "REMOTE_ACCESS_ERROR",
 	"REMOTE_OPERATIONAL_ERROR", "INVALID_RD_REQUEST"}
 
+// String returns the name of the NAKCode.
 func (c NAKCode) String() string {
 	if int(c) < len(nakNames) {
 		return nakNames[c]

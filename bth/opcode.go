@@ -73,6 +73,7 @@ const (
 
 var transportNames = [...]string{"invalid", "RC", "UC", "RD", "UD", "CNP"}
 
+// String returns the name of the Transport.
 func (t Transport) String() string {
 	if int(t) < len(transportNames) {
 		return transportNames[t]
@@ -105,6 +106,7 @@ var operationNames = [...]string{"invalid", "SEND", "RDMA_WRITE", "RDMA_READ_REQ
 	"RDMA_READ_RESPONSE", "ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD",
 	"FLUSH", "ATOMIC_WRITE", "RESYNC", "CNP"}
 
+// String returns the name of the Operation.
 func (o Operation) String() string {
 	if int(o) < len(operationNames) {
 		return operationNames[o]

@@ -42,6 +42,7 @@ type Error struct {
 	Cause    error  // the lower-level error, or nil
 }
 
+// Error says which step failed, what it expected and what came instead.
 func (e *Error) Error() string {
 	if e == nil {
 		return "<nil>"

@@ -80,18 +80,9 @@ func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	var srq *SRQ
-	if init.SRQ != nil {
-		s, ok := init.SRQ.(*SRQ)
-		switch {
-		case ok && !s.ok():
-			return nil, fmt.Errorf("%w: QPInitAttr.SRQ is a nil *SRQ: use one from PD.CreateSRQ, or a nil interface "+
-				"for a QP with its own receive queue", verbs.ErrNil)
-		case !ok || s.dev != d || s.pd != pd:
-			return nil, fmt.Errorf("%w: the SRQ (%T) comes from another device or PD: use one from this PD's CreateSRQ",
-				verbs.ErrForeign, init.SRQ)
-		}
-		srq = s
+	srq, err := d.initSRQ(init.SRQ, pd)
+	if err != nil {
+		return nil, err
 	}
 	c := init.Cap
 	if err := checkQPInit(init.Type, &c); err != nil {
@@ -165,6 +156,23 @@ func (d *Device) initCQ(cq verbs.CQ, which string) (*CQ, error) {
 		return nil, fmt.Errorf("%w: the %s CQ was destroyed", verbs.ErrDestroyed, which)
 	}
 	return c, nil
+}
+
+// initSRQ checks the SRQ a QP is created with, if any.
+func (d *Device) initSRQ(srq verbs.SRQ, pd *mr.PD) (*SRQ, error) {
+	if srq == nil {
+		return nil, nil
+	}
+	s, ok := srq.(*SRQ)
+	switch {
+	case ok && !s.ok():
+		return nil, fmt.Errorf("%w: QPInitAttr.SRQ is a nil *SRQ: use one from PD.CreateSRQ, or a nil interface "+
+			"for a QP with its own receive queue", verbs.ErrNil)
+	case !ok || s.dev != d || s.pd != pd:
+		return nil, fmt.Errorf("%w: the SRQ (%T) comes from another device or PD: use one from this PD's CreateSRQ",
+			verbs.ErrForeign, srq)
+	}
+	return s, nil
 }
 
 // checkQPInit checks a QP's type and sizes.

@@ -17,6 +17,7 @@ const (
 	KnownAccess = LocalWrite | RemoteAccess
 )
 
+// String lists the rights by their ibverbs names (LOCAL_WRITE|REMOTE_READ), or "none".
 func (a Access) String() string {
 	if a == 0 {
 		return "none"

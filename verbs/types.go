@@ -20,6 +20,7 @@ const (
 	GSI
 )
 
+// String returns the type's name: RC, UC, UD or GSI.
 func (t QPType) String() string {
 	switch t {
 	case RC:
@@ -50,6 +51,7 @@ const (
 
 var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
+// String returns the state's name: RESET, INIT, RTR, RTS, SQD, SQE or ERR.
 func (s QPState) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
@@ -88,6 +90,7 @@ func MTUFromBytes(n int) (MTU, bool) {
 	return 0, false
 }
 
+// String returns the MTU in bytes ("1024"), or MTU(n) when it is invalid.
 func (m MTU) String() string {
 	if b := m.Bytes(); b != 0 {
 		return fmt.Sprint(b)
@@ -118,6 +121,7 @@ var opcodeNames = map[WROpcode]string{
 	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpSendInv: "SEND_WITH_INV",
 }
 
+// String returns the opcode's ibverbs name (RDMA_WRITE, SEND, ...).
 func (o WROpcode) String() string {
 	if n, ok := opcodeNames[o]; ok {
 		return n
@@ -232,6 +236,7 @@ var statusNames = [statusNamesLength]string{
 	20: "RESP_TIMEOUT_ERR", GeneralErr: "GENERAL_ERR",
 }
 
+// String returns the status's ibverbs name (SUCCESS, WR_FLUSH_ERR, ...).
 func (s Status) String() string {
 	if int(s) < len(statusNames) && statusNames[s] != "" {
 		return statusNames[s]
@@ -255,6 +260,7 @@ const (
 	WCRecvRDMAWithIm WCOpcode = 129
 )
 
+// String returns the completion opcode's ibverbs name (SEND, RECV, ...).
 func (o WCOpcode) String() string {
 	switch o {
 	case WCSend:
@@ -310,6 +316,7 @@ type WC struct {
 	DLIDPathBits uint8
 }
 
+// String prints the completion's fields with ibv_wc's names.
 func (w *WC) String() string {
 	if w == nil {
 		return "<nil>"
@@ -418,6 +425,7 @@ var attrNames = [...]string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS
 	"PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC",
 	"ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "PATH_MIG_STATE", "CAP", "DEST_QPN"}
 
+// String lists the mask's bits by their ibverbs names, joined by |.
 func (m AttrMask) String() string {
 	var b []byte
 	for i, n := range attrNames {
@@ -467,6 +475,7 @@ type PostError struct {
 	Err   error
 }
 
+// Error names the refused request and why it was refused.
 func (e *PostError) Error() string {
 	if e == nil {
 		return "<nil>"
@@ -511,6 +520,7 @@ const (
 	EventSRQLimitReached
 )
 
+// String returns the event's ibverbs name (CQ_ERR, COMM_EST, ...).
 func (t EventType) String() string {
 	switch t {
 	case EventCQErr:

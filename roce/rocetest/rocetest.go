@@ -153,7 +153,13 @@ func EveryOperation(t testing.TB, da, db roce.Device) {
 	if wc := Wait(t, a.cq); wc.Status != roce.Success || wc.Opcode != roce.WCRead || !bytes.Equal(dst, src) {
 		t.Fatalf("READ: %v", &wc)
 	}
-	// Atomics on an 8-byte counter.
+	atomics(t, a, rb)
+}
+
+// atomics runs FETCH_AND_ADD and CMP_AND_SWP from a on an 8-byte counter
+// in rb, and checks the values fetched and left.
+func atomics(t testing.TB, a *Side, rb roce.MR) {
+	t.Helper()
 	binary.NativeEndian.PutUint64(rb.Bytes()[512000:], 40)
 	Sync(rb)
 	res := []roce.SGE{{Addr: a.buf.Addr() + 600000, Length: 8, LKey: a.buf.LKey()}}
