@@ -45,6 +45,8 @@ type Faulty struct {
 	held  map[netip.Addr]*heldPacket
 	stats FaultStats
 	buf   []Packet
+	// holdFor is how long a reordered packet waits for one to pass it.
+	holdFor time.Duration
 }
 
 type heldPacket struct {
@@ -56,7 +58,7 @@ type heldPacket struct {
 // t, its methods report ErrNil.
 func NewFaulty(t Transport, f Faults, seed uint64) *Faulty {
 	return &Faulty{Transport: t, f: f, rng: rand.New(rand.NewPCG(seed, seed^0x5DEECE66D)),
-		held: make(map[netip.Addr]*heldPacket)}
+		held: make(map[netip.Addr]*heldPacket), holdFor: time.Millisecond}
 }
 
 // SendsPayload reports whether the wrapped transport takes packets with
@@ -183,7 +185,7 @@ func (t *Faulty) Send(pkts []Packet) error {
 func (t *Faulty) hold(p Packet) {
 	p.Data, p.Payload = p.AppendTo(nil), nil
 	h := &heldPacket{p: p}
-	h.timer = time.AfterFunc(time.Millisecond, func() {
+	h.timer = time.AfterFunc(t.holdFor, func() {
 		t.mu.Lock()
 		if t.held[p.Dst] != h {
 			t.mu.Unlock()

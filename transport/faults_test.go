@@ -2,17 +2,26 @@ package transport
 
 import (
 	"net/netip"
+	"sync"
 	"testing"
+	"time"
 )
 
 // recorder is a transport that keeps what it is given.
 type recorder struct {
 	Transport
+	mu  sync.Mutex
 	got []Packet
 }
 
-func (r *recorder) Send(p []Packet) error { r.got = append(r.got, p...); return nil }
-func (r *recorder) Close() error          { return nil }
+func (r *recorder) Send(p []Packet) error {
+	r.mu.Lock()
+	r.got = append(r.got, p...)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) Close() error { return nil }
 
 func TestFaulty(t *testing.T) {
 	dst := netip.MustParseAddr("198.18.0.2")
@@ -29,9 +38,12 @@ func TestFaulty(t *testing.T) {
 	if s.Dropped < 60 || s.Dropped > 140 || s.Duplicated < 50 || s.Corrupted == 0 {
 		t.Fatalf("fault counts off: %+v", s)
 	}
-	// Reordering: a held packet goes after the next one.
+	// Reordering: a held packet goes after the next one. (It waits an
+	// hour here: a loaded machine could take the default 1 ms between two
+	// sends, and the held packet would go first.)
 	r2 := &recorder{}
 	g := NewFaulty(r2, Faults{Reorder: 1}, 2)
+	g.holdFor = time.Hour
 	g.Send([]Packet{mk(1)})
 	g.f.Reorder = 0
 	g.Send([]Packet{mk(2)})
