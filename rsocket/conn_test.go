@@ -1,0 +1,65 @@
+package rsocket
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestEcho(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			checkNoLeak(t)
+			h := be.open(t, transportNoFaults)
+			c, s, _ := h.pair(t, nil, nil)
+			go func() {
+				io.Copy(s, s)
+				s.CloseWrite()
+			}()
+			want := make([]byte, 3<<20)
+			r := rand.New(rand.NewPCG(1, 2))
+			for i := range want {
+				want[i] = byte(r.Uint32())
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Write(want)
+				if err == nil {
+					err = c.CloseWrite()
+				}
+				errc <- err
+			}()
+			got, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("echoed %d bytes, want %d; equal prefix %d", len(got), len(want), commonPrefix(got, want))
+			}
+		})
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+func TestWriteAfterCloseWrite(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	c, _, _ := h.pair(t, nil, nil)
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("Write after CloseWrite: %v", err)
+	}
+}

@@ -1,0 +1,112 @@
+package rsocket
+
+import (
+	"fmt"
+
+	"github.com/goroce/goroce/roce"
+)
+
+// endpoint is a connection's verbs resources, as rsocket.c's
+// rs_create_ep makes them: a PD, one CQ for sends and receives, an RC QP
+// that signals every send, and three registered buffers. It is owned by
+// one connection (or by the Dial or Accept making it).
+type endpoint struct {
+	pd roce.PD
+	cq roce.CQ
+	qp roce.QP
+	// smr is the send buffer, followed by ctrlSlots target SGL entries
+	// for the credit messages that cannot go inline.
+	smr  roce.MR
+	sbuf []byte
+	// rmr is the receive buffer the peer writes into.
+	rmr  roce.MR
+	rbuf []byte
+	// tmr is this side's target SGL: sglEntries entries the peer writes
+	// to publish its receive buffers.
+	tmr  roce.MR
+	tsgl []byte
+	recv int // receives posted: credits plus extraRecvs
+}
+
+// recvFlag marks a receive's work request ID (rsocket.c's
+// RS_WR_ID_FLAG_RECV); a send's ID is its immediate.
+const recvFlag = 1 << 63
+
+// newEndpoint makes the resources on dev for options o, moves the QP to
+// INIT and posts its receives, so that the connection manager can take
+// it to RTS and the peer can send at once.
+func newEndpoint(dev roce.Device, o *Options) (e *endpoint, err error) {
+	e = &endpoint{recv: o.RecvQueue + extraRecvs}
+	defer func() {
+		if err != nil {
+			e.close()
+			e = nil
+		}
+	}()
+	if e.pd, err = dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("rsocket: protection domain: %w", err)
+	}
+	if e.cq, err = dev.CreateCQ(o.SendQueue + e.recv); err != nil {
+		return nil, fmt.Errorf("rsocket: completion queue of %d: %w", o.SendQueue+e.recv, err)
+	}
+	e.qp, err = e.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: e.cq, RecvCQ: e.cq, SignalAll: true,
+		Cap: roce.QPCap{MaxSendWR: uint32(o.SendQueue), MaxRecvWR: uint32(e.recv), MaxSendSGE: 2, MaxRecvSGE: 1,
+			MaxInlineData: uint32(o.Inline)}})
+	if err != nil {
+		return nil, fmt.Errorf("rsocket: queue pair (send queue %d, receive queue %d, inline %d; lower Options.SendQueue, RecvQueue or Inline): %w",
+			o.SendQueue, e.recv, o.Inline, err)
+	}
+	e.sbuf = make([]byte, o.SendBuffer+ctrlSlots*sgeLen)
+	if e.smr, err = e.pd.RegMR(e.sbuf, 0); err != nil {
+		return nil, fmt.Errorf("rsocket: send buffer: %w", err)
+	}
+	e.rbuf = make([]byte, o.RecvBuffer)
+	if e.rmr, err = e.pd.RegMR(e.rbuf, roce.LocalWrite|roce.RemoteWrite); err != nil {
+		return nil, fmt.Errorf("rsocket: receive buffer: %w", err)
+	}
+	e.tsgl = make([]byte, sglEntries*sgeLen)
+	if e.tmr, err = e.pd.RegMR(e.tsgl, roce.LocalWrite|roce.RemoteWrite); err != nil {
+		return nil, fmt.Errorf("rsocket: target SGL: %w", err)
+	}
+	if err = roce.ModifyToInit(e.qp, &roce.ConnParams{Access: roce.LocalWrite | roce.RemoteWrite}); err != nil {
+		return nil, fmt.Errorf("rsocket: %w", err)
+	}
+	wrs := make([]roce.RecvWR, e.recv)
+	for i := range wrs {
+		wrs[i].ID = recvFlag
+	}
+	if err = e.qp.PostRecv(wrs); err != nil {
+		return nil, fmt.Errorf("rsocket: posting %d receives: %w", e.recv, err)
+	}
+	return e, nil
+}
+
+// connData returns this side's rs_conn_data: its credits, its target SGL
+// and the first half of its receive buffer. Target SGL entries are
+// little-endian whatever the host, so flagNet is never set.
+func (e *endpoint) connData(credits int) *connData {
+	return &connData{
+		version: connVersion, flags: flagIomap, credits: uint16(credits),
+		targetSGL: sge{addr: e.tmr.Addr(), key: e.tmr.RKey(), length: sglEntries},
+		dataBuf:   sge{addr: e.rmr.Addr(), key: e.rmr.RKey(), length: uint32(len(e.rbuf) / 2)},
+	}
+}
+
+// close destroys what newEndpoint made, QP first so that no access to
+// the buffers is under way when they are deregistered.
+func (e *endpoint) close() {
+	if e.qp != nil {
+		e.qp.Destroy()
+	}
+	for _, m := range []roce.MR{e.smr, e.rmr, e.tmr} {
+		if m != nil {
+			m.Dereg()
+		}
+	}
+	if e.cq != nil {
+		e.cq.Destroy()
+	}
+	if e.pd != nil {
+		e.pd.Dealloc()
+	}
+}

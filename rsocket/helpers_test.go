@@ -1,0 +1,185 @@
+package rsocket
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/mem"
+)
+
+// hosts are two software devices that reach each other, with an agent
+// each whose CM timers are short (a lost MAD is retried in milliseconds).
+type hosts struct {
+	a, b    *roce.SoftDevice
+	aa, ab  *cm.Agent
+	addrA   netip.Addr
+	addrB   netip.Addr
+	backend string
+}
+
+// backend is a way to join two devices.
+type backend struct {
+	name string
+	open func(t testing.TB, f transport.Faults) *hosts
+}
+
+// backends are the links the end-to-end tests run over: the in-memory
+// network (live mode) and UDP sockets on 127.0.0.1 and 127.0.0.2.
+var backends = []backend{{"mem", memHosts}, {"udp", udpHosts}}
+
+func fastCM() *cm.Config { return &cm.Config{ResponseTimeout: 12, PacketLifeTime: 8, MaxRetries: 6} }
+
+func memHosts(t testing.TB, f transport.Faults) *hosts {
+	t.Helper()
+	n := mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: 1})
+	t.Cleanup(n.Close)
+	h := &hosts{backend: "mem", addrA: netip.MustParseAddr("198.18.0.1"), addrB: netip.MustParseAddr("198.18.0.2")}
+	h.a = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrA})
+	h.b = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrB})
+	h.agents(t)
+	return h
+}
+
+func udpHosts(t testing.TB, f transport.Faults) *hosts {
+	t.Helper()
+	port := freePort(t)
+	h := &hosts{backend: "udp", addrA: netip.MustParseAddr("127.0.0.1"), addrB: netip.MustParseAddr("127.0.0.2")}
+	h.a = openDev(t, &roce.Config{Addr: h.addrA, Port: port, PeerPort: port, Faults: f, FaultSeed: 1})
+	h.b = openDev(t, &roce.Config{Addr: h.addrB, Port: port, PeerPort: port, Faults: f, FaultSeed: 2})
+	h.agents(t)
+	return h
+}
+
+func (h *hosts) agents(t testing.TB) {
+	t.Helper()
+	var err error
+	if h.aa, err = cm.NewAgent(h.a, fastCM()); err != nil {
+		t.Fatal(err)
+	}
+	if h.ab, err = cm.NewAgent(h.b, fastCM()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.aa.Close()
+		h.ab.Close()
+	})
+}
+
+func openDev(t testing.TB, c *roce.Config) *roce.SoftDevice {
+	t.Helper()
+	d, err := roce.Open(c)
+	if err != nil {
+		t.Skipf("open device: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// freePort finds a UDP port free on both 127.0.0.1 and 127.0.0.2.
+func freePort(t testing.TB) uint16 {
+	t.Helper()
+	for range 100 {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Skipf("no UDP on loopback: %v", err)
+		}
+		port := c.LocalAddr().(*net.UDPAddr).Port
+		c2, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port})
+		c.Close()
+		if err == nil {
+			c2.Close()
+			return uint16(port)
+		}
+	}
+	t.Skip("no UDP port free on both 127.0.0.1 and 127.0.0.2")
+	return 0
+}
+
+// pair connects a client on h.a to a listener on h.b (port 7471), with
+// the given options on each side (nil: defaults); the test's end closes
+// them.
+func (h *hosts) pair(t testing.TB, co, so *Options) (client, server *Conn, ln *Listener) {
+	t.Helper()
+	c, s, ln, err := h.connect(7471, co, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+		ln.Close()
+	})
+	return c, s, ln
+}
+
+// connect connects a client on h.a to a new listener on h.b at port.
+func (h *hosts) connect(port uint16, co, so *Options) (client, server *Conn, ln *Listener, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lc := &ListenConfig{}
+	if so != nil {
+		lc.Options = *so
+	}
+	lc.Agent = h.ab
+	ln, err = lc.Listen(ctx, h.b, netip.AddrPortFrom(h.addrB, port))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	type res struct {
+		c   *Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.AcceptContext(ctx)
+		ch <- res{c, err}
+	}()
+	d := &Dialer{}
+	if co != nil {
+		d.Options = *co
+	}
+	d.Agent = h.aa
+	client, err = d.Dial(ctx, h.a, netip.AddrPortFrom(h.addrB, port))
+	r := <-ch
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		if client != nil {
+			client.Close()
+		}
+		if r.c != nil {
+			r.c.Close()
+		}
+		ln.Close()
+		return nil, nil, nil, err
+	}
+	return client, r.c, ln, nil
+}
+
+// checkNoLeak fails the test if goroutines started during it are still
+// running a while after it ends.
+func checkNoLeak(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+// transportNoFaults is a link that loses nothing.
+var transportNoFaults transport.Faults

@@ -1,0 +1,138 @@
+package rsocket
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+)
+
+// Options are a connection's buffer sizes, queue depths and inline
+// threshold: the knobs librdmacm's rsockets take as socket options
+// (SO_SNDBUF, SO_RCVBUF, RDMA_SQSIZE, RDMA_RQSIZE, RDMA_INLINE) or from
+// /etc/rdma/rsocket/*_default. Zero fields mean librdmacm's defaults. Each
+// side chooses its own; the protocol tells the peer what it needs to
+// know. Options are plain data, read when a connection is made.
+type Options struct {
+	// SendBuffer is the registered buffer Write copies into and the
+	// device sends from (SO_SNDBUF); 0 means 128 KiB.
+	SendBuffer int
+	// RecvBuffer is the registered buffer the peer writes into
+	// (SO_RCVBUF), published to it half at a time; 0 means 128 KiB.
+	// With the peer's SendBuffer, it bounds the bytes in flight.
+	RecvBuffer int
+	// SendQueue is the QP's send queue depth (RDMA_SQSIZE): messages in
+	// flight; 0 means 384.
+	SendQueue int
+	// RecvQueue is the QP's receive queue depth (RDMA_RQSIZE), the
+	// credits the peer gets: data messages it may send before this side
+	// reads them; 0 means 384.
+	RecvQueue int
+	// Inline is the largest write sent inline, copied by the device at
+	// post time instead of from SendBuffer (RDMA_INLINE); 0 means 64,
+	// negative means none.
+	Inline int
+	// MaxMessage bounds the bytes one data message carries; 0 means 64
+	// KiB (librdmacm's RS_MAX_TRANSFER).
+	MaxMessage int
+	// KeepAlive is how often an idle connection probes its peer with a
+	// zero-length RDMA WRITE (librdmacm's keepalive, RS_CTRL_KEEPALIVE),
+	// so that a peer that vanished surfaces as an error once the QP's
+	// retries run out instead of leaving a Read waiting forever; 0 means
+	// 15 s (net.Dialer's default), negative turns it off.
+	KeepAlive time.Duration
+	// Linger bounds how long Close waits for the data already written to
+	// be acknowledged, and then for the peer to answer the disconnect
+	// (DREQ/DREP); 0 means 2 s.
+	Linger time.Duration
+	// Agent is the connection manager to connect through; nil means the
+	// device's shared agent (cm.Dial, cm.Listen).
+	Agent *cm.Agent
+	// Logger receives connection state changes at Debug level; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Defaults, as librdmacm's rsocket.c has them.
+const (
+	defaultBuffer    = 128 << 10
+	defaultQueue     = 384
+	defaultInline    = 64
+	defaultMessage   = 64 << 10
+	defaultKeepAlive = 15 * time.Second
+	defaultLinger    = 2 * time.Second
+
+	minBuffer = 4 << 10
+	maxBuffer = 1 << 29 // a half of it must fit the 29 bits of a data message
+	minQueue  = 16      // RS_QP_MIN_SIZE
+	maxQueue  = 0xFFFE  // RS_QP_MAX_SIZE: credits are 16 bits
+	maxInline = 256
+
+	// ctrlSlots is how many control messages (credits, SHUTDOWN,
+	// DISCONNECT, keepalives) may be in flight (RS_QP_CTRL_SIZE).
+	ctrlSlots = 4
+	// extraRecvs are receives posted beyond the credits given, for the
+	// peer's control messages (which take no credit) so that they do
+	// not meet an RNR NAK while this side is not polling.
+	extraRecvs = 2 * ctrlSlots
+	// lowWater is the free send buffer below which Write waits for
+	// completions rather than send small pieces (RS_SNDLOWAT).
+	lowWater = 2048
+	// sglEntries is the size of this side's target SGL (RS_SGL_SIZE).
+	sglEntries = 2
+	// minRNRTimer is the RNR NAK timer code this side's QP announces
+	// (12: 0.64 ms); rdma_cm's 0 would be 655 ms per RNR NAK.
+	minRNRTimer = 12
+)
+
+// ErrOption means an Options field is out of range; the message names
+// it and its limits.
+var ErrOption = errors.New("rsocket: option out of range")
+
+// withDefaults returns o with zero fields set to their defaults, or an
+// error naming the first field out of range.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.SendBuffer, defaultBuffer)
+	def(&c.RecvBuffer, defaultBuffer)
+	def(&c.SendQueue, defaultQueue)
+	def(&c.RecvQueue, defaultQueue)
+	def(&c.Inline, defaultInline)
+	def(&c.MaxMessage, defaultMessage)
+	if c.Inline < 0 {
+		c.Inline = 0
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = defaultKeepAlive
+	}
+	if c.Linger <= 0 {
+		c.Linger = defaultLinger
+	}
+	c.RecvBuffer += c.RecvBuffer & 1 // two equal halves
+	for _, f := range []struct {
+		name      string
+		v, lo, hi int
+	}{
+		{"SendBuffer", c.SendBuffer, minBuffer, maxBuffer},
+		{"RecvBuffer", c.RecvBuffer, minBuffer, maxBuffer},
+		{"SendQueue", c.SendQueue, minQueue, maxQueue},
+		{"RecvQueue", c.RecvQueue, minQueue, maxQueue},
+		{"Inline", c.Inline, 0, maxInline},
+		{"MaxMessage", c.MaxMessage, 1, maxBuffer},
+	} {
+		if f.v < f.lo || f.v > f.hi {
+			return c, fmt.Errorf("%w: %s is %d; use 0 for the default, or %d to %d", ErrOption, f.name, f.v, f.lo, f.hi)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,314 @@
+package rsocket
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/roce"
+)
+
+// stream is the rsocket protocol state of one connection, as rsocket.c
+// keeps it, guarded by Conn.mu. The names follow rsocket.c's where there
+// is one.
+type stream struct {
+	ep   *endpoint
+	half int // half the receive buffer: what one credit message publishes
+
+	// Connection state (rs_connected, rs_readable, rs_writable).
+	connected, readable, writable bool
+	wshut                         bool  // CloseWrite was called
+	peerClosed                    bool  // the peer sent DISCONNECT
+	err                           error // the connection failed; see readErr, writeErr
+	qpErr                         bool  // a receive was flushed: the QP is in ERR
+
+	// Sender: credits, send queue and send buffer, target SGL.
+	sseqNo, sseqComp uint16
+	sqeAvail         int
+	sqSize           int
+	ctrlSeq, ctrlMax uint32
+	sbufAvail        int
+	sbufHead         int
+	sbufSize         int
+	tgt              [sglEntries]sge // this side's target SGL, as consumed
+	tgtIdx, tgtFill  int             // entry being used; entry the peer fills next
+	remoteSGL        sge             // the peer's target SGL (length: entries)
+	remoteSGE        uint32          // the entry of it written next
+	peerOrder        binary.ByteOrder
+	inline           int
+	maxMsg           int
+
+	// Receiver: queued data messages, receive buffer, credits given.
+	rmsg             []uint32 // bytes left of each data message not read
+	rmsgHead         int
+	rmsgTail         int
+	rbufOffset       int // where the next byte to read is
+	rbufAvail        int // bytes read and not yet published again
+	rbufFree         int // start of the next half to publish
+	rbufPub          int // bytes published to the peer and not yet filled
+	rseqNo, rseqComp uint16
+	rqSize           int
+	reposts          int
+
+	// Reused work requests and completions: no allocation per message.
+	wcs     [32]roce.WC
+	swr     [1]roce.SendWR
+	ssge    [2]roce.SGE
+	rwrs    []roce.RecvWR
+	ctrlBuf [sgeLen]byte
+
+	// What changed in the last progress, for the calls that wait.
+	ev [2]bool // dirRead, dirWrite
+	// active says a completion was handled since the last keepalive.
+	active bool
+}
+
+// Directions of the calls that wait.
+const (
+	dirRead  = 0
+	dirWrite = 1
+)
+
+// init sets the state of a new connection from the two sides' connection
+// data (rsocket.c's rs_init_bufs and rs_save_conn_data).
+func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
+	s.ep = ep
+	s.half = len(ep.rbuf) / 2
+	s.connected, s.readable, s.writable = true, true, true
+	s.sqSize, s.rqSize = o.SendQueue, o.RecvQueue
+	s.ctrlMax = ctrlSlots
+	s.sqeAvail = s.sqSize - ctrlSlots
+	s.sbufSize, s.sbufAvail = o.SendBuffer, o.SendBuffer
+	s.inline, s.maxMsg = o.Inline, o.MaxMessage
+	s.sseqComp = peer.credits
+	s.tgt[0] = peer.dataBuf
+	s.tgtFill = 1
+	s.remoteSGL = peer.targetSGL
+	s.remoteSGE = 1 % peer.targetSGL.length
+	s.peerOrder = order(peer.flags)
+	s.rmsg = make([]uint32, s.rqSize+1)
+	s.rbufFree, s.rbufAvail, s.rbufPub = s.half, s.half, s.half
+	s.rseqComp = uint16(s.rqSize / 2)
+	s.rwrs = make([]roce.RecvWR, ep.recv)
+	for i := range s.rwrs {
+		s.rwrs[i].ID = recvFlag
+	}
+}
+
+// progress polls the CQ dry and handles every completion, posts the
+// receives consumed again and gives the peer credits when due. It
+// returns how many completions it handled.
+func (s *stream) progress() int {
+	total := 0
+	for {
+		n := s.ep.cq.Poll(s.wcs[:])
+		for i := range n {
+			s.handle(&s.wcs[i])
+		}
+		total += n
+		if n < len(s.wcs) {
+			break
+		}
+	}
+	if s.reposts > 0 && s.connected {
+		if err := s.ep.qp.PostRecv(s.rwrs[:s.reposts]); err != nil {
+			s.fail(fmt.Errorf("%w: posting receives: %w", ErrConnLost, err))
+		}
+		s.reposts = 0
+	}
+	s.updateCredits()
+	return total
+}
+
+// handle updates the state for one completion (rsocket.c's rs_poll_cq).
+func (s *stream) handle(wc *roce.WC) {
+	if wc.ID&recvFlag != 0 {
+		s.reposts++
+		switch {
+		case wc.Status != roce.Success:
+			// Flushed: the QP is in ERR. Why is found after the poll.
+			s.qpErr = true
+		case wc.Flags&roce.WithImm == 0:
+			s.fail(fmt.Errorf("%w: a %v without immediate data", ErrProtocol, wc.Opcode))
+		default:
+			s.active = true
+			s.receive(wc.Imm, wc.ByteLen)
+		}
+		return
+	}
+	m := uint32(wc.ID)
+	if m != msg(opCtrl, ctrlKeepalive) {
+		s.active = true
+	}
+	switch msgOp(m) {
+	case opSGL, opCtrl:
+		s.ctrlMax++
+	case opIomapSGL, opWrite:
+	default:
+		s.sqeAvail++
+		s.sbufAvail += int(msgData(m))
+	}
+	s.ev[dirWrite] = true
+	if wc.Status != roce.Success && s.connected {
+		s.fail(fmt.Errorf("%w: %w", ErrConnLost, wc.Err()))
+	}
+}
+
+// receive handles a message from the peer.
+func (s *stream) receive(imm, n uint32) {
+	switch msgOp(imm) {
+	case opSGL:
+		s.sseqComp = uint16(msgData(imm))
+		s.takeSGLEntry()
+		s.ev[dirWrite] = true
+	case opIomapSGL, opWrite:
+	case opCtrl:
+		switch msgData(imm) {
+		case ctrlDisconnect:
+			s.peerClosed = true
+			s.connected, s.readable, s.writable = false, false, false
+			s.ev = [2]bool{true, true}
+		case ctrlShutdown:
+			if s.writable {
+				s.readable = false
+			} else {
+				s.connected, s.readable = false, false
+			}
+			s.ev = [2]bool{true, true}
+		}
+	default:
+		s.queueData(msgData(imm), n)
+	}
+}
+
+// queueData records a data message the peer wrote into the receive
+// buffer, after checking that it kept to what it was given.
+func (s *stream) queueData(size, n uint32) {
+	next := s.rmsgTail + 1
+	if next == len(s.rmsg) {
+		next = 0
+	}
+	switch {
+	case size != n:
+		s.fail(fmt.Errorf("%w: a data message of %d bytes says %d", ErrProtocol, n, size))
+	case int(size) > s.rbufPub:
+		s.fail(fmt.Errorf("%w: %d bytes of data into %d bytes of buffer", ErrProtocol, size, s.rbufPub))
+	case next == s.rmsgHead:
+		s.fail(fmt.Errorf("%w: more than %d data messages unread", ErrProtocol, s.rqSize))
+	default:
+		s.rbufPub -= int(size)
+		s.rmsg[s.rmsgTail] = size
+		s.rmsgTail = next
+		s.ev[dirRead] = true
+	}
+}
+
+// takeSGLEntry takes the entry of the target SGL the peer fills next, if
+// it wrote it: a credit message may carry one. The entry is cleared so
+// that the next one is seen.
+func (s *stream) takeSGLEntry() {
+	b := s.ep.tsgl[s.tgtFill*sgeLen : (s.tgtFill+1)*sgeLen]
+	e := getSGE(b, binary.LittleEndian)
+	if e.length == 0 {
+		return
+	}
+	if s.tgt[s.tgtFill].length != 0 || e.length > msgDataMask {
+		s.fail(fmt.Errorf("%w: target SGL entry %d rewritten before use (%d bytes)", ErrProtocol, s.tgtFill, e.length))
+		return
+	}
+	s.tgt[s.tgtFill] = e
+	clear(b)
+	s.tgtFill = (s.tgtFill + 1) % sglEntries
+}
+
+// fail ends the connection with err, unless it failed already.
+func (s *stream) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+	s.connected, s.readable, s.writable = false, false, false
+	s.ev = [2]bool{true, true}
+}
+
+// qpDown handles a QP found in ERR while connected: the connection
+// manager says why (a DREQ from the peer, or another end).
+func (s *stream) qpDown(cc *cm.Conn) {
+	s.qpErr = false
+	if !s.connected {
+		return
+	}
+	err := cc.Err()
+	switch {
+	case errors.Is(err, cm.ErrDisconnected):
+		s.fail(ErrReset)
+	case err != nil:
+		s.fail(fmt.Errorf("%w: %w", ErrConnLost, err))
+	default:
+		s.fail(fmt.Errorf("%w: the queue pair went to the error state", ErrConnLost))
+	}
+}
+
+// canSend reports whether a data message may go now (rs_can_send).
+func (s *stream) canSend() bool {
+	return s.sqeAvail > 0 && s.sbufAvail >= lowWater && s.sseqNo != s.sseqComp && s.tgt[s.tgtIdx].length != 0
+}
+
+// sendsDone reports whether every message sent has completed.
+func (s *stream) sendsDone() bool {
+	return int(s.ctrlMax-s.ctrlSeq)+s.sqeAvail == s.sqSize
+}
+
+// readErr is what a Read that finds no data returns.
+func (s *stream) readErr() error {
+	if s.err != nil {
+		return s.err
+	}
+	if !s.readable {
+		return io.EOF
+	}
+	return nil
+}
+
+// writeErr is what a Write returns when it may not send.
+func (s *stream) writeErr() error {
+	switch {
+	case s.err != nil:
+		return s.err
+	case s.wshut:
+		return ErrShutdown
+	case !s.writable:
+		return ErrReset
+	}
+	return nil
+}
+
+// consume copies queued data into p, message by message, and returns how
+// many bytes it copied (rsocket.c's rrecv). A message read to its end
+// counts towards the peer's credits.
+func (s *stream) consume(p []byte) int {
+	rbuf := s.ep.rbuf
+	n := 0
+	for n < len(p) && s.rmsgHead != s.rmsgTail {
+		m := &s.rmsg[s.rmsgHead]
+		k := min(len(p)-n, int(*m))
+		if k == int(*m) {
+			s.rseqNo++
+			if s.rmsgHead++; s.rmsgHead == len(s.rmsg) {
+				s.rmsgHead = 0
+			}
+		} else {
+			*m -= uint32(k)
+		}
+		for k > 0 {
+			c := copy(p[n:n+k], rbuf[s.rbufOffset:])
+			n, k = n+c, k-c
+			s.rbufAvail += c
+			if s.rbufOffset += c; s.rbufOffset == len(rbuf) {
+				s.rbufOffset = 0
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,161 @@
+package rsocket
+
+import (
+	"net"
+	"os"
+)
+
+// want is what a waiting call waits for.
+type want uint8
+
+const (
+	wantData    want = iota // data to read, or no more to come
+	wantSend                // room to send a data message, or no sending at all
+	wantCtrl                // a free control slot, or no connection
+	wantDrained             // every message sent completed, or a failure
+)
+
+// satisfied reports whether what w waits for has happened; the caller
+// holds c.mu.
+func (s *stream) satisfied(w want) bool {
+	switch w {
+	case wantData:
+		return s.rmsgHead != s.rmsgTail || !s.readable || s.err != nil
+	case wantSend:
+		return s.canSend() || s.writeErr() != nil
+	case wantCtrl:
+		return s.ctrlSeq != s.ctrlMax || !s.connected
+	}
+	return s.sendsDone() || s.err != nil
+}
+
+// progress is stream.progress, then a look at why the QP went to ERR
+// when a flushed receive said it did; the caller holds c.mu.
+func (c *Conn) progress() int {
+	n := c.s.progress()
+	if c.s.qpErr {
+		c.s.qpDown(c.cc)
+	}
+	return n
+}
+
+// await waits, with c.mu held (and released while it sleeps), until w is
+// satisfied, dl passes (os.ErrDeadlineExceeded) or stop closes
+// (net.ErrClosed). dir is the caller's direction: one Read and one Write
+// (or CloseWrite, or Close's drain) may wait at once.
+//
+// One of the waiting calls sleeps on the CQ's completion channel and
+// handles the completions when woken (the poller); the other sleeps on
+// its own channel and is woken by the poller when a completion concerns
+// it, or to take over when the poller returns. A message that a waiting
+// Read wants costs one wake-up: the engine's goroutine wakes the reader,
+// which handles the completion itself.
+func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error {
+	s := &c.s
+	for {
+		c.progress()
+		c.notify(dir)
+		if s.satisfied(w) {
+			c.leave(dir)
+			return nil
+		}
+		var expired <-chan struct{}
+		if dl != nil {
+			expired = dl.done()
+		}
+		var err error
+		if c.polling {
+			err = c.sleep(dir, expired, stop)
+		} else {
+			err = c.poll(dir, expired, stop)
+		}
+		if err != nil {
+			c.leave(dir)
+			return err
+		}
+	}
+}
+
+// sleep waits, as the call that is not polling, for the poller's word;
+// the caller holds c.mu.
+func (c *Conn) sleep(dir int, expired, stop <-chan struct{}) error {
+	c.waiting[dir] = true
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-c.wake[dir]:
+	case <-expired:
+		err = os.ErrDeadlineExceeded
+	case <-stop:
+		err = net.ErrClosed
+	}
+	c.mu.Lock()
+	c.waiting[dir] = false
+	return err
+}
+
+// poll arms the CQ and sleeps, as the poller, on its channel, on the
+// connection manager's end of the connection and on its own wake-up
+// channel (for a change that came without a completion); the caller
+// holds c.mu.
+func (c *Conn) poll(dir int, expired, stop <-chan struct{}) error {
+	cq := c.s.ep.cq
+	cq.ReqNotify(false)
+	if c.progress() > 0 {
+		// Completions came before the CQ was armed: look again.
+		return nil
+	}
+	c.polling, c.waiting[dir] = true, true
+	cmDone := c.cmDone
+	c.mu.Unlock()
+	var err error
+	ended := false
+	select {
+	case <-cq.C():
+	case <-c.wake[dir]:
+	case <-cmDone:
+		ended = true
+	case <-expired:
+		err = os.ErrDeadlineExceeded
+	case <-stop:
+		err = net.ErrClosed
+	}
+	c.mu.Lock()
+	c.polling, c.waiting[dir] = false, false
+	if ended {
+		c.cmDone = nil
+		c.progress()
+		if c.s.connected {
+			c.s.qpDown(c.cc)
+		}
+	}
+	return err
+}
+
+// notify wakes the call waiting in the other direction when what
+// happened since the last notify concerns it; the caller holds c.mu.
+func (c *Conn) notify(dir int) {
+	if o := 1 - dir; c.s.ev[o] && c.waiting[o] {
+		c.signal(o)
+	}
+	c.s.ev = [2]bool{}
+}
+
+// leave hands the poller's part to the call waiting in the other
+// direction, if nobody polls, as this one stops waiting; the caller
+// holds c.mu.
+func (c *Conn) leave(dir int) {
+	if o := 1 - dir; c.waiting[o] && !c.polling {
+		c.signal(o)
+	}
+}
+
+func (c *Conn) signal(dir int) {
+	select {
+	case c.wake[dir] <- struct{}{}:
+	default:
+	}
+}
+
+// awaitDrained waits until every message sent has completed.
+func (c *Conn) awaitDrained(dl *deadline) error { return c.await(dirWrite, wantDrained, dl, nil) }

@@ -1,0 +1,149 @@
+package rsocket
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The rsocket stream protocol on the wire, from rdma-core's
+// librdmacm/docs/rsocket and librdmacm/rsocket.c.
+//
+// Every message is an RDMA WRITE with immediate data. The immediate (a
+// 32-bit number, big-endian on the wire) holds an operation in bits
+// 31:29 and its argument in bits 28:0:
+//
+//	000 data      bytes written into the next receive buffer
+//	100 SGL       credits: the receiver's new sequence limit; the write
+//	              may carry (16 bytes) a new entry of the target SGL
+//	110 iomap SGL index of an updated iomap entry (not used here)
+//	111 control   0 DISCONNECT, 1 KEEPALIVE, 2 SHUTDOWN
+//
+// librdmacm treats the reserved operations 001, 011 and 101 as data too
+// (its receive path stores every operation it does not know as a data
+// message); so does this package, so that the byte stream stays in step.
+const (
+	opData     = 0
+	opSGL      = 4
+	opIomapSGL = 6
+	opCtrl     = 7
+
+	// opWrite is librdmacm's marker for a plain RDMA WRITE's send
+	// completion; it never goes on the wire as an immediate.
+	opWrite = 2
+
+	ctrlDisconnect = 0
+	ctrlKeepalive  = 1
+	ctrlShutdown   = 2
+
+	msgDataMask = 1<<29 - 1
+)
+
+// msg is an immediate: an operation and its argument.
+func msg(op, data uint32) uint32 { return op<<29 | data&msgDataMask }
+
+func msgOp(m uint32) uint32   { return m >> 29 }
+func msgData(m uint32) uint32 { return m & msgDataMask }
+
+// connData is struct rs_conn_data, the private data of the REQ and the
+// REP (40 bytes, multi-byte fields big-endian):
+//
+//	0  version (1)          1  flags: 1 big-endian host, 2 iomap support
+//	2  credits (be16)       4  reserved (3 bytes)  7  target iomap size
+//	8  target SGL: addr (be64), rkey (be32), entries (be32)
+//	24 data buffer: addr (be64), rkey (be32), bytes (be32)
+//
+// Credits are the receive queue's depth: how many data messages the peer
+// may send before it hears from this side. The target SGL is where the
+// peer writes the receive buffers it publishes later; the data buffer is
+// the first one, where the peer's first bytes go.
+type connData struct {
+	version   uint8
+	flags     uint8
+	credits   uint16
+	iomapSize uint8 // rsockets' scaled form; 0 here
+	targetSGL sge   // length: number of entries
+	dataBuf   sge
+}
+
+const (
+	connDataLen = 40
+	connVersion = 1
+
+	// flagNet says the sender's target SGL entries are big-endian (the
+	// host's byte order, in librdmacm): the peer writes entries into it
+	// in that order.
+	flagNet = 1
+	// flagIomap says the sender has the iomap extension; with an iomap
+	// size of 0 it has no entries, which is what librdmacm sends by
+	// default.
+	flagIomap = 2
+)
+
+// errConnData says the peer's private data is not rsocket's.
+var errConnData = errors.New("rsocket: the peer's connection data is not rsocket version 1")
+
+func (d *connData) marshal() []byte {
+	b := make([]byte, connDataLen)
+	b[0], b[1] = d.version, d.flags
+	binary.BigEndian.PutUint16(b[2:], d.credits)
+	b[7] = d.iomapSize
+	d.targetSGL.put(b[8:], binary.BigEndian)
+	d.dataBuf.put(b[24:], binary.BigEndian)
+	return b
+}
+
+// parseConnData reads the peer's rs_conn_data and checks what this side
+// depends on: version 1, credits, a target SGL with entries, a first
+// receive buffer.
+func parseConnData(b []byte) (connData, error) {
+	var d connData
+	if len(b) < connDataLen {
+		return d, fmt.Errorf("%w: %d bytes of private data, want %d", errConnData, len(b), connDataLen)
+	}
+	d.version, d.flags, d.credits, d.iomapSize = b[0], b[1], binary.BigEndian.Uint16(b[2:]), b[7]
+	d.targetSGL = getSGE(b[8:], binary.BigEndian)
+	d.dataBuf = getSGE(b[24:], binary.BigEndian)
+	switch {
+	case d.version != connVersion:
+		return d, fmt.Errorf("%w: version %d", errConnData, d.version)
+	case d.credits == 0:
+		return d, fmt.Errorf("%w: no receive credits", errConnData)
+	case d.targetSGL.length == 0 || d.targetSGL.length > maxSGLEntries:
+		return d, fmt.Errorf("%w: a target SGL of %d entries", errConnData, d.targetSGL.length)
+	case d.dataBuf.length == 0 || d.dataBuf.length > msgDataMask:
+		return d, fmt.Errorf("%w: a first receive buffer of %d bytes", errConnData, d.dataBuf.length)
+	}
+	return d, nil
+}
+
+// maxSGLEntries bounds the peer's target SGL (librdmacm's has 2).
+const maxSGLEntries = 1 << 16
+
+// sge is struct rs_sge: a buffer's address, rkey and length.
+type sge struct {
+	addr   uint64
+	key    uint32
+	length uint32
+}
+
+const sgeLen = 16
+
+func (s sge) put(b []byte, o binary.ByteOrder) {
+	o.PutUint64(b, s.addr)
+	o.PutUint32(b[8:], s.key)
+	o.PutUint32(b[12:], s.length)
+}
+
+func getSGE(b []byte, o binary.ByteOrder) sge {
+	return sge{addr: o.Uint64(b), key: o.Uint32(b[8:]), length: o.Uint32(b[12:])}
+}
+
+// order returns the byte order of target SGL entries a side announced
+// with flags.
+func order(flags uint8) binary.ByteOrder {
+	if flags&flagNet != 0 {
+		return binary.BigEndian
+	}
+	return binary.LittleEndian
+}
