@@ -60,7 +60,8 @@ func dial(ctx context.Context, dev roce.Device, addr netip.AddrPort, o *Options)
 	if err != nil {
 		return nil, err
 	}
-	p := &cm.Params{QP: ep.qp, PrivateData: ep.connData(opts.RecvQueue).marshal(), MinRNRTimer: minRNRTimer}
+	p := &cm.Params{QP: ep.qp, PrivateData: ep.connData(opts.RecvQueue).marshal(), MinRNRTimer: minRNRTimer,
+		ACKTimeout: opts.ACKTimeout}
 	var cc *cm.Conn
 	if opts.Agent != nil {
 		cc, err = opts.Agent.Dial(ctx, addr, p)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ type hosts struct {
 	addrA   netip.Addr
 	addrB   netip.Addr
 	backend string
+	// cut, when set, makes the in-memory network lose every packet.
+	cut atomic.Bool
 }
 
 // backend is a way to join two devices.
@@ -38,9 +41,10 @@ func fastCM() *cm.Config { return &cm.Config{ResponseTimeout: 12, PacketLifeTime
 
 func memHosts(t testing.TB, f transport.Faults) *hosts {
 	t.Helper()
-	n := mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: 1})
-	t.Cleanup(n.Close)
 	h := &hosts{backend: "mem", addrA: netip.MustParseAddr("198.18.0.1"), addrB: netip.MustParseAddr("198.18.0.2")}
+	n := mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: 1,
+		DropIf: func(_, _ netip.Addr, _ []byte) bool { return h.cut.Load() }})
+	t.Cleanup(n.Close)
 	h.a = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrA})
 	h.b = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrB})
 	h.agents(t)

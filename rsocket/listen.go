@@ -179,5 +179,6 @@ func (l *Listener) onRequest(ctx context.Context, r *cm.Request) (*cm.Params, er
 		return nil, fmt.Errorf("%w: %w", errSetup, err)
 	}
 	slot.ep, slot.peer = ep, peer
-	return &cm.Params{QP: ep.qp, PrivateData: ep.connData(l.opts.RecvQueue).marshal(), MinRNRTimer: minRNRTimer}, nil
+	return &cm.Params{QP: ep.qp, PrivateData: ep.connData(l.opts.RecvQueue).marshal(), MinRNRTimer: minRNRTimer,
+		ACKTimeout: l.opts.ACKTimeout}, nil
 }

@@ -43,6 +43,12 @@ type Options struct {
 	// retries run out instead of leaving a Read waiting forever; 0 means
 	// 15 s (net.Dialer's default), negative turns it off.
 	KeepAlive time.Duration
+	// ACKTimeout is the QP's local ACK timeout exponent (4.096 µs ×
+	// 2^ACKTimeout), as librdmacm's RDMA_OPTION_ID_ACK_TIMEOUT sets it; 0
+	// means the one rdma_cm derives from the path (2 to 4 s on RoCE).
+	// With the QP's 7 retries it bounds how long a peer that vanished
+	// takes to be noticed: about 8 times the timeout.
+	ACKTimeout uint8
 	// Linger bounds how long Close waits for the data already written to
 	// be acknowledged, and then for the peer to answer the disconnect
 	// (DREQ/DREP); 0 means 2 s.
@@ -129,6 +135,7 @@ func (o *Options) withDefaults() (Options, error) {
 		{"RecvQueue", c.RecvQueue, minQueue, maxQueue},
 		{"Inline", c.Inline, 0, maxInline},
 		{"MaxMessage", c.MaxMessage, 1, maxBuffer},
+		{"ACKTimeout", int(c.ACKTimeout), 0, 31},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return c, fmt.Errorf("%w: %s is %d; use 0 for the default, or %d to %d", ErrOption, f.name, f.v, f.lo, f.hi)
