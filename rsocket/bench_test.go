@@ -1,0 +1,119 @@
+package rsocket
+
+import (
+	"io"
+	"net"
+	"testing"
+)
+
+// benchPair returns a connected pair of the kind named: rsocket over UDP
+// loopback or the in-memory link, or kernel TCP over loopback for
+// comparison.
+func benchPair(b *testing.B, kind string, opts *Options) (c, s net.Conn) {
+	b.Helper()
+	switch kind {
+	case "tcp":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Skip(err)
+		}
+		defer ln.Close()
+		ch := make(chan net.Conn, 1)
+		go func() {
+			s, err := ln.Accept()
+			if err != nil {
+				b.Error(err)
+			}
+			ch <- s
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := <-ch
+		b.Cleanup(func() {
+			c.Close()
+			s.Close()
+		})
+		return c, s
+	case "rsocket-mem":
+		cc, sc, _ := memHosts(b, transportNoFaults).pair(b, opts, opts)
+		return cc, sc
+	}
+	cc, sc, _ := udpHosts(b, transportNoFaults).pair(b, opts, opts)
+	return cc, sc
+}
+
+var benchKinds = []string{"rsocket-udp", "rsocket-mem", "tcp"}
+
+// BenchmarkStream is a one-way stream of 64 KiB writes, read into a
+// 64 KiB buffer on the other side.
+func BenchmarkStream(b *testing.B) {
+	for _, kind := range benchKinds {
+		b.Run(kind, func(b *testing.B) {
+			c, s := benchPair(b, kind, nil)
+			const size = 64 << 10
+			done := make(chan error, 1)
+			go func() {
+				buf := make([]byte, size)
+				want := int64(b.N) * size
+				var got int64
+				for got < want {
+					n, err := s.Read(buf)
+					if err != nil {
+						done <- err
+						return
+					}
+					got += int64(n)
+				}
+				done <- nil
+			}()
+			buf := make([]byte, size)
+			b.SetBytes(size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkRequestResponse is a 64-byte request answered by a 64-byte
+// response, one at a time: the round trip's latency.
+func BenchmarkRequestResponse(b *testing.B) {
+	for _, kind := range benchKinds {
+		b.Run(kind, func(b *testing.B) {
+			c, s := benchPair(b, kind, nil)
+			const size = 64
+			go func() {
+				buf := make([]byte, size)
+				for {
+					if _, err := io.ReadFull(s, buf); err != nil {
+						return
+					}
+					if _, err := s.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			buf := make([]byte, size)
+			b.SetBytes(2 * size)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
