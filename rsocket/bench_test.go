@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 // benchPair returns a connected pair of the kind named: rsocket over UDP
@@ -39,17 +40,37 @@ func benchPair(b *testing.B, kind string, opts *Options) (c, s net.Conn) {
 	case "rsocket-mem":
 		cc, sc, _ := memHosts(b, transportNoFaults).pair(b, opts, opts)
 		return cc, sc
+	case "rsocket-udp-busypoll":
+		o := Options{Spin: 2 * time.Millisecond}
+		if opts != nil {
+			o = *opts
+			o.Spin = 2 * time.Millisecond
+		}
+		cc, sc, _ := udpHostsBusy(b, transportNoFaults, time.Microsecond).pair(b, &o, &o)
+		return cc, sc
+	case "rsocket-udp-1MiB":
+		o := Options{SendBuffer: 1 << 20, RecvBuffer: 1 << 20, MaxMessage: 256 << 10}
+		cc, sc, _ := udpHosts(b, transportNoFaults).pair(b, &o, &o)
+		return cc, sc
 	}
 	cc, sc, _ := udpHosts(b, transportNoFaults).pair(b, opts, opts)
 	return cc, sc
 }
 
-var benchKinds = []string{"rsocket-udp", "rsocket-mem", "tcp"}
+// The kinds of connection benchmarked: rsocket with the default options
+// over UDP loopback and over the in-memory link; over UDP with 1 MiB
+// buffers and 256 KiB messages (stream), or with the devices in
+// busy-poll mode and calls spinning 50 µs (request/response); and kernel
+// TCP over loopback.
+var (
+	streamKinds = []string{"rsocket-udp", "rsocket-udp-1MiB", "rsocket-mem", "tcp"}
+	rpcKinds    = []string{"rsocket-udp", "rsocket-udp-busypoll", "rsocket-mem", "tcp"}
+)
 
 // BenchmarkStream is a one-way stream of 64 KiB writes, read into a
 // 64 KiB buffer on the other side.
 func BenchmarkStream(b *testing.B) {
-	for _, kind := range benchKinds {
+	for _, kind := range streamKinds {
 		b.Run(kind, func(b *testing.B) {
 			c, s := benchPair(b, kind, nil)
 			const size = 64 << 10
@@ -87,7 +108,7 @@ func BenchmarkStream(b *testing.B) {
 // BenchmarkRequestResponse is a 64-byte request answered by a 64-byte
 // response, one at a time: the round trip's latency.
 func BenchmarkRequestResponse(b *testing.B) {
-	for _, kind := range benchKinds {
+	for _, kind := range rpcKinds {
 		b.Run(kind, func(b *testing.B) {
 			c, s := benchPair(b, kind, nil)
 			const size = 64

@@ -43,6 +43,7 @@ type Conn struct {
 	closeOnce  sync.Once
 	keep       *time.Timer // keepalives; nil when off
 	keepEvery  time.Duration
+	spinFor    time.Duration
 
 	mu      sync.Mutex
 	s       stream // under mu
@@ -58,7 +59,7 @@ type Conn struct {
 func newConn(ep *endpoint, cc *cm.Conn, o *Options, peer *connData) *Conn {
 	c := &Conn{
 		cc: cc, laddr: &Addr{AddrPort: cc.LocalAddr()}, raddr: &Addr{AddrPort: cc.RemoteAddr()},
-		linger: o.Linger, log: o.Logger,
+		linger: o.Linger, log: o.Logger, spinFor: o.Spin,
 		rsem: make(chan struct{}, 1), wsem: make(chan struct{}, 1),
 		rdl: newDeadline(), wdl: newDeadline(), closing: make(chan struct{}),
 		wake:   [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)},
@@ -156,7 +157,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 			}
 		}
 		if n := s.consume(p); n > 0 {
-			s.updateCredits()
+			if s.creditsDue() && s.ctrlSeq == s.ctrlMax {
+				// Credits wait for a control slot: completions of
+				// earlier control messages free them.
+				c.progress()
+				c.notify(dirRead)
+			} else {
+				s.updateCredits()
+			}
 			return n, nil
 		}
 		if err := s.readErr(); err != nil {

@@ -6,14 +6,24 @@ import (
 	"io"
 	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/goroce/goroce/transport"
 )
 
 func TestEcho(t *testing.T) {
-	for _, be := range backends {
+	busy := backend{"udp-busypoll-spin", func(t testing.TB, f transport.Faults) *hosts {
+		return udpHostsBusy(t, f, time.Microsecond)
+	}}
+	for _, be := range append(backends, busy) {
 		t.Run(be.name, func(t *testing.T) {
 			checkNoLeak(t)
 			h := be.open(t, transportNoFaults)
-			c, s, _ := h.pair(t, nil, nil)
+			var opts *Options
+			if be.name == busy.name {
+				opts = &Options{Spin: time.Millisecond}
+			}
+			c, s, _ := h.pair(t, opts, opts)
 			go func() {
 				io.Copy(s, s)
 				s.CloseWrite()

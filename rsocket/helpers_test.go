@@ -53,10 +53,17 @@ func memHosts(t testing.TB, f transport.Faults) *hosts {
 
 func udpHosts(t testing.TB, f transport.Faults) *hosts {
 	t.Helper()
+	return udpHostsBusy(t, f, 0)
+}
+
+// udpHostsBusy is udpHosts with the devices in busy-poll mode when busy
+// is positive (roce.Config.BusyPoll).
+func udpHostsBusy(t testing.TB, f transport.Faults, busy time.Duration) *hosts {
+	t.Helper()
 	port := freePort(t)
 	h := &hosts{backend: "udp", addrA: netip.MustParseAddr("127.0.0.1"), addrB: netip.MustParseAddr("127.0.0.2")}
-	h.a = openDev(t, &roce.Config{Addr: h.addrA, Port: port, PeerPort: port, Faults: f, FaultSeed: 1})
-	h.b = openDev(t, &roce.Config{Addr: h.addrB, Port: port, PeerPort: port, Faults: f, FaultSeed: 2})
+	h.a = openDev(t, &roce.Config{Addr: h.addrA, Port: port, PeerPort: port, Faults: f, FaultSeed: 1, BusyPoll: busy})
+	h.b = openDev(t, &roce.Config{Addr: h.addrB, Port: port, PeerPort: port, Faults: f, FaultSeed: 2, BusyPoll: busy})
 	h.agents(t)
 	return h
 }

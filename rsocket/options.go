@@ -37,6 +37,14 @@ type Options struct {
 	// MaxMessage bounds the bytes one data message carries; 0 means 64
 	// KiB (librdmacm's RS_MAX_TRANSFER).
 	MaxMessage int
+	// Spin is how long a Read or Write that must wait polls the
+	// completion queue before it sleeps (librdmacm's polling_time, 10
+	// µs there); 0, the default here, sleeps at once. Spinning pays on a
+	// device in busy-poll mode (roce.Config.BusyPoll) with a core to
+	// spare: the waiting call then receives from the link itself, and a
+	// round trip costs no goroutine wake-up (see BenchmarkRequestResponse).
+	// Elsewhere it mostly burns CPU the device's own goroutines need.
+	Spin time.Duration
 	// KeepAlive is how often an idle connection probes its peer with a
 	// zero-length RDMA WRITE (librdmacm's keepalive, RS_CTRL_KEEPALIVE),
 	// so that a peer that vanished surfaces as an error once the QP's

@@ -67,13 +67,14 @@ func (s *stream) copyToSendBuffer(p []byte) []roce.SGE {
 // free or half the credits are used (rs_give_credits), and a control
 // slot is free.
 func (s *stream) updateCredits() {
-	if !s.connected || s.ctrlSeq == s.ctrlMax {
-		return
+	if s.creditsDue() && s.ctrlSeq != s.ctrlMax {
+		s.sendCredits()
 	}
-	if s.rbufAvail < s.half && int16(s.rseqNo-s.rseqComp) < 0 {
-		return
-	}
-	s.sendCredits()
+}
+
+// creditsDue reports whether the peer should get credits now.
+func (s *stream) creditsDue() bool {
+	return s.connected && (s.rbufAvail >= s.half || int16(s.rseqNo-s.rseqComp) >= 0)
 }
 
 // sendCredits sends the peer its new sequence limit and, when half the

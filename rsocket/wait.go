@@ -3,6 +3,7 @@ package rsocket
 import (
 	"net"
 	"os"
+	"time"
 )
 
 // want is what a waiting call waits for.
@@ -63,15 +64,53 @@ func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error 
 		if dl != nil {
 			expired = dl.done()
 		}
-		var err error
-		if c.polling {
-			err = c.sleep(dir, expired, stop)
-		} else {
-			err = c.poll(dir, expired, stop)
-		}
-		if err != nil {
+		if done, err := c.block(dir, w, expired, stop); done || err != nil {
 			c.leave(dir)
 			return err
+		}
+	}
+}
+
+// block waits once: it spins first when Options.Spin says so, then
+// sleeps as the poller or as the other call. It reports whether w was
+// satisfied while spinning; the caller holds c.mu.
+func (c *Conn) block(dir int, w want, expired, stop <-chan struct{}) (bool, error) {
+	if !c.polling && c.spinFor > 0 {
+		if ok, err := c.spin(dir, w, expired, stop); ok || err != nil {
+			return ok, err
+		}
+	}
+	if c.polling {
+		return false, c.sleep(dir, expired, stop)
+	}
+	return false, c.poll(dir, expired, stop)
+}
+
+// spin polls the CQ for up to Options.Spin, letting the other direction
+// in between polls, and reports whether w was satisfied meanwhile; the
+// caller holds c.mu.
+func (c *Conn) spin(dir int, w want, expired, stop <-chan struct{}) (bool, error) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		c.mu.Unlock()
+		c.mu.Lock()
+		c.progress()
+		c.notify(dir)
+		if c.s.satisfied(w) {
+			return true, nil
+		}
+		if i%16 != 15 {
+			continue
+		}
+		select {
+		case <-expired:
+			return false, os.ErrDeadlineExceeded
+		case <-stop:
+			return false, net.ErrClosed
+		default:
+		}
+		if c.polling || time.Since(start) >= c.spinFor {
+			return false, nil
 		}
 	}
 }
