@@ -73,3 +73,38 @@ func TestWriteAfterCloseWrite(t *testing.T) {
 		t.Fatalf("Write after CloseWrite: %v", err)
 	}
 }
+
+// TestNoAllocs checks that a connection in steady state allocates nothing
+// per message: a 64-byte request and its response, and a 64 KiB write
+// read back by the peer.
+func TestNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			h := be.open(t, transportNoFaults)
+			c, s, _ := h.pair(t, nil, nil)
+			go io.Copy(s, s)
+			for _, size := range []int{64, 64 << 10} {
+				buf := make([]byte, size)
+				rt := func() {
+					if _, err := c.Write(buf); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := io.ReadFull(c, buf); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Warm up: the send queue's slots get their inline
+				// buffers on first use, the runtime its caches.
+				for range 2000 {
+					rt()
+				}
+				if a := testing.AllocsPerRun(200, rt); a != 0 {
+					t.Errorf("%d-byte round trip: %v allocations", size, a)
+				}
+			}
+		})
+	}
+}
