@@ -78,14 +78,30 @@ func newConn(ep *endpoint, cc *cm.Conn, o *Options, peer *connData) *Conn {
 	return c
 }
 
+// ok reports whether c is a Conn that Dial or Accept made.
+func (c *Conn) ok() bool { return c != nil && c.cc != nil }
+
 // LocalAddr returns this side's address and port.
-func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+func (c *Conn) LocalAddr() net.Addr {
+	if !c.ok() {
+		return nil
+	}
+	return c.laddr
+}
 
 // RemoteAddr returns the peer's address and port.
-func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+func (c *Conn) RemoteAddr() net.Addr {
+	if !c.ok() {
+		return nil
+	}
+	return c.raddr
+}
 
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
+	if !c.ok() {
+		return errInvalid
+	}
 	c.rdl.set(t)
 	c.wdl.set(t)
 	return nil
@@ -93,12 +109,18 @@ func (c *Conn) SetDeadline(t time.Time) error {
 
 // SetReadDeadline sets the deadline of Read calls, pending ones too.
 func (c *Conn) SetReadDeadline(t time.Time) error {
+	if !c.ok() {
+		return errInvalid
+	}
 	c.rdl.set(t)
 	return nil
 }
 
 // SetWriteDeadline sets the deadline of Write calls, pending ones too.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if !c.ok() {
+		return errInvalid
+	}
 	c.wdl.set(t)
 	return nil
 }
@@ -140,6 +162,9 @@ func (c *Conn) enter(sem chan struct{}, dl *deadline) error {
 // data has. After the peer's CloseWrite or Close, and the data sent
 // before it, Read returns io.EOF.
 func (c *Conn) Read(p []byte) (int, error) {
+	if !c.ok() {
+		return 0, errInvalid
+	}
 	if err := c.enter(c.rsem, c.rdl); err != nil {
 		return 0, c.opError("read", err)
 	}
@@ -178,6 +203,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 // needed. It returns early, with the count written, on an error or when
 // the write deadline passes.
 func (c *Conn) Write(p []byte) (int, error) {
+	if !c.ok() {
+		return 0, errInvalid
+	}
 	if err := c.enter(c.wsem, c.wdl); err != nil {
 		return 0, c.opError("write", err)
 	}
@@ -214,6 +242,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 // rsocket SHUTDOWN message; a DISCONNECT when the peer had shut down its
 // side already). Write then fails with ErrShutdown.
 func (c *Conn) CloseWrite() error {
+	if !c.ok() {
+		return errInvalid
+	}
 	if err := c.enter(c.wsem, c.wdl); err != nil {
 		return c.opError("close", err)
 	}
@@ -262,6 +293,9 @@ func (c *Conn) awaitCtrl(dl *deadline, stop <-chan struct{}) error {
 // pair and buffers. Blocked Reads and Writes return net.ErrClosed at
 // once. A second Close returns an error matching net.ErrClosed.
 func (c *Conn) Close() error {
+	if !c.ok() {
+		return errInvalid
+	}
 	first := false
 	c.closeOnce.Do(func() {
 		first = true

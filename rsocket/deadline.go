@@ -14,6 +14,7 @@ type deadline struct {
 	t       time.Time
 	ch      chan struct{}
 	expired bool // ch is closed
+	stopped bool // for good: the Conn is closed
 	timer   *time.Timer
 }
 
@@ -23,6 +24,9 @@ func newDeadline() *deadline { return &deadline{ch: make(chan struct{})} }
 func (d *deadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
 	d.t = t
 	if d.timer != nil {
 		d.timer.Stop()
@@ -76,5 +80,5 @@ func (d *deadline) stop() {
 	if d.timer != nil {
 		d.timer.Stop()
 	}
-	d.t = time.Time{}
+	d.t, d.stopped = time.Time{}, true
 }

@@ -34,6 +34,10 @@ var (
 	ErrProtocol = errors.New("rsocket: the peer broke the rsocket protocol")
 )
 
+// errInvalid is what the methods of a nil or zero Conn or Listener
+// return, as package net's do.
+var errInvalid = fmt.Errorf("rsocket: a nil or zero Conn or Listener (make them with Dial, Listen and Accept): %w", syscall.EINVAL)
+
 // Addr is the address of an rsocket: an IP address and a port of rdma_cm's
 // TCP port space, where rsockets listen and connect. It is plain data.
 type Addr struct {

@@ -82,12 +82,23 @@ func listen(ctx context.Context, dev roce.Device, addr netip.AddrPort, cfg *List
 	return l, nil
 }
 
+// ok reports whether l is a Listener that Listen made.
+func (l *Listener) ok() bool { return l != nil && l.cl != nil }
+
 // Addr returns the listener's address.
-func (l *Listener) Addr() net.Addr { return l.addr }
+func (l *Listener) Addr() net.Addr {
+	if !l.ok() {
+		return nil
+	}
+	return l.addr
+}
 
 // Close stops listening: requests not accepted yet are refused, and
 // Accept calls return net.ErrClosed. Accepted connections go on.
 func (l *Listener) Close() error {
+	if !l.ok() {
+		return errInvalid
+	}
 	err := error(opError("close", nil, l.addr, net.ErrClosed))
 	l.once.Do(func() {
 		l.cl.Close()
@@ -129,6 +140,9 @@ func (s *acceptSlot) release() {
 // raccept does; errors are the listener's: net.ErrClosed once it is
 // closed, ctx's, or a failure to make a connection's resources.
 func (l *Listener) AcceptContext(ctx context.Context) (*Conn, error) {
+	if !l.ok() {
+		return nil, errInvalid
+	}
 	for {
 		slot := &acceptSlot{}
 		cc, err := l.cl.Accept(context.WithValue(ctx, acceptKey{}, slot))
