@@ -142,7 +142,7 @@ func (o *Options) withDefaults() (Options, error) {
 		{"SendQueue", c.SendQueue, minQueue, maxQueue},
 		{"RecvQueue", c.RecvQueue, minQueue, maxQueue},
 		{"Inline", c.Inline, 0, maxInline},
-		{"MaxMessage", c.MaxMessage, 1, maxBuffer},
+		{"MaxMessage", c.MaxMessage, 1, msgDataMask},
 		{"ACKTimeout", int(c.ACKTimeout), 0, 31},
 	} {
 		if f.v < f.lo || f.v > f.hi {

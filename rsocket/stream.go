@@ -214,7 +214,7 @@ func (s *stream) takeSGLEntry() {
 	if e.length == 0 {
 		return
 	}
-	if s.tgt[s.tgtFill].length != 0 || e.length > msgDataMask {
+	if s.tgt[s.tgtFill].length != 0 {
 		s.fail(fmt.Errorf("%w: target SGL entry %d rewritten before use (%d bytes)", ErrProtocol, s.tgtFill, e.length))
 		return
 	}

@@ -111,7 +111,7 @@ func parseConnData(b []byte) (connData, error) {
 		return d, fmt.Errorf("%w: no receive credits", errConnData)
 	case d.targetSGL.length == 0 || d.targetSGL.length > maxSGLEntries:
 		return d, fmt.Errorf("%w: a target SGL of %d entries", errConnData, d.targetSGL.length)
-	case d.dataBuf.length == 0 || d.dataBuf.length > msgDataMask:
+	case d.dataBuf.length == 0:
 		return d, fmt.Errorf("%w: a first receive buffer of %d bytes", errConnData, d.dataBuf.length)
 	}
 	return d, nil

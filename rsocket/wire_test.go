@@ -55,7 +55,6 @@ func TestConnDataRejects(t *testing.T) {
 		{"no credits", func(b []byte) []byte { b[2], b[3] = 0, 0; return b }},
 		{"no target SGL entries", func(b []byte) []byte { b[23] = 0; return b }},
 		{"empty data buffer", func(b []byte) []byte { clear(b[36:40]); return b }},
-		{"data buffer beyond 29 bits", func(b []byte) []byte { b[36] = 0x20; return b }},
 		{"zeros (no rsocket data)", func(b []byte) []byte { return make([]byte, 56) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
