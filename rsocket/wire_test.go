@@ -36,6 +36,13 @@ func TestConnDataWire(t *testing.T) {
 	if err != nil || d != connDataGoldenFields {
 		t.Fatalf("parse: %+v, %v", d, err)
 	}
+	// A peer's receive buffer half may be larger than a message's 29
+	// bits of length (librdmacm takes mem_default as it comes).
+	huge := append([]byte(nil), connDataGolden...)
+	copy(huge[36:], []byte{0x40, 0, 0, 0}) // 1 GiB
+	if d, err := parseConnData(huge); err != nil || d.dataBuf.length != 1<<30 {
+		t.Fatalf("parse a 1 GiB first buffer: %+v, %v", d, err)
+	}
 	// Another iomap size and the big-endian flag parse as they are.
 	b := append([]byte(nil), connDataGolden...)
 	b[1], b[7] = flagNet|flagIomap, 0x11
