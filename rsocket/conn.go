@@ -255,25 +255,29 @@ func (c *Conn) CloseWrite() error {
 	if s.wshut {
 		return nil
 	}
-	s.wshut = true
-	if !s.connected {
-		return nil
-	}
-	ctrl := uint32(ctrlShutdown)
-	if !s.readable {
-		ctrl = ctrlDisconnect
-	}
 	if err := c.awaitCtrl(c.wdl, c.closing); err != nil {
 		return c.opError("close", err)
 	}
-	s.writable = false
 	if s.connected {
-		s.sendCtrl(ctrl)
-		if ctrl == ctrlDisconnect {
+		if s.readable {
+			s.sendCtrl(ctrlShutdown)
+		} else {
+			s.sendCtrl(ctrlDisconnect)
 			s.connected = false
 		}
 	}
+	s.wshut, s.writable = true, false
 	return nil
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // awaitCtrl waits for a free control slot, or for the connection to end.
@@ -354,13 +358,13 @@ func (c *Conn) drain(end time.Time) {
 // meanwhile, so that a peer gone silent fails the QP's retries and a
 // waiting Read learns it.
 func (c *Conn) keepalive() {
-	select {
-	case <-c.closing:
-		return
-	default:
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if isClosed(c.closing) || c.closed {
+		// A tick that raced Close: the QP may be gone, and the timer
+		// must stay stopped.
+		return
+	}
 	s := &c.s
 	c.progress()
 	for d := range c.waiting {

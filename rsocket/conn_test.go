@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -106,5 +107,53 @@ func TestNoAllocs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCloseWriteRetried checks that a CloseWrite that timed out waiting
+// for a control slot sends its SHUTDOWN when called again.
+func TestCloseWriteRetried(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	// Keepalives fill the control slots while the link is cut; the ACK
+	// timeout (268 ms, 7 retries) outlasts the cut.
+	opts := &Options{KeepAlive: 2 * time.Millisecond, ACKTimeout: 16}
+	c, s, _ := h.pair(t, opts, nil)
+	h.cut.Store(true)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		c.mu.Lock()
+		full := c.s.ctrlSeq == c.s.ctrlMax
+		c.mu.Unlock()
+		if full {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the control slots did not fill in 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	if err := c.CloseWrite(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("CloseWrite without a control slot: %v", err)
+	}
+	h.cut.Store(false)
+	c.SetWriteDeadline(time.Time{})
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := s.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the peer's Read after CloseWrite: %d, %v", n, err)
+	}
+}
+
+// TestKeepaliveAfterClose checks that a keepalive tick that raced Close
+// neither touches the freed QP nor arms its timer again.
+func TestKeepaliveAfterClose(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	c, _, _ := h.pair(t, &Options{KeepAlive: time.Hour}, nil)
+	c.Close()
+	c.keepalive() // as a tick that got the lock after Close
+	if c.keep.Stop() {
+		t.Fatal("the keepalive timer was armed again after Close")
 	}
 }
