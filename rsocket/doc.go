@@ -9,9 +9,19 @@
 //
 // dev is a device package cm connects through (roce.Open's). Listener
 // and Conn behave as package net's TCP ones do, so net/http, gRPC,
-// io.Copy and the rest run over them unchanged (see the Example).
+// io.Copy and the rest run over them unchanged. HTTP over RDMA (the
+// Example runs it):
+//
+//	ln, err := rsocket.Listen(ctx, serverDev, netip.MustParseAddrPort("198.18.0.1:80"))
+//	go http.Serve(ln, handler)
+//
+//	tr := &http.Transport{DialContext: (&rsocket.Dialer{Device: clientDev}).DialContext}
+//	resp, err := (&http.Client{Transport: tr}).Get("http://198.18.0.1/")
+//
 // Dialer and ListenConfig carry the Options: buffer sizes, queue depths,
-// the inline threshold, keepalives.
+// the inline threshold, keepalives. A Conn serves one Read and one Write
+// at a time, concurrently (more callers queue), and Close, deadlines and
+// addresses from any goroutine.
 //
 // # The protocol
 //
@@ -36,7 +46,10 @@
 // fails the QP's retries (keepalives find it on an idle connection).
 //
 // Defaults are librdmacm's: 128 KiB send and receive buffers, 384-deep
-// queues, 64-byte inline writes, 64 KiB per message at most.
+// queues, 64-byte inline writes, 64 KiB per message at most; but
+// keepalives are on (every 15 s, as net.Dialer has them; librdmacm's are
+// off unless SO_KEEPALIVE) and waiting calls sleep at once (librdmacm
+// polls 10 µs first: Options.Spin).
 //
 // # Not supported (yet)
 //

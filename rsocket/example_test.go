@@ -32,6 +32,8 @@ func Example() {
 	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello over RDMA, %s\n", r.UserAgent())
 	}))
+
+	// The client side: an http.Transport that dials rsockets.
 	tr := &http.Transport{DialContext: (&rsocket.Dialer{Device: client}).DialContext}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get("http://198.18.0.1/")
