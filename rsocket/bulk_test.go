@@ -54,6 +54,9 @@ func TestBulk(t *testing.T) {
 				t.Fatalf("read %d bytes with CRC-64 %#x, wrote %d with %#x", n, sum.Sum64(), size, want)
 			}
 			sa, sb := h.a.Stats(), h.b.Stats()
+			if c.faults.Drop > 0 && sa.Retransmits == 0 {
+				t.Error("no retransmission on a lossy link")
+			}
 			t.Logf("%d MiB in %v (%.0f MB/s); retransmitted packets %d+%d, RNR NAKs sent %d+%d",
 				size>>20, el.Round(time.Millisecond), float64(size)/el.Seconds()/1e6, sa.Retransmits, sb.Retransmits,
 				sa.SendRNRErr, sb.SendRNRErr)

@@ -2,9 +2,11 @@ package rsocket
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/transport/udp"
 )
 
 // hosts are two software devices that reach each other, with an agent
@@ -62,10 +65,62 @@ func udpHostsBusy(t testing.TB, f transport.Faults, busy time.Duration) *hosts {
 	t.Helper()
 	port := freePort(t)
 	h := &hosts{backend: "udp", addrA: netip.MustParseAddr("127.0.0.1"), addrB: netip.MustParseAddr("127.0.0.2")}
-	h.a = openDev(t, &roce.Config{Addr: h.addrA, Port: port, PeerPort: port, Faults: f, FaultSeed: 1, BusyPoll: busy})
-	h.b = openDev(t, &roce.Config{Addr: h.addrB, Port: port, PeerPort: port, Faults: f, FaultSeed: 2, BusyPoll: busy})
+	if !f.Any() {
+		h.a = openDev(t, &roce.Config{Addr: h.addrA, Port: port, PeerPort: port, BusyPoll: busy})
+		h.b = openDev(t, &roce.Config{Addr: h.addrB, Port: port, PeerPort: port, BusyPoll: busy})
+		h.agents(t)
+		return h
+	}
+	if f != (transport.Faults{Drop: f.Drop}) || busy > 0 {
+		t.Fatal("udpHosts: only loss, and no busy polling, on a faulty link")
+	}
+	for i, addr := range []netip.Addr{h.addrA, h.addrB} {
+		u, err := udp.New(&udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: port})
+		if err != nil {
+			t.Skipf("udp transport: %v", err)
+		}
+		d := openDev(t, &roce.Config{Link: newLossyLink(u, f.Drop, uint64(i+1))})
+		if i == 0 {
+			h.a = d
+		} else {
+			h.b = d
+		}
+	}
 	h.agents(t)
 	return h
+}
+
+// lossyLink drops a share of the packets a transport sends, from a seeded
+// source. roce.Config.Faults would do it with transport.Faulty, whose Send
+// shares one slice between concurrent calls (a data race; see the
+// report): this one keeps nothing between calls.
+type lossyLink struct {
+	transport.Transport
+	mu   sync.Mutex
+	rng  *rand.Rand
+	drop float64
+}
+
+func newLossyLink(t transport.Transport, drop float64, seed uint64) *lossyLink {
+	return &lossyLink{Transport: t, drop: drop, rng: rand.New(rand.NewPCG(seed, seed))}
+}
+
+// SendsPayload says what the wrapped transport says.
+func (l *lossyLink) SendsPayload() bool { return transport.SendsPayload(l.Transport) }
+
+func (l *lossyLink) Send(pkts []transport.Packet) error {
+	out := make([]transport.Packet, 0, len(pkts))
+	l.mu.Lock()
+	for _, p := range pkts {
+		if l.rng.Float64() >= l.drop {
+			out = append(out, p)
+		}
+	}
+	l.mu.Unlock()
+	if len(out) == 0 {
+		return nil
+	}
+	return l.Transport.Send(out)
 }
 
 func (h *hosts) agents(t testing.TB) {
