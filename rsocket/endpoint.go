@@ -13,7 +13,11 @@ import (
 type endpoint struct {
 	pd roce.PD
 	cq roce.CQ
-	qp roce.QP
+	// cqLen says how many completions the CQ holds, when it can (the
+	// software device's can): an empty one is not polled, as polling
+	// it yields the processor.
+	cqLen interface{ Len() int }
+	qp    roce.QP
 	// smr is the send buffer, followed by ctrlSlots target SGL entries
 	// for the credit messages that cannot go inline.
 	smr  roce.MR
@@ -49,6 +53,7 @@ func newEndpoint(dev roce.Device, o *Options) (e *endpoint, err error) {
 	if e.cq, err = dev.CreateCQ(o.SendQueue + e.recv); err != nil {
 		return nil, fmt.Errorf("rsocket: completion queue of %d: %w", o.SendQueue+e.recv, err)
 	}
+	e.cqLen, _ = e.cq.(interface{ Len() int })
 	e.qp, err = e.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: e.cq, RecvCQ: e.cq, SignalAll: true,
 		Cap: roce.QPCap{MaxSendWR: uint32(o.SendQueue), MaxRecvWR: uint32(e.recv), MaxSendSGE: 2, MaxRecvSGE: 1,
 			MaxInlineData: uint32(o.Inline)}})

@@ -107,7 +107,7 @@ func httpPattern(n int) []byte {
 // exchange POSTs a body of a size that depends on i and checks its sum,
 // then GETs a body and checks its bytes.
 func exchange(ctx context.Context, c *http.Client, base string, i int) error {
-	body := httpPattern(1 + i*37813%(1<<20))
+	body := httpPattern(1 + i*37813%(256<<10))
 	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/sum", bytes.NewReader(body))
 	resp, err := c.Do(req)
 	if err != nil {
@@ -118,7 +118,7 @@ func exchange(ctx context.Context, c *http.Client, base string, i int) error {
 	if sum := sha256.Sum256(body); err != nil || string(got) != hex.EncodeToString(sum[:]) {
 		return fmt.Errorf("POST %d bytes: %q, %v", len(body), got, err)
 	}
-	n := i * 51787 % (2 << 20)
+	n := i * 51787 % (512 << 10)
 	req, _ = http.NewRequestWithContext(ctx, "GET", base+"/bytes?n="+strconv.Itoa(n), nil)
 	if resp, err = c.Do(req); err != nil {
 		return err

@@ -39,6 +39,9 @@ type stream struct {
 	peerOrder        binary.ByteOrder
 	inline           int
 	maxMsg           int
+	// spin: the connection spins (Options.Spin), so polling an empty CQ
+	// is how a busy-polled device receives: poll it even when empty.
+	spin bool
 
 	// Receiver: queued data messages, receive buffer, credits given.
 	rmsg             []uint32 // bytes left of each data message not read
@@ -81,7 +84,7 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 	s.ctrlMax = ctrlSlots
 	s.sqeAvail = s.sqSize - ctrlSlots
 	s.sbufSize, s.sbufAvail = o.SendBuffer, o.SendBuffer
-	s.inline, s.maxMsg = o.Inline, o.MaxMessage
+	s.inline, s.maxMsg, s.spin = o.Inline, o.MaxMessage, o.Spin > 0
 	s.sseqComp = peer.credits
 	s.tgt[0] = peer.dataBuf
 	s.tgtFill = 1
@@ -102,7 +105,7 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 // returns how many completions it handled.
 func (s *stream) progress() int {
 	total := 0
-	for {
+	for s.spin || s.ep.cqLen == nil || s.ep.cqLen.Len() > 0 {
 		n := s.ep.cq.Poll(s.wcs[:])
 		for i := range n {
 			s.handle(&s.wcs[i])
