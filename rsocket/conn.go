@@ -54,6 +54,8 @@ type Conn struct {
 	closed  bool            // under mu
 }
 
+var _ net.Conn = (*Conn)(nil)
+
 // newConn makes the Conn of an established connection: ep's resources,
 // connected by cc to a peer that sent peer.
 func newConn(ep *endpoint, cc *cm.Conn, o *Options, peer *connData) *Conn {

@@ -35,6 +35,8 @@ type Listener struct {
 	once sync.Once
 }
 
+var _ net.Listener = (*Listener)(nil)
+
 // Listen listens for rsocket connections on addr on dev, with the
 // default Options: addr is the device's address or an unspecified one,
 // and a port (0 picks a free one).
