@@ -101,8 +101,23 @@ func BenchmarkStream(b *testing.B) {
 			if err := <-done; err != nil {
 				b.Fatal(err)
 			}
+			reportSleeps(b, c, s)
 		})
 	}
+}
+
+// reportSleeps reports how often the two ends of an rsocket connection
+// went to sleep per operation: each sleep is a goroutine wake-up.
+func reportSleeps(b *testing.B, conns ...net.Conn) {
+	var sleeps uint64
+	for _, c := range conns {
+		rc, ok := c.(*Conn)
+		if !ok {
+			return
+		}
+		sleeps += rc.Stats().Sleeps
+	}
+	b.ReportMetric(float64(sleeps)/float64(b.N), "sleeps/op")
 }
 
 // BenchmarkRequestResponse is a 64-byte request answered by a 64-byte
@@ -135,6 +150,7 @@ func BenchmarkRequestResponse(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			reportSleeps(b, c, s)
 		})
 	}
 }

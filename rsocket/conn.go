@@ -80,6 +80,33 @@ func newConn(ep *endpoint, cc *cm.Conn, o *Options, peer *connData) *Conn {
 	return c
 }
 
+// Stats counts what a connection did. Fields are cumulative. It is a
+// copy, owned by the caller.
+type Stats struct {
+	// MessagesSent and MessagesReceived count data messages (RDMA WRITEs
+	// with immediate carrying stream bytes), BytesSent and BytesReceived
+	// their bytes.
+	MessagesSent, MessagesReceived uint64
+	BytesSent, BytesReceived       uint64
+	// CreditsSent and CreditsReceived count credit messages, with or
+	// without a new receive buffer.
+	CreditsSent, CreditsReceived uint64
+	// Sleeps counts the times a Read, Write or Close went to sleep
+	// waiting for completions or for the other call: each ends in a
+	// goroutine wake-up.
+	Sleeps uint64
+}
+
+// Stats returns the connection's counters.
+func (c *Conn) Stats() Stats {
+	if !c.ok() {
+		return Stats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s.stats
+}
+
 // ok reports whether c is a Conn that Dial or Accept made.
 func (c *Conn) ok() bool { return c != nil && c.cc != nil }
 

@@ -52,6 +52,18 @@ func TestEcho(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("echoed %d bytes, want %d; equal prefix %d", len(got), len(want), commonPrefix(got, want))
 			}
+			cs, ss := c.Stats(), s.Stats()
+			n := uint64(len(want))
+			if cs.BytesSent != n || cs.BytesReceived != n || ss.BytesSent != n || ss.BytesReceived != n {
+				t.Errorf("bytes counted: client %d sent %d received, server %d sent %d received; want %d",
+					cs.BytesSent, cs.BytesReceived, ss.BytesSent, ss.BytesReceived, n)
+			}
+			// Every data message was read (both sides read to EOF); the
+			// last credit messages may still be on their way.
+			if cs.MessagesSent != ss.MessagesReceived || ss.MessagesSent != cs.MessagesReceived ||
+				cs.MessagesSent < n/defaultMessage || cs.CreditsReceived == 0 || ss.CreditsReceived == 0 {
+				t.Errorf("messages counted: client %+v, server %+v", cs, ss)
+			}
 		})
 	}
 }

@@ -37,6 +37,8 @@ func (s *stream) sendData(p []byte) (int, error) {
 		s.fail(fmt.Errorf("%w: posting a %d-byte write: %w", ErrConnLost, n, err))
 		return 0, s.err
 	}
+	s.stats.MessagesSent++
+	s.stats.BytesSent += uint64(n)
 	return n, nil
 }
 
@@ -82,6 +84,7 @@ func (s *stream) creditsDue() bool {
 // with the same message (rs_send_credits).
 func (s *stream) sendCredits() {
 	s.ctrlSeq++
+	s.stats.CreditsSent++
 	s.rseqComp = s.rseqNo + uint16(s.rqSize/2)
 	m := msg(opSGL, uint32(s.rseqNo)+uint32(s.rqSize))
 	wr := &s.swr[0]

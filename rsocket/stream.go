@@ -62,6 +62,9 @@ type stream struct {
 	rwrs    []roce.RecvWR
 	ctrlBuf [sgeLen]byte
 
+	// Counters, for Conn.Stats.
+	stats Stats
+
 	// What changed in the last progress, for the calls that wait.
 	ev [2]bool // dirRead, dirWrite
 	// active says a completion was handled since the last keepalive.
@@ -166,6 +169,7 @@ func (s *stream) receive(imm, n uint32) {
 		s.sseqComp = uint16(msgData(imm))
 		s.takeSGLEntry()
 		s.ev[dirWrite] = true
+		s.stats.CreditsReceived++
 	case opIomapSGL, opWrite:
 	case opCtrl:
 		switch msgData(imm) {
@@ -205,6 +209,8 @@ func (s *stream) queueData(size, n uint32) {
 		s.rmsg[s.rmsgTail] = size
 		s.rmsgTail = next
 		s.ev[dirRead] = true
+		s.stats.MessagesReceived++
+		s.stats.BytesReceived += uint64(size)
 	}
 }
 

@@ -118,6 +118,7 @@ func (c *Conn) spin(dir int, w want, expired, stop <-chan struct{}) (bool, error
 // sleep waits, as the call that is not polling, for the poller's word;
 // the caller holds c.mu.
 func (c *Conn) sleep(dir int, expired, stop <-chan struct{}) error {
+	c.s.stats.Sleeps++
 	c.waiting[dir] = true
 	c.mu.Unlock()
 	var err error
@@ -145,6 +146,7 @@ func (c *Conn) poll(dir int, expired, stop <-chan struct{}) error {
 		return nil
 	}
 	c.polling, c.waiting[dir] = true, true
+	c.s.stats.Sleeps++
 	cmDone := c.cmDone
 	c.mu.Unlock()
 	var err error
