@@ -47,7 +47,7 @@ type Conn struct {
 
 	mu      sync.Mutex
 	s       stream // under mu
-	polling bool   // a call waits on the CQ's channel; under mu
+	polling bool   // a call waits on the receive CQ's channel; under mu
 	waiting [2]bool
 	wake    [2]chan struct{}
 	cmDone  <-chan struct{} // cc.Done() until seen closed; under mu

@@ -7,17 +7,16 @@ import (
 )
 
 // endpoint is a connection's verbs resources, as rsocket.c's
-// rs_create_ep makes them: a PD, one CQ for sends and receives, an RC QP
-// that signals every send, and three registered buffers. It is owned by
-// one connection (or by the Dial or Accept making it).
+// rs_create_ep makes them: a PD, CQs, an RC QP that signals every send,
+// and three registered buffers. It is owned by one connection (or by the
+// Dial or Accept making it). Unlike rsocket.c it gives sends and
+// receives a CQ each, so that a Read waiting for data sleeps on the
+// receive CQ and the acknowledgements of its own writes do not wake it.
 type endpoint struct {
-	pd roce.PD
-	cq roce.CQ
-	// cqLen says how many completions the CQ holds, when it can (the
-	// software device's can): an empty one is not polled, as polling
-	// it yields the processor.
-	cqLen interface{ Len() int }
-	qp    roce.QP
+	pd  roce.PD
+	scq cqOf // send completions
+	rcq cqOf // receive completions
+	qp  roce.QP
 	// smr is the send buffer, followed by ctrlSlots target SGL entries
 	// for the credit messages that cannot go inline.
 	smr  roce.MR
@@ -50,11 +49,13 @@ func newEndpoint(dev roce.Device, o *Options) (e *endpoint, err error) {
 	if e.pd, err = dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("rsocket: protection domain: %w", err)
 	}
-	if e.cq, err = dev.CreateCQ(o.SendQueue + e.recv); err != nil {
-		return nil, fmt.Errorf("rsocket: completion queue of %d: %w", o.SendQueue+e.recv, err)
+	if e.scq, err = newCQ(dev, o.SendQueue); err != nil {
+		return nil, err
 	}
-	e.cqLen, _ = e.cq.(interface{ Len() int })
-	e.qp, err = e.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: e.cq, RecvCQ: e.cq, SignalAll: true,
+	if e.rcq, err = newCQ(dev, e.recv); err != nil {
+		return nil, err
+	}
+	e.qp, err = e.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: e.scq.CQ, RecvCQ: e.rcq.CQ, SignalAll: true,
 		Cap: roce.QPCap{MaxSendWR: uint32(o.SendQueue), MaxRecvWR: uint32(e.recv), MaxSendSGE: 2, MaxRecvSGE: 1,
 			MaxInlineData: uint32(o.Inline)}})
 	if err != nil {
@@ -108,10 +109,32 @@ func (e *endpoint) close() {
 			m.Dereg()
 		}
 	}
-	if e.cq != nil {
-		e.cq.Destroy()
+	for _, q := range []roce.CQ{e.scq.CQ, e.rcq.CQ} {
+		if q != nil {
+			q.Destroy()
+		}
 	}
 	if e.pd != nil {
 		e.pd.Dealloc()
 	}
 }
+
+// cqOf is a CQ and, when it can say (the software device's can), how
+// many completions it holds: an empty one is not polled, as polling it
+// yields the processor.
+type cqOf struct {
+	roce.CQ
+	len interface{ Len() int }
+}
+
+func newCQ(dev roce.Device, n int) (cqOf, error) {
+	q, err := dev.CreateCQ(n)
+	if err != nil {
+		return cqOf{}, fmt.Errorf("rsocket: completion queue of %d: %w", n, err)
+	}
+	l, _ := q.(interface{ Len() int })
+	return cqOf{CQ: q, len: l}, nil
+}
+
+// empty reports whether the CQ is known to hold no completion.
+func (q *cqOf) empty() bool { return q.len != nil && q.len.Len() == 0 }

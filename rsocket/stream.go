@@ -103,20 +103,19 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 	}
 }
 
-// progress polls the CQ dry and handles every completion, posts the
+// progress polls the CQs dry and handles every completion, posts the
 // receives consumed again and gives the peer credits when due. It
-// returns how many completions it handled.
+// returns how many completions it handled. Send completions are taken
+// first, and the two CQs polled until both are empty: a QP that fails
+// completes its failed send before it flushes its receives.
 func (s *stream) progress() int {
 	total := 0
-	for s.spin || s.ep.cqLen == nil || s.ep.cqLen.Len() > 0 {
-		n := s.ep.cq.Poll(s.wcs[:])
-		for i := range n {
-			s.handle(&s.wcs[i])
-		}
-		total += n
-		if n < len(s.wcs) {
+	for {
+		n := s.poll(&s.ep.scq) + s.poll(&s.ep.rcq)
+		if n == 0 {
 			break
 		}
+		total += n
 	}
 	if s.reposts > 0 && s.connected {
 		if err := s.ep.qp.PostRecv(s.rwrs[:s.reposts]); err != nil {
@@ -125,6 +124,23 @@ func (s *stream) progress() int {
 		s.reposts = 0
 	}
 	s.updateCredits()
+	return total
+}
+
+// poll handles what cq holds; an empty CQ is not polled unless the
+// connection spins (a busy-polled device receives in the poll).
+func (s *stream) poll(cq *cqOf) int {
+	total := 0
+	for s.spin || !cq.empty() {
+		n := cq.Poll(s.wcs[:])
+		for i := range n {
+			s.handle(&s.wcs[i])
+		}
+		total += n
+		if n < len(s.wcs) {
+			break
+		}
+	}
 	return total
 }
 

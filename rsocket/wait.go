@@ -45,12 +45,15 @@ func (c *Conn) progress() int {
 // (net.ErrClosed). dir is the caller's direction: one Read and one Write
 // (or CloseWrite, or Close's drain) may wait at once.
 //
-// One of the waiting calls sleeps on the CQ's completion channel and
-// handles the completions when woken (the poller); the other sleeps on
-// its own channel and is woken by the poller when a completion concerns
-// it, or to take over when the poller returns. A message that a waiting
-// Read wants costs one wake-up: the engine's goroutine wakes the reader,
-// which handles the completion itself.
+// One of the waiting calls sleeps on the receive CQ's completion channel
+// and handles the completions when woken (the receive poller); a call of
+// the write direction also sleeps on the send CQ's channel, which only
+// it watches. A call that is not the receive poller is woken by the
+// poller when a completion concerns it, or to take over when the poller
+// returns. A message a waiting Read wants thus costs one wake-up: the
+// engine's goroutine wakes the reader, which handles the completion
+// itself; and the acknowledgements of a connection's own writes wake
+// only a waiting Write.
 func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error {
 	s := &c.s
 	for {
@@ -72,21 +75,18 @@ func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error 
 }
 
 // block waits once: it spins first when Options.Spin says so, then
-// sleeps as the poller or as the other call. It reports whether w was
-// satisfied while spinning; the caller holds c.mu.
+// sleeps. It reports whether w was satisfied while spinning; the caller
+// holds c.mu.
 func (c *Conn) block(dir int, w want, expired, stop <-chan struct{}) (bool, error) {
 	if !c.polling && c.spinFor > 0 {
 		if ok, err := c.spin(dir, w, expired, stop); ok || err != nil {
 			return ok, err
 		}
 	}
-	if c.polling {
-		return false, c.sleep(dir, expired, stop)
-	}
-	return false, c.poll(dir, expired, stop)
+	return false, c.sleep(dir, expired, stop)
 }
 
-// spin polls the CQ for up to Options.Spin, letting the other direction
+// spin polls the CQs for up to Options.Spin, letting the other direction
 // in between polls, and reports whether w was satisfied meanwhile; the
 // caller holds c.mu.
 func (c *Conn) spin(dir int, w want, expired, stop <-chan struct{}) (bool, error) {
@@ -115,44 +115,41 @@ func (c *Conn) spin(dir int, w want, expired, stop <-chan struct{}) (bool, error
 	}
 }
 
-// sleep waits, as the call that is not polling, for the poller's word;
-// the caller holds c.mu.
+// sleep arms the CQs the call watches and sleeps until one of them, its
+// own wake-up channel (the other call's word), the connection manager's
+// end of the connection, the deadline or stop; the caller holds c.mu.
+// The receive CQ is watched by the receive poller only: the first call
+// to sleep takes that part.
 func (c *Conn) sleep(dir int, expired, stop <-chan struct{}) error {
-	c.s.stats.Sleeps++
-	c.waiting[dir] = true
-	c.mu.Unlock()
-	var err error
-	select {
-	case <-c.wake[dir]:
-	case <-expired:
-		err = os.ErrDeadlineExceeded
-	case <-stop:
-		err = net.ErrClosed
+	ep := c.s.ep
+	var rch, sch, cmDone <-chan struct{}
+	recv := !c.polling
+	// A token left from an earlier arming would end the sleep at once:
+	// drop it, arm, and look at the CQs again, which finds what it
+	// announced.
+	if recv {
+		rch, cmDone = ep.rcq.C(), c.cmDone
+		drain(rch)
+		ep.rcq.ReqNotify(false)
 	}
-	c.mu.Lock()
-	c.waiting[dir] = false
-	return err
-}
-
-// poll arms the CQ and sleeps, as the poller, on its channel, on the
-// connection manager's end of the connection and on its own wake-up
-// channel (for a change that came without a completion); the caller
-// holds c.mu.
-func (c *Conn) poll(dir int, expired, stop <-chan struct{}) error {
-	cq := c.s.ep.cq
-	cq.ReqNotify(false)
+	if dir == dirWrite {
+		sch = ep.scq.C()
+		drain(sch)
+		ep.scq.ReqNotify(false)
+	}
 	if c.progress() > 0 {
-		// Completions came before the CQ was armed: look again.
+		// Completions came before the CQs were armed: look again.
 		return nil
 	}
-	c.polling, c.waiting[dir] = true, true
+	c.polling = c.polling || recv
+	c.waiting[dir] = true
 	c.s.stats.Sleeps++
-	cmDone := c.cmDone
 	c.mu.Unlock()
 	var err error
 	ended := false
 	select {
-	case <-cq.C():
+	case <-rch:
+	case <-sch:
 	case <-c.wake[dir]:
 	case <-cmDone:
 		ended = true
@@ -162,7 +159,10 @@ func (c *Conn) poll(dir int, expired, stop <-chan struct{}) error {
 		err = net.ErrClosed
 	}
 	c.mu.Lock()
-	c.polling, c.waiting[dir] = false, false
+	c.waiting[dir] = false
+	if recv {
+		c.polling = false
+	}
 	if ended {
 		c.cmDone = nil
 		c.progress()
@@ -171,6 +171,14 @@ func (c *Conn) poll(dir int, expired, stop <-chan struct{}) error {
 		}
 	}
 	return err
+}
+
+// drain takes a value waiting on ch, if any.
+func drain(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
 }
 
 // notify wakes the call waiting in the other direction when what
