@@ -66,8 +66,10 @@
 // send queue, up to the inline threshold), and the device sends from
 // there; Read copies once, out of the registered receive buffer the peer
 // wrote into. Nothing is allocated per message. Read and Write wait on
-// the CQ's completion channel themselves, with no goroutine of the
-// connection's own in between: a message a waiting Read wants costs one
-// goroutine wake-up. BenchmarkStream and BenchmarkRequestResponse measure
-// it against TCP over loopback.
+// the completion channels of the connection's CQs themselves (one for
+// receives, one for sends), with no goroutine of the connection's own in
+// between: a message a waiting Read wants costs one goroutine wake-up,
+// and a request answered by a response two (Conn.Stats counts them).
+// BenchmarkStream and BenchmarkRequestResponse measure it against TCP
+// over loopback.
 package rsocket
