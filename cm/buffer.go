@@ -49,10 +49,10 @@ func BufferOf(mr roce.MR) RemoteBuffer {
 // BufferData returns the private data that announces mr to the peer (16
 // bytes, see RemoteBuffer), for Params.PrivateData; append more after it
 // if the protocol says so.
-func BufferData(mr roce.MR) []byte { return BufferOf(mr).AppendBinary(nil) }
+func BufferData(mr roce.MR) []byte { return BufferOf(mr).Append(nil) }
 
-// AppendBinary appends the 16-byte wire form of b to dst.
-func (b RemoteBuffer) AppendBinary(dst []byte) []byte {
+// Append appends the 16-byte wire form of b to dst.
+func (b RemoteBuffer) Append(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, b.Addr)
 	dst = binary.BigEndian.AppendUint32(dst, b.RKey)
 	return binary.BigEndian.AppendUint32(dst, b.Len)

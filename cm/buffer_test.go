@@ -14,9 +14,9 @@ import (
 func TestRemoteBufferWire(t *testing.T) {
 	b := RemoteBuffer{Addr: 0x0102030405060708, RKey: 0x0A0B0C0D, Len: 0x00010000}
 	want := []byte{1, 2, 3, 4, 5, 6, 7, 8, 0x0A, 0x0B, 0x0C, 0x0D, 0, 1, 0, 0}
-	got := b.AppendBinary(nil)
+	got := b.Append(nil)
 	if !bytes.Equal(got, want) {
-		t.Fatalf("AppendBinary = % x, want % x", got, want)
+		t.Fatalf("Append = % x, want % x", got, want)
 	}
 	// Zero-padded, as CM private data always is.
 	padded := append(append([]byte(nil), want...), make([]byte, 180)...)
