@@ -62,7 +62,8 @@ type Options struct {
 	// (DREQ/DREP); 0 means 2 s.
 	Linger time.Duration
 	// Agent is the connection manager to connect through; nil means the
-	// device's shared agent (cm.Dial, cm.Listen).
+	// device's shared agent (cm.Dial, cm.Listen). A device has one agent:
+	// a program that made its own with cm.NewAgent passes it here.
 	Agent *cm.Agent
 	// Logger receives connection state changes at Debug level; nil
 	// discards them.
