@@ -26,8 +26,10 @@ type hosts struct {
 	addrA   netip.Addr
 	addrB   netip.Addr
 	backend string
-	// cut, when set, makes the in-memory network lose every packet.
-	cut atomic.Bool
+	// cut, when set, makes the in-memory network lose every packet;
+	// mute, every packet one address sends.
+	cut  atomic.Bool
+	mute atomic.Pointer[netip.Addr]
 }
 
 // backend is a way to join two devices.
@@ -46,7 +48,10 @@ func memHosts(t testing.TB, f transport.Faults) *hosts {
 	t.Helper()
 	h := &hosts{backend: "mem", addrA: netip.MustParseAddr("198.18.0.1"), addrB: netip.MustParseAddr("198.18.0.2")}
 	n := mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: 1,
-		DropIf: func(_, _ netip.Addr, _ []byte) bool { return h.cut.Load() }})
+		DropIf: func(src, _ netip.Addr, _ []byte) bool {
+			m := h.mute.Load()
+			return h.cut.Load() || m != nil && *m == src
+		}})
 	t.Cleanup(n.Close)
 	h.a = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrA})
 	h.b = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrB})

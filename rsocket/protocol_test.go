@@ -300,3 +300,35 @@ func TestPeerVanishes(t *testing.T) {
 		})
 	}
 }
+
+// TestDisconnectWithWriteInFlight: the peer sends DISCONNECT and then
+// its DREQ while a credit message of the Conn's is still unacknowledged;
+// the DREQ moves the QP to ERR and flushes that message. The flush must
+// not turn the peer's orderly end into a lost connection: the Conn's
+// receive CQ holds the DISCONNECT and its send CQ the flush, and
+// whichever is polled first, the DISCONNECT decides.
+func TestDisconnectWithWriteInFlight(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	p, c := newRawPeer(t, h, 7630, false, rawOpts)
+	in := pattern(4096, 5)
+	p.send(4096, in, p.connFirst[0], uint32(p.connFirst[1]))
+	// From now on nothing the Conn sends arrives: its credit message
+	// (for the half it is about to read) stays unacknowledged.
+	h.mute.Store(&h.addrA)
+	if n, err := io.ReadFull(c, make([]byte, 4096)); n != 4096 || err != nil {
+		t.Fatalf("Read: %d, %v", n, err)
+	}
+	must(t, p.qp.PostSend([]roce.SendWR{{Opcode: roce.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
+	closed := make(chan error, 1)
+	go func() { closed <- p.cc.Close() }()
+	select {
+	case <-c.cc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer's DREQ did not end the Conn's connection")
+	}
+	if n, err := c.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after DISCONNECT and DREQ: %d, %v; want io.EOF", n, err)
+	}
+	h.mute.Store(nil)
+	<-closed
+}

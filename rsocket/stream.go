@@ -173,7 +173,13 @@ func (s *stream) handle(wc *roce.WC) {
 		s.sbufAvail += int(msgData(m))
 	}
 	s.ev[dirWrite] = true
-	if wc.Status != roce.Success && s.connected {
+	switch {
+	case wc.Status == roce.WRFlushErr:
+		// Flushed: the QP is in ERR, for a reason found after both CQs
+		// are polled (a flush on the send CQ may come before the
+		// peer's DISCONNECT on the receive CQ, its cause).
+		s.qpErr = true
+	case wc.Status != roce.Success && s.connected:
 		s.fail(fmt.Errorf("%w: %w", ErrConnLost, wc.Err()))
 	}
 }
