@@ -332,3 +332,27 @@ func TestDisconnectWithWriteInFlight(t *testing.T) {
 	h.mute.Store(nil)
 	<-closed
 }
+
+// TestDisconnectThenSilence: the peer sends DISCONNECT and vanishes
+// (no DREQ) while a credit message of the Conn's is unacknowledged, which
+// fails after its retries. The orderly end came first: Read returns
+// io.EOF, whichever CQ the Conn polls first.
+func TestDisconnectThenSilence(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	p, c := newRawPeer(t, h, 7631, false, &Options{RecvBuffer: 8192, RecvQueue: 16, ACKTimeout: 8})
+	p.send(4096, pattern(4096, 6), p.connFirst[0], uint32(p.connFirst[1]))
+	h.mute.Store(&h.addrA)
+	if n, err := io.ReadFull(c, make([]byte, 4096)); n != 4096 || err != nil {
+		t.Fatalf("Read: %d, %v", n, err)
+	}
+	must(t, p.qp.PostSend([]roce.SendWR{{Opcode: roce.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
+	for deadline := time.Now().Add(10 * time.Second); c.s.ep.scq.empty(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the credit message did not fail in 10 s")
+		}
+	}
+	if n, err := c.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after DISCONNECT and a failed write: %d, %v; want io.EOF", n, err)
+	}
+	h.mute.Store(nil)
+}

@@ -22,7 +22,8 @@ type stream struct {
 	wshut                         bool  // CloseWrite was called
 	peerClosed                    bool  // the peer sent DISCONNECT
 	err                           error // the connection failed; see readErr, writeErr
-	qpErr                         bool  // a receive was flushed: the QP is in ERR
+	qpErr                         bool  // a request was flushed: the QP is in ERR
+	sendErr                       error // the first send that failed, until judged
 
 	// Sender: credits, send queue and send buffer, target SGL.
 	sseqNo, sseqComp uint16
@@ -117,6 +118,12 @@ func (s *stream) progress() int {
 		}
 		total += n
 	}
+	if s.sendErr != nil {
+		if s.connected {
+			s.fail(fmt.Errorf("%w: %w", ErrConnLost, s.sendErr))
+		}
+		s.sendErr = nil
+	}
 	if s.reposts > 0 && s.connected {
 		if err := s.ep.qp.PostRecv(s.rwrs[:s.reposts]); err != nil {
 			s.fail(fmt.Errorf("%w: posting receives: %w", ErrConnLost, err))
@@ -173,14 +180,14 @@ func (s *stream) handle(wc *roce.WC) {
 		s.sbufAvail += int(msgData(m))
 	}
 	s.ev[dirWrite] = true
+	// A failed send is judged once both CQs are polled: the peer's
+	// DISCONNECT, on the receive CQ, may have come before it.
 	switch {
 	case wc.Status == roce.WRFlushErr:
-		// Flushed: the QP is in ERR, for a reason found after both CQs
-		// are polled (a flush on the send CQ may come before the
-		// peer's DISCONNECT on the receive CQ, its cause).
+		// The QP is in ERR: why is found then too.
 		s.qpErr = true
-	case wc.Status != roce.Success && s.connected:
-		s.fail(fmt.Errorf("%w: %w", ErrConnLost, wc.Err()))
+	case wc.Status != roce.Success && s.sendErr == nil:
+		s.sendErr = wc.Err()
 	}
 }
 
