@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -16,7 +17,10 @@ func TestEcho(t *testing.T) {
 	busy := backend{"udp-busypoll-spin", func(t testing.TB, f transport.Faults) *hosts {
 		return udpHostsBusy(t, f, time.Microsecond)
 	}}
-	for _, be := range append(backends, busy) {
+	ipv6 := backend{"mem-ipv6", func(t testing.TB, f transport.Faults) *hosts {
+		return memHostsAt(t, f, netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2"))
+	}}
+	for _, be := range append(backends, busy, ipv6) {
 		t.Run(be.name, func(t *testing.T) {
 			checkNoLeak(t)
 			h := be.open(t, transportNoFaults)

@@ -46,7 +46,13 @@ func fastCM() *cm.Config { return &cm.Config{ResponseTimeout: 12, PacketLifeTime
 
 func memHosts(t testing.TB, f transport.Faults) *hosts {
 	t.Helper()
-	h := &hosts{backend: "mem", addrA: netip.MustParseAddr("198.18.0.1"), addrB: netip.MustParseAddr("198.18.0.2")}
+	return memHostsAt(t, f, netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2"))
+}
+
+// memHostsAt is memHosts with the devices at a and b.
+func memHostsAt(t testing.TB, f transport.Faults, a, b netip.Addr) *hosts {
+	t.Helper()
+	h := &hosts{backend: "mem", addrA: a, addrB: b}
 	n := mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: 1,
 		DropIf: func(src, _ netip.Addr, _ []byte) bool {
 			m := h.mute.Load()
