@@ -20,7 +20,6 @@ type stream struct {
 	// Connection state (rs_connected, rs_readable, rs_writable).
 	connected, readable, writable bool
 	wshut                         bool  // CloseWrite was called
-	peerClosed                    bool  // the peer sent DISCONNECT
 	err                           error // the connection failed; see readErr, writeErr
 	qpErr                         bool  // a request was flushed: the QP is in ERR
 	sendErr                       error // the first send that failed, until judged
@@ -203,7 +202,6 @@ func (s *stream) receive(imm, n uint32) {
 	case opCtrl:
 		switch msgData(imm) {
 		case ctrlDisconnect:
-			s.peerClosed = true
 			s.connected, s.readable, s.writable = false, false, false
 			s.ev = [2]bool{true, true}
 		case ctrlShutdown:
