@@ -57,7 +57,11 @@ func Poll(ctx context.Context, cq CQ, wc []WC) (int, error) {
 // the usual wait burns CPU for nothing. On the software device outside
 // busy-poll mode an empty CQ.Poll yields the processor, so there
 // spinning mostly adds scheduler work; leave spin at 0 there unless a
-// benchmark says otherwise.
+// benchmark says otherwise. And in busy-poll mode a poll makes the UDP
+// transport's own receive loop leave the socket to pollers for about a
+// millisecond: a spin that ends in a sleep may then wait that long for
+// the next packet. There, spin for longer than the gaps between
+// completions (a goroutine dedicated to polling), or not at all.
 func PollSpin(ctx context.Context, cq CQ, wc []WC, spin time.Duration) (int, error) {
 	if cq == nil || len(wc) == 0 {
 		return 0, errPollArgs

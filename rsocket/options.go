@@ -42,8 +42,12 @@ type Options struct {
 	// µs there); 0, the default here, sleeps at once. Spinning pays on a
 	// device in busy-poll mode (roce.Config.BusyPoll) with a core to
 	// spare: the waiting call then receives from the link itself, and a
-	// round trip costs no goroutine wake-up (see BenchmarkRequestResponse).
-	// Elsewhere it mostly burns CPU the device's own goroutines need.
+	// round trip costs no goroutine wake-up (see BenchmarkRequestResponse),
+	// provided the spin outlasts the gaps between messages: after a poll
+	// the UDP transport leaves receiving to pollers for about a
+	// millisecond, so a spin that ends in a sleep may wait that long.
+	// Elsewhere, and on few cores, it mostly burns CPU the device's own
+	// goroutines need.
 	Spin time.Duration
 	// KeepAlive is how often an idle connection probes its peer with a
 	// zero-length RDMA WRITE (librdmacm's keepalive, RS_CTRL_KEEPALIVE),
