@@ -2,11 +2,13 @@ package roce
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/internal/apitest"
 	"github.com/goroce/goroce/qp"
@@ -70,6 +72,25 @@ func TestNilArgs(t *testing.T) {
 	e := newNilEnv(t)
 	var typedNil *qp.QP
 	apitest.Run(t, ".", apitest.Table{
+		"Poll": func(t *testing.T) {
+			_, err := Poll(context.Background(), nil, make([]WC, 1))
+			apitest.Err(t, err, ErrNil, "Poll", "CreateCQ")
+			_, err = Poll(context.Background(), e.cq, nil)
+			apitest.Err(t, err, ErrInvalidAttr, "wc has no room")
+		},
+		"PollSpin": func(t *testing.T) {
+			_, err := PollSpin(context.Background(), nil, make([]WC, 1), time.Millisecond)
+			apitest.Err(t, err, ErrNil, "Poll")
+		},
+		"PollOne": func(t *testing.T) {
+			_, err := PollOne(context.Background(), nil)
+			apitest.Err(t, err, ErrNil, "waiting for a completion", "CreateCQ")
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := PollOne(ctx, e.cq); !errors.Is(err, context.Canceled) {
+				t.Errorf("PollOne on an empty CQ with a cancelled context: %v", err)
+			}
+		},
 		"ModifyToInit": func(t *testing.T) {
 			apitest.Err(t, ModifyToInit(nil, nil), ErrNil, "ModifyToInit", "PD.CreateQP")
 			apitest.Err(t, ModifyToInit(typedNil, nil), ErrNil, "nil *QP")

@@ -2,7 +2,6 @@ package roce
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,9 +12,11 @@ import (
 // (verbs.WCError).
 type WCError = verbs.WCError
 
-// errPollArgs is what the Poll functions report for a nil CQ or an empty
-// slice to poll into.
-var errPollArgs = errors.New("roce: Poll needs a CQ and room for at least one completion")
+// Errors of the Poll functions' arguments.
+var (
+	errPollNilCQ  = fmt.Errorf("roce: Poll: %w: a CQ from Device.CreateCQ is required", ErrNil)
+	errPollNoRoom = fmt.Errorf("roce: Poll: %w: wc has no room; give it a length of at least 1", ErrInvalidAttr)
+)
 
 // Poll waits for completions on cq and moves up to len(wc) of them,
 // oldest first, into wc. It returns as soon as there is at least one, or
@@ -63,8 +64,11 @@ func Poll(ctx context.Context, cq CQ, wc []WC) (int, error) {
 // the next packet. There, spin for longer than the gaps between
 // completions (a goroutine dedicated to polling), or not at all.
 func PollSpin(ctx context.Context, cq CQ, wc []WC, spin time.Duration) (int, error) {
-	if cq == nil || len(wc) == 0 {
-		return 0, errPollArgs
+	switch {
+	case cq == nil:
+		return 0, errPollNilCQ
+	case len(wc) == 0:
+		return 0, errPollNoRoom
 	}
 	if n := cq.Poll(wc); n > 0 {
 		return n, nil

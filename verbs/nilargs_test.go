@@ -106,8 +106,26 @@ func TestNilArgs(t *testing.T) {
 			}
 		},
 		"EventType.String": func(t *testing.T) { wantString(t, EventType(0).String(), "UNKNOWN") },
+		"Status.Error":     func(t *testing.T) { wantString(t, Status(99).Error(), "Status(99)") },
+		"WC.Err": func(t *testing.T) {
+			if err := (*WC)(nil).Err(); err == nil {
+				t.Error("a nil *WC has no error")
+			}
+			if err := (&WC{}).Err(); err != nil {
+				t.Errorf("a successful WC: %v", err)
+			}
+		},
+		"WCError.Error": func(t *testing.T) {
+			wantString(t, (*WCError)(nil).Error(), "<nil>")
+			wantString(t, (&WCError{}).Error(), "verbs: work request 0 on QP 0 completed with SUCCESS (opcode SEND)")
+		},
+		"WCError.Unwrap": func(t *testing.T) {
+			if (*WCError)(nil).Unwrap() != nil {
+				t.Error("a nil *WCError unwraps to a status")
+			}
+		},
 	})
-	apitest.NilReceivers(t, ".", (*WC)(nil), (*PostError)(nil))
+	apitest.NilReceivers(t, ".", (*WC)(nil), (*PostError)(nil), (*WCError)(nil))
 }
 
 func wantString(t *testing.T, got, want string) {

@@ -28,6 +28,9 @@ type WCError struct {
 
 // Error describes the failed completion.
 func (e *WCError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	s := fmt.Sprintf("verbs: work request %d on QP %d completed with %v (opcode %v", e.ID, e.QPN, e.Status, e.Opcode)
 	if e.VendorErr != 0 {
 		s += fmt.Sprintf(", vendor error %#x", e.VendorErr)
@@ -36,7 +39,12 @@ func (e *WCError) Error() string {
 }
 
 // Unwrap returns the completion's Status.
-func (e *WCError) Unwrap() error { return e.Status }
+func (e *WCError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Status
+}
 
 // errNilWC is what Err reports for a nil *WC.
 var errNilWC = errors.New("verbs: Err called on a nil *WC")
