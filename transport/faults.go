@@ -130,7 +130,11 @@ func (t *Faulty) Send(pkts []Packet) error {
 		return errNoFaultyTransport
 	}
 	t.mu.Lock()
+	// The buffer leaves the struct while this Send uses it: another
+	// Send (the device's receive path and a poster may send at once)
+	// makes its own.
 	out := t.buf[:0]
+	t.buf = nil
 	for _, p := range pkts {
 		if t.chance(t.f.Drop) {
 			t.stats.Dropped++
@@ -169,15 +173,22 @@ func (t *Faulty) Send(pkts []Packet) error {
 			out = append(out, q)
 		}
 	}
-	t.buf = out[:0]
+	var delay time.Duration
+	if t.f.Delay > 0 && len(out) > 0 {
+		delay = time.Duration(t.rng.Int64N(int64(t.f.Delay)))
+	}
 	t.mu.Unlock()
-	if len(out) == 0 {
-		return nil
+	var err error
+	if len(out) > 0 {
+		time.Sleep(delay)
+		err = t.Transport.Send(out)
 	}
-	if t.f.Delay > 0 {
-		time.Sleep(time.Duration(t.rng.Int64N(int64(t.f.Delay))))
+	t.mu.Lock()
+	if t.buf == nil {
+		t.buf = out[:0]
 	}
-	return t.Transport.Send(out)
+	t.mu.Unlock()
+	return err
 }
 
 // hold keeps p back; a timer sends it if nothing passes it within 1 ms.
