@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/mmsg"
 	"github.com/goroce/goroce/transport"
-	"github.com/goroce/goroce/transport/internal/mmsg"
 	"github.com/goroce/goroce/transport/internal/stats"
 )
 

@@ -1,8 +1,9 @@
 //go:build linux
 
 // Package mmsg is the sendmmsg(2) and recvmmsg(2) plumbing the socket
-// transports share: the message array both calls take, receive buffers
-// behind it, and one call each that retries EINTR and reports EAGAIN.
+// transports and the raw-UDP baseline (roce rawudp) share: the message
+// array both calls take, receive buffers behind it, and one call each that
+// retries EINTR and reports EAGAIN.
 package mmsg
 
 import (
