@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/hwverbs"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport/mem"
+)
+
+// DeviceFlags are the flags of every command that opens a RoCE device, and
+// the one way those commands open it (Open, or OpenHW for libibverbs).
+// They are not safe for concurrent use.
+type DeviceFlags struct {
+	Transport string        // --transport: udp, afpacket or mem
+	Bind      string        // --bind: the local address, the source of every packet and the GID
+	Dev       string        // --dev: the afpacket transport's interface
+	Port      uint          // --roce-port: the UDP port of RoCEv2, local and peer
+	Pcap      string        // --pcap: a file that records every packet
+	Trace     bool          // -v, --trace: narrate each verb, work request and completion
+	BusyPoll  time.Duration // --busy-poll
+	NoOffload bool          // --no-offload: no UDP GSO/GRO
+
+	// Net is the network of --transport mem, set by programs (and
+	// tests) that run both ends in one process.
+	Net *mem.Network
+	// Logger, when set, receives the engine's own log (rping -d).
+	Logger *slog.Logger
+}
+
+// Register declares the flags on fs, with their defaults.
+func (d *DeviceFlags) Register(fs *FlagSet) {
+	fs.String(&d.Transport, "udp", "how RoCEv2 packets travel: udp (no privileges), afpacket (raw frames, CAP_NET_RAW) or mem (in-process)", "transport")
+	fs.String(&d.Bind, "", "local IP `address`: the source of every packet and the GID", "bind")
+	fs.String(&d.Dev, "", "network `interface` of the afpacket transport", "dev")
+	fs.Uint(&d.Port, 4791, "local and peer UDP `port` for RoCEv2", "roce-port")
+	fs.String(&d.Pcap, "", "write every packet sent and received to this pcap `file`", "pcap")
+	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions (same as --trace)", "v")
+	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions", "trace")
+	fs.Duration(&d.BusyPoll, 0, "spin this long on an empty socket before sleeping (lower latency)", "busy-poll")
+	fs.Bool(&d.NoOffload, false, "do not use UDP GSO/GRO", "no-offload")
+}
+
+// Config turns the flags into the configuration of a device at --bind, or
+// at def when --bind is not set (def may be empty: no address yet). Bad
+// values are *UsageError.
+func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
+	switch d.Transport {
+	case "udp", "afpacket", "mem":
+	default:
+		return nil, Usagef("--transport must be udp, afpacket or mem, not %q", d.Transport)
+	}
+	if d.Port == 0 || d.Port > 65535 {
+		return nil, Usagef("--roce-port must be 1-65535")
+	}
+	c := &roce.Config{Transport: d.Transport, Interface: d.Dev, Port: uint16(d.Port), PeerPort: uint16(d.Port),
+		Pcap: d.Pcap, BusyPoll: d.BusyPoll, NoOffload: d.NoOffload, Network: d.Net, Logger: d.Logger}
+	if d.Transport == "mem" && d.Net == nil {
+		return nil, Usagef("--transport mem joins ends in one process only (roce demo); between processes use udp or afpacket")
+	}
+	addr := d.Bind
+	if addr == "" {
+		addr = def
+	}
+	if addr != "" {
+		a, err := ResolveAddr(addr)
+		if err != nil {
+			return nil, Usagef("--bind: %w", err)
+		}
+		c.Addr = a
+	}
+	return c, nil
+}
+
+// Open opens the software RoCE device cfg describes (from Config), traced
+// to log when --trace is on. Processes on one host need an address each:
+// a client's udp device (client true) without --bind whose address would
+// be an IPv4 loopback one takes the first free one of 127.0.0.2 to
+// 127.0.0.63 instead (the whole of 127.0.0.0/8 is loopback), leaving
+// 127.0.0.1 to servers; cfg.Addr says which it took. Errors say what to
+// do about a port in use or an address not of this host.
+func (d *DeviceFlags) Open(cfg *roce.Config, client bool, log *slog.Logger) (roce.Device, *roce.SoftDevice, error) {
+	if cfg == nil {
+		return nil, nil, errors.New("no device configuration (DeviceFlags.Config makes one)")
+	}
+	var soft *roce.SoftDevice
+	var err error
+	if client && cfg.Transport == "udp" && d.Bind == "" && cfg.Addr.Is4() && cfg.Addr.IsLoopback() {
+		soft, err = openLoopbackClient(cfg)
+	} else {
+		soft, err = roce.Open(cfg)
+	}
+	if err != nil {
+		return nil, nil, explainOpen(cfg, err)
+	}
+	if d.Trace {
+		return roce.Trace(soft, log), soft, nil
+	}
+	return soft, soft, nil
+}
+
+// openLoopbackClient opens cfg's device at the first free address of
+// 127.0.0.2 to 127.0.0.63 other than cfg.Addr (the server's).
+func openLoopbackClient(cfg *roce.Config) (*roce.SoftDevice, error) {
+	taken := cfg.Addr
+	var err error
+	for a := netip.MustParseAddr("127.0.0.2"); a.As4()[3] < 64; a = a.Next() {
+		if a == taken {
+			continue
+		}
+		cfg.Addr = a
+		var soft *roce.SoftDevice
+		if soft, err = roce.Open(cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return soft, err
+		}
+	}
+	return nil, err
+}
+
+// OpenHW opens the libibverbs device name (the first when empty), with the
+// GID of addr or the table index gidIndex (above 0), traced to log when
+// --trace is on. A build without -tags hwverbs says how to get one.
+func (d *DeviceFlags) OpenHW(name string, gidIndex int, addr netip.Addr, log *slog.Logger) (roce.Device, *hwverbs.Device, error) {
+	if !hwverbs.Built {
+		return nil, nil, fmt.Errorf("--backend hw: %w", hwverbs.ErrNotBuilt)
+	}
+	cfg := &hwverbs.Config{GIDAddr: addr}
+	if gidIndex > 0 {
+		cfg.GIDIndex = gidIndex
+	}
+	hw, err := hwverbs.Open(name, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--backend hw: %w", err)
+	}
+	if d.Trace {
+		return roce.Trace(hw, log), hw, nil
+	}
+	return hw, hw, nil
+}
+
+// explainOpen adds what to do to the errors users meet opening a device.
+func explainOpen(cfg *roce.Config, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("%w (another RoCE stack or goroce holds UDP port %d on %v; try --roce-port or another --bind address)",
+			err, cfg.Port, cfg.Addr)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("%w (%v is not an address of this host; see --bind)", err, cfg.Addr)
+	}
+	return err
+}
+
+// Linger keeps a software device answering after a run that ends without
+// a closing exchange (the ping-pongs, ib_write_lat): the peer may still
+// wait for the ACK of its last request and send it again. It returns once
+// the link has been quiet for four of the tools' transport timeouts
+// (timeout 14: 67 ms), and after eight such periods when traffic goes on.
+// A libibverbs device (soft nil) closes at once, as the real tools do.
+func Linger(ctx context.Context, soft *roce.SoftDevice) {
+	if soft == nil || ctx == nil {
+		return
+	}
+	const quiet = 4 * 4096 * time.Nanosecond << 14
+	ctx, cancel := context.WithTimeout(ctx, 8*quiet)
+	defer cancel()
+	soft.Linger(ctx, quiet)
+}
+
+// ResolveAddr parses an IP address or looks a host name up.
+func ResolveAddr(s string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", s)
+	if err != nil || len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address or a known host name", s)
+	}
+	return ips[0].Unmap(), nil
+}
+
+// RouteSource returns the local address the kernel would send from to
+// reach dst (connecting a UDP socket picks a route and sends nothing).
+func RouteSource(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("no route to %v: %w", dst, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
+
+// RouteSourceOf is RouteSource for a host name or address.
+func RouteSourceOf(host string) (netip.Addr, error) {
+	a, err := ResolveAddr(host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return RouteSource(a)
+}
+
+// ListenTCP listens for a tool's out-of-band TCP connection on every
+// address, as the C tools do (getaddrinfo with AI_PASSIVE).
+func ListenTCP(port int) (*net.TCPListener, error) {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("couldn't listen to port %d: %w", port, err)
+	}
+	return ln.(*net.TCPListener), nil
+}
+
+// LocalAddr returns the local IP address of a connection: the address the
+// peer reached this host at (the zero Addr for a connection that is not
+// TCP).
+func LocalAddr(c net.Conn) netip.Addr {
+	if c == nil {
+		return netip.Addr{}
+	}
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
