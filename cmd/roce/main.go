@@ -11,10 +11,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/tool/decode"
 )
 
 // command is one subcommand of roce.
@@ -49,8 +53,16 @@ var commands = []command{
 		usage: perfUsage, run: runPerf},
 	{name: "rping", summary: rpingSummary, usage: rpingUsage, run: runRping},
 	{name: "rawudp", summary: rawudpSummary, usage: rawudpUsage, run: runRawUDP},
-	{name: "decode", summary: "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON or per-flow totals",
-		usage: decodeUsage, run: runDecode},
+	toolEntry(decode.Cmd),
+}
+
+// toolEntry is the entry of a tool that has moved to a package of its own
+// under internal/tool.
+func toolEntry(c *cli.Command) command {
+	return command{name: c.Name(), summary: c.Short, usage: strings.TrimPrefix(c.UsageLine, c.Name()+" "),
+		run: func(args []string, stdout, stderr io.Writer) int {
+			return cli.Run(context.Background(), c, &cli.Env{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}, args)
+		}}
 }
 
 func main() {

@@ -1,7 +1,8 @@
-package main
+package decode
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	gplayers "github.com/gopacket/gopacket/layers"
+
+	"github.com/goroce/goroce/internal/cli"
 )
 
 // FuzzDecodeCapture feeds whole capture files to roce decode in each mode:
@@ -39,13 +42,13 @@ func FuzzDecodeCapture(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, args := range [][]string{{"-"}, {"--json", "-"}, {"--flows", "-"}} {
 			var errb bytes.Buffer
-			code := decodeMain(args, bytes.NewReader(data), io.Discard, &errb)
+			code := cli.Run(context.Background(), Cmd, &cli.Env{Stdin: bytes.NewReader(data), Stdout: io.Discard, Stderr: &errb}, args)
 			switch code {
-			case exitOK:
+			case cli.ExitOK:
 				if errb.Len() != 0 {
 					t.Fatalf("%v: exit 0 with stderr %q", args, errb.String())
 				}
-			case exitFailure:
+			case cli.ExitFailure:
 				msg := errb.String()
 				if strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, "roce decode: <stdin>: ") ||
 					len(msg) < len("roce decode: <stdin>: x\n") {

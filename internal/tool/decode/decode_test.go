@@ -1,8 +1,9 @@
-package main
+package decode
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -19,13 +20,15 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/bth"
+
+	"github.com/goroce/goroce/internal/cli"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/decode")
 
 const (
-	capturesDir = "../../testdata/captures"
-	goldenDir   = "../../testdata/decode"
+	capturesDir = "../../../testdata/captures"
+	goldenDir   = "../../../testdata/decode"
 )
 
 // captureFiles returns the paths of the captures in testdata/captures.
@@ -42,7 +45,7 @@ func captureFiles(tb testing.TB) []string {
 // and exit code.
 func decodeRun(stdin io.Reader, args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
-	code = decodeMain(args, stdin, &out, &errb)
+	code = cli.Run(context.Background(), Cmd, &cli.Env{Stdin: stdin, Stdout: &out, Stderr: &errb}, args)
 	return out.String(), errb.String(), code
 }
 
@@ -426,8 +429,8 @@ func TestDecodeBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errs, code := decodeRun(bytes.NewReader(tc.data), "-")
-			if code != exitFailure {
-				t.Errorf("exit %d, want %d", code, exitFailure)
+			if code != cli.ExitFailure {
+				t.Errorf("exit %d, want %d", code, cli.ExitFailure)
 			}
 			lines := errLines(errs)
 			if len(lines) != 1 || !strings.Contains(lines[0], tc.want) || !strings.HasPrefix(lines[0], "roce decode: <stdin>: ") {
@@ -442,13 +445,13 @@ func TestDecodeBadInput(t *testing.T) {
 		cis, frames := readCapture(t, filepath.Join(capturesDir, "rxe_host_rc_pingpong.pcap"))
 		data := writeCapture(t, gplayers.LinkType(105), true, cis, frames)
 		_, errs, code := decodeRun(bytes.NewReader(data), "-")
-		if code != exitFailure || len(errLines(errs)) != 1 || !strings.Contains(errs, "frame 1: unsupported link type 105") {
+		if code != cli.ExitFailure || len(errLines(errs)) != 1 || !strings.Contains(errs, "frame 1: unsupported link type 105") {
 			t.Errorf("exit %d, stderr %q", code, errs)
 		}
 	})
 	t.Run("MissingFile", func(t *testing.T) {
 		_, errs, code := decodeRun(nil, filepath.Join(t.TempDir(), "nope.pcap"))
-		if code != exitFailure || len(errLines(errs)) != 1 || !strings.Contains(errs, "no such file") {
+		if code != cli.ExitFailure || len(errLines(errs)) != 1 || !strings.Contains(errs, "no such file") {
 			t.Errorf("exit %d, stderr %q", code, errs)
 		}
 	})
@@ -458,7 +461,7 @@ func TestDecodeBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, errs, code := decodeRun(nil, bad, filepath.Join(capturesDir, "rxe_imm_rnr.pcap"))
-		if code != exitFailure || len(errLines(errs)) != 1 || !strings.Contains(out, "# rxe_imm_rnr.pcap\n11 ") {
+		if code != cli.ExitFailure || len(errLines(errs)) != 1 || !strings.Contains(out, "# rxe_imm_rnr.pcap\n11 ") {
 			t.Errorf("exit %d, stderr %q, stdout %q", code, errs, out)
 		}
 	})
@@ -484,15 +487,21 @@ func TestDecodeUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"NoFile", nil, exitUsage, "no capture file given"},
-		{"JSONAndFlows", []string{"--json", "--flows", "x.pcap"}, exitUsage, "cannot be used together"},
-		{"BadFlag", []string{"--nope", "x.pcap"}, exitUsage, "flag provided but not defined"},
-		{"Help", []string{"-h"}, exitOK, "usage: roce decode"},
+		{"NoFile", nil, cli.ExitUsage, "no capture file given"},
+		{"JSONAndFlows", []string{"--json", "--flows", "x.pcap"}, cli.ExitUsage, "cannot be used together"},
+		{"BadFlag", []string{"--nope", "x.pcap"}, cli.ExitUsage, "flag provided but not defined"},
+		{"Help", []string{"-h"}, cli.ExitOK, "usage: roce decode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, errs, code := decodeRun(nil, tc.args...)
-			if code != tc.code || !strings.Contains(errs, tc.want) {
-				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.want)
+			out, errs, code := decodeRun(nil, tc.args...)
+			if code == cli.ExitOK {
+				errs, out = out, errs // the help asked for goes to stdout
+			}
+			if code != tc.code || !strings.Contains(errs, tc.want) || out != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and %q", code, out, errs, tc.code, tc.want)
+			}
+			if code == cli.ExitUsage && !strings.Contains(errs, "Run 'roce help decode' for usage.") {
+				t.Errorf("no hint in %q", errs)
 			}
 		})
 	}
@@ -531,7 +540,7 @@ func TestDecodeMalformed(t *testing.T) {
 			}
 			data := writeCapture(t, gplayers.LinkTypeEthernet, false, ci, fr)
 			out, errs, code := decodeRun(bytes.NewReader(data), "-")
-			if code != exitOK || errs != "" {
+			if code != cli.ExitOK || errs != "" {
 				t.Fatalf("exit %d, stderr %q", code, errs)
 			}
 			var line string

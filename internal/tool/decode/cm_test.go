@@ -1,20 +1,20 @@
-package main
+package decode
 
 import (
-	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // TestDecodeCM checks the cm object of the rping capture's CM exchange.
 func TestDecodeCM(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"decode", "--json", "../../testdata/captures/rxe_rping_rdmacm.pcap"}, &out, &errb); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
+	out, errs, code := decodeRun(nil, "--json", filepath.Join(capturesDir, "rxe_rping_rdmacm.pcap"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
 	}
 	var seen []string
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var p struct {
 			MAD *struct {
 				AttrName string `json:"attr_name"`

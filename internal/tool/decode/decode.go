@@ -1,10 +1,13 @@
-package main
+// Package decode is roce decode: it prints the RoCEv2 packets of pcap and
+// pcapng captures, one line or JSON object each with the ICRC checked, or
+// per-flow totals.
+package decode
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,20 +17,39 @@ import (
 	"github.com/gopacket/gopacket"
 	gplayers "github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/goroce/goroce/internal/cli"
 )
 
-const decodeUsage = "[--json | --flows] FILE... (- for standard input)"
+// Cmd is roce decode.
+var Cmd = &cli.Command{
+	UsageLine: "decode [--json | --flows] FILE... (- for standard input)",
+	Short:     "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON or per-flow totals",
+	Long: "Reads pcap and pcapng captures (Ethernet, Linux SLL and SLL2, raw IP) and prints\n" +
+		"their RoCEv2 packets (UDP port 4791). Flags:\n",
+	Flags: func(fs *cli.FlagSet) cli.Runner {
+		var o options
+		fs.Bool(&o.flows, false, "print per-flow totals (source, destination, destination QP)", "flows")
+		fs.Bool(&o.json, false, "print one JSON object per RoCE packet", "json")
+		return o.run
+	},
+}
 
-// decodeMode selects what roce decode prints.
-type decodeMode int
+// mode selects what roce decode prints.
+type mode int
 
 const (
-	modeText  decodeMode = iota // one line per RoCE packet
-	modeJSON                    // one JSON object per RoCE packet
-	modeFlows                   // totals per flow direction
+	modeText  mode = iota // one line per RoCE packet
+	modeJSON              // one JSON object per RoCE packet
+	modeFlows             // totals per flow direction
 )
 
-// runDecode is the decode command: roce decode [--json|--flows] FILE...
+// options are roce decode's flags.
+type options struct {
+	json, flows bool
+}
+
+// run is roce decode [--json|--flows] FILE...
 //
 // It reads pcap and pcapng files (the format is told by its magic number;
 // "-" is standard input) of link type Ethernet (with 802.1Q tags), Linux
@@ -36,7 +58,8 @@ const (
 // Frames that are not RoCE are skipped (--flows counts them); a RoCE frame
 // that does not decode is printed as malformed, with the reason, and
 // decoding goes on. A file that is not a capture, ends in the middle of a
-// record or has another link type is one error line and exit status 1.
+// record or has another link type is one error line, and the command
+// exits 1 after the other files.
 //
 // The default output is a line per packet:
 //
@@ -55,62 +78,40 @@ const (
 // messages per operation, acknowledgements by kind, retransmitted requests
 // (a request PSN seen before, or inside the PSNs of an earlier READ's
 // responses), resent READ responses and ICRC failures.
-func runDecode(args []string, stdout, stderr io.Writer) int {
-	return decodeMain(args, os.Stdin, stdout, stderr)
-}
-
-// decodeMain is runDecode with the standard input given, for tests.
-func decodeMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object per RoCE packet")
-	flows := fs.Bool("flows", false, "print per-flow totals (source, destination, destination QP)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: roce decode %s\n\n", decodeUsage)
-		fmt.Fprintln(stderr, "Reads pcap and pcapng captures (Ethernet, Linux SLL and SLL2, raw IP) and prints")
-		fmt.Fprintln(stderr, "their RoCEv2 packets (UDP port 4791). Flags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	files := fs.Args()
+func (o *options) run(_ context.Context, env *cli.Env, files []string) error {
 	if len(files) == 0 {
-		fmt.Fprintln(stderr, "roce decode: no capture file given (use - for standard input)")
-		fs.Usage()
-		return exitUsage
+		return cli.Usagef("no capture file given (use - for standard input)")
 	}
-	if *asJSON && *flows {
-		fmt.Fprintln(stderr, "roce decode: --json and --flows cannot be used together")
-		return exitUsage
+	if o.json && o.flows {
+		return cli.Usagef("--json and --flows cannot be used together")
 	}
-	mode := modeText
+	m := modeText
 	switch {
-	case *asJSON:
-		mode = modeJSON
-	case *flows:
-		mode = modeFlows
+	case o.json:
+		m = modeJSON
+	case o.flows:
+		m = modeFlows
 	}
-	out := bufio.NewWriterSize(stdout, 64<<10)
-	code := exitOK
+	out := bufio.NewWriterSize(env.Stdout, 64<<10)
+	failed := false
 	for _, name := range files {
-		err := decodeFile(name, stdin, mode, len(files) > 1, out)
+		err := decodeFile(name, env.Stdin, m, len(files) > 1, out)
 		if ferr := out.Flush(); ferr != nil && err == nil {
 			err = ferr
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "roce decode: %v\n", err)
-			code = exitFailure
+			fmt.Fprintf(env.Stderr, "roce decode: %v\n", err)
+			failed = true
 		}
 	}
-	return code
+	if failed {
+		return &cli.ExitError{Code: cli.ExitFailure} // each failure is reported above
+	}
+	return nil
 }
 
 // decodeFile decodes one capture file (or standard input for "-").
-func decodeFile(name string, stdin io.Reader, mode decodeMode, many bool, out io.Writer) error {
+func decodeFile(name string, stdin io.Reader, m mode, many bool, out io.Writer) error {
 	var r io.Reader
 	label := name
 	if name == "-" {
@@ -128,7 +129,7 @@ func decodeFile(name string, stdin io.Reader, mode decodeMode, many bool, out io
 	if many {
 		fileKey = label
 	}
-	switch mode {
+	switch m {
 	case modeJSON:
 		sink = newJSONSink(out, fileKey)
 	case modeFlows:
@@ -136,7 +137,7 @@ func decodeFile(name string, stdin io.Reader, mode decodeMode, many bool, out io
 	default:
 		sink = newTextSink(out)
 	}
-	if many && mode != modeJSON {
+	if many && m != modeJSON {
 		fmt.Fprintf(out, "# %s\n", filepath.Base(label))
 	}
 	err := decodeCapture(r, sink)
