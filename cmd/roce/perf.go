@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/hwverbs"
+	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -63,7 +64,6 @@ const (
 	perfDefRxSend     = 512
 	perfDefCQMod      = 100
 	perfCQModLimit    = 8192 // MSG_SIZE_CQ_MOD_LIMIT: larger messages signal every WR
-	perfMinIters      = 5
 	perfMaxIters      = 100000000
 	perfMaxTx         = 15000
 	perfMaxRx         = 16384
@@ -226,8 +226,8 @@ func (o *perfOptions) defaults(set map[string]bool, sizeStr string) error {
 		if o.verb == perfWrite && !o.lat {
 			o.iters = perfDefItersWB
 		}
-	} else if o.iters < perfMinIters || o.iters > perfMaxIters {
-		return usageErr("-n should be between %d and %d", perfMinIters, perfMaxIters)
+	} else if o.iters < perfstat.MinIters || o.iters > perfMaxIters {
+		return usageErr("-n should be between %d and %d", perfstat.MinIters, perfMaxIters)
 	}
 	if o.lat && o.verb == perfWrite && o.backend == "soft" && !set["busy-poll"] {
 		// perftest's write latency test spins on the buffer the peer

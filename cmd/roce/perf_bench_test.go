@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/perfstat"
 )
 
 // BenchmarkPerf runs roce perf's tests, server and client in this process
@@ -39,7 +41,7 @@ func BenchmarkPerf(b *testing.B) {
 		{"atomic_lat", []string{"atomic", "--lat"}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			n := max(b.N, perfMinIters)
+			n := max(b.N, perfstat.MinIters)
 			args := append(append([]string(nil), c.args...), "-n", strconv.Itoa(n), "--json")
 			b.ReportAllocs()
 			b.ResetTimer()

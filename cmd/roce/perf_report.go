@@ -7,11 +7,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"time"
 
+	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
 )
 
@@ -26,12 +25,6 @@ func (b *perfBW) report() oob.BWReport {
 	return oob.BWReport{Size: b.size, Iters: b.iters, BWPeak: b.peak, BWAvg: b.avg, MsgRateAvg: b.rate}
 }
 
-// perfLat is a latency test's result, in microseconds.
-type perfLat struct {
-	size, iters                            uint64
-	min, max, typical, avg, stdev, p99, p9 float64
-}
-
 // perfLatDur is a latency test's result in duration mode.
 type perfLatDur struct {
 	size, iters uint64
@@ -42,55 +35,12 @@ type perfLatDur struct {
 // server, what its client reported).
 type perfResult struct {
 	bw       *perfBW
-	lat      *perfLat
+	lat      *perfstat.Latency
 	latDur   *perfLatDur
 	fromPeer bool
 	messages uint64 // work requests posted or messages received here
 	allocs   uint64 // heap allocations during the traffic
 	elapsed  time.Duration
-}
-
-// perfBWAverage returns the average bandwidth (MiB/s) and message rate
-// (Mpps) of n messages of size bytes in d.
-func perfBWAverage(size int, n uint64, d time.Duration) (float64, float64) {
-	if d <= 0 {
-		return 0, 0
-	}
-	ns := float64(d.Nanoseconds())
-	return float64(size) * float64(n) * 1e9 / (ns * (1 << 20)), float64(n) * 1e3 / ns
-}
-
-// perfPeakWork bounds the peak search (perftest's is quadratic): above it
-// the search looks at a sample of the posting times.
-const perfPeakWork = 50_000_000
-
-// perfBWPeak is print_report_bw's peak: the best average time per message
-// over every run of messages from a post to a signaled completion.
-func perfBWPeak(size int, posted, completed []time.Duration, cqMod uint64) float64 {
-	n := uint64(len(posted))
-	if n == 0 {
-		return 0
-	}
-	best := math.Inf(1)
-	try := func(i, j uint64) {
-		if t := float64(completed[j]-posted[i]) / float64(j-i+1); t > 0 && t < best {
-			best = t
-		}
-	}
-	stride := max(1, n*(n/cqMod+1)/perfPeakWork)
-	for i := uint64(0); i < n; i += stride {
-		first := (i+1+cqMod-1)/cqMod*cqMod - 1 // ROUND_UP(i+1, cq_mod) - 1
-		for j := first; j < n; j += cqMod {
-			try(i, j)
-		}
-		if n%cqMod != 0 {
-			try(i, n-1)
-		}
-	}
-	if math.IsInf(best, 1) {
-		return 0
-	}
-	return float64(size) * 1e9 / (best * (1 << 20))
 }
 
 // latResult makes a latency result from the posting times (iterations)
@@ -109,49 +59,9 @@ func (r *perfRun) latResult(tposted []time.Duration, sampled uint64, ph *perfPha
 		res.latDur = d
 		return res
 	}
-	res.lat = perfLatStats(tposted, rtt)
-	res.lat.size = size
+	res.lat = perfstat.Latencies(tposted, rtt)
+	res.lat.Size = size
 	return res
-}
-
-// perfLatStats is print_report_lat over the posting times: the gaps between
-// consecutive posts, sorted, the two largest dropped, halved for round
-// trips (rtt 2). It keeps perftest's arithmetic: the median of an even
-// count averages the middle two, t_max is the largest kept gap, the
-// percentiles index with ceil, and the deviation sums squares of
-// differences truncated to whole microseconds.
-func perfLatStats(tposted []time.Duration, rtt int) *perfLat {
-	l := &perfLat{iters: uint64(len(tposted))}
-	if len(tposted) < perfMinIters {
-		return l
-	}
-	delta := make([]time.Duration, len(tposted)-1)
-	for i := range delta {
-		delta[i] = tposted[i+1] - tposted[i]
-	}
-	slices.Sort(delta)
-	m := len(delta) - 2
-	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(rtt) }
-	median := float64(delta[m/2].Nanoseconds())
-	if (m-1)%2 != 0 {
-		median = float64((delta[m/2] + delta[m/2-1]).Nanoseconds()) / 2
-	}
-	var sum float64
-	for _, d := range delta[:m] {
-		sum += us(d)
-	}
-	l.avg = sum / float64(m)
-	var sq int64
-	for _, d := range delta[:m] {
-		v := int64(l.avg - us(d))
-		sq += v * v
-	}
-	l.stdev = math.Sqrt(float64(sq) / float64(m))
-	l.min, l.max = us(delta[0]), us(delta[m])
-	l.typical = median / 1e3 / float64(rtt)
-	l.p99 = us(delta[int(math.Ceil(float64(m)*0.99))])
-	l.p9 = us(delta[int(math.Ceil(float64(m)*0.999))])
-	return l
 }
 
 // perfHex formats v as C's "%#0*x" does: zero-padded to width including
@@ -263,7 +173,7 @@ func (r *perfRun) printLat(res *perfResult) {
 	}
 	l := res.lat
 	r.print(" %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
-		l.size, l.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p9)
+		l.Size, l.Iters, l.Min, l.Max, l.Typical, l.Avg, l.Stdev, l.P99, l.P999)
 }
 
 // perfJSON is the --json object.
@@ -307,12 +217,6 @@ func perfJSONDests(ds []oob.PerftestDest) []perfJSONDest {
 	return out
 }
 
-// round2 keeps what perftest prints: two decimals (six for rates).
-func perfRound(v float64, digits int) float64 {
-	p := math.Pow(10, float64(digits))
-	return math.Round(v*p) / p
-}
-
 // printJSON prints the run as one JSON object, with --json.
 func (r *perfRun) printJSON() error {
 	o := r.o
@@ -339,27 +243,27 @@ func (r *perfRun) printJSON() error {
 		if res.fromPeer {
 			j.Source = "peer"
 		} else {
-			j.Messages, j.Allocs, j.Elapsed = res.messages, &res.allocs, perfRound(res.elapsed.Seconds(), 6)
+			j.Messages, j.Allocs, j.Elapsed = res.messages, &res.allocs, perfstat.Round(res.elapsed.Seconds(), 6)
 			if res.messages > 0 {
-				a := perfRound(float64(res.allocs)/float64(res.messages), 6)
+				a := perfstat.Round(float64(res.allocs)/float64(res.messages), 6)
 				j.AllocsMsg = &a
 			}
 		}
 		switch {
 		case res.bw != nil:
 			b := res.bw
-			j.Results = map[string]any{"bytes": b.size, "iterations": b.iters, "bw_peak_mib_s": perfRound(b.peak, 2),
-				"bw_avg_mib_s": perfRound(b.avg, 2), "msg_rate_mpps": perfRound(b.rate, 6),
-				"bw_avg_gbit_s": perfRound(b.avg*(1<<20)*8/1e9, 6)}
+			j.Results = map[string]any{"bytes": b.size, "iterations": b.iters, "bw_peak_mib_s": perfstat.Round(b.peak, 2),
+				"bw_avg_mib_s": perfstat.Round(b.avg, 2), "msg_rate_mpps": perfstat.Round(b.rate, 6),
+				"bw_avg_gbit_s": perfstat.Round(b.avg*(1<<20)*8/1e9, 6)}
 		case res.lat != nil:
 			l := res.lat
-			j.Results = map[string]any{"bytes": l.size, "iterations": l.iters, "t_min_us": perfRound(l.min, 2),
-				"t_max_us": perfRound(l.max, 2), "t_typical_us": perfRound(l.typical, 2), "t_avg_us": perfRound(l.avg, 2),
-				"t_stdev_us": perfRound(l.stdev, 2), "p99_us": perfRound(l.p99, 2), "p99_9_us": perfRound(l.p9, 2)}
+			j.Results = map[string]any{"bytes": l.Size, "iterations": l.Iters, "t_min_us": perfstat.Round(l.Min, 2),
+				"t_max_us": perfstat.Round(l.Max, 2), "t_typical_us": perfstat.Round(l.Typical, 2), "t_avg_us": perfstat.Round(l.Avg, 2),
+				"t_stdev_us": perfstat.Round(l.Stdev, 2), "p99_us": perfstat.Round(l.P99, 2), "p99_9_us": perfstat.Round(l.P999, 2)}
 		case res.latDur != nil:
 			d := res.latDur
-			j.Results = map[string]any{"bytes": d.size, "iterations": d.iters, "t_avg_us": perfRound(d.avg, 2),
-				"tps": perfRound(d.tps, 2)}
+			j.Results = map[string]any{"bytes": d.size, "iterations": d.iters, "t_avg_us": perfstat.Round(d.avg, 2),
+				"tps": perfstat.Round(d.tps, 2)}
 		}
 	}
 	b, err := json.Marshal(&j)

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
@@ -222,7 +223,7 @@ func (r *perfRun) runBWClient() (*perfResult, error) {
 	res := &perfResult{messages: totS, allocs: mem.end(), elapsed: time.Since(base)}
 	res.bw = r.bwFigures(tot, lastDone-firstPost, sampled, &ph)
 	if peak { // never in a duration run (noPeak)
-		res.bw.peak = perfBWPeak(o.size, posted, completed, cqMod)
+		res.bw.peak = perfstat.BWPeak(o.size, posted, completed, cqMod)
 	}
 	return res, nil
 }
@@ -309,10 +310,10 @@ func (r *perfRun) bwFigures(tot uint64, span time.Duration, sampled uint64, ph *
 	if r.o.duration > 0 {
 		from, to := ph.window()
 		b.iters = sampled
-		b.avg, b.rate = perfBWAverage(size, sampled, to-from)
+		b.avg, b.rate = perfstat.BWAverage(size, sampled, to-from)
 	} else {
 		b.iters = tot
-		b.avg, b.rate = perfBWAverage(size, tot, span)
+		b.avg, b.rate = perfstat.BWAverage(size, tot, span)
 	}
 	return b
 }

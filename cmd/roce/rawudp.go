@@ -29,6 +29,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/perfstat"
 )
 
 const rawudpUsage = "[-s BYTES] [--gso N] [--first BYTES] [-D SECS] [--lat [-n ITERS] [--busy-poll]] [-p PORT] [--bind ADDR] [--json] [SERVER]"
@@ -92,8 +94,8 @@ func runRawUDP(args []string, stdout, stderr io.Writer) int {
 		return exitCode(stderr, "rawudp", usageErr("-D must be more than 0 and at most 600 seconds"))
 	case c.port < 1 || c.port > 65535:
 		return exitCode(stderr, "rawudp", usageErr("-p must be 1-65535"))
-	case c.iters < perfMinIters || c.iters > 10_000_000:
-		return exitCode(stderr, "rawudp", usageErr("-n must be %d to 10000000", perfMinIters))
+	case c.iters < perfstat.MinIters || c.iters > 10_000_000:
+		return exitCode(stderr, "rawudp", usageErr("-n must be %d to 10000000", perfstat.MinIters))
 	case c.busy && !c.lat:
 		return exitCode(stderr, "rawudp", usageErr("--busy-poll goes with --lat"))
 	case fs.NArg() > 1:
@@ -606,10 +608,10 @@ func rawudpPingPong(ctx context.Context, fd int, conn net.Conn, br *bufio.Reader
 	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "echoed ") {
 		return fmt.Errorf("control: no answer from the server (%v)", err)
 	}
-	l := perfLatStats(tposted, 2)
+	l := perfstat.Latencies(tposted, 2)
 	res := rawudpLatResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Results: map[string]float64{
-		"t_min_us": perfRound(l.min, 2), "t_max_us": perfRound(l.max, 2), "t_typical_us": perfRound(l.typical, 2),
-		"t_avg_us": perfRound(l.avg, 2), "t_99_us": perfRound(l.p99, 2),
+		"t_min_us": perfstat.Round(l.Min, 2), "t_max_us": perfstat.Round(l.Max, 2), "t_typical_us": perfstat.Round(l.Typical, 2),
+		"t_avg_us": perfstat.Round(l.Avg, 2), "t_99_us": perfstat.Round(l.P99, 2),
 	}}
 	if c.json {
 		b, _ := json.Marshal(&res)
@@ -621,7 +623,7 @@ func rawudpPingPong(ctx context.Context, fd int, conn net.Conn, br *bufio.Reader
 		mode = "busy poll"
 	}
 	fmt.Fprintf(stdout, "rawudp: %d-byte datagrams, %d round trips (%s), half round trip: t_min %.2f us, t_typical %.2f us, t_avg %.2f us, t_99 %.2f us; %d lost\n",
-		c.size, c.iters, mode, l.min, l.typical, l.avg, l.p99, lost)
+		c.size, c.iters, mode, l.Min, l.Typical, l.Avg, l.P99, lost)
 	return nil
 }
 
