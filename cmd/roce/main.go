@@ -19,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/tool/decode"
+	"github.com/goroce/goroce/internal/tool/rawudp"
 )
 
 // command is one subcommand of roce.
@@ -52,7 +53,7 @@ var commands = []command{
 	{name: "perf", summary: "measure bandwidth or latency as perftest's ib_{write,read,send,atomic}_{bw,lat} do, against them or another roce",
 		usage: perfUsage, run: runPerf},
 	{name: "rping", summary: rpingSummary, usage: rpingUsage, run: runRping},
-	{name: "rawudp", summary: rawudpSummary, usage: rawudpUsage, run: runRawUDP},
+	toolEntry(rawudp.Cmd),
 	toolEntry(decode.Cmd),
 }
 

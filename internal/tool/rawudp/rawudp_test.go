@@ -1,42 +1,28 @@
-package main
+package rawudp
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/clitest"
 )
 
 // rawudpPair runs a rawudp server on 127.0.0.1 and a client with args
 // (and the server's port) against it, and returns what each printed.
-func rawudpPair(t *testing.T, args ...string) (client, server string) {
+func rawudpPair(t *testing.T, args ...string) (clientOut, serverOut string) {
 	t.Helper()
-	port := strconv.Itoa(freeTCPPort(t))
-	var sout, serr bytes.Buffer
-	done := make(chan int, 1)
-	go func() { done <- runRawUDP([]string{"-p", port, "--bind", "127.0.0.1"}, &sout, &serr) }()
-	args = append(append([]string{"-p", port}, args...), "127.0.0.1")
-	var out, errb bytes.Buffer
-	var code int
-	for try := 0; try < 50; try++ { // the server needs a moment to listen
-		out.Reset()
-		errb.Reset()
-		code = runRawUDP(args, &out, &errb)
-		if code == 0 || !strings.Contains(errb.String(), "cannot reach") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	port := strconv.Itoa(clitest.FreeTCPPort(t))
+	srv, cl := clitest.RunPair(t, Cmd, "rawudp server on", []string{"-p", port, "--bind", "127.0.0.1"},
+		append(append([]string{"-p", port}, args...), "127.0.0.1"), nil, time.Minute)
+	if srv.Code != 0 {
+		t.Fatalf("server exit %d: %s", srv.Code, srv.Stderr)
 	}
-	if code != 0 {
-		t.Fatalf("client exit %d: %s", code, errb.String())
-	}
-	if c := <-done; c != 0 {
-		t.Fatalf("server exit %d: %s", c, serr.String())
-	}
-	return out.String(), sout.String()
+	return cl.Stdout, srv.Stdout
 }
 
 // TestRawUDP runs the baseline's server and client over loopback, with
@@ -47,7 +33,7 @@ func TestRawUDP(t *testing.T) {
 		gso := tc.gso
 		t.Run("gso"+gso+"/first"+tc.first, func(t *testing.T) {
 			out, sout := rawudpPair(t, "--gso", gso, "--first", tc.first, "-D", "0.3", "--json")
-			var r rawudpResult
+			var r result
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
@@ -73,12 +59,12 @@ func TestRawUDPLatency(t *testing.T) {
 				args = append(args, "--busy-poll")
 			}
 			out, sout := rawudpPair(t, args...)
-			var r rawudpLatResult
+			var r latResult
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
 			lo, typ, hi := r.Results["t_min_us"], r.Results["t_typical_us"], r.Results["t_max_us"]
-			if r.Size != rawudpLatSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ {
+			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ {
 				t.Errorf("implausible result %+v", r)
 			}
 			// 300 counted, 100 warm-up, and a lost one sent again.
@@ -91,8 +77,8 @@ func TestRawUDPLatency(t *testing.T) {
 
 func TestRawUDPUsage(t *testing.T) {
 	for _, args := range [][]string{{"--lat", "-s", "2"}, {"--busy-poll"}, {"--lat", "-n", "1"}, {"-s", "10"}, {"--gso", "65"}, {"-D", "0"}, {"-p", "0"}, {"a", "b"}, {"--gso", "20", "-s", "4112"}, {"--gso", "0", "--first", "4128"}, {"--first", "10"}} {
-		var out, errb bytes.Buffer
-		if code := runRawUDP(args, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "roce help rawudp") {
+		out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+		if code := clitest.Run(Cmd, nil, out, errb, args...); code != cli.ExitUsage || !strings.Contains(errb.String(), "roce help rawudp") {
 			t.Errorf("%v: exit %d, %q", args, code, errb.String())
 		}
 	}
