@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
 )
 
@@ -247,11 +246,6 @@ func step(log *slog.Logger, kind, format string, args ...any) {
 	if log != nil {
 		log.Info(fmt.Sprintf(format, args...), "kind", kind)
 	}
-}
-
-// memNetwork is the in-process network of --transport mem, with faults.
-func memNetwork(f transport.Faults, seed uint64) *mem.Network {
-	return mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: seed})
 }
 
 // newFlagSet returns a flag set that reports errors to its caller.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/tool/decode"
+	"github.com/goroce/goroce/internal/tool/demo"
 	"github.com/goroce/goroce/internal/tool/rawudp"
 )
 
@@ -42,8 +43,7 @@ const (
 // commands is the static command table, in the order roce help lists it.
 // Add a command by adding its entry here and its code in its own file.
 var commands = []command{
-	{name: "demo", summary: "run a client and a server over loopback and check every RDMA operation",
-		usage: demoUsage, run: runDemo},
+	toolEntry(demo.Cmd),
 	{name: "server", summary: "serve one of the client/server scenarios (reqresp, writeread, write-imm, send, write, read, lambda, params)",
 		usage: serverUsage, run: runServer},
 	{name: "client", summary: "run a client/server scenario against a roce server",

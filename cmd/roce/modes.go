@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -252,7 +253,7 @@ const minimalWait = 2 * time.Second
 func minimalPrepare(s *session, _ any) {
 	clear(s.mr.Bytes())
 	copy(s.mr.Bytes(), minimalInitial)
-	syncMR(s.mr)
+	cli.SyncMR(s.mr)
 }
 
 // minimalServer waits until the client has left (or, as the sample does,
@@ -267,7 +268,7 @@ func minimalServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	syncMR(s.mr) // the client's WRITE came with no completion here
+	cli.SyncMR(s.mr) // the client's WRITE came with no completion here
 	fmt.Fprintf(o.out, "Server buffer after client ops: '%s'\n", cString(s.mr.Bytes()))
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/transport/mem"
 )
 
@@ -46,10 +47,7 @@ func freeTCPPort(t *testing.T) int {
 func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 	t.Helper()
 	port := freeTCPPort(t)
-	rport, err := freeDemoPort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rport := clitest.LoopbackUDPPort(t)
 	var memNet *mem.Network
 	if transport == "mem" {
 		memNet = mem.NewNetwork(&mem.Config{Live: true})
@@ -260,7 +258,7 @@ func TestScenarioModeMismatch(t *testing.T) {
 
 func modeMismatch(t *testing.T, cmMode string) {
 	port := freeTCPPort(t)
-	rport, _ := freeDemoPort()
+	rport := clitest.LoopbackUDPPort(t)
 	mk := func(mode string, extra ...string) (*scenarioFlags, *mode) {
 		var f scenarioFlags
 		fs := newFlagSet("test")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
 )
@@ -223,7 +224,7 @@ func rdmaexServe(ctx context.Context, p *seedPeer, ln *cm.Listener) (uint32, str
 	case <-ctx.Done():
 		return n, "", errors.New("the client did not disconnect")
 	}
-	syncMR(p.mr)
+	cli.SyncMR(p.mr)
 	return n, string(p.mr.Bytes()[data : data+int(n)]), nil
 }
 
@@ -275,7 +276,7 @@ func rdmaexClient(ctx context.Context, p *seedPeer, port int, str string) error 
 // once the client has disconnected.
 func minimalSeedServer(t *testing.T, ctx context.Context, p *seedPeer, port int) (serve func() (string, error)) {
 	copy(p.mr.Bytes(), "server-initial\x00")
-	syncMR(p.mr)
+	cli.SyncMR(p.mr)
 	info := make([]byte, 12)
 	binary.BigEndian.PutUint64(info, p.mr.Addr())
 	binary.BigEndian.PutUint32(info[8:], p.mr.RKey())
@@ -301,7 +302,7 @@ func minimalSeedServe(ctx context.Context, p *seedPeer, ln *cm.Listener) (string
 	case <-ctx.Done():
 		return "", errors.New("the client did not disconnect")
 	}
-	syncMR(p.mr)
+	cli.SyncMR(p.mr)
 	return cString(p.mr.Bytes()), nil
 }
 

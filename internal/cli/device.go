@@ -228,3 +228,14 @@ func LocalAddr(c net.Conn) netip.Addr {
 	}
 	return netip.Addr{}
 }
+
+// SyncMR orders the engine's writes into mr before the calling goroutine
+// reads it, and the caller's writes before the engine's reads: the
+// completion that says the data is there came through the kernel's
+// sockets, which Go's memory model does not see. A region of another
+// backend (a NIC writes by DMA) needs nothing.
+func SyncMR(mr roce.MR) {
+	if s, ok := mr.(interface{ Sync() }); ok {
+		s.Sync()
+	}
+}

@@ -1,11 +1,13 @@
-package main
+package demo
 
 import (
-	"bytes"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/clitest"
 )
 
 var demoSummary = regexp.MustCompile(`verified (\d+) bytes in (\d+) operations; (\d+) packets retransmitted; (\d+) NAKs seen\n$`)
@@ -14,8 +16,8 @@ var demoSummary = regexp.MustCompile(`verified (\d+) bytes in (\d+) operations; 
 // line: bytes verified, operations, retransmissions, NAKs.
 func runDemoT(t *testing.T, args ...string) (out string, nums [4]int) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if code := run(append([]string{"demo"}, args...), &stdout, &stderr); code != exitOK {
+	stdout, stderr := clitest.NewBuffer(""), clitest.NewBuffer("")
+	if code := clitest.Run(Cmd, nil, stdout, stderr, args...); code != cli.ExitOK {
 		t.Fatalf("roce demo %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	}
 	m := demoSummary.FindStringSubmatch(stdout.String())
@@ -74,9 +76,9 @@ func TestDemoTrace(t *testing.T) {
 func TestDemoUsage(t *testing.T) {
 	for _, args := range [][]string{{"--ops", "nope"}, {"--mtu", "3000"}, {"--loss", "2"}, {"--transport", "x"},
 		{"--count", "0"}, {"extra"}, {"--no-such-flag"}} {
-		var stdout, stderr bytes.Buffer
-		if code := run(append([]string{"demo"}, args...), &stdout, &stderr); code != exitUsage {
-			t.Errorf("demo %v: exit %d, want %d", args, code, exitUsage)
+		stdout, stderr := clitest.NewBuffer(""), clitest.NewBuffer("")
+		if code := clitest.Run(Cmd, nil, stdout, stderr, args...); code != cli.ExitUsage {
+			t.Errorf("demo %v: exit %d, want %d", args, code, cli.ExitUsage)
 		}
 		if !strings.Contains(stderr.String(), "roce help demo") {
 			t.Errorf("demo %v: no hint in %q", args, stderr.String())
