@@ -21,6 +21,7 @@ import (
 	"github.com/goroce/goroce/internal/tool/decode"
 	"github.com/goroce/goroce/internal/tool/demo"
 	"github.com/goroce/goroce/internal/tool/rawudp"
+	"github.com/goroce/goroce/internal/tool/rping"
 )
 
 // command is one subcommand of roce.
@@ -52,7 +53,7 @@ var commands = []command{
 		usage: pingpongUsage, run: runPingpong},
 	{name: "perf", summary: "measure bandwidth or latency as perftest's ib_{write,read,send,atomic}_{bw,lat} do, against them or another roce",
 		usage: perfUsage, run: runPerf},
-	{name: "rping", summary: rpingSummary, usage: rpingUsage, run: runRping},
+	toolEntry(rping.Cmd),
 	toolEntry(rawudp.Cmd),
 	toolEntry(decode.Cmd),
 }

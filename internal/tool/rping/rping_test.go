@@ -1,66 +1,15 @@
-package main
+package rping
 
 import (
-	"bytes"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/clitest"
 )
-
-// syncBuffer is an io.Writer safe for two goroutines that also reports
-// when a string has been written.
-type syncBuffer struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
-	want string
-	seen chan struct{}
-}
-
-func newSyncBuffer(want string) *syncBuffer {
-	return &syncBuffer{want: want, seen: make(chan struct{})}
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, err := s.b.Write(p)
-	if s.want != "" && strings.Contains(s.b.String(), s.want) {
-		s.want = ""
-		close(s.seen)
-	}
-	return n, err
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// rpingPorts returns a UDP port free on 127.0.0.1 and 127.0.0.2 for the
-// RoCE devices.
-func rpingPorts(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Skipf("no UDP on loopback: %v", err)
-		}
-		port := c.LocalAddr().(*net.UDPAddr).Port
-		c2, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port})
-		c.Close()
-		if err == nil {
-			c2.Close()
-			return port
-		}
-	}
-	t.Skip("no port free on both loopback addresses")
-	return 0
-}
 
 // rpingPingData is what rping's client puts in its buffer for ping n:
 // "rdma-ping-n: " then letters from 'A'+n (wrapping after 'z' to 'A'),
@@ -79,16 +28,16 @@ func rpingPingData(n, size int) string {
 
 type rpingRun struct {
 	code           int
-	stdout, stderr *syncBuffer
+	stdout, stderr *clitest.Buffer
 }
 
-// startRping runs runRping in a goroutine.
+// startRping runs roce rping in a goroutine.
 func startRping(args []string, wantStderr string) (*rpingRun, <-chan struct{}) {
-	r := &rpingRun{stdout: newSyncBuffer(""), stderr: newSyncBuffer(wantStderr)}
+	r := &rpingRun{stdout: clitest.NewBuffer(""), stderr: clitest.NewBuffer(wantStderr)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.code = runRping(args, r.stdout, r.stderr)
+		r.code = clitest.Run(Cmd, nil, r.stdout, r.stderr, args...)
 	}()
 	return r, done
 }
@@ -108,12 +57,12 @@ func waitRping(t *testing.T, what string, done <-chan struct{}) {
 func TestRpingLoopback(t *testing.T) {
 	for _, tc := range []struct{ count, size int }{{1, 26}, {5, 64}, {70, 100}, {3, 4000}, {2, 65535}} {
 		t.Run(fmt.Sprintf("C%d/S%d", tc.count, tc.size), func(t *testing.T) {
-			rp := strconv.Itoa(rpingPorts(t))
+			rp := strconv.Itoa(clitest.LoopbackUDPPort(t))
 			common := []string{"-p", "7174", "--roce-port", rp, "--timeout", "20s"}
 			srv, srvDone := startRping(append([]string{"-s", "-v", "-d", "-a", "127.0.0.2", "-S", strconv.Itoa(tc.size)}, common...),
 				"cm: listen")
 			select {
-			case <-srv.stderr.seen:
+			case <-srv.stderr.Ready():
 			case <-srvDone:
 				t.Fatalf("server exited %d: %s", srv.code, srv.stderr)
 			case <-time.After(20 * time.Second):
@@ -165,17 +114,17 @@ func TestRpingLoopback(t *testing.T) {
 // TestRpingRefused connects to a port nobody listens on: the peer's CM
 // answers with a REJ and the client says so and exits 255.
 func TestRpingRefused(t *testing.T) {
-	rp := strconv.Itoa(rpingPorts(t))
+	rp := strconv.Itoa(clitest.LoopbackUDPPort(t))
 	common := []string{"--roce-port", rp, "--timeout", "20s"}
 	srv, srvDone := startRping(append([]string{"-s", "-d", "-a", "127.0.0.2", "-p", "7175"}, common...), "cm: listen")
 	select {
-	case <-srv.stderr.seen:
+	case <-srv.stderr.Ready():
 	case <-time.After(20 * time.Second):
 		t.Fatal("server not listening")
 	}
 	cli, cliDone := startRping(append([]string{"-c", "-a", "127.0.0.2", "--bind", "127.0.0.1", "-C", "1"}, common...), "")
 	waitRping(t, "client", cliDone)
-	if cli.code != rpingExitFailure {
+	if cli.code != exitFailure {
 		t.Errorf("client exit %d", cli.code)
 	}
 	got := cli.stderr.String()
@@ -200,44 +149,50 @@ func TestRpingFlags(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{nil, exitUsage, "choose one side"},
-		{[]string{"-s", "-c"}, exitUsage, "choose one side"},
-		{[]string{"-c"}, exitUsage, "needs the server's address"},
-		{[]string{"-s", "-S", "10"}, exitUsage, "-S 10: invalid size (valid range is 26 to 65535)"},
-		{[]string{"-s", "-S65536"}, exitUsage, "invalid size"},
-		{[]string{"-s", "-C", "-1"}, exitUsage, "invalid count"},
-		{[]string{"-s", "-C", "x"}, exitUsage, `-C "x": not a number`},
-		{[]string{"-s", "-p", "0"}, exitUsage, "-p 0"},
-		{[]string{"-s", "-x"}, exitUsage, "unknown flag -x"},
-		{[]string{"-s", "--frob"}, exitUsage, "unknown flag --frob"},
-		{[]string{"-s", "--transport", "tcp"}, exitUsage, `--transport "tcp"`},
-		{[]string{"-s", "--mtu", "1500"}, exitUsage, "--mtu 1500"},
-		{[]string{"-s", "--timeout", "-1s"}, exitUsage, "--timeout"},
-		{[]string{"-s", "-a"}, exitUsage, "flag -a needs a value"},
-		{[]string{"-s", "--bind"}, exitUsage, "flag --bind needs a value"},
-		{[]string{"-s", "-P"}, exitUsage, "-P (persistent server) is not supported"},
-		{[]string{"-s", "extra"}, exitUsage, `unexpected argument "extra"`},
-		{[]string{"-c", "-a", "not an address!"}, rpingExitFailure, "not an IP address"},
-		{[]string{"-s"}, exitUsage, "the server needs the address to serve on"},
+		{nil, cli.ExitUsage, "choose one side"},
+		{[]string{"-s", "-c"}, cli.ExitUsage, "choose one side"},
+		{[]string{"-c"}, cli.ExitUsage, "needs the server's address"},
+		{[]string{"-s", "-S", "10"}, cli.ExitUsage, "-S 10: invalid size (valid range is 26 to 65535)"},
+		{[]string{"-s", "-S65536"}, cli.ExitUsage, "invalid size"},
+		{[]string{"-s", "-C", "-1"}, cli.ExitUsage, "invalid count"},
+		{[]string{"-s", "-C", "x"}, cli.ExitUsage, `invalid value "x" for flag -C: parse error`},
+		{[]string{"-s", "-p", "0"}, cli.ExitUsage, "-p 0"},
+		{[]string{"-s", "-x"}, cli.ExitUsage, "flag provided but not defined: -x"},
+		{[]string{"-s", "--frob"}, cli.ExitUsage, "flag provided but not defined: -frob"},
+		{[]string{"-s", "--transport", "tcp"}, cli.ExitUsage, `--transport "tcp"`},
+		{[]string{"-s", "--mtu", "1500"}, cli.ExitUsage, "--mtu 1500"},
+		{[]string{"-s", "--timeout", "-1s"}, cli.ExitUsage, "--timeout"},
+		{[]string{"-s", "-a"}, cli.ExitUsage, "flag needs an argument: -a"},
+		{[]string{"-s", "--bind"}, cli.ExitUsage, "flag needs an argument: -bind"},
+		{[]string{"-s", "-P"}, cli.ExitUsage, "-P (persistent server) is not supported"},
+		{[]string{"-s", "extra"}, cli.ExitUsage, `unexpected argument "extra"`},
+		{[]string{"-c", "-a", "not an address!"}, exitFailure, "not an IP address"},
+		{[]string{"-s"}, cli.ExitUsage, "the server needs the address to serve on"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var out, errb bytes.Buffer
-			code := runRping(tc.args, &out, &errb)
+			out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+			code := clitest.Run(Cmd, nil, out, errb, tc.args...)
 			if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), tc.code, tc.stderr)
 			}
-			if code == exitUsage && !strings.Contains(errb.String(), "usage: roce rping") {
+			if code == cli.ExitUsage && !strings.Contains(errb.String(), "Run 'roce help rping' for usage.") {
 				t.Errorf("no usage hint: %q", errb.String())
 			}
 		})
 	}
-	var out, errb bytes.Buffer
-	if code := runRping([]string{"-h"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "-V              validate ping data") {
+	out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+	if code := clitest.Run(Cmd, nil, out, errb, "-h"); code != cli.ExitOK || !strings.Contains(out.String(), "-V              validate ping data") {
 		t.Errorf("-h: exit %d, %q", code, out.String())
 	}
-	o, err := rpingParse([]string{"-cvVd", "-a127.0.0.1", "-C", "3", "-S100", "--bind=127.0.0.2", "--roce-port", "5000", "-q"})
+	o := &options{}
+	fs := cli.NewFlagSet(cli.Getopt)
+	o.register(fs)
+	err := fs.Parse([]string{"-cvVd", "-a127.0.0.1", "-C", "3", "-S100", "--bind=127.0.0.2", "--roce-port", "5000", "-q"})
+	if err == nil {
+		err = o.check(fs.Args())
+	}
 	if err != nil || !o.client || !o.verbose || !o.valid || !o.debug || o.addr != "127.0.0.1" || o.count != 3 ||
-		o.size != 100 || o.bind != "127.0.0.2" || o.rocePort != 5000 || o.port != rpingDefaultPort {
+		o.size != 100 || o.bind != "127.0.0.2" || o.rocePort != 5000 || o.port != defaultPort {
 		t.Errorf("parse: %+v, %v", o, err)
 	}
 }
