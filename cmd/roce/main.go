@@ -20,6 +20,8 @@ import (
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/tool/decode"
 	"github.com/goroce/goroce/internal/tool/demo"
+	"github.com/goroce/goroce/internal/tool/perf"
+	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/internal/tool/rawudp"
 	"github.com/goroce/goroce/internal/tool/rping"
 )
@@ -49,10 +51,8 @@ var commands = []command{
 		usage: serverUsage, run: runServer},
 	{name: "client", summary: "run a client/server scenario against a roce server",
 		usage: clientUsage, run: runClient},
-	{name: "pingpong", summary: "play rdma-core's ibv_{rc,uc,ud,srq}_pingpong, against them or another roce",
-		usage: pingpongUsage, run: runPingpong},
-	{name: "perf", summary: "measure bandwidth or latency as perftest's ib_{write,read,send,atomic}_{bw,lat} do, against them or another roce",
-		usage: perfUsage, run: runPerf},
+	toolEntry(pingpong.Cmd),
+	toolEntry(perf.Cmd),
 	toolEntry(rping.Cmd),
 	toolEntry(rawudp.Cmd),
 	toolEntry(decode.Cmd),
@@ -63,6 +63,9 @@ var commands = []command{
 func toolEntry(c *cli.Command) command {
 	return command{name: c.Name(), summary: c.Short, usage: strings.TrimPrefix(c.UsageLine, c.Name()+" "),
 		run: func(args []string, stdout, stderr io.Writer) int {
+			if c.OneProc {
+				cli.OneProc()
+			}
 			return cli.Run(context.Background(), c, &cli.Env{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr}, args)
 		}}
 }

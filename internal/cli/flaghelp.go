@@ -7,14 +7,12 @@ import (
 	"strings"
 )
 
-// PrintDefaults writes the help of the flags to w. A StdFlags set prints
-// as Go's flag package does: every name on its own, sorted, with its type
-// or `quoted` value name and its default. A Getopt set prints a table in
-// declaration order: "-x ARG" for one-letter names, "--name ARG" for the
-// others, the usage beside it (its line breaks indented), and the section
-// titles between; hidden flags are left out of both.
+// PrintDefaults writes the help of the flags to w, in the set's Layout:
+// as Go's flag package does (FlagList), or as a table in declaration
+// order with the usage's line breaks indented (FlagTable). Hidden flags
+// are left out of both.
 func (fs *FlagSet) PrintDefaults(w io.Writer) {
-	if fs.style == Getopt {
+	if fs.layout == FlagTable {
 		fs.printTable(w)
 		return
 	}

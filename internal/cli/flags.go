@@ -23,6 +23,20 @@ const (
 	Getopt
 )
 
+// Layout is how PrintDefaults lays a command's flags out.
+type Layout int
+
+const (
+	// FlagList lists every name of every flag on its own, sorted, with
+	// its type or `quoted` value name and its default, as Go's flag
+	// package does.
+	FlagList Layout = iota
+	// FlagTable is a table in declaration order, as C tools print their
+	// usage: "-x ARG" for one-letter names, "--name ARG" for the others,
+	// the usage beside it, and section titles between.
+	FlagTable
+)
+
 // ErrHelp is what Parse returns for -h, -help and --help when the command
 // does not define them: the caller prints the help and exits 0.
 var ErrHelp = flag.ErrHelp
@@ -33,6 +47,7 @@ var ErrHelp = flag.ErrHelp
 // and parsed once. It is not safe for concurrent use.
 type FlagSet struct {
 	style  Style
+	layout Layout
 	flags  []*Flag
 	items  []helpItem // flags and section titles, in declaration order
 	byName map[string]*Flag
@@ -66,6 +81,10 @@ type Flag struct {
 func NewFlagSet(style Style) *FlagSet {
 	return &FlagSet{style: style, byName: map[string]*Flag{}}
 }
+
+// SetLayout sets how PrintDefaults lays the flags out (FlagList by
+// default).
+func (fs *FlagSet) SetLayout(l Layout) { fs.layout = l }
 
 // Arg sets the name the table help gives the flag's value ("ADDR") and
 // returns f.
@@ -186,9 +205,8 @@ func (fs *FlagSet) Duration(p *time.Duration, def time.Duration, usage string, n
 	return fs.std(func(s *flag.FlagSet) { s.DurationVar(p, "v", def, usage) }, usage, names)
 }
 
-// Section starts a group of flags under title in the table help
-// (Getopt commands); the StdFlags help ignores it. A title after the last
-// flag ends the help.
+// Section starts a group of flags under title in the FlagTable help; the
+// FlagList help ignores it. A title after the last flag ends the help.
 func (fs *FlagSet) Section(title string) {
 	fs.items = append(fs.items, helpItem{title: title})
 }

@@ -188,7 +188,7 @@ func TestDeclarationErrors(t *testing.T) {
 // byte, with aliases listed as names of their own.
 func TestStdHelp(t *testing.T) {
 	var v, w vals
-	fs := NewFlagSet(StdFlags)
+	fs := NewFlagSet(Getopt) // the style of parsing does not change the help
 	v.declare(fs)
 	fs.Bool(nil, false, "not shown", "hidden").Hide()
 	fs.Section("ignored in this style")
@@ -208,6 +208,7 @@ func TestStdHelp(t *testing.T) {
 
 func TestTableHelp(t *testing.T) {
 	fs := NewFlagSet(Getopt)
+	fs.SetLayout(FlagTable)
 	fs.Bool(nil, false, "server side", "s")
 	fs.String(nil, "", "the address\non two lines", "a").Arg("ADDR")
 	fs.Bool(nil, false, "not shown", "P").Hide()

@@ -103,6 +103,7 @@ type options struct {
 }
 
 func (o *options) register(fs *cli.FlagSet) {
+	fs.SetLayout(cli.FlagTable)
 	fs.Bool(&o.server, false, "server side", "s")
 	fs.Bool(&o.client, false, "client side", "c")
 	fs.String(&o.addr, "", "the server's address (client); the address to listen on (server, default any)", "a").Arg("ADDR")

@@ -1,4 +1,4 @@
-package main
+package perf
 
 // roce perf -R: perftest's rdma_cm mode. The exchange that travels over
 // TCP otherwise goes, one message per RC SEND, over a first rdma_cm
@@ -18,13 +18,15 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/cqwait"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
 
-// perfExchange is the out-of-band session a test's flow uses: perftest's
-// TCP exchange (oob.Perftest) or its rdma_cm one (perfCM).
-type perfExchange interface {
+// exchanger is the out-of-band session a test's flow uses: perftest's
+// TCP exchange (oob.Perftest) or its rdma_cm one (cmExchange).
+type exchanger interface {
 	ExchangeVersions(ctx context.Context) (oob.Compat, error)
 	CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error)
 	CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error)
@@ -35,26 +37,26 @@ type perfExchange interface {
 	CloseConnection(ctx context.Context) error
 }
 
-var _ perfExchange = (*oob.Perftest)(nil)
+var _ exchanger = (*oob.Perftest)(nil)
 
 // Sizes of the comm QP's buffer: one receive of sizeof(struct
 // pingpong_dest), as perftest posts, and the message being sent.
 const (
-	perfCMRecvLen = oob.PerftestDestCMLen
-	perfCMMsgMax  = 64
-	// The client retries a refused data connection every perfCMDialGap,
+	cmRecvLen = oob.PerftestDestCMLen
+	cmMsgMax  = 64
+	// The client retries a refused data connection every cmDialGap,
 	// as perftest's rdma_cm_client_connection does: the server starts
 	// listening for them only after the handshake before them. perftest
-	// gives up after 10 tries; goroce goes on for perfCMDialFor, because
+	// gives up after 10 tries; goroce goes on for cmDialFor, because
 	// a server whose handshake answer lost its ACK starts listening only
 	// after its retransmission timer, 2 s or more under rdma_cm.
-	perfCMDialGap = 100 * time.Millisecond
-	perfCMDialFor = 10 * time.Second
+	cmDialGap = 100 * time.Millisecond
+	cmDialFor = 10 * time.Second
 )
 
-// perfCM is perftest's exchange over an rdma_cm connection. It is used by
+// cmExchange is perftest's exchange over an rdma_cm connection. It is used by
 // one goroutine.
-type perfCM struct {
+type cmExchange struct {
 	role     oob.Role
 	gidIndex int32
 	agent    *cm.Agent
@@ -66,7 +68,7 @@ type perfCM struct {
 	sendWR   []roce.SendWR
 	recvWR   []roce.RecvWR
 	wc       []roce.WC
-	waiter   *cqWaiter
+	waiter   *cqwait.Waiter
 	compat   oob.Compat
 	first    oob.PerftestDest
 	hasFirst bool
@@ -76,7 +78,7 @@ type perfCM struct {
 // openCM starts the device's connection manager and makes the comm
 // connection: the client dials the server's rdma_cm port, the server
 // accepts one connection on it.
-func (r *perfRun) openCM() error {
+func (r *session) openCM() error {
 	o := r.o
 	if o.backend == "hw" {
 		return errors.New("-R needs --backend soft: a libibverbs device's rdma_cm belongs to librdmacm")
@@ -85,7 +87,7 @@ func (r *perfRun) openCM() error {
 	if err != nil {
 		return err
 	}
-	c, err := newPerfCMComm(r.dev, r.role, r.spin)
+	c, err := newCMExchange(r.dev, r.role, r.spin)
 	if err != nil {
 		a.Close()
 		return err
@@ -117,16 +119,16 @@ func (r *perfRun) openCM() error {
 	return nil
 }
 
-// newPerfCMComm makes the comm QP of perftest's rdma_cm mode, in INIT
+// newCMExchange makes the comm QP of perftest's rdma_cm mode, in INIT
 // with its first receive posted, as perftest's post_one_recv_wqe does
 // before the connection exists.
-func newPerfCMComm(dev roce.Device, role oob.Role, spin time.Duration) (*perfCM, error) {
-	c := &perfCM{role: role, waiter: newCQWaiter(spin), wc: make([]roce.WC, 1)}
+func newCMExchange(dev roce.Device, role oob.Role, spin time.Duration) (*cmExchange, error) {
+	c := &cmExchange{role: role, waiter: cqwait.New(spin), wc: make([]roce.WC, 1)}
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	c.buf = make([]byte, 2*perfCMMsgMax)
+	c.buf = make([]byte, 2*cmMsgMax)
 	if c.mr, err = pd.RegMR(c.buf, roce.LocalWrite); err != nil {
 		return nil, err
 	}
@@ -141,8 +143,8 @@ func newPerfCMComm(dev roce.Device, role oob.Role, spin time.Duration) (*perfCM,
 		return nil, err
 	}
 	c.sendWR = []roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: c.mr.Addr() + perfCMMsgMax, LKey: c.mr.LKey()}}}}
-	c.recvWR = []roce.RecvWR{{SGL: []roce.SGE{{Addr: c.mr.Addr(), Length: perfCMRecvLen, LKey: c.mr.LKey()}}}}
+		SGL: []roce.SGE{{Addr: c.mr.Addr() + cmMsgMax, LKey: c.mr.LKey()}}}}
+	c.recvWR = []roce.RecvWR{{SGL: []roce.SGE{{Addr: c.mr.Addr(), Length: cmRecvLen, LKey: c.mr.LKey()}}}}
 	if err := roce.ModifyToInit(c.qp, nil); err != nil {
 		return nil, err
 	}
@@ -176,8 +178,8 @@ func retryRefused(ctx context.Context, gap, limit time.Duration, dial func() (*c
 }
 
 // cmServer resolves the server's address and rdma_cm port.
-func (r *perfRun) cmServer() (netip.AddrPort, error) {
-	a, err := resolveAddr(r.o.server)
+func (r *session) cmServer() (netip.AddrPort, error) {
+	a, err := cli.ResolveAddr(r.o.server)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -188,11 +190,11 @@ func (r *perfRun) cmServer() (netip.AddrPort, error) {
 // rdma_accept: the READ/atomic depths for those tests, 7 retries, 7 RNR
 // retries, the min RNR timer it sets after accepting, and the QP timeout
 // of its TCP mode, which it sets with RDMA_OPTION_ID_ACK_TIMEOUT.
-func (r *perfRun) cmParams(q roce.QP) *cm.Params {
-	p := &cm.Params{QP: q, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: perfMinRNRTimer, PathMTU: r.mtu,
-		ACKTimeout: perfQPTimeout}
-	if r.o.verb == perfRead || r.o.verb == perfAtomic {
-		n := uint8(perfSoftOutReads)
+func (r *session) cmParams(q roce.QP) *cm.Params {
+	p := &cm.Params{QP: q, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: minRNRTimer, PathMTU: r.mtu,
+		ACKTimeout: qpTimeout}
+	if r.o.verb == verbRead || r.o.verb == verbAtomic {
+		n := uint8(softOutReads)
 		if r.o.outReads > 0 {
 			n = uint8(r.o.outReads)
 		}
@@ -203,7 +205,7 @@ func (r *perfRun) cmParams(q roce.QP) *cm.Params {
 
 // connectCM connects the data QPs (create_rdma_cm_connection): an empty
 // handshake, one rdma_cm connection per QP, another empty handshake.
-func (r *perfRun) connectCM() error {
+func (r *session) connectCM() error {
 	c := r.cm
 	var zero oob.PerftestDest
 	if _, err := c.handShake(r.ctx, "hand_shake (before rdma_cm)", zero); err != nil {
@@ -216,7 +218,7 @@ func (r *perfRun) connectCM() error {
 			return err
 		}
 		for i, q := range r.qps {
-			conn, err := retryRefused(r.ctx, perfCMDialGap, perfCMDialFor,
+			conn, err := retryRefused(r.ctx, cmDialGap, cmDialFor,
 				func() (*cm.Conn, error) { return c.agent.Dial(r.ctx, addr, r.cmParams(q)) },
 				func() error {
 					// The refusal left the QP in ERR: back to RESET for the
@@ -270,7 +272,7 @@ func (r *perfRun) connectCM() error {
 // closeCM ends the rdma_cm connections as perftest does: the client
 // disconnects the data QPs, the server the comm QP; each side then waits
 // (briefly) for the other's disconnects.
-func (r *perfRun) closeCM() {
+func (r *session) closeCM() {
 	c := r.cm
 	if c == nil {
 		return
@@ -300,13 +302,13 @@ func (r *perfRun) closeCM() {
 }
 
 // send sends one message and waits for its completion.
-func (c *perfCM) send(ctx context.Context, step string, b []byte) error {
-	copy(c.buf[perfCMMsgMax:], b)
+func (c *cmExchange) send(ctx context.Context, step string, b []byte) error {
+	copy(c.buf[cmMsgMax:], b)
 	c.sendWR[0].SGL[0].Length = uint32(len(b))
 	if err := c.qp.PostSend(c.sendWR); err != nil {
 		return fmt.Errorf("perftest rdma_cm %s: post send: %w", step, err)
 	}
-	n, err := c.waiter.poll(ctx, c.scq, c.wc)
+	n, err := c.waiter.Poll(ctx, c.scq, c.wc)
 	if err != nil {
 		return fmt.Errorf("perftest rdma_cm %s: send: %w", step, err)
 	}
@@ -318,8 +320,8 @@ func (c *perfCM) send(ctx context.Context, step string, b []byte) error {
 
 // recv waits for one message of len(b) bytes, copies it and posts the
 // next receive.
-func (c *perfCM) recv(ctx context.Context, step string, b []byte) error {
-	n, err := c.waiter.poll(ctx, c.rcq, c.wc)
+func (c *cmExchange) recv(ctx context.Context, step string, b []byte) error {
+	n, err := c.waiter.Poll(ctx, c.rcq, c.wc)
 	if err != nil {
 		return fmt.Errorf("perftest rdma_cm %s: receive: %w", step, err)
 	}
@@ -342,7 +344,7 @@ func (c *perfCM) recv(ctx context.Context, step string, b []byte) error {
 // read, so an answer means the send arrived and only its ACK was lost.
 // After the close handshake the server then disconnects at once, and
 // its DREQ flushes the send before a retry could be ACKed.
-func (c *perfCM) answered(b []byte) bool {
+func (c *cmExchange) answered(b []byte) bool {
 	if c.rcq.Poll(c.wc) != 1 {
 		return false
 	}
@@ -355,7 +357,7 @@ func (c *perfCM) answered(b []byte) bool {
 }
 
 // exchange moves one message each way: the client sends first.
-func (c *perfCM) exchange(ctx context.Context, step string, out, in []byte) error {
+func (c *cmExchange) exchange(ctx context.Context, step string, out, in []byte) error {
 	if c.role == oob.Client {
 		if err := c.send(ctx, step, out); err != nil {
 			if c.answered(in) {
@@ -371,7 +373,7 @@ func (c *perfCM) exchange(ctx context.Context, step string, out, in []byte) erro
 	return c.send(ctx, step, out)
 }
 
-func (c *perfCM) ExchangeVersions(ctx context.Context) (oob.Compat, error) {
+func (c *cmExchange) ExchangeVersions(ctx context.Context) (oob.Compat, error) {
 	var out, in [oob.VersionLen]byte
 	if err := oob.EncodeVersion(out[:], oob.PerftestVersion); err != nil {
 		return oob.Compat{}, err
@@ -390,7 +392,7 @@ func (c *perfCM) ExchangeVersions(ctx context.Context) (oob.Compat, error) {
 	return c.compat, nil
 }
 
-func (c *perfCM) CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error) {
+func (c *cmExchange) CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error) {
 	if !c.compat.SysData {
 		return local, nil
 	}
@@ -411,7 +413,7 @@ func (c *perfCM) CheckSysData(ctx context.Context, local oob.SysData) (oob.SysDa
 	return local.Agree(remote), nil
 }
 
-func (c *perfCM) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error) {
+func (c *cmExchange) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error) {
 	n := c.compat.MTULen
 	if n == 0 {
 		return local, nil
@@ -430,11 +432,11 @@ func (c *perfCM) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error) {
 	return oob.AgreeMTU(local, remote), nil
 }
 
-func (c *perfCM) HandShake(ctx context.Context, local oob.PerftestDest) (oob.PerftestDest, error) {
+func (c *cmExchange) HandShake(ctx context.Context, local oob.PerftestDest) (oob.PerftestDest, error) {
 	return c.handShake(ctx, "hand_shake", local)
 }
 
-func (c *perfCM) handShake(ctx context.Context, step string, local oob.PerftestDest) (oob.PerftestDest, error) {
+func (c *cmExchange) handShake(ctx context.Context, step string, local oob.PerftestDest) (oob.PerftestDest, error) {
 	var out, in [oob.PerftestDestCMLen]byte
 	if err := local.EncodeCM(out[:], c.gidIndex); err != nil {
 		return oob.PerftestDest{}, err
@@ -452,7 +454,7 @@ func (c *perfCM) handShake(ctx context.Context, step string, local oob.PerftestD
 	return d, nil
 }
 
-func (c *perfCM) ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([]oob.PerftestDest, error) {
+func (c *cmExchange) ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([]oob.PerftestDest, error) {
 	remote := make([]oob.PerftestDest, len(local))
 	for i := range local {
 		d, err := c.handShake(ctx, "hand_shake (QP "+strconv.Itoa(i)+")", local[i])
@@ -465,12 +467,12 @@ func (c *perfCM) ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([
 	return remote, nil
 }
 
-func (c *perfCM) Barrier(ctx context.Context) error {
+func (c *cmExchange) Barrier(ctx context.Context) error {
 	_, err := c.handShake(ctx, "barrier", c.first)
 	return err
 }
 
-func (c *perfCM) ExchangeBWReports(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
+func (c *cmExchange) ExchangeBWReports(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
 	var out, in [9 * oob.ReportFieldLen]byte
 	n, err := local.Encode(out[:], c.compat, false)
 	if err != nil {
@@ -488,7 +490,7 @@ func (c *perfCM) ExchangeBWReports(ctx context.Context, local oob.BWReport) (oob
 
 // CloseConnection is ctx_close_connection over rdma_cm: a handshake and
 // no "done".
-func (c *perfCM) CloseConnection(ctx context.Context) error {
+func (c *cmExchange) CloseConnection(ctx context.Context) error {
 	_, err := c.handShake(ctx, "close_connection handshake", c.first)
 	return err
 }

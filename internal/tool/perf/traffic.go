@@ -1,4 +1,4 @@
-package main
+package perf
 
 // The data paths of roce perf: perftest's run_iter_bw, run_iter_bw_server,
 // run_iter_lat_send, run_iter_lat_write and run_iter_lat, with the
@@ -11,35 +11,36 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/goroce/goroce/internal/cqwait"
 	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 )
 
-// perfPollBatch is how many completions one poll takes (perftest: 16).
-const perfPollBatch = 64
+// pollBatch is how many completions one poll takes (perftest: 16).
+const pollBatch = 64
 
-// perfPhase is a duration run's state (perftest's START_STATE ...).
-type perfPhase int
+// phase is a duration run's state (perftest's START_STATE ...).
+type phase int
 
 const (
-	phaseStart perfPhase = iota // warming up: not counted
+	phaseStart phase = iota // warming up: not counted
 	phaseSample
 	phaseStop // cooling down: not counted
 	phaseEnd
 )
 
-// perfPhases times a -D run: margin, sample, margin.
-type perfPhases struct {
+// phases times a -D run: margin, sample, margin.
+type phases struct {
 	start          time.Duration // since the run's base time; < 0 until started
 	margin, period time.Duration
 }
 
-func newPhases(o *perfOptions) perfPhases {
-	return perfPhases{start: -1, margin: time.Duration(o.margin) * time.Second, period: time.Duration(o.duration) * time.Second}
+func newPhases(o *options) phases {
+	return phases{start: -1, margin: time.Duration(o.margin) * time.Second, period: time.Duration(o.duration) * time.Second}
 }
 
-func (p *perfPhases) at(now time.Duration) perfPhase {
+func (p *phases) at(now time.Duration) phase {
 	switch {
 	case p.start < 0 || now < p.start+p.margin:
 		return phaseStart
@@ -52,20 +53,20 @@ func (p *perfPhases) at(now time.Duration) perfPhase {
 }
 
 // window returns the sample period's bounds.
-func (p *perfPhases) window() (time.Duration, time.Duration) {
+func (p *phases) window() (time.Duration, time.Duration) {
 	return p.start + p.margin, p.start + p.period - p.margin
 }
 
-// perfMem samples the allocator around the traffic.
-type perfMem struct{ mallocs uint64 }
+// allocSampler samples the allocator around the traffic.
+type allocSampler struct{ mallocs uint64 }
 
-func (m *perfMem) begin() {
+func (m *allocSampler) begin() {
 	var s runtime.MemStats
 	runtime.ReadMemStats(&s)
 	m.mallocs = s.Mallocs
 }
 
-func (m *perfMem) end() uint64 {
+func (m *allocSampler) end() uint64 {
 	var s runtime.MemStats
 	runtime.ReadMemStats(&s)
 	return s.Mallocs - m.mallocs
@@ -73,33 +74,33 @@ func (m *perfMem) end() uint64 {
 
 // sendArea and recvArea are QP i's halves of the buffer: it sends (and
 // reads into) the first, peers write into the second.
-func (r *perfRun) sendArea(i int) uint64 { return r.mr.Addr() + uint64(i*r.bufSz) }
-func (r *perfRun) recvArea(i int) uint64 { return r.mr.Addr() + uint64((r.o.qps+i)*r.bufSz) }
+func (r *session) sendArea(i int) uint64 { return r.mr.Addr() + uint64(i*r.bufSz) }
+func (r *session) recvArea(i int) uint64 { return r.mr.Addr() + uint64((r.o.qps+i)*r.bufSz) }
 
 // sendWR returns the work request QP i posts over and over.
-func (r *perfRun) sendWR(i int, sge []roce.SGE) roce.SendWR {
+func (r *session) sendWR(i int, sge []roce.SGE) roce.SendWR {
 	o := r.o
 	sge[0] = roce.SGE{Addr: r.sendArea(i), Length: uint32(o.size), LKey: r.mr.LKey()}
 	w := roce.SendWR{ID: uint64(i), SGL: sge[:1:1], RemoteAddr: r.remote[i].VAddr, RKey: r.remote[i].RKey}
 	switch o.verb {
-	case perfSend:
+	case verbSend:
 		w.Opcode = roce.OpSend
-	case perfWrite:
+	case verbWrite:
 		w.Opcode = roce.OpWrite
-	case perfRead:
+	case verbRead:
 		w.Opcode = roce.OpRead
-	case perfAtomic:
+	case verbAtomic:
 		w.Opcode = roce.OpAtomicFetchAdd
-		w.CompareAdd = perfAtomicAdd
-		if o.atomic == perfAtomicCAS {
-			w.Opcode, w.CompareAdd, w.Swap = roce.OpAtomicCmpSwp, 0, perfAtomicSwap
+		w.CompareAdd = atomicAddValue
+		if o.atomic == atomicCAS {
+			w.Opcode, w.CompareAdd, w.Swap = roce.OpAtomicCmpSwp, 0, atomicSwapValue
 		}
 	}
 	return w
 }
 
 // recvWRs returns n receive requests for QP i, all alike.
-func (r *perfRun) recvWRs(i, n int) []roce.RecvWR {
+func (r *session) recvWRs(i, n int) []roce.RecvWR {
 	sge := []roce.SGE{{Addr: r.recvArea(i), Length: uint32(r.o.size), LKey: r.mr.LKey()}}
 	wrs := make([]roce.RecvWR, n)
 	for k := range wrs {
@@ -109,7 +110,7 @@ func (r *perfRun) recvWRs(i, n int) []roce.RecvWR {
 }
 
 // postRecvs posts rx_depth receives on every QP (ctx_set_recv_wqes).
-func (r *perfRun) postRecvs() error {
+func (r *session) postRecvs() error {
 	for i, q := range r.qps {
 		if err := q.PostRecv(r.recvWRs(i, r.o.rxDepth)); err != nil {
 			return fmt.Errorf("couldn't post recv QP %d: %w", i, err)
@@ -118,119 +119,151 @@ func (r *perfRun) postRecvs() error {
 	return nil
 }
 
-func perfWCError(side string, w *roce.WC, done, total uint64) error {
+func wcError(side string, w *roce.WC, done, total uint64) error {
 	return fmt.Errorf("completion with error at %s: status %s (%d), wr_id %d, vendor error %#x (%d of %d done)",
 		side, w.Status, int(w.Status), w.ID, w.VendorErr, done, total)
 }
 
+// bwClient is one run of run_iter_bw, perftest's bandwidth client. Times
+// are since start.
+type bwClient struct {
+	r            *session
+	dur          bool   // a duration run (-D)
+	iters, tot   uint64 // messages per QP, and in all
+	cqMod, depth uint64
+	peak         bool            // posted and completed are kept for the peak
+	posted       []time.Duration // when each message was posted
+	completed    []time.Duration // when each signaled message completed
+	scnt, ccnt   []uint64        // messages posted and completed per QP
+	batch        [][]roce.SendWR // each QP's work requests
+	wcs          []roce.WC
+	w            *cqwait.Waiter
+	ph           phases
+	totS, totC   uint64 // messages posted and completed in all
+	sampled      uint64 // completed in the sample period (-D)
+	firstPost    time.Duration
+	lastDone     time.Duration
+	start        time.Time
+}
+
 // runBWClient is run_iter_bw: keep tx_depth requests in flight on every
 // QP, signal every cq_mod-th (and the last), count cq_mod per completion.
-func (r *perfRun) runBWClient() (*perfResult, error) {
+func (r *session) runBWClient() (*result, error) {
 	o := r.o
 	nq := len(r.qps)
-	dur := o.duration > 0
-	iters := uint64(o.iters)
-	tot := iters * uint64(nq)
-	cqMod := uint64(o.cqMod)
-	depth := uint64(o.txDepth)
-	peak := !o.noPeak && tot <= 1<<24
-	var posted, completed []time.Duration
-	if peak {
-		posted, completed = make([]time.Duration, tot), make([]time.Duration, tot)
+	c := &bwClient{r: r, dur: o.duration > 0, iters: uint64(o.iters), cqMod: uint64(o.cqMod), depth: uint64(o.txDepth),
+		scnt: make([]uint64, nq), ccnt: make([]uint64, nq), batch: make([][]roce.SendWR, nq),
+		wcs: make([]roce.WC, pollBatch), w: cqwait.New(r.spin), ph: newPhases(o)}
+	c.tot = c.iters * uint64(nq)
+	c.peak = !o.noPeak && c.tot <= 1<<24
+	if c.peak {
+		c.posted, c.completed = make([]time.Duration, c.tot), make([]time.Duration, c.tot)
 	}
-	scnt, ccnt := make([]uint64, nq), make([]uint64, nq)
-	batch := make([][]roce.SendWR, nq)
-	for i := range batch {
-		batch[i] = make([]roce.SendWR, o.txDepth)
+	for i := range c.batch {
+		c.batch[i] = make([]roce.SendWR, o.txDepth)
 		sges := make([]roce.SGE, o.txDepth)
-		for k := range batch[i] {
-			batch[i][k] = r.sendWR(i, sges[k:])
+		for k := range c.batch[i] {
+			c.batch[i][k] = r.sendWR(i, sges[k:])
 		}
 	}
-	wcs := make([]roce.WC, perfPollBatch)
-	w := newCQWaiter(r.spin)
-	ph := newPhases(o)
-	var totS, totC, sampled uint64
-	var firstPost, lastDone time.Duration
-	var mem perfMem
+	var mem allocSampler
 	mem.begin()
-	base := time.Now()
-	ph.start = 0
-	for totS < tot || totC < tot || dur {
-		now := time.Since(base)
-		if dur && ph.at(now) == phaseEnd {
+	c.start = time.Now()
+	c.ph.start = 0
+	for c.totS < c.tot || c.totC < c.tot || c.dur {
+		if c.dur && c.ph.at(time.Since(c.start)) == phaseEnd {
 			break
 		}
-		postedNow := false
-		for i := range nq {
-			k := 0
-			for (dur || scnt[i] < iters) && scnt[i]-ccnt[i]+1 <= depth {
-				s := scnt[i]
-				wr := &batch[i][k]
-				wr.Flags = 0
-				if cqMod == 1 || s%cqMod == cqMod-1 || !dur && s == iters-1 {
-					wr.Flags = roce.Signaled
-				}
-				scnt[i]++
-				k++
-			}
-			if k == 0 {
-				continue
-			}
-			t := time.Since(base)
-			if totS == 0 {
-				firstPost = t
-			}
-			if peak {
-				for j := range uint64(k) {
-					posted[totS+j] = t
-				}
-			}
-			if err := r.qps[i].PostSend(batch[i][:k]); err != nil {
-				return nil, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
-			}
-			totS += uint64(k)
-			postedNow = true
+		postedNow, err := c.post()
+		if err != nil {
+			return nil, err
 		}
-		if totC < tot || dur && totC < totS {
-			ne := r.sendCQ.Poll(wcs)
-			if ne == 0 && !postedNow {
-				var err error
-				if ne, err = w.pollFor(r.ctx, r.sendCQ, wcs, 10*time.Millisecond); err != nil {
-					return nil, fmt.Errorf("%d of %d sends completed: %w", totC, tot, err)
-				}
-			}
-			t := time.Since(base)
-			for k := range wcs[:ne] {
-				wc := &wcs[k]
-				if wc.Status != roce.Success {
-					return nil, perfWCError("send", wc, totC, tot)
-				}
-				ccnt[wc.ID] += cqMod
-				totC += cqMod
-				if peak {
-					completed[min(totC, tot)-1] = t
-				}
-				if dur && ph.at(t) == phaseSample {
-					sampled += cqMod
-				}
-			}
-			if ne > 0 {
-				lastDone = t
+		if c.totC < c.tot || c.dur && c.totC < c.totS {
+			if err := c.complete(postedNow); err != nil {
+				return nil, err
 			}
 		}
 	}
-	res := &perfResult{messages: totS, allocs: mem.end(), elapsed: time.Since(base)}
-	res.bw = r.bwFigures(tot, lastDone-firstPost, sampled, &ph)
-	if peak { // never in a duration run (noPeak)
-		res.bw.peak = perfstat.BWPeak(o.size, posted, completed, cqMod)
+	res := &result{messages: c.totS, allocs: mem.end(), elapsed: time.Since(c.start)}
+	res.bw = r.bwFigures(c.tot, c.lastDone-c.firstPost, c.sampled, &c.ph)
+	if c.peak { // never in a duration run (noPeak)
+		res.bw.peak = perfstat.BWPeak(o.size, c.posted, c.completed, c.cqMod)
 	}
 	return res, nil
 }
 
+// post posts, on every QP, as many requests as its send queue has room
+// for, in one PostSend, and reports whether it posted any.
+func (c *bwClient) post() (bool, error) {
+	postedNow := false
+	for i := range c.batch {
+		k := 0
+		for (c.dur || c.scnt[i] < c.iters) && c.scnt[i]-c.ccnt[i]+1 <= c.depth {
+			s := c.scnt[i]
+			wr := &c.batch[i][k]
+			wr.Flags = 0
+			if c.cqMod == 1 || s%c.cqMod == c.cqMod-1 || !c.dur && s == c.iters-1 {
+				wr.Flags = roce.Signaled
+			}
+			c.scnt[i]++
+			k++
+		}
+		if k == 0 {
+			continue
+		}
+		t := time.Since(c.start)
+		if c.totS == 0 {
+			c.firstPost = t
+		}
+		if c.peak {
+			for j := range uint64(k) {
+				c.posted[c.totS+j] = t
+			}
+		}
+		if err := c.r.qps[i].PostSend(c.batch[i][:k]); err != nil {
+			return false, fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, c.scnt[i], err)
+		}
+		c.totS += uint64(k)
+		postedNow = true
+	}
+	return postedNow, nil
+}
+
+// complete polls the send CQ (and waits a little for it when nothing was
+// posted) and counts what completed.
+func (c *bwClient) complete(postedNow bool) error {
+	r := c.r
+	ne := r.sendCQ.Poll(c.wcs)
+	if ne == 0 && !postedNow {
+		var err error
+		if ne, err = c.w.PollFor(r.ctx, r.sendCQ, c.wcs, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("%d of %d sends completed: %w", c.totC, c.tot, err)
+		}
+	}
+	t := time.Since(c.start)
+	for k := range c.wcs[:ne] {
+		wc := &c.wcs[k]
+		if wc.Status != roce.Success {
+			return wcError("send", wc, c.totC, c.tot)
+		}
+		c.ccnt[wc.ID] += c.cqMod
+		c.totC += c.cqMod
+		if c.peak {
+			c.completed[min(c.totC, c.tot)-1] = t
+		}
+		if c.dur && c.ph.at(t) == phaseSample {
+			c.sampled += c.cqMod
+		}
+	}
+	if ne > 0 {
+		c.lastDone = t
+	}
+	return nil
+}
+
 // runBWServer is run_iter_bw_server: receive and repost until every
 // message is in, timed from the first one.
-func (r *perfRun) runBWServer() (*perfResult, error) {
+func (r *session) runBWServer() (*result, error) {
 	o := r.o
 	nq := len(r.qps)
 	dur := o.duration > 0
@@ -245,13 +278,13 @@ func (r *perfRun) runBWServer() (*perfResult, error) {
 		postedQP[i] = uint64(o.rxDepth)
 	}
 	repost := make([]int, nq)
-	wcs := make([]roce.WC, perfPollBatch)
-	w := newCQWaiter(r.spin)
+	wcs := make([]roce.WC, pollBatch)
+	w := cqwait.New(r.spin)
 	ph := newPhases(o)
 	var rcnt, sampled uint64
 	var first, last time.Duration
 	started := false
-	var mem perfMem
+	var mem allocSampler
 	mem.begin()
 	base := time.Now()
 	for rcnt < tot || dur {
@@ -259,7 +292,7 @@ func (r *perfRun) runBWServer() (*perfResult, error) {
 		if dur && ph.at(now) == phaseEnd {
 			break
 		}
-		ne, err := w.pollFor(r.ctx, r.recvCQ, wcs, 10*time.Millisecond)
+		ne, err := w.PollFor(r.ctx, r.recvCQ, wcs, 10*time.Millisecond)
 		if err != nil {
 			return nil, fmt.Errorf("%d of %d messages received: %w", rcnt, tot, err)
 		}
@@ -274,7 +307,7 @@ func (r *perfRun) runBWServer() (*perfResult, error) {
 		for k := range wcs[:ne] {
 			wc := &wcs[k]
 			if wc.Status != roce.Success {
-				return nil, perfWCError("receive", wc, rcnt, tot)
+				return nil, wcError("receive", wc, rcnt, tot)
 			}
 			i := wc.ID
 			rcnt++
@@ -296,7 +329,7 @@ func (r *perfRun) runBWServer() (*perfResult, error) {
 		}
 		last = t
 	}
-	res := &perfResult{messages: rcnt, allocs: mem.end(), elapsed: time.Since(base)}
+	res := &result{messages: rcnt, allocs: mem.end(), elapsed: time.Since(base)}
 	res.bw = r.bwFigures(tot, last-first, sampled, &ph)
 	return res, nil
 }
@@ -304,9 +337,9 @@ func (r *perfRun) runBWServer() (*perfResult, error) {
 // bwFigures are a bandwidth test's averages as print_report_bw computes
 // them: over the tot messages and their span (iterations), or over the
 // messages sampled in the sample period (duration).
-func (r *perfRun) bwFigures(tot uint64, span time.Duration, sampled uint64, ph *perfPhases) *perfBW {
+func (r *session) bwFigures(tot uint64, span time.Duration, sampled uint64, ph *phases) *bwResult {
 	size := r.o.size
-	b := &perfBW{size: uint64(size)}
+	b := &bwResult{size: uint64(size)}
 	if r.o.duration > 0 {
 		from, to := ph.window()
 		b.iters = sampled
@@ -320,7 +353,7 @@ func (r *perfRun) bwFigures(tot uint64, span time.Duration, sampled uint64, ph *
 
 // runLatSend is run_iter_lat_send: the client sends first; each side
 // waits for the other's message before sending the next.
-func (r *perfRun) runLatSend() (*perfResult, error) {
+func (r *session) runLatSend() (*result, error) {
 	o := r.o
 	dur := o.duration > 0
 	iters := uint64(o.iters)
@@ -329,11 +362,11 @@ func (r *perfRun) runLatSend() (*perfResult, error) {
 	wr := r.latWR()
 	rwr := r.recvWRs(0, 1)
 	wc := make([]roce.WC, 1)
-	w := newCQWaiter(r.latSpin())
+	w := cqwait.New(r.latSpin())
 	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, rcnt, sampled uint64
-	var mem perfMem
+	var mem allocSampler
 	mem.begin()
 	base := time.Now()
 	for scnt < iters || rcnt < iters || dur && ph.at(time.Since(base)) != phaseEnd {
@@ -349,7 +382,7 @@ func (r *perfRun) runLatSend() (*perfResult, error) {
 				ph.start = time.Since(base)
 			}
 			if wc[0].Status != roce.Success {
-				return nil, perfWCError("receive", &wc[0], rcnt, iters)
+				return nil, wcError("receive", &wc[0], rcnt, iters)
 			}
 			rcnt++
 			if dur && ph.at(time.Since(base)) == phaseSample {
@@ -380,7 +413,7 @@ func (r *perfRun) runLatSend() (*perfResult, error) {
 					return nil, fmt.Errorf("send %d of %d: %w", scnt, iters, err)
 				}
 				if ne > 0 && wc[0].Status != roce.Success {
-					return nil, perfWCError("send", &wc[0], scnt, iters)
+					return nil, wcError("send", &wc[0], scnt, iters)
 				}
 			}
 		}
@@ -391,7 +424,7 @@ func (r *perfRun) runLatSend() (*perfResult, error) {
 // runLatWrite is run_iter_lat_write: each side RDMA WRITEs into the
 // other's buffer, whose last byte carries the iteration number, and
 // spins on its own buffer for the peer's; the server writes first.
-func (r *perfRun) runLatWrite() (*perfResult, error) {
+func (r *session) runLatWrite() (*result, error) {
 	o := r.o
 	dur := o.duration > 0
 	iters := uint64(o.iters)
@@ -402,11 +435,11 @@ func (r *perfRun) runLatWrite() (*perfResult, error) {
 	postByte := &r.buf[o.size-1]               // the last byte of what this side writes
 	pollByte := &r.buf[o.qps*r.bufSz+o.size-1] // the last byte the peer writes here
 	wc := make([]roce.WC, 1)
-	w := newCQWaiter(r.latSpin())
+	w := cqwait.New(r.latSpin())
 	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, ccnt, rcnt, sampled uint64
-	var mem perfMem
+	var mem allocSampler
 	mem.begin()
 	base := time.Now()
 	ph.start = 0
@@ -437,7 +470,7 @@ func (r *perfRun) runLatWrite() (*perfResult, error) {
 			}
 			if ne > 0 {
 				if wc[0].Status != roce.Success {
-					return nil, perfWCError("send", &wc[0], ccnt, iters)
+					return nil, wcError("send", &wc[0], ccnt, iters)
 				}
 				ccnt++
 				if dur && ph.at(time.Since(base)) == phaseSample {
@@ -451,7 +484,7 @@ func (r *perfRun) runLatWrite() (*perfResult, error) {
 
 // runLatRead is run_iter_lat for READ and atomics: post one, wait for
 // its completion, again.
-func (r *perfRun) runLatRead() (*perfResult, error) {
+func (r *session) runLatRead() (*result, error) {
 	o := r.o
 	dur := o.duration > 0
 	iters := uint64(o.iters)
@@ -459,11 +492,11 @@ func (r *perfRun) runLatRead() (*perfResult, error) {
 	wr := r.latWR()
 	wr[0].Flags = roce.Signaled
 	wc := make([]roce.WC, 1)
-	w := newCQWaiter(r.latSpin())
+	w := cqwait.New(r.latSpin())
 	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, sampled uint64
-	var mem perfMem
+	var mem allocSampler
 	mem.begin()
 	base := time.Now()
 	ph.start = 0
@@ -481,7 +514,7 @@ func (r *perfRun) runLatRead() (*perfResult, error) {
 		}
 		if ne > 0 {
 			if wc[0].Status != roce.Success {
-				return nil, perfWCError("send", &wc[0], scnt-1, iters)
+				return nil, wcError("send", &wc[0], scnt-1, iters)
 			}
 			if dur && ph.at(time.Since(base)) == phaseSample {
 				sampled++
@@ -493,13 +526,13 @@ func (r *perfRun) runLatRead() (*perfResult, error) {
 
 // latWR returns the one work request a latency test posts on QP 0, over
 // and over.
-func (r *perfRun) latWR() []roce.SendWR {
+func (r *session) latWR() []roce.SendWR {
 	return []roce.SendWR{r.sendWR(0, make([]roce.SGE, 1))}
 }
 
 // postTimes returns room for a latency test's posting times: one per
 // iteration; none in a duration run.
-func (r *perfRun) postTimes() []time.Duration {
+func (r *session) postTimes() []time.Duration {
 	if r.o.duration > 0 {
 		return nil
 	}
@@ -508,7 +541,7 @@ func (r *perfRun) postTimes() []time.Duration {
 
 // latSpin is how a latency test waits: it busy-polls where that pays
 // (libibverbs, or a transport that busy-polls too).
-func (r *perfRun) latSpin() time.Duration {
+func (r *session) latSpin() time.Duration {
 	if r.spin != 0 {
 		return -1
 	}
@@ -517,9 +550,9 @@ func (r *perfRun) latSpin() time.Duration {
 
 // waitOne waits for one completion on cq. In a duration run that may
 // end while waiting (untilEnd), it returns 0 once the run's time is up.
-func (r *perfRun) waitOne(w *cqWaiter, cq roce.CQ, wc []roce.WC, untilEnd bool, ph *perfPhases, base time.Time) (int, error) {
+func (r *session) waitOne(w *cqwait.Waiter, cq roce.CQ, wc []roce.WC, untilEnd bool, ph *phases, base time.Time) (int, error) {
 	for {
-		ne, err := w.pollFor(r.ctx, cq, wc, 10*time.Millisecond)
+		ne, err := w.PollFor(r.ctx, cq, wc, 10*time.Millisecond)
 		if ne > 0 || err != nil {
 			return ne, err
 		}
@@ -534,9 +567,9 @@ func (r *perfRun) waitOne(w *cqWaiter, cq roce.CQ, wc []roce.WC, untilEnd bool, 
 // receive path runs on this thread between looks; otherwise the software
 // device sleeps a little between them, so that the engine's goroutines
 // run.
-func (r *perfRun) waitByte(p *byte, want byte, dur bool, ph *perfPhases, base time.Time) error {
+func (r *session) waitByte(p *byte, want byte, dur bool, ph *phases, base time.Time) error {
 	for i := 1; ; i++ {
-		if perfLoadByte(p) == want {
+		if loadByte(p) == want {
 			return nil
 		}
 		if r.progress != nil && r.progress() > 0 {
@@ -558,7 +591,7 @@ func (r *perfRun) waitByte(p *byte, want byte, dur bool, ph *perfPhases, base ti
 	}
 }
 
-// perfLoadByte reads a byte that the RDMA device writes behind the program's
+// loadByte reads a byte that the RDMA device writes behind the program's
 // back, as perftest's volatile poll does: the software engine writes it
 // from its own goroutine, a NIC by DMA. It is kept out of the race
 // detector's view (the write is a remote peer's, ordered by the
@@ -567,4 +600,4 @@ func (r *perfRun) waitByte(p *byte, want byte, dur bool, ph *perfPhases, base ti
 //
 //go:norace
 //go:noinline
-func perfLoadByte(p *byte) byte { return *p }
+func loadByte(p *byte) byte { return *p }

@@ -1,4 +1,4 @@
-package main
+package perf
 
 // roce perf's output: perftest's header, address lines and result tables
 // (perftest_parameters.c and perftest_communication.c of v4.5-0.17, with
@@ -14,29 +14,29 @@ import (
 	"github.com/goroce/goroce/oob"
 )
 
-// perfBW is a bandwidth test's result: perftest's bw_report_data. Rates
+// bwResult is a bandwidth test's result: perftest's bw_report_data. Rates
 // are in MiB/s (perftest's "MB/sec") and millions of messages per second.
-type perfBW struct {
+type bwResult struct {
 	size, iters     uint64
 	peak, avg, rate float64
 }
 
-func (b *perfBW) report() oob.BWReport {
+func (b *bwResult) report() oob.BWReport {
 	return oob.BWReport{Size: b.size, Iters: b.iters, BWPeak: b.peak, BWAvg: b.avg, MsgRateAvg: b.rate}
 }
 
-// perfLatDur is a latency test's result in duration mode.
-type perfLatDur struct {
+// latDurResult is a latency test's result in duration mode.
+type latDurResult struct {
 	size, iters uint64
 	avg, tps    float64
 }
 
-// perfResult is what one side of a run measured (or, for a bandwidth
+// result is what one side of a run measured (or, for a bandwidth
 // server, what its client reported).
-type perfResult struct {
-	bw       *perfBW
+type result struct {
+	bw       *bwResult
 	lat      *perfstat.Latency
-	latDur   *perfLatDur
+	latDur   *latDurResult
 	fromPeer bool
 	messages uint64 // work requests posted or messages received here
 	allocs   uint64 // heap allocations during the traffic
@@ -46,12 +46,12 @@ type perfResult struct {
 // latResult makes a latency result from the posting times (iterations)
 // or the sample period (duration), as print_report_lat and
 // print_report_lat_duration do.
-func (r *perfRun) latResult(tposted []time.Duration, sampled uint64, ph *perfPhases, msgs, allocs uint64, elapsed time.Duration, rtt int) *perfResult {
-	res := &perfResult{messages: msgs, allocs: allocs, elapsed: elapsed}
+func (r *session) latResult(tposted []time.Duration, sampled uint64, ph *phases, msgs, allocs uint64, elapsed time.Duration, rtt int) *result {
+	res := &result{messages: msgs, allocs: allocs, elapsed: elapsed}
 	size := uint64(r.o.size)
 	if r.o.duration > 0 {
 		from, to := ph.window()
-		d := &perfLatDur{size: size, iters: sampled}
+		d := &latDurResult{size: size, iters: sampled}
 		if us := float64((to - from).Nanoseconds()) / 1e3; sampled > 0 && us > 0 {
 			d.avg = us / float64(rtt) / float64(sampled)
 			d.tps = float64(sampled) / (us / 1e6)
@@ -64,22 +64,22 @@ func (r *perfRun) latResult(tposted []time.Duration, sampled uint64, ph *perfPha
 	return res
 }
 
-// perfHex formats v as C's "%#0*x" does: zero-padded to width including
+// cHex formats v as C's "%#0*x" does: zero-padded to width including
 // the "0x", which C leaves out for 0.
-func perfHex(v uint64, width int) string {
+func cHex(v uint64, width int) string {
 	if v == 0 {
 		return fmt.Sprintf("%0*x", width, 0)
 	}
 	return "0x" + fmt.Sprintf("%0*x", max(width-2, 0), v)
 }
 
-var perfTestNames = [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic"}
+var testNames = [...]string{"Send", "RDMA_Write", "RDMA_Read", "Atomic"}
 
 // printHeader is ctx_print_test_info.
-func (r *perfRun) printHeader() {
+func (r *session) printHeader() {
 	o := r.o
-	title := perfTestNames[o.verb] + " "
-	if o.verb == perfAtomic {
+	title := testNames[o.verb] + " "
+	if o.verb == verbAtomic {
 		title += o.atomic + " "
 	}
 	if o.lat {
@@ -87,7 +87,7 @@ func (r *perfRun) printHeader() {
 	} else {
 		title += "BW "
 	}
-	r.print(perfResultLine)
+	r.print(resultLine)
 	r.print("                    %sTest\n", title)
 	r.print(" Dual-port       : OFF\t\tDevice         : %s\n", r.devNm)
 	r.print(" Number of qps   : %d\t\tTransport type : IB\n", o.qps)
@@ -97,7 +97,7 @@ func (r *perfRun) printHeader() {
 	if r.role == oob.Client {
 		r.print(" TX depth        : %d\n", o.txDepth)
 	}
-	if o.verb == perfSend && r.role == oob.Server {
+	if o.verb == verbSend && r.role == oob.Server {
 		r.print(" RX depth        : %d\n", o.rxDepth)
 	}
 	if !o.lat {
@@ -106,7 +106,7 @@ func (r *perfRun) printHeader() {
 	r.print(" Mtu             : %d[B]\n", r.mtu.Bytes())
 	r.print(" Link type       : Ethernet\n")
 	r.print(" GID index       : %d\n", r.gidIdx)
-	if o.verb == perfRead || o.verb == perfAtomic {
+	if o.verb == verbRead || o.verb == verbAtomic {
 		r.print(" Outstand reads  : %d\n", r.local[0].OutReads)
 	} else {
 		r.print(" Max inline data : 0[B]\n")
@@ -114,28 +114,28 @@ func (r *perfRun) printHeader() {
 	if !o.rdmaCM {
 		r.print(" rdma_cm QPs\t : OFF\n")
 		r.print(" Data ex. method : Ethernet\n")
-		r.print(perfResultLine)
+		r.print(resultLine)
 		return
 	}
 	r.print(" rdma_cm QPs\t : ON\n")
 	r.print(" Data ex. method : rdma_cm")
 	if r.role == oob.Server {
-		r.print("\n" + perfResultLine)
+		r.print("\n" + resultLine)
 		r.print(" Waiting for client rdma_cm QP to connect\n")
 		r.print(" Please run the same command with the IB/RoCE interface IP")
 	}
-	r.print("\n" + perfResultLine)
+	r.print("\n" + resultLine)
 }
 
 // printDest is ctx_print_pingpong_data.
-func (r *perfRun) printDest(side string, d *oob.PerftestDest) {
-	line := " " + side + " address: LID " + perfHex(uint64(d.LID), 4) + " QPN " + perfHex(uint64(d.QPN), 6) +
-		" PSN " + perfHex(uint64(d.PSN), 6)
-	if r.o.verb == perfRead {
-		line += " OUT " + perfHex(uint64(d.OutReads), 4)
+func (r *session) printDest(side string, d *oob.PerftestDest) {
+	line := " " + side + " address: LID " + cHex(uint64(d.LID), 4) + " QPN " + cHex(uint64(d.QPN), 6) +
+		" PSN " + cHex(uint64(d.PSN), 6)
+	if r.o.verb == verbRead {
+		line += " OUT " + cHex(uint64(d.OutReads), 4)
 	}
-	if r.o.verb == perfRead || r.o.verb == perfWrite {
-		line += " RKey " + perfHex(uint64(d.RKey), 8) + " VAddr " + perfHex(d.VAddr, 16)
+	if r.o.verb == verbRead || r.o.verb == verbWrite {
+		line += " RKey " + cHex(uint64(d.RKey), 8) + " VAddr " + cHex(d.VAddr, 16)
 	}
 	gid := " GID: "
 	for i, b := range d.GID {
@@ -147,17 +147,17 @@ func (r *perfRun) printDest(side string, d *oob.PerftestDest) {
 	r.print("%s\n%s\n", line, gid)
 }
 
-func (r *perfRun) printBWTitle() {
-	r.print(perfResultLine)
+func (r *session) printBWTitle() {
+	r.print(resultLine)
 	r.print(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
 }
 
-func (r *perfRun) printBW(b *perfBW) {
+func (r *session) printBW(b *bwResult) {
 	r.print(" %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", b.size, b.iters, b.peak, b.avg, b.rate)
 }
 
-func (r *perfRun) printLatTitle() {
-	r.print(perfResultLine)
+func (r *session) printLatTitle() {
+	r.print(resultLine)
 	if r.o.duration > 0 {
 		r.print(" #bytes        #iterations       t_avg[usec]    tps average\n")
 		return
@@ -166,7 +166,7 @@ func (r *perfRun) printLatTitle() {
 		"   99% percentile[usec]   99.9% percentile[usec] \n")
 }
 
-func (r *perfRun) printLat(res *perfResult) {
+func (r *session) printLat(res *result) {
 	if d := res.latDur; d != nil {
 		r.print(" %-7d       %d            %-7.2f        %-7.2f\n", d.size, d.iters, d.avg, d.tps)
 		return
@@ -176,8 +176,8 @@ func (r *perfRun) printLat(res *perfResult) {
 		l.Size, l.Iters, l.Min, l.Max, l.Typical, l.Avg, l.Stdev, l.P99, l.P999)
 }
 
-// perfJSON is the --json object.
-type perfJSON struct {
+// jsonReport is the --json object.
+type jsonReport struct {
 	Test      string         `json:"test"`
 	Role      string         `json:"role"`
 	Device    string         `json:"device"`
@@ -190,8 +190,8 @@ type perfJSON struct {
 	OutReads  int            `json:"outstanding_reads,omitempty"`
 	Atomic    string         `json:"atomic_type,omitempty"`
 	Duration  int            `json:"duration_s,omitempty"`
-	Local     []perfJSONDest `json:"local"`
-	Remote    []perfJSONDest `json:"remote"`
+	Local     []jsonDest     `json:"local"`
+	Remote    []jsonDest     `json:"remote"`
 	Source    string         `json:"source"` // "local", "peer" (a bandwidth server prints its client's) or "none"
 	Results   map[string]any `json:"results,omitempty"`
 	Messages  uint64         `json:"messages,omitempty"`
@@ -200,7 +200,7 @@ type perfJSON struct {
 	Elapsed   float64        `json:"elapsed_s,omitempty"`
 }
 
-type perfJSONDest struct {
+type jsonDest struct {
 	QPN   uint32 `json:"qpn"`
 	PSN   uint32 `json:"psn"`
 	RKey  uint32 `json:"rkey"`
@@ -208,34 +208,34 @@ type perfJSONDest struct {
 	GID   string `json:"gid"`
 }
 
-func perfJSONDests(ds []oob.PerftestDest) []perfJSONDest {
-	out := make([]perfJSONDest, len(ds))
+func jsonDests(ds []oob.PerftestDest) []jsonDest {
+	out := make([]jsonDest, len(ds))
 	for i, d := range ds {
-		out[i] = perfJSONDest{QPN: d.QPN, PSN: d.PSN, RKey: d.RKey, VAddr: "0x" + strconv.FormatUint(d.VAddr, 16),
+		out[i] = jsonDest{QPN: d.QPN, PSN: d.PSN, RKey: d.RKey, VAddr: "0x" + strconv.FormatUint(d.VAddr, 16),
 			GID: oob.AddrFromGID(d.GID).String()}
 	}
 	return out
 }
 
 // printJSON prints the run as one JSON object, with --json.
-func (r *perfRun) printJSON() error {
+func (r *session) printJSON() error {
 	o := r.o
 	if !o.json {
 		return nil
 	}
-	j := perfJSON{Test: o.tool(), Role: r.role.String(), Device: r.devNm, Backend: o.backend, QPs: o.qps,
-		MTU: r.mtu.Bytes(), TxDepth: o.txDepth, Duration: o.duration, Local: perfJSONDests(r.local),
-		Remote: perfJSONDests(r.remote), Source: "none"}
+	j := jsonReport{Test: o.tool(), Role: r.role.String(), Device: r.devNm, Backend: o.backend, QPs: o.qps,
+		MTU: r.mtu.Bytes(), TxDepth: o.txDepth, Duration: o.duration, Local: jsonDests(r.local),
+		Remote: jsonDests(r.remote), Source: "none"}
 	if !o.lat {
 		j.CQMod = o.cqMod
 	}
-	if o.verb == perfSend {
+	if o.verb == verbSend {
 		j.RxDepth = o.rxDepth
 	}
-	if o.verb == perfRead || o.verb == perfAtomic {
+	if o.verb == verbRead || o.verb == verbAtomic {
 		j.OutReads = int(r.local[0].OutReads)
 	}
-	if o.verb == perfAtomic {
+	if o.verb == verbAtomic {
 		j.Atomic = o.atomic
 	}
 	if res := r.result; res != nil {

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"bytes"
@@ -47,25 +47,25 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 		return false
 	}})
 	t.Cleanup(func() { n.Close() })
-	open := func(addr netip.Addr, role oob.Role) *perfCM {
+	open := func(addr netip.Addr, role oob.Role) *cmExchange {
 		dev, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: addr})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { dev.Close() })
-		c, err := newPerfCMComm(dev, role, 0)
+		c, err := newCMExchange(dev, role, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	cli, srv := open(cliAddr, oob.Client), open(srvAddr, oob.Server)
+	cl, srv := open(cliAddr, oob.Client), open(srvAddr, oob.Server)
 	// A long ACK timeout: the client must not retry within the test.
 	p := &roce.ConnParams{Timeout: 20}
-	if err := roce.Connect(cli.qp, &roce.Remote{QPN: srv.qp.QPN(), GID: srvAddr.As16()}, p); err != nil {
+	if err := roce.Connect(cl.qp, &roce.Remote{QPN: srv.qp.QPN(), GID: srvAddr.As16()}, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := roce.Connect(srv.qp, &roce.Remote{QPN: cli.qp.QPN(), GID: cliAddr.As16()}, p); err != nil {
+	if err := roce.Connect(srv.qp, &roce.Remote{QPN: cl.qp.QPN(), GID: cliAddr.As16()}, p); err != nil {
 		t.Fatal(err)
 	}
 
@@ -73,7 +73,7 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 	defer cancel()
 	out, in := []byte("client is finished"), make([]byte, len("server is finished"))
 	done := make(chan error, 1)
-	go func() { done <- cli.exchange(ctx, "close_connection handshake", out, in) }()
+	go func() { done <- cl.exchange(ctx, "close_connection handshake", out, in) }()
 
 	got := make([]byte, len(out))
 	if err := srv.recv(ctx, "close_connection handshake", got); err != nil {
@@ -97,7 +97,7 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	// What the cm does with the QP when the server's DREQ comes.
-	if err := cli.qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
+	if err := cl.qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	err := <-done

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/internal/perfstat"
 )
 
@@ -45,13 +47,13 @@ func BenchmarkPerf(b *testing.B) {
 			args := append(append([]string(nil), c.args...), "-n", strconv.Itoa(n), "--json")
 			b.ReportAllocs()
 			b.ResetTimer()
-			srv, cli := perfBenchPair(b, args)
+			srv, cl := perfBenchPair(b, args)
 			b.StopTimer()
-			var js perfJSON
-			if cli.code != exitOK || srv.code != exitOK {
-				b.Fatalf("exit %d/%d\n%s%s\n%s%s", srv.code, cli.code, srv.stdout, srv.stderr, cli.stdout, cli.stderr)
+			var js jsonReport
+			if cl.Code != cli.ExitOK || srv.Code != cli.ExitOK {
+				b.Fatalf("exit %d/%d\n%s%s\n%s%s", srv.Code, cl.Code, srv.Stdout, srv.Stderr, cl.Stdout, cl.Stderr)
 			}
-			if err := json.Unmarshal([]byte(cli.stdout), &js); err != nil {
+			if err := json.Unmarshal([]byte(cl.Stdout), &js); err != nil {
 				b.Fatal(err)
 			}
 			if js.AllocsMsg != nil {
@@ -71,9 +73,9 @@ func BenchmarkPerf(b *testing.B) {
 }
 
 // perfBenchPair is perfPair for benchmarks: UDP only, with a longer limit.
-func perfBenchPair(b *testing.B, args []string) (srv, cli toolRun) {
-	tcp, udp := toolPorts(b)
+func perfBenchPair(b *testing.B, args []string) (srv, cl clitest.Result) {
+	tcp, udp := clitest.Ports(b)
 	common := append([]string{"-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp), "--timeout", "60s"}, args...)
-	return runToolPair(b, perfT, "", append([]string{"--bind", "127.0.0.1"}, common...),
+	return clitest.RunPair(b, Cmd, "", append([]string{"--bind", "127.0.0.1"}, common...),
 		append(append([]string{"--bind", "127.0.0.2"}, common...), "127.0.0.1"), nil, 5*time.Minute)
 }

@@ -1,7 +1,6 @@
-package main
+package perf
 
 import (
-	"bytes"
 	"encoding/json"
 	"net"
 	"regexp"
@@ -10,12 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/transport/mem"
 )
-
-func perfT(args []string, stdout, stderr *toolBuffer, env *toolEnv) int {
-	return perfMain(args, stdout, stderr, env)
-}
 
 var (
 	perfBWLine = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d) *\t\t   (\d+\.\d{6})$`)
@@ -28,7 +25,7 @@ var (
 
 // perfPair runs a roce perf server and client over loopback UDP (or the
 // in-memory link) with the same test arguments.
-func perfPair(t *testing.T, useMem bool, args ...string) (srv, cli toolRun) {
+func perfPair(t *testing.T, useMem bool, args ...string) (srv, cl clitest.Result) {
 	t.Helper()
 	ready := "Waiting for client to connect..."
 	for _, a := range args {
@@ -37,14 +34,14 @@ func perfPair(t *testing.T, useMem bool, args ...string) (srv, cli toolRun) {
 		}
 	}
 	t.Helper()
-	tcp, udp := toolPorts(t)
+	tcp, udp := clitest.Ports(t)
 	common := append([]string{"-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp), "--timeout", "30s"}, args...)
 	saddr, caddr := "127.0.0.1", "127.0.0.2"
-	var env *toolEnv
+	var memNet *mem.Network
 	if useMem {
 		n := mem.NewNetwork(&mem.Config{Live: true})
 		t.Cleanup(func() { n.Close() })
-		env = &toolEnv{memNet: n}
+		memNet = n
 		saddr, caddr = "198.18.0.1", "198.18.0.2"
 		common = append(common, "--transport", "mem")
 	}
@@ -54,8 +51,8 @@ func perfPair(t *testing.T, useMem bool, args ...string) (srv, cli toolRun) {
 			server = saddr // rdma_cm reaches the server's device
 		}
 	}
-	return runToolPair(t, perfT, ready, append([]string{"--bind", saddr}, common...),
-		append(append([]string{"--bind", caddr}, common...), server), env, 2*time.Minute)
+	return clitest.RunPair(t, Cmd, ready, append([]string{"--bind", saddr}, common...),
+		append(append([]string{"--bind", caddr}, common...), server), memNet, 2*time.Minute)
 }
 
 func TestPerf(t *testing.T) {
@@ -90,16 +87,16 @@ func TestPerf(t *testing.T) {
 		{"atomic bw rdma_cm", []string{"atomic", "-R", "-n", "50"}, false, "bw", "bw", 8, 50},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			srv, cli := perfPair(t, c.mem, c.args...)
+			srv, cl := perfPair(t, c.mem, c.args...)
 			for _, r := range []struct {
 				who  string
-				run  toolRun
+				run  clitest.Result
 				want string
-			}{{"server", srv, c.server}, {"client", cli, c.client}} {
-				if r.run.code != exitOK {
-					t.Fatalf("%s: exit %d\n%s%s", r.who, r.run.code, r.run.stdout, r.run.stderr)
+			}{{"server", srv, c.server}, {"client", cl, c.client}} {
+				if r.run.Code != cli.ExitOK {
+					t.Fatalf("%s: exit %d\n%s%s", r.who, r.run.Code, r.run.Stdout, r.run.Stderr)
 				}
-				out := r.run.stdout
+				out := r.run.Stdout
 				addrs := perfAddrLine.FindAllStringSubmatch(out, -1)
 				if len(addrs) != 2*max(1, strings.Count(out, " local address")) || len(addrs) < 2 {
 					t.Errorf("%s: %d address lines:\n%s", r.who, len(addrs), out)
@@ -144,12 +141,12 @@ func TestPerf(t *testing.T) {
 				}
 			}
 			// The client's local entry is what the server heard.
-			sl := perfAddrLine.FindAllStringSubmatch(srv.stdout, -1)
-			cl := perfAddrLine.FindAllStringSubmatch(cli.stdout, -1)
-			if len(sl) > 0 && len(cl) > 0 {
-				n := len(cl) / 2
-				if cl[0][2] != sl[n][2] || cl[0][3] != sl[n][3] {
-					t.Errorf("client QPN %s PSN %s, server heard %s %s", cl[0][2], cl[0][3], sl[n][2], sl[n][3])
+			sl := perfAddrLine.FindAllStringSubmatch(srv.Stdout, -1)
+			ca := perfAddrLine.FindAllStringSubmatch(cl.Stdout, -1)
+			if len(sl) > 0 && len(ca) > 0 {
+				n := len(ca) / 2
+				if ca[0][2] != sl[n][2] || ca[0][3] != sl[n][3] {
+					t.Errorf("client QPN %s PSN %s, server heard %s %s", ca[0][2], ca[0][3], sl[n][2], sl[n][3])
 				}
 			}
 		})
@@ -159,7 +156,7 @@ func TestPerf(t *testing.T) {
 // TestPerfHeader compares the header with perftest's, line by line,
 // where it does not depend on the device.
 func TestPerfHeader(t *testing.T) {
-	srv, cli := perfPair(t, false, "read", "-s", "4096", "-n", "20")
+	srv, cl := perfPair(t, false, "read", "-s", "4096", "-n", "20")
 	wantClient := "---------------------------------------------------------------------------------------\n" +
 		"                    RDMA_Read BW Test\n" +
 		" Dual-port       : OFF\t\tDevice         : goroce:127.0.0.2\n" +
@@ -169,22 +166,22 @@ func TestPerfHeader(t *testing.T) {
 		" ibv_wr* API     : OFF\n" +
 		" TX depth        : 20\n" +
 		" CQ Moderation   : 20\n"
-	if !strings.HasPrefix(cli.stdout, wantClient) {
-		t.Errorf("client header:\n%s\nwant it to start with\n%s", cli.stdout, wantClient)
+	if !strings.HasPrefix(cl.Stdout, wantClient) {
+		t.Errorf("client header:\n%s\nwant it to start with\n%s", cl.Stdout, wantClient)
 	}
 	for _, want := range []string{" Outstand reads  : 128\n", " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n",
 		" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:01\n",
 		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"} {
-		if !strings.Contains(cli.stdout, want) || !strings.Contains(srv.stdout, want) {
-			t.Errorf("no %q in\n%s\n%s", want, cli.stdout, srv.stdout)
+		if !strings.Contains(cl.Stdout, want) || !strings.Contains(srv.Stdout, want) {
+			t.Errorf("no %q in\n%s\n%s", want, cl.Stdout, srv.Stdout)
 		}
 	}
-	if !strings.HasPrefix(srv.stdout, "\n************************************\n* Waiting for client to connect... *\n") ||
-		strings.Contains(srv.stdout, "TX depth") {
-		t.Errorf("server header:\n%s", srv.stdout)
+	if !strings.HasPrefix(srv.Stdout, "\n************************************\n* Waiting for client to connect... *\n") ||
+		strings.Contains(srv.Stdout, "TX depth") {
+		t.Errorf("server header:\n%s", srv.Stdout)
 	}
 	// The server prints the client's figures.
-	if a, b := perfBWLine.FindString(srv.stdout), perfBWLine.FindString(cli.stdout); a != b || a == "" {
+	if a, b := perfBWLine.FindString(srv.Stdout), perfBWLine.FindString(cl.Stdout); a != b || a == "" {
 		t.Errorf("server line %q, client line %q", a, b)
 	}
 }
@@ -201,19 +198,19 @@ func TestPerfDuration(t *testing.T) {
 		{[]string{"send", "--lat", "-D", "2"}, true, true},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			srv, cli := perfPair(t, false, c.args...)
-			for _, r := range []toolRun{srv, cli} {
-				if r.code != exitOK {
-					t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			srv, cl := perfPair(t, false, c.args...)
+			for _, r := range []clitest.Result{srv, cl} {
+				if r.Code != cli.ExitOK {
+					t.Fatalf("exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 				}
 			}
 			re := perfBWLine
 			if c.lat {
 				re = perfLatDurRow
 			}
-			m := re.FindStringSubmatch(cli.stdout)
+			m := re.FindStringSubmatch(cl.Stdout)
 			if m == nil {
-				t.Fatalf("no result line:\n%s", cli.stdout)
+				t.Fatalf("no result line:\n%s", cl.Stdout)
 			}
 			if n, _ := strconv.Atoi(m[2]); n < 1 {
 				t.Errorf("%s iterations in the sample", m[2])
@@ -221,25 +218,25 @@ func TestPerfDuration(t *testing.T) {
 			if !c.lat && m[3] != "0.00" {
 				t.Errorf("peak %s in duration mode, perftest prints 0.00", m[3])
 			}
-			if c.server && re.FindString(srv.stdout) == "" {
-				t.Errorf("server printed no result:\n%s", srv.stdout)
+			if c.server && re.FindString(srv.Stdout) == "" {
+				t.Errorf("server printed no result:\n%s", srv.Stdout)
 			}
 		})
 	}
 }
 
 func TestPerfJSON(t *testing.T) {
-	srv, cli := perfPair(t, false, "write", "-s", "4096", "-n", "100", "--json")
-	var js [2]perfJSON
-	for i, r := range []toolRun{srv, cli} {
-		if r.code != exitOK {
-			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	srv, cl := perfPair(t, false, "write", "-s", "4096", "-n", "100", "--json")
+	var js [2]jsonReport
+	for i, r := range []clitest.Result{srv, cl} {
+		if r.Code != cli.ExitOK {
+			t.Fatalf("exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 		}
-		if strings.Count(r.stdout, "\n") != 1 {
-			t.Fatalf("want one line of JSON, got\n%s", r.stdout)
+		if strings.Count(r.Stdout, "\n") != 1 {
+			t.Fatalf("want one line of JSON, got\n%s", r.Stdout)
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &js[i]); err != nil {
-			t.Fatalf("%v: %s", err, r.stdout)
+		if err := json.Unmarshal([]byte(r.Stdout), &js[i]); err != nil {
+			t.Fatalf("%v: %s", err, r.Stdout)
 		}
 	}
 	s, c := js[0], js[1]
@@ -261,12 +258,12 @@ func TestPerfJSON(t *testing.T) {
 }
 
 func TestPerfNoServer(t *testing.T) {
-	tcp, udp := toolPorts(t)
-	var out, errb bytes.Buffer
+	tcp, udp := clitest.Ports(t)
+	out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
 	start := time.Now()
-	code := runPerf([]string{"write", "--bind", "127.0.0.2", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp),
-		"127.0.0.1"}, &out, &errb)
-	if code != exitFailure || !strings.Contains(errb.String(), "couldn't connect to 127.0.0.1:"+strconv.Itoa(tcp)) {
+	code := clitest.Run(Cmd, nil, out, errb, []string{"write", "--bind", "127.0.0.2", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp),
+		"127.0.0.1"}...)
+	if code != cli.ExitFailure || !strings.Contains(errb.String(), "couldn't connect to 127.0.0.1:"+strconv.Itoa(tcp)) {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 	if d := time.Since(start); d > 10*time.Second {
@@ -276,11 +273,11 @@ func TestPerfNoServer(t *testing.T) {
 
 // TestPerfServerTimeout: nobody comes; the server says so at --timeout.
 func TestPerfServerTimeout(t *testing.T) {
-	tcp, udp := toolPorts(t)
-	var out, errb bytes.Buffer
-	code := runPerf([]string{"send", "--bind", "127.0.0.1", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp),
-		"--timeout", "300ms"}, &out, &errb)
-	if code != exitFailure || !strings.Contains(errb.String(), "no client connected") {
+	tcp, udp := clitest.Ports(t)
+	out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+	code := clitest.Run(Cmd, nil, out, errb, []string{"send", "--bind", "127.0.0.1", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp),
+		"--timeout", "300ms"}...)
+	if code != cli.ExitFailure || !strings.Contains(errb.String(), "no client connected") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 }
@@ -288,15 +285,14 @@ func TestPerfServerTimeout(t *testing.T) {
 // TestPerfPeerGone: the client goes away in the middle of the exchange;
 // the server reports it instead of waiting.
 func TestPerfPeerGone(t *testing.T) {
-	tcp, udp := toolPorts(t)
-	sout, serr := newToolBuffer("Waiting for client"), newToolBuffer("")
+	tcp, udp := clitest.Ports(t)
+	sout, serr := clitest.NewBuffer("Waiting for client"), clitest.NewBuffer("")
 	done := make(chan int, 1)
 	go func() {
-		done <- perfMain([]string{"write", "--bind", "127.0.0.1", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp)},
-			sout, serr, nil)
+		done <- clitest.Run(Cmd, nil, sout, serr, "write", "--bind", "127.0.0.1", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp))
 	}()
 	select {
-	case <-sout.ready:
+	case <-sout.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("server not ready")
 	}
@@ -308,7 +304,7 @@ func TestPerfPeerGone(t *testing.T) {
 	c.Close()
 	select {
 	case code := <-done:
-		if code != exitFailure || !strings.Contains(serr.String(), "oob:") {
+		if code != cli.ExitFailure || !strings.Contains(serr.String(), "oob:") {
 			t.Errorf("exit %d, stderr %q", code, serr.String())
 		}
 	case <-time.After(20 * time.Second):
@@ -325,16 +321,16 @@ func TestPerfUsage(t *testing.T) {
 		{"write", "--backend", "gpu"}, {"write", "--transport", "x"}, {"write", "--no-such-flag"},
 		{"write", "-x", "99"}, {"write", "-p", "0"}, {"write", "-R"}, {"write", "-R", "--backend", "hw", "h"},
 	} {
-		var out, errb bytes.Buffer
-		if code := runPerf(args, &out, &errb); code != exitUsage {
-			t.Errorf("perf %v: exit %d, want %d (%s)", args, code, exitUsage, errb.String())
+		out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+		if code := clitest.Run(Cmd, nil, out, errb, args...); code != cli.ExitUsage {
+			t.Errorf("perf %v: exit %d, want %d (%s)", args, code, cli.ExitUsage, errb.String())
 		}
 		if !strings.Contains(errb.String(), "roce help perf") {
 			t.Errorf("perf %v: no hint in %q", args, errb.String())
 		}
 	}
-	var out, errb bytes.Buffer
-	if code := runPerf([]string{"--help"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "usage: roce perf") {
+	out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+	if code := clitest.Run(Cmd, nil, out, errb, []string{"--help"}...); code != cli.ExitOK || !strings.Contains(out.String(), "usage: roce perf") {
 		t.Errorf("--help: exit %d, %q", code, out.String())
 	}
 }
@@ -348,9 +344,9 @@ func TestPerfNotAvailable(t *testing.T) {
 	}{
 		{[]string{"write", "--backend", "hw", "--dev-name", "rxe0", "127.0.0.1"}, "libibverbs"},
 	} {
-		var out, errb bytes.Buffer
-		code := runPerf(c.args, &out, &errb)
-		if code != exitFailure || !strings.Contains(errb.String(), c.want) {
+		out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+		code := clitest.Run(Cmd, nil, out, errb, c.args...)
+		if code != cli.ExitFailure || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("perf %v: exit %d, stderr %q", c.args, code, errb.String())
 		}
 	}
@@ -373,7 +369,7 @@ func TestPerfDefaults(t *testing.T) {
 		{[]string{"atomic", "h"}, 8, 1000, 128, 100, 1, 0, false},
 		{[]string{"write", "-D", "4", "-s", "1K", "h"}, 1024, 0, 128, 100, 1, 4, true},
 	} {
-		o, _, err := parsePerf(c.args)
+		o, err := parseT(c.args...)
 		if err != nil {
 			t.Errorf("%v: %v", c.args, err)
 			continue
@@ -384,9 +380,20 @@ func TestPerfDefaults(t *testing.T) {
 			t.Errorf("%v: size, iters, tx, cq_mod, rx, duration = %v noPeak %v, want %v %v", c.args, got, o.noPeak, want, c.noPeak)
 		}
 	}
-	if o, _, _ := parsePerf([]string{"write", "-D", "4", "h"}); o.margin != 1 {
+	if o, _ := parseT("write", "-D", "4", "h"); o.margin != 1 {
 		t.Errorf("margin %d, want D/4 = 1", o.margin)
 	}
+}
+
+// parseT parses and checks a command line of roce perf.
+func parseT(args ...string) (*options, error) {
+	o := &options{}
+	fs := cli.NewFlagSet(cli.Getopt)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.check(fs, fs.Args())
 }
 
 func perfIntsEqual(a, b []int) bool {
@@ -408,8 +415,8 @@ func TestPerfHex(t *testing.T) {
 		want string
 	}{{0, 4, "0000"}, {0x11, 6, "0x0011"}, {0x6c2eec, 6, "0x6c2eec"}, {0xc6fe2, 6, "0xc6fe2"}, {0x229, 8, "0x000229"},
 		{0x557ab7ee3000, 16, "0x00557ab7ee3000"}, {0x80, 4, "0x80"}} {
-		if got := perfHex(c.v, c.w); got != c.want {
-			t.Errorf("perfHex(%#x, %d) = %q, want %q", c.v, c.w, got, c.want)
+		if got := cHex(c.v, c.w); got != c.want {
+			t.Errorf("cHex(%#x, %d) = %q, want %q", c.v, c.w, got, c.want)
 		}
 	}
 }

@@ -1,0 +1,336 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/goroce/goroce/hwverbs"
+	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
+)
+
+// session is one run of roce perf.
+type session struct {
+	o    *options
+	out  io.Writer
+	log  *slog.Logger
+	ctx  context.Context
+	role oob.Role
+
+	dev    roce.Device
+	soft   *roce.SoftDevice // nil on a libibverbs device
+	devNm  string
+	pd     roce.PD
+	sendCQ roce.CQ
+	recvCQ roce.CQ
+	qps    []roce.QP
+	mr     roce.MR
+	buf    []byte
+	bufSz  int // BUFF_SIZE: each QP's send area and receive area
+	mtu    roce.MTU
+	sys    oob.SysData
+	gidIdx int
+	spin   time.Duration
+	// progress drives a busy-polled software device's receive path from
+	// a thread that spins on memory (write latency); nil otherwise.
+	progress func() int
+
+	local  []oob.PerftestDest
+	remote []oob.PerftestDest
+	pt     exchanger
+	cm     *cmExchange // -R
+
+	result *result
+}
+
+// main runs the test within --timeout (and -D), and closes what it
+// opened.
+func (r *session) main(ctx context.Context) error {
+	o := r.o
+	if o.backend == "soft" {
+		if _, err := o.dev.Config(""); err != nil {
+			return err
+		}
+	} else if !hwverbs.Built {
+		return fmt.Errorf("--backend hw: %w", hwverbs.ErrNotBuilt)
+	}
+	limit := o.timeout + time.Duration(o.duration)*time.Second
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	r.ctx = ctx
+	err := r.run()
+	r.closeCM()
+	if r.dev != nil {
+		r.dev.Close()
+	}
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (gave up after --timeout %v)", err, limit)
+	}
+	return err
+}
+
+func (r *session) print(format string, args ...any) {
+	if !r.o.json {
+		fmt.Fprintf(r.out, format, args...)
+	}
+}
+
+func (r *session) oobConfig() *oob.Config {
+	return &oob.Config{Timeout: r.o.timeout, Logger: r.log}
+}
+
+func (r *session) run() error {
+	o := r.o
+	var err error
+	r.role = oob.Server
+	if o.server != "" {
+		r.role = oob.Client
+	}
+	closeConn, err := r.openExchange()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if _, err := r.pt.ExchangeVersions(r.ctx); err != nil {
+		return err
+	}
+	if r.sys, err = r.pt.CheckSysData(r.ctx, oob.DefaultSysData); err != nil {
+		return err
+	}
+	mtu := r.dev.ActiveMTU()
+	if o.mtu != 0 {
+		if m, _ := roce.MTUFromBytes(o.mtu); m < mtu {
+			mtu = m
+		}
+	}
+	agreed, err := r.pt.CheckMTU(r.ctx, oob.MTU(mtu))
+	if err != nil {
+		return err
+	}
+	r.mtu = roce.MTU(agreed)
+	if err := r.setup(); err != nil {
+		return err
+	}
+	if o.rdmaCM {
+		if err := r.connectCM(); err != nil {
+			return err
+		}
+	}
+	r.printHeader()
+	switch {
+	case !o.lat && o.verb != verbSend:
+		return r.flowBW()
+	case !o.lat:
+		return r.flowSendBW()
+	case o.verb == verbSend:
+		return r.flowSendLat()
+	case o.verb == verbWrite:
+		return r.flowWriteLat()
+	}
+	return r.flowReadLat()
+}
+
+// openExchange opens the device and the out-of-band exchange: rdma_cm's
+// comm connection (-R), or perftest's TCP connection, which tells the
+// device's address. closeConn closes the latter.
+func (r *session) openExchange() (closeConn func(), err error) {
+	o := r.o
+	if o.rdmaCM {
+		if err := r.openDevice(nil); err != nil {
+			return nil, err
+		}
+		if err := r.openCM(); err != nil {
+			return nil, err
+		}
+		r.pt = r.cm
+		return func() {}, nil
+	}
+	var conn net.Conn
+	if r.role == oob.Client {
+		hostPort := net.JoinHostPort(o.server, strconv.Itoa(o.port))
+		if conn, err = oob.Dial(r.ctx, hostPort, r.oobConfig()); err != nil {
+			return nil, fmt.Errorf("couldn't connect to %s: %w", hostPort, err)
+		}
+	} else {
+		ln, err := cli.ListenTCP(o.port)
+		if err != nil {
+			return nil, err
+		}
+		r.print("\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		conn, err = oob.Accept(r.ctx, ln, r.oobConfig())
+		ln.Close()
+		if err != nil {
+			return nil, fmt.Errorf("no client connected: %w", err)
+		}
+	}
+	if err := r.openDevice(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	r.pt = oob.NewPerftest(conn, r.role, r.oobConfig())
+	return func() { conn.Close() }, nil
+}
+
+// psn returns a random 24-bit PSN, as lrand48() & 0xffffff does.
+func psn() uint32 { return rand.Uint32() & 0xFFFFFF }
+
+// openDevice opens the backend's device: at --bind, or else the address
+// routing to the server (client) or the one the client reached (server).
+func (r *session) openDevice(conn net.Conn) error {
+	o := r.o
+	var addr netip.Addr
+	var err error
+	switch {
+	case o.dev.Bind != "":
+		if addr, err = cli.ResolveAddr(o.dev.Bind); err != nil {
+			return cli.Usagef("--bind: %w", err)
+		}
+	case o.backend == "hw":
+	case r.role == oob.Client:
+		if addr, err = cli.RouteSourceOf(o.server); err != nil {
+			return err
+		}
+	case conn != nil:
+		addr = cli.LocalAddr(conn)
+	}
+	if o.backend == "hw" {
+		dev, hw, err := o.dev.OpenHW(o.devName, o.gidIdx, addr, r.log)
+		if err != nil {
+			return err
+		}
+		r.dev, r.devNm, r.gidIdx, r.spin = dev, hw.Name(), hw.GIDIndex(), -1
+		return nil
+	}
+	cfg, err := o.dev.Config(addr.String())
+	if err != nil {
+		return err
+	}
+	dev, soft, err := o.dev.Open(cfg, r.role == oob.Client, r.log)
+	if err != nil {
+		return err
+	}
+	r.dev, r.soft, r.devNm, r.spin = dev, soft, soft.Name(), o.dev.BusyPoll
+	if r.spin != 0 {
+		r.progress = soft.Progress
+	}
+	r.gidIdx = max(o.gidIdx, 0)
+	return nil
+}
+
+// setup makes ctx_init's resources: a PD, the CQs, the QPs in INIT, one
+// buffer with a send area and a receive area per QP, registered once,
+// and the local handshake entries.
+func (r *session) setup() error {
+	o := r.o
+	var err error
+	if r.pd, err = r.dev.AllocPD(); err != nil {
+		return err
+	}
+	cycle := int(max(r.sys.CycleBuffer, 64))
+	r.bufSz = max(o.size, cycle)
+	r.buf = make([]byte, 2*o.qps*r.bufSz)
+	access := roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead | roce.RemoteAtomic
+	if r.mr, err = r.pd.RegMR(r.buf, access); err != nil {
+		return err
+	}
+	if r.sendCQ, err = r.dev.CreateCQ(o.txDepth * o.qps); err != nil {
+		return err
+	}
+	r.recvCQ = r.sendCQ
+	if o.verb == verbSend {
+		if r.recvCQ, err = r.dev.CreateCQ(o.rxDepth * o.qps); err != nil {
+			return err
+		}
+	}
+	outReads := 1
+	if o.verb == verbRead || o.verb == verbAtomic {
+		outReads = softOutReads
+		if o.backend == "hw" {
+			outReads = hwOutReads
+		}
+		if o.outReads > 0 {
+			outReads = o.outReads
+		}
+	}
+	gid, err := r.dev.GID(0)
+	if err != nil {
+		return err
+	}
+	for i := range o.qps {
+		q, err := r.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
+			Cap: roce.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return fmt.Errorf("couldn't create QP: %w", err)
+		}
+		if err := roce.ModifyToInit(q, r.params(nil)); err != nil {
+			return err
+		}
+		r.qps = append(r.qps, q)
+		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(outReads), QPN: q.QPN(), PSN: psn(),
+			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64((o.qps+i)*r.bufSz), GID: gid})
+	}
+	return nil
+}
+
+// params are the attributes perftest gives its QPs (ctx_modify_qp_to_*):
+// remote rights by test, min RNR timer 12, timeout 14, 7 retries, hop
+// limit 0xFF, READ/atomic depths from the handshakes.
+func (r *session) params(peer *oob.PerftestDest) *roce.ConnParams {
+	o := r.o
+	c := &roce.ConnParams{MTU: r.mtu, Timeout: qpTimeout, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: minRNRTimer,
+		HopLimit: hopLimit, SGIDIndex: 0, MaxRDAtomic: 1, MaxDestRDAtomic: 1}
+	switch o.verb {
+	case verbWrite:
+		c.Access = roce.RemoteWrite | roce.LocalWrite
+	case verbRead:
+		c.Access = roce.RemoteRead | roce.LocalWrite
+	case verbAtomic:
+		c.Access = roce.RemoteAtomic | roce.LocalWrite
+	case verbSend:
+		c.Access = roce.RemoteWrite | roce.LocalWrite
+	}
+	if len(r.local) > 0 {
+		c.MaxDestRDAtomic = uint8(max(r.local[0].OutReads, 1))
+	}
+	if peer != nil {
+		c.MaxRDAtomic = uint8(max(min(peer.OutReads, 255), 1))
+	}
+	return c
+}
+
+// connect trades the QPs' entries with the peer, then moves QP i to RTR
+// towards the peer's entry, and on to RTS for a side that sends
+// (ctx_connect: a bandwidth server stays in RTR).
+func (r *session) connect() error {
+	var err error
+	if r.remote, err = r.pt.ExchangeDests(r.ctx, r.local); err != nil {
+		return err
+	}
+	if r.o.rdmaCM { // rdma_cm has connected them
+		return nil
+	}
+	rts := r.o.lat || r.role == oob.Client
+	for i, q := range r.qps {
+		d := &r.remote[i]
+		p := r.params(d)
+		p.PSN = r.local[i].PSN
+		rem := &roce.Remote{QPN: d.QPN, PSN: d.PSN, GID: d.GID}
+		if err := roce.ModifyToRTR(q, rem, p); err != nil {
+			return fmt.Errorf("failed to modify QP %d to RTR: %w", q.QPN(), err)
+		}
+		if rts {
+			if err := roce.ModifyToRTS(q, p); err != nil {
+				return fmt.Errorf("failed to modify QP %d to RTS: %w", q.QPN(), err)
+			}
+		}
+	}
+	return nil
+}
