@@ -24,6 +24,7 @@ import (
 	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/internal/tool/rawudp"
 	"github.com/goroce/goroce/internal/tool/rping"
+	"github.com/goroce/goroce/internal/tool/scenario"
 )
 
 // command is one subcommand of roce.
@@ -47,10 +48,8 @@ const (
 // Add a command by adding its entry here and its code in its own file.
 var commands = []command{
 	toolEntry(demo.Cmd),
-	{name: "server", summary: "serve one of the client/server scenarios (reqresp, writeread, write-imm, send, write, read, lambda, params)",
-		usage: serverUsage, run: runServer},
-	{name: "client", summary: "run a client/server scenario against a roce server",
-		usage: clientUsage, run: runClient},
+	toolEntry(scenario.Server),
+	toolEntry(scenario.Client),
 	toolEntry(pingpong.Cmd),
 	toolEntry(perf.Cmd),
 	toolEntry(rping.Cmd),

@@ -1,15 +1,15 @@
-package main
+package scenario
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/transport/mem"
 )
@@ -35,47 +35,47 @@ type result struct {
 	clientErr            []error
 }
 
-func freeTCPPort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// parseT parses and checks a command line of roce server or roce client.
+func parseT(t testing.TB, args ...string) (*flags, *mode) {
+	t.Helper()
+	f := &flags{}
+	fs := cli.NewFlagSet(cli.StdFlags)
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("flags %v: %v", args, err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	m, err := f.check()
+	if err != nil {
+		t.Fatalf("flags %v: %v", args, err)
+	}
+	return f, m
 }
 
 func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 	t.Helper()
-	port := freeTCPPort(t)
+	port := clitest.FreeTCPPort(t)
 	rport := clitest.LoopbackUDPPort(t)
 	var memNet *mem.Network
 	if transport == "mem" {
 		memNet = mem.NewNetwork(&mem.Config{Live: true})
 		defer memNet.Close()
 	}
-	flags := func(extra ...string) *scenarioFlags {
-		var f scenarioFlags
-		fs := newFlagSet("test")
-		f.register(fs, false)
-		args := append([]string{"--mode", sc.mode, "-p", fmt.Sprint(port), "--transport", transport,
-			"--roce-port", fmt.Sprint(rport), "--timeout", "20s", "--cm", cmMode}, extra...)
-		m, err := f.parse("test", fs, args, &bytes.Buffer{}, "")
-		if err != nil {
-			t.Fatalf("flags %v: %v", args, err)
-		}
+	flagsOf := func(extra ...string) *flags {
+		f, m := parseT(t, append([]string{"--mode", sc.mode, "-p", fmt.Sprint(port), "--transport", transport,
+			"--roce-port", fmt.Sprint(rport), "--timeout", "20s", "--cm", cmMode}, extra...)...)
 		if m.name != sc.mode {
 			t.Fatal(m.name)
 		}
-		f.sc.dev.memNet = memNet
-		if transport == "mem" && len(fs.Args()) == 0 {
-			f.sc.dev.bind = "198.18.0.1"
+		f.sc.dev.Net = memNet
+		if transport == "mem" {
+			f.sc.dev.Bind = "198.18.0.1"
 		}
-		return &f
+		return f
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var res result
-	sf := flags(append([]string{"--clients", fmt.Sprint(len(sc.clients))}, sc.server...)...)
+	sf := flagsOf(append([]string{"--clients", fmt.Sprint(len(sc.clients))}, sc.server...)...)
 	m, _ := findMode(sc.mode)
 	var sout, serr bytes.Buffer
 	souts := &lockedBuffer{b: &sout}
@@ -93,9 +93,9 @@ func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 	res.clientErr = make([]error, len(sc.clients))
 	var wg sync.WaitGroup
 	for i, c := range sc.clients {
-		cf := flags(c.args...)
+		cf := flagsOf(c.args...)
 		if transport == "mem" {
-			cf.sc.dev.bind = fmt.Sprintf("198.18.0.%d", 10+i)
+			cf.sc.dev.Bind = fmt.Sprintf("198.18.0.%d", 10+i)
 		}
 		run := func() {
 			var out bytes.Buffer
@@ -146,18 +146,6 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
-}
-
-func waitListening(t *testing.T, port int) {
-	for range 200 {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the server does not listen")
 }
 
 func TestScenarios(t *testing.T) {
@@ -257,18 +245,11 @@ func TestScenarioModeMismatch(t *testing.T) {
 }
 
 func modeMismatch(t *testing.T, cmMode string) {
-	port := freeTCPPort(t)
+	port := clitest.FreeTCPPort(t)
 	rport := clitest.LoopbackUDPPort(t)
-	mk := func(mode string, extra ...string) (*scenarioFlags, *mode) {
-		var f scenarioFlags
-		fs := newFlagSet("test")
-		f.register(fs, false)
-		m, err := f.parse("test", fs, append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport),
-			"--cm", cmMode}, extra...), &bytes.Buffer{}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &f, m
+	mk := func(mode string, extra ...string) (*flags, *mode) {
+		return parseT(t, append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport),
+			"--cm", cmMode}, extra...)...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

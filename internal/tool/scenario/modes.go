@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bufio"
@@ -90,9 +90,9 @@ func findMode(name string) (*mode, error) {
 		names = append(names, m.name)
 	}
 	if name == "" {
-		return nil, usageErr("--mode is required: %s", strings.Join(names, ", "))
+		return nil, cli.Usagef("--mode is required: %s", strings.Join(names, ", "))
 	}
-	return nil, usageErr("unknown --mode %q (want %s)", name, strings.Join(names, ", "))
+	return nil, cli.Usagef("unknown --mode %q (want %s)", name, strings.Join(names, ", "))
 }
 
 // --- reqresp ---------------------------------------------------------
@@ -110,7 +110,7 @@ func reqrespServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 			return err
 		}
 		req := string(s.mr.Bytes()[reqSlot : reqSlot+int(wc.ByteLen)])
-		step(s.log, roce.StepData, "process request %q", req)
+		cli.Step(s.log, roce.StepData, "process request %q", req)
 		seq, body, ok := parseReq(req)
 		resp := fmt.Sprintf("RESP %d %s", seq, strings.ToUpper(body))
 		if !ok {
@@ -148,7 +148,7 @@ func reqrespClient(ctx context.Context, s *session, o *modeOpts) error {
 		body = "hello rdma"
 	}
 	if len(body) > slotLen-32 {
-		return usageErr("-s is longer than %d bytes", slotLen-32)
+		return cli.Usagef("-s is longer than %d bytes", slotLen-32)
 	}
 	lat := make([]time.Duration, 0, o.n)
 	for i := range o.n {
@@ -215,7 +215,7 @@ func writereadClient(ctx context.Context, s *session, o *modeOpts) error {
 	str := o.str
 	n := len(str)
 	if n == 0 {
-		return usageErr("writeread needs -s STRING")
+		return cli.Usagef("writeread needs -s STRING")
 	}
 	if uint32(n) > s.peer.len || 2*n > s.mr.Len() {
 		return fmt.Errorf("-s is %d bytes; the server's buffer holds %d", n, s.peer.len)
@@ -225,11 +225,11 @@ func writereadClient(ctx context.Context, s *session, o *modeOpts) error {
 	dst := s.mr.Bytes()[n : 2*n]
 	copy(src, str)
 	clear(dst)
-	step(s.log, roce.StepData, "RDMA WRITE the string into the server's buffer")
+	cli.Step(s.log, roce.StepData, "RDMA WRITE the string into the server's buffer")
 	if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
 		return err
 	}
-	step(s.log, roce.StepData, "RDMA READ it back into a second buffer")
+	cli.Step(s.log, roce.StepData, "RDMA READ it back into a second buffer")
 	if err := s.do(ctx, roce.SendWR{Opcode: roce.OpRead, SGL: s.sge(n, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCRead); err != nil {
 		return err
 	}
@@ -288,17 +288,17 @@ func minimalClient(ctx context.Context, s *session, o *modeOpts) error {
 		rl = min(minimalBufLen, s.mr.Len())
 	}
 	if n > rl || strings.IndexByte(str, 0) >= 0 {
-		return usageErr("-s takes at most %d bytes without NUL", rl-1)
+		return cli.Usagef("-s takes at most %d bytes without NUL", rl-1)
 	}
 	b := s.mr.Bytes()
 	copy(b, str)
 	b[n-1] = 0
-	step(s.log, roce.StepData, "post RDMA_WRITE len=%d", n)
+	cli.Step(s.log, roce.StepData, "post RDMA_WRITE len=%d", n)
 	if err := s.do(ctx, roce.SendWR{ID: 1, Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
 		return err
 	}
 	clear(b[:rl])
-	step(s.log, roce.StepData, "post RDMA_READ len=%d", rl)
+	cli.Step(s.log, roce.StepData, "post RDMA_READ len=%d", rl)
 	if err := s.do(ctx, roce.SendWR{ID: 2, Opcode: roce.OpRead, SGL: s.sge(0, rl), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCRead); err != nil {
 		return err
 	}
@@ -470,10 +470,10 @@ func readSetup(l *sessionListener, o *modeOpts) (any, error) {
 		}
 	}
 	if text == "" {
-		return nil, usageErr("the read server needs a text: --text TEXT or a line on stdin")
+		return nil, cli.Usagef("the read server needs a text: --text TEXT or a line on stdin")
 	}
 	if len(text) > l.cfg.bufSize {
-		return nil, usageErr("the text is %d bytes; the buffer holds %d (--buf)", len(text), l.cfg.bufSize)
+		return nil, cli.Usagef("the text is %d bytes; the buffer holds %d (--buf)", len(text), l.cfg.bufSize)
 	}
 	l.cfg.extra["textlen"] = strconv.Itoa(len(text))
 	fmt.Fprintf(o.out, "Stored %d bytes; waiting for a client\n", len(text))
@@ -611,7 +611,7 @@ func lambdaCall(call string, region []byte, write func([]byte) error) string {
 
 func lambdaClient(ctx context.Context, s *session, o *modeOpts) error {
 	if o.fn == "" || strings.ContainsAny(o.fn, " \t\n") {
-		return usageErr("--fn takes a function name, one word (the server has %s)", s.extra["functions"])
+		return cli.Usagef("--fn takes a function name, one word (the server has %s)", s.extra["functions"])
 	}
 	half := s.mr.Len() / 2
 	args := []byte(o.str)
@@ -621,7 +621,7 @@ func lambdaClient(ctx context.Context, s *session, o *modeOpts) error {
 		for _, w := range strings.Fields(o.str) {
 			v, err := strconv.ParseInt(w, 10, 64)
 			if err != nil {
-				return usageErr("sum takes integers: %q", w)
+				return cli.Usagef("sum takes integers: %q", w)
 			}
 			b = binary.LittleEndian.AppendUint64(b, uint64(v))
 		}
@@ -633,7 +633,7 @@ func lambdaClient(ctx context.Context, s *session, o *modeOpts) error {
 	n := min(len(args), half, int(s.peer.len/2))
 	copy(s.mr.Bytes(), args[:n])
 	if n > 0 {
-		step(s.log, roce.StepData, "RDMA WRITE %d bytes of arguments into the server's argument region", n)
+		cli.Step(s.log, roce.StepData, "RDMA WRITE %d bytes of arguments into the server's argument region", n)
 		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr,
 			RKey: s.peer.rkey}, roce.WCWrite); err != nil {
 			return err

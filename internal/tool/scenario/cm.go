@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -86,24 +87,21 @@ func (c *sessionConfig) cmParams(s *session, pd []byte) *cm.Params {
 
 // dialSessionCM is the client's side over rdma_cm.
 func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *slog.Logger) (*session, error) {
-	raddr, err := resolveAddr(server)
+	raddr, err := cli.ResolveAddr(server)
 	if err != nil {
 		return nil, err
 	}
 	// The device's address: --bind, or the one this host reaches the
 	// server from.
-	local, err := routeSource(raddr)
+	local, err := cli.RouteSource(raddr)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := c.dev.config(local.String())
+	cfg, err := c.dev.Config(local.String())
 	if err != nil {
 		return nil, err
 	}
-	s, err := openClientAt(c.dev.transport, c.dev.bind, cfg.Addr, func(a netip.Addr) (*session, error) {
-		cfg.Addr = a
-		return openSession(c, "client", cfg, log)
-	})
+	s, err := openSession(c, "client", cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +115,7 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 	if err != nil {
 		return fail(err)
 	}
-	step(log, roce.StepControl, "rdma_connect to %v:%d: REQ with the mode and the buffer in its private data", raddr, c.port)
+	cli.Step(log, roce.StepControl, "rdma_connect to %v:%d: REQ with the mode and the buffer in its private data", raddr, c.port)
 	dctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	conn, err := agent.Dial(dctx, netip.AddrPortFrom(raddr, uint16(c.port)), c.cmParams(s, pd))
@@ -146,7 +144,7 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 		conn.Close()
 		return fail(err)
 	}
-	step(log, roce.StepControl, "connected: the server's buffer is %v", theirs.buf)
+	cli.Step(log, roce.StepControl, "connected: the server's buffer is %v", theirs.buf)
 	s.peer, s.extra = theirs.buf, theirs.extra
 	s.done, s.remote = conn.Done(), conn.RemoteAddr().String()
 	s.hangup = func() { conn.Close(); agent.Close() }
@@ -165,7 +163,7 @@ func (l *sessionListener) listenCM(ctx context.Context, addr netip.Addr) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	l.agent, l.cmln = agent, ln
-	step(l.log, roce.StepControl, "rdma_listen on %v:%d; RoCE device %s", addr, l.cfg.port, l.dev.Name())
+	cli.Step(l.log, roce.StepControl, "rdma_listen on %v:%d; RoCE device %s", addr, l.cfg.port, l.dev.Name())
 	return nil
 }
 
@@ -177,7 +175,7 @@ func (l *sessionListener) onRequest(ctx context.Context, r *cm.Request) (*cm.Par
 	seed := cmSeeds[l.cfg.mode]
 	theirs, err := parsePrivateData(r.PrivateData)
 	if err != nil && seed != nil {
-		step(l.log, roce.StepControl, "a request from %v without goroce's private data: the %s seed's client", r.Remote, l.cfg.mode)
+		cli.Step(l.log, roce.StepControl, "a request from %v without goroce's private data: the %s seed's client", r.Remote, l.cfg.mode)
 		theirs, err = &hello{mode: l.cfg.mode, extra: map[string]string{}}, nil
 	}
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
 )
@@ -130,18 +131,12 @@ func getMeta(b []byte) (addr uint64, n, stag uint32) {
 }
 
 // seedFlags are a goroce side's flags for the in-memory network.
-func seedFlags(t *testing.T, modeName string, port int, n *mem.Network, bind string, extra ...string) (*scenarioFlags, *mode) {
+func seedFlags(t *testing.T, modeName string, port int, n *mem.Network, bind string, extra ...string) (*flags, *mode) {
 	t.Helper()
-	var f scenarioFlags
-	fs := newFlagSet("test")
-	f.register(fs, false)
-	m, err := f.parse("test", fs, append([]string{"--mode", modeName, "-p", fmt.Sprint(port), "--transport", "mem",
-		"--bind", bind, "--timeout", "10s"}, extra...), &bytes.Buffer{}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.sc.dev.memNet = n
-	return &f, m
+	f, m := parseT(t, append([]string{"--mode", modeName, "-p", fmt.Sprint(port), "--transport", "mem",
+		"--bind", bind, "--timeout", "10s"}, extra...)...)
+	f.sc.dev.Net = n
+	return f, m
 }
 
 // goroceServer runs roce server for one client; it returns the server's
@@ -336,7 +331,7 @@ func seedTest(t *testing.T) (context.Context, *mem.Network, int) {
 	t.Cleanup(cancel)
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	t.Cleanup(n.Close)
-	return ctx, n, freeTCPPort(t)
+	return ctx, n, clitest.FreeTCPPort(t)
 }
 
 // TestSeedWritereadClient runs roce client --mode writeread against

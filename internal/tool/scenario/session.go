@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bufio"
@@ -10,12 +10,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -144,7 +144,7 @@ func (e *peerError) Error() string { return "the peer refused: " + e.msg }
 
 // sessionConfig is what both roles need to set a session up.
 type sessionConfig struct {
-	dev     devFlags
+	dev     cli.DeviceFlags
 	mode    string
 	port    int
 	mtu     int
@@ -157,10 +157,11 @@ type sessionConfig struct {
 	cm      string            // how the sides connect: rdmacm or tcp
 }
 
-// openPD opens the device cfg describes and allocates its protection
-// domain; it closes the device when that fails.
-func (c *sessionConfig) openPD(cfg *roce.Config, log *slog.Logger) (roce.Device, roce.PD, error) {
-	dev, err := c.dev.open(cfg, log)
+// openPD opens the device cfg describes (a client's moves to a free
+// loopback address, see cli.DeviceFlags.Open) and allocates its
+// protection domain; it closes the device when that fails.
+func (c *sessionConfig) openPD(cfg *roce.Config, client bool, log *slog.Logger) (roce.Device, roce.PD, error) {
+	dev, _, err := c.dev.Open(cfg, client, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -174,7 +175,7 @@ func (c *sessionConfig) openPD(cfg *roce.Config, log *slog.Logger) (roce.Device,
 
 // openSession opens a device and sets a session up on it (the client).
 func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logger) (*session, error) {
-	dev, pd, err := c.openPD(cfg, log)
+	dev, pd, err := c.openPD(cfg, true, log)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +191,7 @@ func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logg
 // newSession makes the CQ, QP and buffer of a session on dev and pd.
 func newSession(c *sessionConfig, role string, dev roce.Device, pd roce.PD, log *slog.Logger) (*session, error) {
 	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin}
-	step(log, roce.StepControl, "set up CQ, QP and a %d-byte buffer", c.bufSize)
+	cli.Step(log, roce.StepControl, "set up CQ, QP and a %d-byte buffer", c.bufSize)
 	var err error
 	if s.cq, err = dev.CreateCQ(256); err != nil {
 		return nil, err
@@ -228,7 +229,7 @@ func (s *session) hello(mode string, mtu int, extra map[string]string) *hello {
 func (s *session) connect(mine, theirs *hello) error {
 	mtu, _ := roce.MTUFromBytes(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
 	p := &roce.ConnParams{MTU: mtu, PSN: mine.psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
-	step(s.log, roce.StepControl, "connect QP %d to the peer's QP %d (path MTU %d)", s.qp.QPN(), theirs.qpn, mtu.Bytes())
+	cli.Step(s.log, roce.StepControl, "connect QP %d to the peer's QP %d (path MTU %d)", s.qp.QPN(), theirs.qpn, mtu.Bytes())
 	if err := roce.Connect(s.qp, &roce.Remote{QPN: theirs.qpn, PSN: theirs.psn, GID: theirs.gid}, p); err != nil {
 		return err
 	}
@@ -395,7 +396,7 @@ func dialSession(ctx context.Context, c *sessionConfig, server string, log *slog
 func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *slog.Logger) (*session, error) {
 	host := server
 	addr := net.JoinHostPort(host, strconv.Itoa(c.port))
-	step(log, roce.StepControl, "connect to %s over TCP for the exchange", addr)
+	cli.Step(log, roce.StepControl, "connect to %s over TCP for the exchange", addr)
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -405,16 +406,12 @@ func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *s
 	}
 	// The device's address: --bind, or the address this host reaches the
 	// server from.
-	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	cfg, err := c.dev.config(local.String())
+	cfg, err := c.dev.Config(cli.LocalAddr(conn).String())
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	s, err := openClientAt(c.dev.transport, c.dev.bind, cfg.Addr, func(a netip.Addr) (*session, error) {
-		cfg.Addr = a
-		return openSession(c, "client", cfg, log)
-	})
+	s, err := openSession(c, "client", cfg, log)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -422,7 +419,7 @@ func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *s
 	s.hangup = func() { conn.Close() }
 	mine := s.hello(c.mode, c.mtu, c.extra)
 	conn.SetDeadline(time.Now().Add(c.timeout))
-	step(log, roce.StepControl, "exchange QP info: send mine (QPN %d), read the server's", mine.qpn)
+	cli.Step(log, roce.StepControl, "exchange QP info: send mine (QPN %d), read the server's", mine.qpn)
 	if _, err := conn.Write([]byte(mine.marshal())); err != nil {
 		s.close()
 		return nil, fmt.Errorf("exchange: %w", err)
@@ -471,22 +468,22 @@ type sessionListener struct {
 // udp transport when unset) and listens for clients on TCP there.
 func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error) {
 	def := ""
-	if c.dev.transport == "udp" {
+	if c.dev.Transport == "udp" {
 		def = "127.0.0.1"
 	}
-	cfg, err := c.dev.config(def)
+	cfg, err := c.dev.Config(def)
 	if err != nil {
 		return nil, err
 	}
 	if !cfg.Addr.IsValid() {
-		return nil, usageErr("--bind is needed with --transport %s (the address clients reach)", c.dev.transport)
+		return nil, cli.Usagef("--bind is needed with --transport %s (the address clients reach)", c.dev.Transport)
 	}
-	dev, pd, err := c.openPD(cfg, log)
+	dev, pd, err := c.openPD(cfg, false, log)
 	if err != nil {
 		return nil, err
 	}
 	host := cfg.Addr.String()
-	if c.dev.transport == "mem" {
+	if c.dev.Transport == "mem" {
 		host = "127.0.0.1" // the in-process network's addresses are not the host's
 	}
 	l := &sessionListener{cfg: c, dev: dev, pd: pd, log: log}
@@ -502,7 +499,7 @@ func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error)
 		dev.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	step(log, roce.StepControl, "listen on %v for the exchange; RoCE device %s", ln.Addr(), dev.Name())
+	cli.Step(log, roce.StepControl, "listen on %v for the exchange; RoCE device %s", ln.Addr(), dev.Name())
 	l.ln = ln
 	return l, nil
 }

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 )
 
@@ -108,11 +109,11 @@ func rdmaexDialed(ctx context.Context, s *session, c *sessionConfig, _ []byte) e
 	recvOff, sendOff := rdmaexSlots(s.mr.Len())
 	switch {
 	case n == 0:
-		return usageErr("writeread needs -s STRING")
+		return cli.Usagef("writeread needs -s STRING")
 	case 2*n > recvOff:
-		return usageErr("-s is %d bytes; a %d-byte --buf holds a string of at most %d", n, s.mr.Len(), recvOff/2)
+		return cli.Usagef("-s is %d bytes; a %d-byte --buf holds a string of at most %d", n, s.mr.Len(), recvOff/2)
 	}
-	step(s.log, roce.StepControl, "SEND the source buffer's description (address, length, stag); receive the server's")
+	cli.Step(s.log, roce.StepControl, "SEND the source buffer's description (address, length, stag); receive the server's")
 	putRdmaexMeta(s.mr.Bytes()[sendOff:], bufInfo{addr: s.mr.Addr(), len: uint32(n), rkey: s.mr.RKey()})
 	wr := roce.SendWR{ID: 1, Opcode: roce.OpSend, Flags: roce.Signaled, SGL: s.sge(sendOff, rdmaexMetaLen)}
 	if err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
@@ -147,7 +148,7 @@ func rdmaexDialed(ctx context.Context, s *session, c *sessionConfig, _ []byte) e
 // the session's, zeroed), SEND its description.
 func rdmaexAccepted(ctx context.Context, s *session, _ *sessionConfig) error {
 	recvOff, sendOff := rdmaexSlots(s.mr.Len())
-	step(s.log, roce.StepControl, "wait for the client's buffer description")
+	cli.Step(s.log, roce.StepControl, "wait for the client's buffer description")
 	wc, err := s.expect(ctx, roce.WCRecv)
 	if err != nil {
 		return fmt.Errorf("the client's buffer description: %w", err)
@@ -162,7 +163,7 @@ func rdmaexAccepted(ctx context.Context, s *session, _ *sessionConfig) error {
 	}
 	s.peer, s.extra = theirs, map[string]string{"strlen": strconv.Itoa(int(theirs.len))}
 	clear(s.mr.Bytes()[:theirs.len])
-	step(s.log, roce.StepControl, "SEND the description of a %d-byte buffer", theirs.len)
+	cli.Step(s.log, roce.StepControl, "SEND the description of a %d-byte buffer", theirs.len)
 	putRdmaexMeta(s.mr.Bytes()[sendOff:], bufInfo{addr: s.mr.Addr(), len: theirs.len, rkey: s.mr.RKey()})
 	return s.do(ctx, roce.SendWR{ID: 2, Opcode: roce.OpSend, SGL: s.sge(sendOff, rdmaexMetaLen)}, roce.WCSend)
 }
@@ -194,6 +195,6 @@ func minimalDialed(_ context.Context, s *session, _ *sessionConfig, rep []byte) 
 	}
 	s.peer = bufInfo{addr: binary.BigEndian.Uint64(rep), rkey: binary.BigEndian.Uint32(rep[8:]), len: minimalBufLen}
 	s.extra = map[string]string{}
-	step(s.log, roce.StepControl, "read private_data: remote addr=%#x rkey=%#x", s.peer.addr, s.peer.rkey)
+	cli.Step(s.log, roce.StepControl, "read private_data: remote addr=%#x rkey=%#x", s.peer.addr, s.peer.rkey)
 	return nil
 }

@@ -1,0 +1,244 @@
+// Package scenario is roce server and roce client: the client/server
+// scenarios of the seed documents (request/response, rdma-example's
+// WRITE and READ back, the minimal sample, WRITE with immediate, the
+// communication library's send, write, read and lambda, a parameter
+// server) between two processes or hosts, connected over rdma_cm as
+// librdmacm programs are, or over a TCP exchange (--cm tcp).
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/internal/cli"
+)
+
+// Server is roce server.
+var Server = &cli.Command{
+	UsageLine: "server --mode MODE [-p PORT] [--bind ADDR] [--clients N] [scenario flags]",
+	Short:     "serve one of the client/server scenarios (reqresp, writeread, write-imm, send, write, read, lambda, params)",
+	Long:      modesHelp(),
+	Flags: func(fs *cli.FlagSet) cli.Runner {
+		return declare(fs, func(ctx context.Context, f *flags, m *mode, env *cli.Env, args []string) error {
+			if len(args) > 0 {
+				return cli.Usagef("unexpected argument %q (the server takes no address; see --bind)", args[0])
+			}
+			return serve(ctx, f, m, env.Stdin, env.Stdout, env.Stderr)
+		})
+	},
+}
+
+// Client is roce client.
+var Client = &cli.Command{
+	UsageLine: "client --mode MODE [-p PORT] [--bind ADDR] [scenario flags] SERVER",
+	Short:     "run a client/server scenario against a roce server",
+	Long:      modesHelp(),
+	Flags: func(fs *cli.FlagSet) cli.Runner {
+		return declare(fs, func(ctx context.Context, f *flags, m *mode, env *cli.Env, args []string) error {
+			if len(args) != 1 {
+				return cli.Usagef("want the server's address as the one argument")
+			}
+			return dial(ctx, f, m, args[0], env.Stdin, env.Stdout, env.Stderr)
+		})
+	},
+}
+
+// modesHelp is the help's list of the scenarios.
+func modesHelp() string {
+	var b strings.Builder
+	b.WriteString("Scenarios:\n")
+	for _, m := range modes {
+		fmt.Fprintf(&b, "  %-10s %s\n", m.name, m.summary)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// declare declares the flags of roce server and roce client on fs and
+// returns their runner: it checks the flags and runs side with the
+// arguments left, until it is done or interrupted (SIGINT, SIGTERM).
+func declare(fs *cli.FlagSet, side func(ctx context.Context, f *flags, m *mode, env *cli.Env, args []string) error) cli.Runner {
+	f := &flags{}
+	f.register(fs)
+	return func(ctx context.Context, env *cli.Env, args []string) error {
+		m, err := f.check()
+		if err != nil {
+			return err
+		}
+		f.sc.dev.Net = env.MemNet
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return side(ctx, f, m, env, args)
+	}
+}
+
+// flags are the flags roce server and roce client share.
+type flags struct {
+	sc   sessionConfig
+	opts modeOpts
+}
+
+func (f *flags) register(fs *cli.FlagSet) {
+	f.sc.dev.Register(fs)
+	fs.String(&f.sc.mode, "", "the scenario: "+modeNames(), "mode")
+	fs.String(&f.sc.cm, "rdmacm", "how the sides connect: rdmacm (IB CM on QP1, as librdmacm does) or tcp (an exchange on TCP -p)", "cm")
+	fs.Int(&f.sc.port, 7471, "`port` of the connection: rdma_cm's port space, or TCP with --cm tcp", "p", "port")
+	fs.Int(&f.sc.mtu, 4096, "path MTU in bytes (the smaller of the two sides wins)", "mtu")
+	fs.Int(&f.sc.bufSize, 4096, "size of the registered buffer in `bytes`", "buf")
+	fs.Duration(&f.sc.timeout, 30*time.Second, "bound on the connection exchange and on each wait", "timeout")
+	fs.Duration(&f.sc.spin, 50*time.Microsecond, "busy-poll the CQ this long before blocking", "spin")
+	fs.Int(&f.opts.n, 1, "requests (reqresp), messages (write-imm) or iterations (params)", "n")
+	fs.String(&f.opts.str, "", "the string to send, write (writeread, write-imm, reqresp) or pass to a lambda function", "s")
+	fs.Uint(&f.opts.imm, 0xC0FFEE, "immediate value of write-imm", "imm")
+	fs.String(&f.opts.text, "", "read: the text the server stores (else read from stdin)", "text")
+	fs.String(&f.opts.fn, "checksum", "lambda: the function to call ("+lambdaNames()+")", "fn")
+	fs.Int(&f.opts.dim, 8, "params: number of weights", "dim")
+	fs.Float64(&f.opts.lr, 0.1, "params: learning rate", "lr")
+	fs.Int(&f.opts.clients, 1, "server: serve this many clients, then exit (0: forever)", "clients")
+	fs.Int(&f.opts.id, 0, "params: this client's number (it seeds the gradients)", "id")
+}
+
+func modeNames() string {
+	var n []string
+	for _, m := range modes {
+		n = append(n, m.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// check finds the mode and checks the values.
+func (f *flags) check() (*mode, error) {
+	m, err := findMode(f.sc.mode)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case f.sc.port < 1 || f.sc.port > 65535:
+		return nil, cli.Usagef("-p must be 1-65535")
+	case f.sc.bufSize < 64 || f.sc.bufSize > 1<<30:
+		return nil, cli.Usagef("--buf must be 64 bytes to 1 GiB")
+	case f.opts.n < 1:
+		return nil, cli.Usagef("-n must be at least 1")
+	case f.opts.dim < 1 || 16*f.opts.dim+128 > f.sc.bufSize:
+		return nil, cli.Usagef("--dim must be 1 to %d for a %d-byte --buf", (f.sc.bufSize-128)/16, f.sc.bufSize)
+	case f.sc.timeout <= 0:
+		return nil, cli.Usagef("--timeout must be positive")
+	case f.sc.cm != "rdmacm" && f.sc.cm != "tcp":
+		return nil, cli.Usagef("--cm must be rdmacm or tcp, not %q", f.sc.cm)
+	}
+	f.sc.extra = map[string]string{"strlen": strconv.Itoa(len(f.opts.str))}
+	if f.sc.mode != "writeread" {
+		delete(f.sc.extra, "strlen")
+	}
+	return m, nil
+}
+
+// serve is roce server: it listens, serves --clients clients (at once for
+// params, else one after the other) and says when it has shut down.
+func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr io.Writer) error {
+	o := &f.opts
+	o.in, o.out, o.prompt = in, stdout, isTerminal(in)
+	if m.serverRecv != nil {
+		f.sc.recvs = m.serverRecv(&f.sc, o)
+	}
+	log := f.sc.dev.TraceLogger(stderr)
+	l, err := listenSession(&f.sc, log)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	l.oneClient = o.clients == 1
+	var state any
+	if m.setup != nil {
+		if state, err = m.setup(l, o); err != nil {
+			return err
+		}
+	}
+	if m.prepare != nil {
+		f.sc.prepare = func(s *session) { m.prepare(s, state) }
+	}
+	fmt.Fprintf(stdout, "Server is listening successfully at: %v , port: %d (mode %s)\n", l.dev.Name(), f.sc.port, m.name)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for n := 0; o.clients == 0 || n < o.clients; n++ {
+		s, err := l.accept(ctx)
+		var ee *exchangeError
+		if errors.As(err, &ee) && o.clients != 1 {
+			// One client failed to connect; serve the others.
+			fmt.Fprintf(stderr, "roce server: %v\n", err)
+			n--
+			continue
+		}
+		if err != nil {
+			wg.Wait()
+			return err
+		}
+		run := func() {
+			defer s.close()
+			if err := m.server(ctx, s, o, state); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				fmt.Fprintf(stderr, "roce server: session with %s: %v\n", s.remote, err)
+			}
+		}
+		if m.name == "params" {
+			wg.Add(1)
+			go func() { defer wg.Done(); run() }()
+			continue
+		}
+		run()
+	}
+	wg.Wait()
+	if st, ok := state.(*paramsState); ok {
+		fmt.Fprintf(stdout, "final weights after %d steps: %s\n", st.steps, formatWeights(st.weights))
+	}
+	fmt.Fprintln(stdout, "Server shut-down is complete")
+	return firstErr
+}
+
+// dial is roce client: it connects to server and runs the mode's client.
+func dial(ctx context.Context, f *flags, m *mode, server string, in io.Reader, stdout, stderr io.Writer) error {
+	o := &f.opts
+	o.in, o.out, o.prompt = in, stdout, isTerminal(in)
+	if m.clientRecv != nil {
+		f.sc.recvs = m.clientRecv(&f.sc, o)
+	}
+	if m.name == "writeread" {
+		fmt.Fprintf(stdout, "Passed string is : %s , with count %d\n", o.str, len(o.str))
+	}
+	fmt.Fprintf(stdout, "Trying to connect to server at : %s port: %d\n", server, f.sc.port)
+	s, err := dialSession(ctx, &f.sc, server, f.sc.dev.TraceLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		s.close()
+		fmt.Fprintln(stdout, "Client resource clean up is complete")
+	}()
+	fmt.Fprintln(stdout, "The client is connected successfully")
+	return m.client(ctx, s, o)
+}
+
+// isTerminal reports whether r is an interactive terminal (prompts are
+// printed only then).
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
