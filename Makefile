@@ -35,11 +35,11 @@ race:
 	else echo "skipping -tags hwverbs: no libibverbs-dev"; fi
 
 # The Go benchmarks, then the end-to-end comparison: roce perf between two
-# processes against the raw-UDP baseline (go run ./bench -h).
+# processes against the raw-UDP baseline (roce help bench).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) build -o bin/roce ./cmd/roce
-	$(GO) run ./bench -roce bin/roce -json bin/bench.json
+	bin/roce bench -json bin/bench.json
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

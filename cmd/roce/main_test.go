@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/cli"
 )
+
+func run(args []string, stdout, stderr *bytes.Buffer) int {
+	return cli.Main(commands, args, &cli.Env{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr})
+}
 
 func TestRun(t *testing.T) {
 	for _, tc := range []struct {
@@ -15,15 +21,17 @@ func TestRun(t *testing.T) {
 		stderr     string // substring of stderr
 		stderrOnly bool   // stdout must be empty
 	}{
-		{"NoArgs", nil, exitUsage, "", "\n  decode     print the RoCEv2 packets", true},
-		{"Help", []string{"help"}, exitOK, "\n  decode     print the RoCEv2 packets", "", false},
-		{"DashHelp", []string{"--help"}, exitOK, "roce <command>", "", false},
-		{"HelpDecode", []string{"help", "decode"}, exitOK, "usage: roce decode [--json | --flows] FILE...", "", false},
-		{"HelpUnknown", []string{"help", "nope"}, exitUsage, "", `unknown command "nope"`, true},
-		{"Unknown", []string{"frobnicate"}, exitUsage, "", "roce: unknown command \"frobnicate\"\nRun 'roce help'", true},
-		{"SuggestPrefix", []string{"decod"}, exitUsage, "", `Did you mean "decode"?`, true},
-		{"SuggestTypo", []string{"decoed"}, exitUsage, "", `Did you mean "decode"?`, true},
-		{"Decode", []string{"decode", "../../testdata/captures/rxe_host_rc_pingpong.pcap"}, exitOK,
+		{"NoArgs", nil, cli.ExitUsage, "", "\n  decode     print the RoCEv2 packets", true},
+		{"Help", []string{"help"}, cli.ExitOK, "\n  decode     print the RoCEv2 packets", "", false},
+		{"HelpBench", []string{"help"}, cli.ExitOK, "\n  bench      compare roce perf", "", false},
+		{"DashHelp", []string{"--help"}, cli.ExitOK, "roce <command>", "", false},
+		{"HelpDecode", []string{"help", "decode"}, cli.ExitOK, "usage: roce decode [--json | --flows] FILE...", "", false},
+		{"HelpPerfFlags", []string{"help", "perf"}, cli.ExitOK, "  -atomic_type type\n", "", false},
+		{"HelpUnknown", []string{"help", "nope"}, cli.ExitUsage, "", `unknown command "nope"`, true},
+		{"Unknown", []string{"frobnicate"}, cli.ExitUsage, "", "roce: unknown command \"frobnicate\"\nRun 'roce help'", true},
+		{"SuggestPrefix", []string{"decod"}, cli.ExitUsage, "", `Did you mean "decode"?`, true},
+		{"SuggestTypo", []string{"decoed"}, cli.ExitUsage, "", `Did you mean "decode"?`, true},
+		{"Decode", []string{"decode", "../../testdata/captures/rxe_host_rc_pingpong.pcap"}, cli.ExitOK,
 			"9 0.004144 198.18.0.1:4791 -> 198.18.0.11:4791 RC_SEND_ONLY", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,29 +50,29 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"decod", "decode"}, {"decoed", "decode"}, {"xyzzy", ""}, {"", ""},
-	} {
-		if got := suggest(tc.in); got != tc.want {
-			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-	if d := editDistance("kitten", "sitting"); d != 3 {
-		t.Errorf("editDistance(kitten, sitting) = %d, want 3", d)
-	}
-}
-
-// TestCommandTable checks that every command is complete and named once.
+// TestCommandTable checks that every command is complete, named once, and
+// declares its flags without error; and that its help is what roce help
+// prints for it.
 func TestCommandTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, c := range commands {
-		if c.name == "" || c.summary == "" || c.usage == "" || c.run == nil || strings.Contains(c.summary, "\n") {
+		name := c.Name()
+		if name == "" || c.Short == "" || c.UsageLine == "" || c.Flags == nil || strings.Contains(c.Short, "\n") {
 			t.Errorf("incomplete command %+v", c)
 		}
-		if seen[c.name] || c.name == "help" {
-			t.Errorf("command %q defined twice", c.name)
+		if seen[name] || name == "help" {
+			t.Errorf("command %q defined twice", name)
 		}
-		seen[c.name] = true
+		seen[name] = true
+		var help, dashH, errb bytes.Buffer
+		if code := run([]string{"help", name}, &help, &errb); code != cli.ExitOK {
+			t.Errorf("roce help %s: exit %d, %s", name, code, errb.String())
+		}
+		if code := run([]string{name, "-h"}, &dashH, &errb); code != cli.ExitOK || dashH.String() != help.String() {
+			t.Errorf("roce %s -h: exit %d\n%s\nroce help %s:\n%s", name, code, dashH.String(), name, help.String())
+		}
+		if !strings.HasPrefix(help.String(), "usage: roce "+name+" ") {
+			t.Errorf("roce help %s starts %.40q", name, help.String())
+		}
 	}
 }

@@ -1,20 +1,17 @@
-// Command bench runs goroce's end-to-end comparison: roce perf between
-// two processes over loopback UDP against the raw-UDP baseline (roce
-// rawudp) measured in the same run with the same batching, and prints the
-// ratios the performance targets are stated in.
-//
-//	go run ./bench -roce PATH [-D SECONDS] [-runs N] [-json FILE]
-//
-// It starts every process itself, on 127.0.0.1 (servers) and 127.0.0.2
-// (clients), on ports of its own, bounds each run in time and ends what it
-// started. `make bench` runs it after the Go benchmarks.
-package main
+// Package bench is roce bench: goroce's end-to-end comparison, roce perf
+// between two processes over loopback UDP against the raw-UDP baseline
+// (roce rawudp) measured in the same run with the same batching, with the
+// ratios the performance targets are stated in. It starts every process
+// itself, on 127.0.0.1 (servers) and 127.0.0.2 (clients), on ports of its
+// own, bounds each run in time and ends what it started. `make bench` runs
+// it after the Go benchmarks.
+package bench
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -22,32 +19,64 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/goroce/goroce/internal/cli"
 )
 
-func main() {
-	roce := flag.String("roce", "", "path of the roce binary (go build -o bin/roce ./cmd/roce)")
-	secs := flag.Int("D", 4, "seconds per bandwidth run")
-	runs := flag.Int("runs", 3, "runs per case; the median is reported")
-	iters := flag.Int("n", 20000, "iterations per latency run")
-	jsonOut := flag.String("json", "", "also write the results to this JSON file")
-	only := flag.String("only", "", "run only the cases whose name contains this")
-	flag.Parse()
-	if *roce == "" || *secs < 1 || *secs > 60 || *runs < 1 || *runs > 9 || *iters < 100 || *iters > 1_000_000 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./bench -roce PATH [-D 1-60] [-runs 1-9] [-n ITERS]")
-		os.Exit(2)
-	}
-	b := &bencher{roce: *roce, secs: *secs, runs: *runs, iters: *iters, only: *only}
-	if err := b.run(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-	if *jsonOut != "" {
-		data, _ := json.MarshalIndent(b.results, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(data, '\n'), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+// Cmd is roce bench.
+var Cmd = &cli.Command{
+	UsageLine: "bench [-roce PATH] [-D SECONDS] [-runs N] [-n ITERS] [-only NAME] [-json FILE]",
+	Short:     "compare roce perf between two processes with the raw-UDP baseline, as make bench does",
+	Long: "Runs roce perf's bandwidth and latency cases between two processes over loopback UDP\n" +
+		"(servers on 127.0.0.1, clients on 127.0.0.2) and the raw-UDP baseline (roce rawudp) with\n" +
+		"the same batching, rounds of every case in turn, and prints each case's median and its\n" +
+		"ratio to the case it is compared with.\n\n",
+	Flags: func(fs *cli.FlagSet) cli.Runner {
+		b := &bencher{}
+		var jsonOut string
+		fs.String(&b.roce, "", "`path` of the roce binary to measure (default: this one)", "roce")
+		fs.Int(&b.secs, 4, "seconds per bandwidth run", "D")
+		fs.Int(&b.runs, 3, "runs per case; the median is reported", "runs")
+		fs.Int(&b.iters, 20000, "iterations per latency run", "n")
+		fs.String(&jsonOut, "", "also write the results to this JSON `file`", "json")
+		fs.String(&b.only, "", "run only the cases whose name contains this", "only")
+		return func(ctx context.Context, env *cli.Env, args []string) error {
+			if err := b.check(args); err != nil {
+				return err
+			}
+			b.out = env.Stdout
+			if err := b.run(ctx); err != nil {
+				return err
+			}
+			if jsonOut == "" {
+				return nil
+			}
+			data, _ := json.MarshalIndent(b.results, "", "  ")
+			return os.WriteFile(jsonOut, append(data, '\n'), 0o644)
 		}
+	},
+}
+
+// check checks the flags and finds the roce binary.
+func (b *bencher) check(args []string) error {
+	switch {
+	case len(args) > 0:
+		return cli.Usagef("unexpected argument %q", args[0])
+	case b.secs < 1 || b.secs > 60:
+		return cli.Usagef("-D must be 1 to 60 seconds")
+	case b.runs < 1 || b.runs > 9:
+		return cli.Usagef("-runs must be 1 to 9")
+	case b.iters < 100 || b.iters > 1_000_000:
+		return cli.Usagef("-n must be 100 to 1000000")
 	}
+	if b.roce == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("cannot find this program to run it as roce (give -roce PATH): %w", err)
+		}
+		b.roce = exe
+	}
+	return nil
 }
 
 // Ports of the bench's own, away from the defaults other programs use.
@@ -56,7 +85,9 @@ const (
 	tcpPort  = "18631"
 )
 
+// bencher runs the cases. It is used by one goroutine.
 type bencher struct {
+	out     io.Writer
 	roce    string
 	secs    int
 	runs    int
@@ -78,10 +109,10 @@ type result struct {
 	Met    *bool     `json:"met,omitempty"`
 }
 
-func (b *bencher) run() error {
-	fmt.Printf("goroce end-to-end bench: two processes over loopback UDP (servers 127.0.0.1, clients 127.0.0.2),\n"+
+func (b *bencher) run(ctx context.Context) error {
+	fmt.Fprintf(b.out, "goroce end-to-end bench: two processes over loopback UDP (servers 127.0.0.1, clients 127.0.0.2),\n"+
 		"%d rounds of every bandwidth case in turn (so a ratio compares runs minutes apart at most), medians\n\n", b.runs)
-	fmt.Printf("%-44s %14s   %-22s %s\n", "case", "result", "ratio", "target")
+	fmt.Fprintf(b.out, "%-44s %14s   %-22s %s\n", "case", "result", "ratio", "target")
 	// The baseline sends what a 64 KiB WRITE at MTU 4096 puts on the
 	// wire, batched as goroce's UDP transport batches it: one 4128-byte
 	// datagram (the first packet, with its RETH) and a GSO run of 15
@@ -99,17 +130,17 @@ func (b *bencher) run() error {
 		{name: "WRITE 64 KiB, MTU 4096, 64 QPs", pc: b.perf("write", "-s", "65536", "-m", "4096", "-q", "64"),
 			rt: &ratio{of: 3, name: "1 QP", min: 1.0}},
 	}
-	if err := b.bw(cases); err != nil {
+	if err := b.bw(ctx, cases); err != nil {
 		return err
 	}
 	for _, op := range []string{"write", "send", "read"} {
-		b.lat(strings.ToUpper(op)+" 2 B latency, busy poll", b.perfLat(op, "--busy-poll", "1ms"), op == "write")
+		b.lat(ctx, strings.ToUpper(op)+" 2 B latency, busy poll", b.perfLat(op, "--busy-poll", "1ms"), op == "write")
 	}
-	b.lat("WRITE 2 B latency, no busy poll", b.perfLat("write", "--busy-poll", "0"), false)
+	b.lat(ctx, "WRITE 2 B latency, no busy poll", b.perfLat("write", "--busy-poll", "0"), false)
 	// The floor under those: the same ping-pong of a 2-byte WRITE's
 	// packet (36 bytes) with no RoCE work.
-	b.lat("raw UDP 36 B ping-pong, busy poll", b.rawLat("--busy-poll"), false)
-	b.lat("raw UDP 36 B ping-pong, blocking", b.rawLat(), false)
+	b.lat(ctx, "raw UDP 36 B ping-pong, busy poll", b.rawLat("--busy-poll"), false)
+	b.lat(ctx, "raw UDP 36 B ping-pong, blocking", b.rawLat(), false)
 	return nil
 }
 
@@ -187,7 +218,7 @@ func (b *bencher) perf(args ...string) pairCmd {
 // bw runs every case once per round, b.runs rounds, and reports each
 // case's median in GB/s and the median of its ratios to the case it is
 // compared with, round by round.
-func (b *bencher) bw(cases []bwCase) error {
+func (b *bencher) bw(ctx context.Context, cases []bwCase) error {
 	// -only keeps the cases named and those the others are compared with.
 	ref := map[int]bool{}
 	for _, c := range cases {
@@ -202,9 +233,9 @@ func (b *bencher) bw(cases []bwCase) error {
 			if skip(i) {
 				continue
 			}
-			out, err := b.runPair(c.pc)
+			out, err := b.runPair(ctx, c.pc)
 			if err != nil {
-				fmt.Printf("%-44s round %d failed: %v\n", c.name, round+1, err)
+				fmt.Fprintf(b.out, "%-44s round %d failed: %v\n", c.name, round+1, err)
 				return err
 			}
 			v, extra, err := c.pc.parse(out)
@@ -242,12 +273,12 @@ func (b *bencher) bw(cases []bwCase) error {
 			r.Target = target
 			target += map[bool]string{true: "  met", false: "  NOT MET"}[met]
 		}
-		fmt.Printf("%-44s %9.3f GB/s   %-22s %s\n", c.name, r.Value, rs, target)
+		fmt.Fprintf(b.out, "%-44s %9.3f GB/s   %-22s %s\n", c.name, r.Value, rs, target)
 		extra := ""
 		if r.Extra != "" {
 			extra = r.Extra + "; "
 		}
-		fmt.Printf("%-44s (%sruns %s)\n", "", extra, fmtRuns(r.Runs))
+		fmt.Fprintf(b.out, "%-44s (%sruns %s)\n", "", extra, fmtRuns(r.Runs))
 		b.results = append(b.results, *r)
 	}
 	return nil
@@ -276,23 +307,23 @@ func (b *bencher) rawLat(extra ...string) pairCmd {
 // lat runs a latency case b.runs times and reports the median of the
 // runs' typical (median) half round trips, as perftest reports them;
 // target: the case the 10 us target is stated for.
-func (b *bencher) lat(name string, pc pairCmd, target bool) {
+func (b *bencher) lat(ctx context.Context, name string, pc pairCmd, target bool) {
 	if b.only != "" && !strings.Contains(name, b.only) {
 		return
 	}
 	r := result{Name: name, Unit: "us"}
 	var avgs []float64
 	for range b.runs {
-		out, err := b.runPair(pc)
+		out, err := b.runPair(ctx, pc)
 		if err != nil {
-			fmt.Printf("%-44s failed: %v\n", name, err)
+			fmt.Fprintf(b.out, "%-44s failed: %v\n", name, err)
 			return
 		}
 		var j struct {
 			Results map[string]float64 `json:"results"`
 		}
 		if err := json.Unmarshal(lastLine(out), &j); err != nil {
-			fmt.Printf("%-44s bad output: %v\n", name, err)
+			fmt.Fprintf(b.out, "%-44s bad output: %v\n", name, err)
 			return
 		}
 		r.Runs = append(r.Runs, j.Results["t_typical_us"])
@@ -306,15 +337,15 @@ func (b *bencher) lat(name string, pc pairCmd, target bool) {
 		r.Met, r.Target = &met, "<= 10 us half round trip"
 		ts = r.Target + map[bool]string{true: "  met", false: "  NOT MET"}[met]
 	}
-	fmt.Printf("%-44s %9.2f us     %-22s %s\n", name, r.Value, r.Extra, ts)
+	fmt.Fprintf(b.out, "%-44s %9.2f us     %-22s %s\n", name, r.Value, r.Extra, ts)
 	b.results = append(b.results, r)
 }
 
 // runPair starts the server, waits for it to listen, runs the client and
 // returns the client's output; both are bounded in time and ended.
-func (b *bencher) runPair(pc pairCmd) ([]byte, error) {
+func (b *bencher) runPair(ctx context.Context, pc pairCmd) ([]byte, error) {
 	limit := time.Duration(b.secs)*time.Second + 60*time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	srv := exec.CommandContext(ctx, b.roce, pc.server...)
 	rw := &readyWriter{want: pc.ready, ready: make(chan struct{})}
