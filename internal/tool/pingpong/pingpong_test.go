@@ -175,8 +175,15 @@ func TestPingpongUsage(t *testing.T) {
 		}
 	}
 	out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
-	if code := clitest.Run(Cmd, nil, out, errb, []string{"-h"}...); code != cli.ExitOK || !strings.Contains(out.String(), "usage: roce pingpong") {
+	if code := clitest.Run(Cmd, nil, out, errb, "-h"); code != cli.ExitOK || !strings.Contains(out.String(), "usage: roce pingpong") {
 		t.Errorf("-h: exit %d, %q", code, out.String())
+	}
+	// A flag that needs a value, last: the getopt shim over package flag
+	// used to give it the "--" it put before the arguments.
+	out, errb = clitest.NewBuffer(""), clitest.NewBuffer("")
+	if code := clitest.Run(Cmd, nil, out, errb, "host", "-n"); code != cli.ExitUsage ||
+		!strings.HasPrefix(errb.String(), "roce pingpong: flag needs an argument: -n\n") {
+		t.Errorf("-n without a value: exit %d, %q", code, errb.String())
 	}
 }
 
