@@ -5,7 +5,7 @@ PKGS     := ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test vet fmt-check race bench fuzz interop vmbench clean
+.PHONY: all build run test vet vet-cross lint fmt-check race bench fuzz interop vmbench clean
 
 all: build
 
@@ -17,7 +17,7 @@ build:
 run:
 	$(GO) run ./cmd/roce demo
 
-test: fmt-check vet race
+test: fmt-check vet vet-cross lint race
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -26,11 +26,22 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
+# Every package builds for the other systems goroce's users run: their
+# Linux-only parts sit behind _linux.go / _others.go pairs.
+vet-cross:
+	GOOS=darwin $(GO) vet $(PKGS)
+	GOOS=windows $(GO) vet $(PKGS)
+
+# staticcheck over every package (.ci/lint; pinned, fetched by go run).
+lint:
+	GO=$(GO) ./.ci/lint
+
 race:
 	$(GO) test -race -timeout 20m $(PKGS)
 	@# The cgo backend too, where libibverbs' headers are installed (its
 	@# device tests skip without a device; make interop runs them on rxe).
 	@if [ -e /usr/include/infiniband/verbs.h ]; then \
+	  echo "$(GO) vet -tags hwverbs ./hwverbs"; $(GO) vet -tags hwverbs ./hwverbs || exit 1; \
 	  echo "$(GO) test -race -tags hwverbs ./hwverbs"; $(GO) test -race -tags hwverbs ./hwverbs; \
 	else echo "skipping -tags hwverbs: no libibverbs-dev"; fi
 
