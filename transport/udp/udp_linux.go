@@ -761,8 +761,6 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 	tx := &t.tx
 	tx.nmsg = 0
 	gso := t.gso.Load()
-	ipv4 := t.cfg.ipv4
-	limit := maxDatagram(ipv4)
 	niov := 0
 	for pos < len(pkts) && niov+iovsOf(&pkts[pos]) <= len(tx.iovs) {
 		p := &pkts[pos]
@@ -776,25 +774,9 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 			continue
 		}
 		t.seal(p, src, dst, 0)
-		cnt, total, nv := 1, size, iovsOf(p)
-		for gso && pos+cnt < len(pkts) && cnt < maxGSOSegments {
-			q := &pkts[pos+cnt]
-			n := q.Len()
-			if n > size || len(q.Data) < bth.BTHLen+bth.ICRCLen || total+n > limit || q.TOS != p.TOS ||
-				niov+nv+iovsOf(q) > len(tx.iovs) {
-				break
-			}
-			qs, qd, ok := t.addrs(q)
-			if !ok || qs != src || qd != dst {
-				break
-			}
-			t.seal(q, src, dst, uint16(cnt))
-			cnt++
-			total += n
-			nv += iovsOf(q)
-			if n < size { // a shorter segment ends the run
-				break
-			}
+		cnt, nv := 1, iovsOf(p)
+		if gso {
+			cnt, nv = t.gsoRun(pkts, pos, niov, src, dst)
 		}
 		m := tx.nmsg
 		v := niov
@@ -803,48 +785,90 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 		}
 		h := &tx.msgs[m].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&tx.names[m]))
-		h.Namelen = tx.names[m].set(netip.AddrPortFrom(dst, t.cfg.PeerPort), ipv4)
+		h.Namelen = tx.names[m].set(netip.AddrPortFrom(dst, t.cfg.PeerPort), t.cfg.ipv4)
 		h.Iov = &tx.iovs[niov]
 		h.SetIovlen(nv)
-		c := tx.ctrl[m*txCmsgSpace : (m+1)*txCmsgSpace]
-		used := 0
-		if p.TOS != 0 {
-			level, typ := int32(unix.IPPROTO_IPV6), int32(unix.IPV6_TCLASS)
-			if ipv4 {
-				level, typ = unix.IPPROTO_IP, unix.IP_TOS
-			}
-			d, n := putCmsg(c[used:], level, typ, 4)
-			*(*int32)(unsafe.Pointer(&d[0])) = int32(p.TOS)
-			used += n
-		}
-		if cnt > 1 {
-			d, n := putCmsg(c[used:], unix.IPPROTO_UDP, unix.UDP_SEGMENT, 2)
-			*(*uint16)(unsafe.Pointer(&d[0])) = uint16(size)
-			used += n
-		}
-		if t.cfg.wildcard {
-			if ipv4 {
-				d, n := putCmsg(c[used:], unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
-				*(*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0])) = unix.Inet4Pktinfo{Spec_dst: src.As4()}
-				used += n
-			} else {
-				d, n := putCmsg(c[used:], unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
-				*(*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0])) = unix.Inet6Pktinfo{Addr: src.As16()}
-				used += n
-			}
-		}
-		if used > 0 {
-			h.Control = &c[0]
-		} else {
-			h.Control = nil
-		}
-		h.SetControllen(used)
+		t.setControl(m, p, cnt, src)
 		tx.first[m], tx.count[m] = pos, cnt
 		tx.nmsg++
 		niov += nv
 		pos += cnt
 	}
 	return pos, bad
+}
+
+// gsoRun returns how many packets from pkts[pos] (sealed, from src to dst)
+// go out in one GSO send, and the iovecs they take after the niov already
+// used: the packets after it that are as long (the last may be shorter),
+// between the same addresses with the same TOS, while the datagram, the
+// segment count and the iovecs allow. It seals them.
+func (t *Transport) gsoRun(pkts []transport.Packet, pos, niov int, src, dst netip.Addr) (cnt, nv int) {
+	p := &pkts[pos]
+	size := p.Len()
+	limit := maxDatagram(t.cfg.ipv4)
+	cnt, total, nv := 1, size, iovsOf(p)
+	for pos+cnt < len(pkts) && cnt < maxGSOSegments {
+		q := &pkts[pos+cnt]
+		n := q.Len()
+		if n > size || len(q.Data) < bth.BTHLen+bth.ICRCLen || total+n > limit || q.TOS != p.TOS ||
+			niov+nv+iovsOf(q) > len(t.tx.iovs) {
+			break
+		}
+		qs, qd, ok := t.addrs(q)
+		if !ok || qs != src || qd != dst {
+			break
+		}
+		t.seal(q, src, dst, uint16(cnt))
+		cnt++
+		total += n
+		nv += iovsOf(q)
+		if n < size { // a shorter segment ends the run
+			break
+		}
+	}
+	return cnt, nv
+}
+
+// setControl writes the control messages of message m, whose first packet
+// is p and which carries cnt packets from src: the TOS when p has one, the
+// GSO segment size of a run, and the source address on a wildcard socket.
+func (t *Transport) setControl(m int, p *transport.Packet, cnt int, src netip.Addr) {
+	tx := &t.tx
+	ipv4 := t.cfg.ipv4
+	h := &tx.msgs[m].Hdr
+	c := tx.ctrl[m*txCmsgSpace : (m+1)*txCmsgSpace]
+	used := 0
+	if p.TOS != 0 {
+		level, typ := int32(unix.IPPROTO_IPV6), int32(unix.IPV6_TCLASS)
+		if ipv4 {
+			level, typ = unix.IPPROTO_IP, unix.IP_TOS
+		}
+		d, n := putCmsg(c[used:], level, typ, 4)
+		*(*int32)(unsafe.Pointer(&d[0])) = int32(p.TOS)
+		used += n
+	}
+	if cnt > 1 {
+		d, n := putCmsg(c[used:], unix.IPPROTO_UDP, unix.UDP_SEGMENT, 2)
+		*(*uint16)(unsafe.Pointer(&d[0])) = uint16(p.Len())
+		used += n
+	}
+	if t.cfg.wildcard {
+		if ipv4 {
+			d, n := putCmsg(c[used:], unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)
+			*(*unix.Inet4Pktinfo)(unsafe.Pointer(&d[0])) = unix.Inet4Pktinfo{Spec_dst: src.As4()}
+			used += n
+		} else {
+			d, n := putCmsg(c[used:], unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)
+			*(*unix.Inet6Pktinfo)(unsafe.Pointer(&d[0])) = unix.Inet6Pktinfo{Addr: src.As16()}
+			used += n
+		}
+	}
+	if used > 0 {
+		h.Control = &c[0]
+	} else {
+		h.Control = nil
+	}
+	h.SetControllen(used)
 }
 
 // seal writes the ICRC of p for the headers the kernel will write: IPv4
