@@ -13,10 +13,13 @@
 //	go build -tags hwverbs ./...               # cgo must be enabled
 //
 // and needs libibverbs1 and the provider of the device (ibverbs-providers
-// on Debian) where it runs. All the C code is in one file
-// (ibverbs_cgo.go); stub.go, with the complementary build constraint,
-// stands in for it otherwise, as Go's os/user does. Built is true in the
-// libibverbs build.
+// on Debian) where it runs. The C code is in ibverbs.c, declared in
+// ibverbs.h; the Go that calls it is in one *_cgo.go file per object
+// (device_cgo.go, events_cgo.go, mr_cgo.go for PDs and MRs, cq_cgo.go,
+// qp_cgo.go, post_cgo.go for the work request batches, srq_cgo.go for
+// SRQs and AHs), all under the build constraint hwverbs && cgo && linux;
+// stub.go, with the complementary constraint, stands in for them
+// otherwise, as Go's os/user does. Built is true in the libibverbs build.
 //
 // # Memory
 //
