@@ -34,13 +34,16 @@ type CQ struct {
 // CreateCQ creates a completion queue of at least cqe entries, attached
 // to the device's completion channel.
 func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
+	if err := d.opened(); err != nil {
+		return nil, err
+	}
 	d.life.RLock()
 	defer d.life.RUnlock()
 	if d.closed {
 		return nil, verbs.ErrClosed
 	}
 	if cqe < 1 || cqe > 1<<30 {
-		return nil, fmt.Errorf("%w: %d entries", verbs.ErrInvalidCap, cqe)
+		return nil, fmt.Errorf("%w: a CQ of %d entries: it takes 1 to %d", verbs.ErrInvalidCap, cqe, 1<<30)
 	}
 	c := &CQ{dev: d, id: d.newID(), ch: make(chan struct{}, 1)}
 	cq, err := C.gr_create_cq(d.ctx, C.int(cqe), C.uint64_t(c.id), d.ch)
@@ -75,7 +78,7 @@ func fromCWC(w *verbs.WC, c *C.gr_wc) {
 // Poll moves up to len(wc) completions into wc and returns how many. It
 // does not block and allocates nothing.
 func (c *CQ) Poll(wc []verbs.WC) int {
-	if len(wc) == 0 {
+	if len(wc) == 0 || c.made() != nil {
 		return 0
 	}
 	c.mu.Lock()
@@ -110,9 +113,21 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 	return got
 }
 
+// made reports an error for a CQ that CreateCQ did not make (nil, or the
+// zero value).
+func (c *CQ) made() error {
+	if c == nil || c.cq == nil || c.dev == nil {
+		return errNilObject("*CQ", "Device.CreateCQ")
+	}
+	return nil
+}
+
 // ReqNotify arms the CQ (ibv_req_notify_cq): the next completion (only a
 // solicited one, if solicitedOnly) sends a value on C.
 func (c *CQ) ReqNotify(solicitedOnly bool) {
+	if c.made() != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead {
@@ -128,8 +143,13 @@ func (c *CQ) ReqNotify(solicitedOnly bool) {
 }
 
 // C returns the completion channel: a value arrives on it after an armed
-// CQ gets a completion.
-func (c *CQ) C() <-chan struct{} { return c.ch }
+// CQ gets a completion. A nil CQ has none.
+func (c *CQ) C() <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c.ch
+}
 
 // ready polls into the CQ's own buffer; it reports whether a completion
 // is waiting there.
@@ -158,6 +178,9 @@ func (c *CQ) ready(arm bool) (bool, error) {
 // Wait blocks until a completion is waiting or ctx is done. It arms the
 // CQ and takes values from C while it waits.
 func (c *CQ) Wait(ctx context.Context) error {
+	if err := c.made(); err != nil {
+		return err
+	}
 	for {
 		if ok, err := c.ready(false); ok || err != nil {
 			return err
@@ -176,6 +199,9 @@ func (c *CQ) Wait(ctx context.Context) error {
 // Destroy frees the CQ; it fails with verbs.ErrBusy while QPs use it.
 // Completions not yet polled are lost.
 func (c *CQ) Destroy() error {
+	if err := c.made(); err != nil {
+		return err
+	}
 	c.dev.life.RLock()
 	defer c.dev.life.RUnlock()
 	return c.destroy()

@@ -234,21 +234,60 @@ func (d *Device) release() error {
 	return err
 }
 
-// Name returns the device's name, such as rxe0.
-func (d *Device) Name() string { return d.name }
+// errNilObject is the error of a method called on a nil object, or on a
+// zero one its constructor did not make: what is the type, from where a
+// usable one comes.
+func errNilObject(what, from string) error {
+	return fmt.Errorf("%w: hwverbs: nil or zero %s: use one from %s", errNilKind, what, from)
+}
 
-// Port returns the port the device uses.
-func (d *Device) Port() uint8 { return d.port }
+// opened reports an error for a Device that Open did not make (nil, or
+// the zero value).
+func (d *Device) opened() error {
+	if d == nil || d.events == nil {
+		return errNilObject("*Device", "hwverbs.Open")
+	}
+	return nil
+}
+
+// Name returns the device's name, such as rxe0 ("" for a nil Device).
+func (d *Device) Name() string {
+	if d == nil {
+		return ""
+	}
+	return d.name
+}
+
+// Port returns the port the device uses (0 for a nil Device).
+func (d *Device) Port() uint8 {
+	if d == nil {
+		return 0
+	}
+	return d.port
+}
 
 // GIDIndex returns the GID table index behind GID index 0.
-func (d *Device) GIDIndex() int { return d.gidIdx }
+func (d *Device) GIDIndex() int {
+	if d == nil {
+		return 0
+	}
+	return d.gidIdx
+}
 
 // DroppedEvents returns how many asynchronous events found Events full.
-func (d *Device) DroppedEvents() uint64 { return d.dropped.Load() }
+func (d *Device) DroppedEvents() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.dropped.Load()
+}
 
 // GID returns the GID of the given index: 0 is the device's chosen GID,
 // any other index the port's table entry.
 func (d *Device) GID(index int) ([16]byte, error) {
+	if err := d.opened(); err != nil {
+		return [16]byte{}, err
+	}
 	if index < 0 || index > 255 {
 		return [16]byte{}, fmt.Errorf("%w: GID index %d", verbs.ErrInvalidAttr, index)
 	}
@@ -282,6 +321,9 @@ func (d *Device) Addr() netip.Addr {
 
 // ActiveMTU returns the port's active MTU, or 0 if it cannot be read.
 func (d *Device) ActiveMTU() verbs.MTU {
+	if d.opened() != nil {
+		return 0
+	}
 	d.life.RLock()
 	defer d.life.RUnlock()
 	if d.closed {
@@ -295,8 +337,14 @@ func (d *Device) ActiveMTU() verbs.MTU {
 }
 
 // Events returns the channel of asynchronous events. Events that find it
-// full are dropped and counted (DroppedEvents); Close closes it.
-func (d *Device) Events() <-chan verbs.Event { return d.events }
+// full are dropped and counted (DroppedEvents); Close closes it. A nil
+// Device has none.
+func (d *Device) Events() <-chan verbs.Event {
+	if d == nil {
+		return nil
+	}
+	return d.events
+}
 
 func (d *Device) newID() uint64 {
 	d.mu.Lock()
@@ -310,6 +358,9 @@ func (d *Device) newID() uint64 {
 // CQs, PDs, in that order), stops the event goroutine, closes the
 // device, and closes Events. Closing twice is harmless.
 func (d *Device) Close() error {
+	if err := d.opened(); err != nil {
+		return err
+	}
 	d.life.Lock()
 	defer d.life.Unlock()
 	if d.closed {

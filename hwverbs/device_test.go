@@ -483,6 +483,14 @@ func TestErrors(t *testing.T) {
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrAccessFlags), verbs.ErrMissingAttr},
 		{"too many SGEs", s.qp.PostRecv([]verbs.RecvWR{{SGL: make([]verbs.SGE, 3)}}), verbs.ErrTooManySGE},
 		{"bad opcode", s.qp.PostSend([]verbs.SendWR{{Opcode: 42}}), verbs.ErrInvalidWR},
+		// Nil and zero arguments on live objects: errors, not panics.
+		{"nil QPInitAttr", second(s.pd.CreateQP(nil)), errNilKind},
+		{"no send CQ", second(s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, RecvCQ: s.cq})), errNilKind},
+		{"typed-nil CQ", second(s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: (*CQ)(nil), RecvCQ: s.cq})), errNilKind},
+		{"zero CQ", second(s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: &CQ{}, RecvCQ: s.cq})), errNilKind},
+		{"nil QPAttr", s.qp.Modify(nil, verbs.AttrState), errNilKind},
+		{"zero AH", s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, AH: &AH{}}}), verbs.ErrInvalidWR},
+		{"zero DGID", second(s.pd.CreateAH(verbs.AHAttr{HopLimit: 1})), verbs.ErrInvalidAttr},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, c.want) {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"syscall"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -73,6 +74,9 @@ type Error struct {
 
 // Error says which call failed, what that means, and the errno.
 func (e *Error) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	s := "hwverbs: " + e.Op + ": "
 	if e.Kind != nil {
 		s += e.Kind.Error() + " (" + e.Errno.Error() + ")"
@@ -87,6 +91,9 @@ func (e *Error) Error() string {
 
 // Unwrap returns the sentinel error, if any, and the errno.
 func (e *Error) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
 	if e.Kind != nil {
 		return []error{e.Kind, e.Errno}
 	}
@@ -209,6 +216,57 @@ func classifyModify(typ verbs.QPType, cur, next verbs.QPState, mask verbs.AttrMa
 
 // checkSendOp reports whether a QP of type typ takes opcode op.
 func checkSendOp(typ verbs.QPType, op verbs.WROpcode) error { return verbs.CheckSendOp(typ, op) }
+
+// errNilKind is the sentinel the errors of nil and zero receivers and
+// arguments wrap, as package verbs's checks of a bad attribute do.
+var errNilKind = verbs.ErrInvalidAttr
+
+// checkQPInit checks what PD.CreateQP needs of init before the device
+// sees it.
+func checkQPInit(init *verbs.QPInitAttr) error {
+	switch {
+	case init == nil:
+		return fmt.Errorf("%w: hwverbs: CreateQP of a nil *QPInitAttr: give the QP's type, CQs and capabilities", errNilKind)
+	case init.SendCQ == nil:
+		return fmt.Errorf("%w: hwverbs: QPInitAttr.SendCQ is missing: create one with Device.CreateCQ", errNilKind)
+	case init.RecvCQ == nil:
+		return fmt.Errorf("%w: hwverbs: QPInitAttr.RecvCQ is missing: create one with Device.CreateCQ (it may be the SendCQ)", errNilKind)
+	}
+	return nil
+}
+
+// checkModify checks what QP.Modify needs of attr and mask before the
+// device sees them.
+func checkModify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
+	switch {
+	case attr == nil:
+		return fmt.Errorf("%w: hwverbs: Modify with a nil *QPAttr: give the attributes the mask names", errNilKind)
+	case mask&verbs.AttrRQPSN != 0 && !attr.RQPSN.Valid() || mask&verbs.AttrSQPSN != 0 && !attr.SQPSN.Valid():
+		return fmt.Errorf("%w: PSN beyond 24 bits", verbs.ErrInvalidAttr)
+	case mask&verbs.AttrDestQPN != 0 && attr.DestQPN > bth.MaxQPN:
+		return fmt.Errorf("%w: dest QPN %#x", verbs.ErrInvalidAttr, attr.DestQPN)
+	}
+	return nil
+}
+
+// checkRegMR checks what PD.RegMR needs of buf and access.
+func checkRegMR(buf []byte, access verbs.Access) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: hwverbs: RegMR of an empty buffer: libibverbs registers no zero-length region; register 1 byte or more", verbs.ErrInvalidAttr)
+	}
+	if access&^verbs.KnownAccess != 0 {
+		return fmt.Errorf("%w: access %v", verbs.ErrInvalidAttr, access)
+	}
+	return nil
+}
+
+// checkAH checks what PD.CreateAH needs of attr.
+func checkAH(attr *verbs.AHAttr) error {
+	if attr.DGID == ([16]byte{}) {
+		return fmt.Errorf("%w: hwverbs: the address handle's DGID is zero: give the destination's GID (verbs.GIDFromAddr)", verbs.ErrInvalidAttr)
+	}
+	return nil
+}
 
 // eventType maps an ibv_event_type to goroce's; ok is false for the
 // events goroce does not name (port, GID and device events).

@@ -2,6 +2,7 @@ package hwverbs
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -283,5 +284,46 @@ func TestAlloc(t *testing.T) {
 	}
 	if err := Free(b); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestArgumentChecks checks what CreateQP, Modify, RegMR and CreateAH
+// refuse before the device sees it, and that each refusal says what to
+// give instead.
+func TestArgumentChecks(t *testing.T) {
+	cq := &CQ{}
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+		says string // "" for no error
+	}{
+		{"nil QPInitAttr", checkQPInit(nil), errNilKind, "type, CQs and capabilities"},
+		{"no SendCQ", checkQPInit(&verbs.QPInitAttr{RecvCQ: cq}), errNilKind, "SendCQ is missing"},
+		{"no RecvCQ", checkQPInit(&verbs.QPInitAttr{SendCQ: cq}), errNilKind, "RecvCQ is missing"},
+		{"QPInitAttr", checkQPInit(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq}), nil, ""},
+		{"nil QPAttr", checkModify(nil, verbs.AttrState), errNilKind, "the attributes the mask names"},
+		{"wide PSN", checkModify(&verbs.QPAttr{SQPSN: 1 << 24}, verbs.AttrSQPSN), verbs.ErrInvalidAttr, "24 bits"},
+		{"wide PSN not in mask", checkModify(&verbs.QPAttr{SQPSN: 1 << 24}, verbs.AttrState), nil, ""},
+		{"wide QPN", checkModify(&verbs.QPAttr{DestQPN: 1 << 24}, verbs.AttrDestQPN), verbs.ErrInvalidAttr, "dest QPN"},
+		{"nil buffer", checkRegMR(nil, verbs.LocalWrite), verbs.ErrInvalidAttr, "1 byte or more"},
+		{"empty buffer", checkRegMR([]byte{}, 0), verbs.ErrInvalidAttr, "zero-length"},
+		{"unknown access", checkRegMR(make([]byte, 1), 1<<20), verbs.ErrInvalidAttr, "access"},
+		{"buffer", checkRegMR(make([]byte, 1), verbs.LocalWrite), nil, ""},
+		{"zero DGID", checkAH(&verbs.AHAttr{}), verbs.ErrInvalidAttr, "destination's GID"},
+		{"DGID", checkAH(&verbs.AHAttr{DGID: verbs.GIDFromAddr(netip.MustParseAddr("198.18.0.1"))}), nil, ""},
+	} {
+		if c.says == "" {
+			if c.err != nil {
+				t.Errorf("%s: %v, want no error", c.name, c.err)
+			}
+			continue
+		}
+		if !errors.Is(c.err, c.want) || !strings.Contains(fmt.Sprint(c.err), c.says) {
+			t.Errorf("%s: %v, want %v saying %q", c.name, c.err, c.want, c.says)
+		}
+	}
+	if s := (*Error)(nil).Error(); s != "<nil>" {
+		t.Errorf("nil *Error says %q", s)
 	}
 }

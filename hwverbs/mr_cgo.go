@@ -27,6 +27,9 @@ type PD struct {
 
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (verbs.PD, error) {
+	if err := d.opened(); err != nil {
+		return nil, err
+	}
 	d.life.RLock()
 	defer d.life.RUnlock()
 	if d.closed {
@@ -45,6 +48,9 @@ func (d *Device) AllocPD() (verbs.PD, error) {
 
 // Dealloc frees the PD; it fails with verbs.ErrBusy while objects use it.
 func (p *PD) Dealloc() error {
+	if err := p.made(); err != nil {
+		return err
+	}
 	p.dev.life.RLock()
 	defer p.dev.life.RUnlock()
 	return p.dealloc()
@@ -63,6 +69,15 @@ func (p *PD) dealloc() error {
 	p.dev.mu.Lock()
 	delete(p.dev.pds, p)
 	p.dev.mu.Unlock()
+	return nil
+}
+
+// made reports an error for a PD that AllocPD did not make (nil, or the
+// zero value).
+func (p *PD) made() error {
+	if p == nil || p.pd == nil || p.dev == nil {
+		return errNilObject("*PD", "Device.AllocPD")
+	}
 	return nil
 }
 
@@ -97,16 +112,16 @@ type MR struct {
 // registered as it is; Go memory is pinned until Dereg (see the package
 // documentation).
 func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if err := p.made(); err != nil {
+		return nil, err
+	}
+	if err := checkRegMR(buf, access); err != nil {
+		return nil, err
+	}
 	p.dev.life.RLock()
 	defer p.dev.life.RUnlock()
 	if err := p.usable(); err != nil {
 		return nil, err
-	}
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty buffer", verbs.ErrInvalidAttr)
-	}
-	if access&^verbs.KnownAccess != 0 {
-		return nil, fmt.Errorf("%w: access %v", verbs.ErrInvalidAttr, access)
 	}
 	m := &MR{pd: p, buf: buf}
 	m.pin.Pin(&buf[0])
@@ -125,23 +140,52 @@ func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	return m, nil
 }
 
-// Addr returns the address of Bytes()[0], which peers and SGEs use.
-func (m *MR) Addr() uint64 { return m.addr }
+// Addr returns the address of Bytes()[0], which peers and SGEs use (0 for
+// a nil MR).
+func (m *MR) Addr() uint64 {
+	if m == nil {
+		return 0
+	}
+	return m.addr
+}
 
 // Len returns the region's length.
-func (m *MR) Len() int { return len(m.buf) }
+func (m *MR) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.buf)
+}
 
 // LKey returns the local key.
-func (m *MR) LKey() uint32 { return m.lkey }
+func (m *MR) LKey() uint32 {
+	if m == nil {
+		return 0
+	}
+	return m.lkey
+}
 
 // RKey returns the remote key.
-func (m *MR) RKey() uint32 { return m.rkey }
+func (m *MR) RKey() uint32 {
+	if m == nil {
+		return 0
+	}
+	return m.rkey
+}
 
 // Bytes returns the registered memory.
-func (m *MR) Bytes() []byte { return m.buf }
+func (m *MR) Bytes() []byte {
+	if m == nil {
+		return nil
+	}
+	return m.buf
+}
 
 // Dereg deregisters the region and unpins Go memory.
 func (m *MR) Dereg() error {
+	if m == nil || m.mr == nil || m.pd == nil {
+		return errNilObject("*MR", "PD.RegMR")
+	}
 	m.pd.dev.life.RLock()
 	defer m.pd.dev.life.RUnlock()
 	return m.dereg()

@@ -86,6 +86,9 @@ func (b *recvBatch) flush(base, n int) error {
 // and those after it are not posted. PostSend allocates nothing unless it
 // fails.
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	if err := q.made(); err != nil {
+		return err
+	}
 	q.smu.Lock()
 	defer q.smu.Unlock()
 	if q.dead.Load() {
@@ -161,8 +164,8 @@ func (q *QP) fillSend(i int, wr *verbs.SendWR) error {
 	g.ah = nil
 	if q.typ == verbs.UD {
 		ah, ok := wr.AH.(*AH)
-		if !ok || ah == nil {
-			return fmt.Errorf("%w: a UD send needs an address handle of this backend", verbs.ErrInvalidWR)
+		if !ok || ah == nil || ah.ah == nil || ah.pd == nil {
+			return fmt.Errorf("%w: a UD send needs an address handle of this backend (PD.CreateAH)", verbs.ErrInvalidWR)
 		}
 		if ah.pd.dev != q.dev || ah.dead.Load() {
 			return fmt.Errorf("%w: address handle of another device, or destroyed", verbs.ErrInvalidWR)
@@ -179,6 +182,9 @@ func (q *QP) fillSend(i int, wr *verbs.SendWR) error {
 // batched like PostSend; it fails with verbs.ErrHasSRQ on a QP with an
 // SRQ.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
+	if err := q.made(); err != nil {
+		return err
+	}
 	if q.srq != nil {
 		return verbs.ErrHasSRQ
 	}

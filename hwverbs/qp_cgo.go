@@ -50,6 +50,12 @@ type QP struct {
 // must come from the same device; a GSI QP cannot be made (the kernel
 // owns QP 1).
 func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
+	if err := p.made(); err != nil {
+		return nil, err
+	}
+	if err := checkQPInit(init); err != nil {
+		return nil, err
+	}
 	d := p.dev
 	d.life.RLock()
 	defer d.life.RUnlock()
@@ -58,7 +64,10 @@ func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
 	}
 	scq, ok1 := init.SendCQ.(*CQ)
 	rcq, ok2 := init.RecvCQ.(*CQ)
-	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != d || rcq.dev != d {
+	if ok1 && scq.made() != nil || ok2 && rcq.made() != nil {
+		return nil, fmt.Errorf("%w (QPInitAttr's CQs)", errNilObject("*CQ", "Device.CreateCQ"))
+	}
+	if !ok1 || !ok2 || scq.dev != d || rcq.dev != d {
 		return nil, fmt.Errorf("%w: send and receive CQs of this device are required", verbs.ErrForeign)
 	}
 	var srq *SRQ
@@ -157,14 +166,38 @@ func (q *QP) freeBatches() {
 	}
 }
 
-// QPN returns the queue pair number.
-func (q *QP) QPN() uint32 { return q.qpn }
+// made reports an error for a QP that CreateQP did not make (nil, or the
+// zero value).
+func (q *QP) made() error {
+	if q == nil || q.qp == nil || q.dev == nil {
+		return errNilObject("*QP", "PD.CreateQP")
+	}
+	return nil
+}
+
+// QPN returns the queue pair number (0 for a nil QP).
+func (q *QP) QPN() uint32 {
+	if q == nil {
+		return 0
+	}
+	return q.qpn
+}
 
 // Type returns the QP's transport service.
-func (q *QP) Type() verbs.QPType { return q.typ }
+func (q *QP) Type() verbs.QPType {
+	if q == nil {
+		return 0
+	}
+	return q.typ
+}
 
 // Cap returns the queue sizes the device gave the QP.
-func (q *QP) Cap() verbs.QPCap { return q.cap }
+func (q *QP) Cap() verbs.QPCap {
+	if q == nil {
+		return verbs.QPCap{}
+	}
+	return q.cap
+}
 
 func (d *Device) toCAH(g *C.gr_ah, a *verbs.AHAttr) {
 	for i, b := range a.DGID {
@@ -197,18 +230,18 @@ func (d *Device) fromCAH(a *verbs.AHAttr, g *C.gr_ah) {
 // (verbs.ErrInvalidTransition, ErrMissingAttr, ErrExtraAttr), and is
 // verbs.ErrInvalidAttr otherwise.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
+	if err := q.made(); err != nil {
+		return err
+	}
+	if err := checkModify(attr, mask); err != nil {
+		return err
+	}
 	q.dev.life.RLock()
 	defer q.dev.life.RUnlock()
 	q.amu.Lock()
 	defer q.amu.Unlock()
 	if q.dead.Load() {
 		return verbs.ErrDestroyed
-	}
-	if mask&verbs.AttrRQPSN != 0 && !attr.RQPSN.Valid() || mask&verbs.AttrSQPSN != 0 && !attr.SQPSN.Valid() {
-		return fmt.Errorf("%w: PSN beyond 24 bits", verbs.ErrInvalidAttr)
-	}
-	if mask&verbs.AttrDestQPN != 0 && attr.DestQPN > bth.MaxQPN {
-		return fmt.Errorf("%w: dest QPN %#x", verbs.ErrInvalidAttr, attr.DestQPN)
 	}
 	a := C.gr_qpattr{state: C.uint32_t(attr.State), cur_state: C.uint32_t(attr.CurState),
 		path_mtu: C.uint32_t(attr.PathMTU), qkey: C.uint32_t(attr.QKey), rq_psn: C.uint32_t(attr.RQPSN),
@@ -246,6 +279,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 
 // Query returns the QP's current attributes (ibv_query_qp).
 func (q *QP) Query() (verbs.QPAttr, error) {
+	if err := q.made(); err != nil {
+		return verbs.QPAttr{}, err
+	}
 	q.dev.life.RLock()
 	defer q.dev.life.RUnlock()
 	q.amu.Lock()
@@ -278,6 +314,9 @@ func (q *QP) query() (verbs.QPAttr, error) {
 // Destroy destroys the QP (ibv_destroy_qp); outstanding work requests
 // complete no more.
 func (q *QP) Destroy() error {
+	if err := q.made(); err != nil {
+		return err
+	}
 	q.dev.life.RLock()
 	defer q.dev.life.RUnlock()
 	return q.destroy()

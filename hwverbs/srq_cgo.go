@@ -29,6 +29,9 @@ type SRQ struct {
 // CreateSRQ creates a shared receive queue; a Limit above 0 arms the SRQ
 // limit event at once (ibv_modify_srq, since ibv_create_srq ignores it).
 func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
+	if err := p.made(); err != nil {
+		return nil, err
+	}
 	d := p.dev
 	d.life.RLock()
 	defer d.life.RUnlock()
@@ -36,7 +39,7 @@ func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
 		return nil, err
 	}
 	if attr.MaxWR == 0 || attr.Limit > attr.MaxWR {
-		return nil, fmt.Errorf("%w: SRQ max_wr %d limit %d", verbs.ErrInvalidCap, attr.MaxWR, attr.Limit)
+		return nil, fmt.Errorf("%w: SRQ max_wr %d limit %d: max_wr must be at least 1, and the limit at most max_wr", verbs.ErrInvalidCap, attr.MaxWR, attr.Limit)
 	}
 	attr.MaxSGE = max(attr.MaxSGE, 1)
 	s := &SRQ{pd: p, id: d.newID()}
@@ -65,8 +68,20 @@ func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
 	return s, nil
 }
 
+// made reports an error for an SRQ that CreateSRQ did not make (nil, or
+// the zero value).
+func (s *SRQ) made() error {
+	if s == nil || s.srq == nil || s.pd == nil {
+		return errNilObject("*SRQ", "PD.CreateSRQ")
+	}
+	return nil
+}
+
 // PostRecv posts receives to the SRQ, batched like QP.PostRecv.
 func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
@@ -78,6 +93,9 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) error {
 // Modify arms the SRQ limit event: when fewer than limit receives remain,
 // the device reports verbs.EventSRQLimitReached once.
 func (s *SRQ) Modify(limit uint32) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
@@ -93,6 +111,9 @@ func (s *SRQ) Modify(limit uint32) error {
 
 // Destroy destroys the SRQ; it fails with verbs.ErrBusy while QPs use it.
 func (s *SRQ) Destroy() error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	s.pd.dev.life.RLock()
 	defer s.pd.dev.life.RUnlock()
 	return s.destroy()
@@ -128,6 +149,12 @@ type AH struct {
 // CreateAH creates an address handle with a GRH towards attr.DGID.
 // SGIDIndex 0 is the device's GID; Port 0 means the device's port.
 func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
+	if err := p.made(); err != nil {
+		return nil, err
+	}
+	if err := checkAH(&attr); err != nil {
+		return nil, err
+	}
 	d := p.dev
 	d.life.RLock()
 	defer d.life.RUnlock()
@@ -150,10 +177,18 @@ func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
 }
 
 // Attr returns the attributes the handle was created with.
-func (a *AH) Attr() verbs.AHAttr { return a.attr }
+func (a *AH) Attr() verbs.AHAttr {
+	if a == nil {
+		return verbs.AHAttr{}
+	}
+	return a.attr
+}
 
 // Destroy destroys the address handle.
 func (a *AH) Destroy() error {
+	if a == nil || a.ah == nil || a.pd == nil {
+		return errNilObject("*AH", "PD.CreateAH")
+	}
 	a.pd.dev.life.RLock()
 	defer a.pd.dev.life.RUnlock()
 	return a.destroy()
