@@ -24,7 +24,8 @@ var (
 )
 
 // Config says how Open sets a device up. A nil *Config, or a zero field,
-// means the default.
+// means the default. Open copies it: it is a plain value, safe for
+// concurrent use.
 type Config struct {
 	// Port is the port number; default 1.
 	Port uint8
@@ -60,7 +61,8 @@ var (
 )
 
 // Error is a failed libibverbs call. It wraps the errno and, where one
-// fits, the verbs sentinel error, so that errors.Is matches either.
+// fits, the verbs sentinel error, so that errors.Is matches either. It is
+// not modified once returned, so it is safe for concurrent use.
 type Error struct {
 	// Op is the libibverbs function, such as "ibv_modify_qp".
 	Op string

@@ -43,13 +43,16 @@ type Command struct {
 	Flags func(fs *FlagSet) Runner
 }
 
-// Runner runs a command with the arguments left after its flags. It
-// returns a *UsageError for a command line it cannot run, an *ExitError
+// Runner runs a command with the arguments left after its flags; each
+// run of a command has its own, so it need not be safe for concurrent
+// use. It returns a *UsageError for a command line it cannot run, an *ExitError
 // for a status of its own, or any other error for a failure.
 type Runner func(ctx context.Context, env *Env, args []string) error
 
 // Env is what a command reads and writes besides its arguments. Tests
-// give their own; Stdio is the process's.
+// give their own; Stdio is the process's. A command only reads it, but
+// its goroutines write to Stdout and Stderr at once: those writers must be
+// safe for concurrent use (the process's standard streams are).
 type Env struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer

@@ -15,7 +15,8 @@ const (
 
 // UsageError is a command line the command cannot run: a flag that does
 // not parse, a value out of range, flags that exclude each other. The
-// command exits 2 and points at its help.
+// command exits 2 and points at its help. It is not modified once made,
+// so it is safe for concurrent use.
 type UsageError struct{ Err error }
 
 // Error returns what is wrong with the command line.
@@ -42,7 +43,8 @@ func Usagef(format string, args ...any) error {
 
 // ExitError ends a command with a status of its own, for tools whose
 // scripts know other statuses than 1 (rping exits 255 on failure, 130
-// when interrupted). Err, when set, is reported as any error is.
+// when interrupted). Err, when set, is reported as any error is. It is
+// not modified once made, so it is safe for concurrent use.
 type ExitError struct {
 	Code int
 	Err  error

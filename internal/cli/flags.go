@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// Style is how a command line reads.
+// Style is how a command line reads. It is a plain value, safe for
+// concurrent use.
 type Style int
 
 const (
@@ -23,7 +24,8 @@ const (
 	Getopt
 )
 
-// Layout is how PrintDefaults lays a command's flags out.
+// Layout is how PrintDefaults lays a command's flags out. It is a plain
+// value, safe for concurrent use.
 type Layout int
 
 const (
@@ -61,7 +63,8 @@ type helpItem struct {
 	title string
 }
 
-// Flag is one declared flag.
+// Flag is one declared flag. It belongs to its FlagSet and, like it, is
+// not safe for concurrent use.
 type Flag struct {
 	// Names are the flag's spellings, without dashes; the first is the
 	// one its help shows first.

@@ -47,8 +47,10 @@ type stepHandler struct {
 	attrs []slog.Attr
 }
 
+// Enabled reports true: a step logger prints every record.
 func (h *stepHandler) Enabled(context.Context, slog.Level) bool { return true }
 
+// Handle prints r as a numbered step.
 func (h *stepHandler) Handle(_ context.Context, r slog.Record) error {
 	kind, who := "INFO", ""
 	var extra []string
@@ -79,10 +81,13 @@ func (h *stepHandler) Handle(_ context.Context, r slog.Record) error {
 	return err
 }
 
+// WithAttrs returns a handler that adds as to every record ("who" names
+// the side).
 func (h *stepHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	c := *h
 	c.attrs = append(append([]slog.Attr(nil), h.attrs...), as...)
 	return &c
 }
 
+// WithGroup returns h: steps have no groups.
 func (h *stepHandler) WithGroup(string) slog.Handler { return h }

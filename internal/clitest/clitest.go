@@ -16,9 +16,9 @@ import (
 	"github.com/goroce/goroce/transport/mem"
 )
 
-// Buffer is an io.Writer for a command's output, safe for the command's
-// goroutines and the test's, that closes Ready once want has been
-// written.
+// Buffer is an io.Writer for a command's output that closes Ready once
+// want has been written. It is safe for concurrent use: the command's
+// goroutines write while the test reads.
 type Buffer struct {
 	mu    sync.Mutex
 	b     bytes.Buffer
@@ -93,7 +93,8 @@ func Ports(t testing.TB) (tcp, udp int) {
 	return FreeTCPPort(t), LoopbackUDPPort(t)
 }
 
-// Result is the outcome of one run of a command.
+// Result is the outcome of one run of a command: a plain value, safe for
+// concurrent use.
 type Result struct {
 	Code           int
 	Stdout, Stderr string

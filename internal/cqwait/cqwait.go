@@ -17,7 +17,8 @@ import (
 // ErrNothing means a wait was given no CQ, or no room for a completion.
 var ErrNothing = errors.New("cqwait: no CQ or no room for a completion to wait for")
 
-// Waiter waits for completions. It is used by one goroutine at a time.
+// Waiter waits for completions. It is not safe for concurrent use: one
+// goroutine at a time waits with it.
 type Waiter struct {
 	spin  time.Duration // how long to spin before sleeping; < 0 spins until the limit
 	timer *time.Timer

@@ -14,7 +14,8 @@ import (
 
 // Msg is struct mmsghdr of sendmmsg(2) and recvmmsg(2): a message header
 // and the bytes the kernel moved for it. Go pads it to the alignment of
-// Msghdr, as C does.
+// Msghdr, as C does. The kernel writes it during a call: it is not safe
+// for concurrent use.
 type Msg struct {
 	Hdr unix.Msghdr
 	Len uint32

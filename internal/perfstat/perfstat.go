@@ -16,7 +16,7 @@ import (
 const MinIters = 5
 
 // Latency is a latency test's result, in microseconds, as print_report_lat
-// computes it.
+// computes it: a plain value, safe for concurrent use once made.
 type Latency struct {
 	Size, Iters                              uint64 // Size is the caller's: the message size
 	Min, Max, Typical, Avg, Stdev, P99, P999 float64

@@ -390,6 +390,7 @@ type readyWriter struct {
 	seen  bool
 }
 
+// Write keeps p and signals when the server is ready.
 func (w *readyWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -373,6 +373,7 @@ func (c *cmExchange) exchange(ctx context.Context, step string, out, in []byte) 
 	return c.send(ctx, step, out)
 }
 
+// ExchangeVersions is exchange_versions over the comm connection.
 func (c *cmExchange) ExchangeVersions(ctx context.Context) (oob.Compat, error) {
 	var out, in [oob.VersionLen]byte
 	if err := oob.EncodeVersion(out[:], oob.PerftestVersion); err != nil {
@@ -392,6 +393,7 @@ func (c *cmExchange) ExchangeVersions(ctx context.Context) (oob.Compat, error) {
 	return c.compat, nil
 }
 
+// CheckSysData is check_sys_data over the comm connection.
 func (c *cmExchange) CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error) {
 	if !c.compat.SysData {
 		return local, nil
@@ -413,6 +415,7 @@ func (c *cmExchange) CheckSysData(ctx context.Context, local oob.SysData) (oob.S
 	return local.Agree(remote), nil
 }
 
+// CheckMTU is check_mtu over the comm connection.
 func (c *cmExchange) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error) {
 	n := c.compat.MTULen
 	if n == 0 {
@@ -432,6 +435,7 @@ func (c *cmExchange) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, erro
 	return oob.AgreeMTU(local, remote), nil
 }
 
+// HandShake is one hand_shake of perftest's 56-byte entries.
 func (c *cmExchange) HandShake(ctx context.Context, local oob.PerftestDest) (oob.PerftestDest, error) {
 	return c.handShake(ctx, "hand_shake", local)
 }
@@ -454,6 +458,7 @@ func (c *cmExchange) handShake(ctx context.Context, step string, local oob.Perft
 	return d, nil
 }
 
+// ExchangeDests hand-shakes each QP's entry in turn.
 func (c *cmExchange) ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([]oob.PerftestDest, error) {
 	remote := make([]oob.PerftestDest, len(local))
 	for i := range local {
@@ -467,11 +472,13 @@ func (c *cmExchange) ExchangeDests(ctx context.Context, local []oob.PerftestDest
 	return remote, nil
 }
 
+// Barrier is perftest's barrier: a handshake of the first entry.
 func (c *cmExchange) Barrier(ctx context.Context) error {
 	_, err := c.handShake(ctx, "barrier", c.first)
 	return err
 }
 
+// ExchangeBWReports is xchg_bw_reports, field by field.
 func (c *cmExchange) ExchangeBWReports(ctx context.Context, local oob.BWReport) (oob.BWReport, error) {
 	var out, in [9 * oob.ReportFieldLen]byte
 	n, err := local.Encode(out[:], c.compat, false)

@@ -53,6 +53,7 @@ type bufInfo struct {
 	len  uint32
 }
 
+// String formats b as the scenarios print a buffer.
 func (b bufInfo) String() string {
 	return fmt.Sprintf("addr: %#x, len: %d, stag: %#x", b.addr, b.len, b.rkey)
 }
@@ -140,6 +141,7 @@ func parseHello(line string) (*hello, error) {
 // peerError is an error the peer reported in the exchange.
 type peerError struct{ msg string }
 
+// Error says what the peer refused.
 func (e *peerError) Error() string { return "the peer refused: " + e.msg }
 
 // sessionConfig is what both roles need to set a session up.
@@ -508,7 +510,10 @@ func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error)
 // goes on.
 type exchangeError struct{ err error }
 
+// Error and Unwrap are those of the exchange's error.
 func (e *exchangeError) Error() string { return e.err.Error() }
+
+// Unwrap returns the exchange's error.
 func (e *exchangeError) Unwrap() error { return e.err }
 
 // accept waits for a client and sets a session up with it. A client that
