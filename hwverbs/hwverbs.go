@@ -220,8 +220,8 @@ func classifyModify(typ verbs.QPType, cur, next verbs.QPState, mask verbs.AttrMa
 func checkSendOp(typ verbs.QPType, op verbs.WROpcode) error { return verbs.CheckSendOp(typ, op) }
 
 // errNilKind is the sentinel the errors of nil and zero receivers and
-// arguments wrap, as package verbs's checks of a bad attribute do.
-var errNilKind = verbs.ErrInvalidAttr
+// arguments wrap, verbs.ErrNil as in the pure-Go backend.
+var errNilKind = verbs.ErrNil
 
 // checkQPInit checks what PD.CreateQP needs of init before the device
 // sees it.
