@@ -160,7 +160,8 @@ load_cases() {
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
                 wait=*) wait=${o#*=} ;; timeout=*) tmo=${o#*=} ;;
-                client_rc=*) crc=${o#*=} ;; cexpect=*) cexp=${o#*=} ;; sexpect=*) sexp=${o#*=} ;;
+                client_rc=*) crc=${o#*=} ;;
+                cexpect=*) cexp="${cexp:+$cexp }${o#*=}" ;; sexpect=*) sexp="${sexp:+$sexp }${o#*=}" ;;
                 loss=requests) lm=r ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
@@ -422,7 +423,7 @@ restart_lab() {
 
 # run_case RECORD: run one case; sets RES/WHY/DUR for its id and writes its log.
 run_case() {
-    local id variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up
+    local id variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up res
     IFS=$US read -r id _ variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up <<< "$1"
     local L="$OUT/logs/${id//\//.}.log" t0 left srv_rc cli_rc why="" ethmtu drops="" r srv_stopped=0
     t0=$(now)
@@ -513,8 +514,15 @@ run_case() {
                 grep -qE -- "$expect" "$TMP/$r.txt" || why="${why:+$why; }${W[$r]} output lacks /$expect/"
             done
         fi
-        [ -n "$cexp" ] && { grep -qE -- "$cexp" "$TMP/cli.txt" 2> /dev/null || why="${why:+$why; }client $cw output lacks /$cexp/"; }
-        [ -n "$sexp" ] && { grep -qE -- "$sexp" "$TMP/srv.txt" 2> /dev/null || why="${why:+$why; }server $sw output lacks /$sexp/"; }
+        # cexpect= and sexpect= may be given more than once (blank-separated here): each must match
+        read -ra res <<< "$cexp"
+        for r in "${res[@]}"; do
+            grep -qE -- "$r" "$TMP/cli.txt" 2> /dev/null || why="${why:+$why; }client $cw output lacks /$r/"
+        done
+        read -ra res <<< "$sexp"
+        for r in "${res[@]}"; do
+            grep -qE -- "$r" "$TMP/srv.txt" 2> /dev/null || why="${why:+$why; }server $sw output lacks /$r/"
+        done
     fi
     DUR[$id]=$(elapsed "$t0")
     if [ -z "$why" ]; then RES[$id]=PASS WHY[$id]="${drops:+$drops packets dropped}"
