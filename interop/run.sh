@@ -31,7 +31,7 @@ SERVER_GRACE=20          # seconds a server may take to finish after its client
 GOROCE_BIN="$STATE/roce" # host commands run with $STATE first on PATH, so "roce" is this binary
 PEERS_SRC="$IOP/peers"   # goroce's C peers (interop/peers), built on the host and pushed to the guests
 PEERS_BIN="$STATE/peers"
-PEERS="rdmaex_server rdmaex_client minimal_server minimal_client"
+PEERS="rdmaex_server rdmaex_client minimal_server minimal_client imm_server imm_client rdmalib"
 
 # Variants, in run order (grouped by MTU so the guests switch MTU twice) and matrix column order.
 #   mode: the word in cases.txt that selects the variant
