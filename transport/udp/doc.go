@@ -10,7 +10,9 @@
 //     UDP GSO send get IDs 0, 1, 2, ... The TOS byte, TTL and checksum are
 //     masked out of the ICRC, so TOS can be set per packet.
 //   - IPv6 has no field the kernel chooses that the ICRC covers (traffic
-//     class, flow label and hop limit are masked).
+//     class, flow label and hop limit are masked). The flow label is 0, as
+//     rxe sends it (IPV6_AUTOFLOWLABEL off), and datagrams with UDP
+//     checksum 0, which rxe sends over IPv6, are taken (UDP_NO_CHECK6_RX).
 //
 // On receive, a UDP socket does not see the sender's IPv4 ID, which the
 // ICRC covers and which rxe increments per packet. The transport checks each

@@ -132,6 +132,9 @@ func (t *Transport) setup() error {
 			set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER")
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO")
 			set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS")
+			// rxe sends RoCEv2 over IPv6 with UDP checksum 0 (the ICRC
+			// covers the datagram); the kernel drops those without this.
+			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX")
 		}
 		setBuffer(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, r.ReadBuffer)
 		setBuffer(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, r.WriteBuffer)
@@ -209,6 +212,10 @@ func (t *Transport) openSender() error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
 			return fail("setsockopt", err)
 		}
+		// Flow label 0, as rxe sends, rather than a hash of the socket's
+		// flow (net.ipv6.auto_flowlabels). A kernel without the option
+		// may label; the ICRC does not cover the label.
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL, 0)
 		sa = &unix.SockaddrInet6{Addr: t.local.Addr().As16()}
 	}
 	setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, r.WriteBuffer)

@@ -562,3 +562,108 @@ func bthICRCAllocs() float64 {
 	s.Recover(&f, b)
 	return max(testing.AllocsPerRun(100, func() { f.Seal(b) }), testing.AllocsPerRun(100, func() { s.Recover(&f, b) }))
 }
+
+// TestZeroChecksumIPv6 sends IPv6 datagrams whose UDP checksum is 0, as
+// rxe sends RoCEv2 over IPv6: the receiver takes them (the kernel drops
+// such datagrams on a socket without UDP_NO_CHECK6_RX).
+func TestZeroChecksumIPv6(t *testing.T) {
+	_, b, _, cb := pair(t, true, OffloadOff, OffloadAuto, 0)
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, 1); err != nil {
+		t.Skipf("UDP_NO_CHECK6_TX: %v", err)
+	}
+	lo := netip.IPv6Loopback()
+	if err := unix.Bind(fd, &unix.SockaddrInet6{Addr: lo.As16()}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sport := uint16(sa.(*unix.SockaddrInet6).Port)
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n = 10
+	var want [][]byte
+	for i := range n {
+		roce := transporttest.BuildPacket(rng, 0x01, 1024, bth.PSN(i))
+		f := bth.Flow{Src: lo, Dst: b.LocalAddr(), SrcPort: sport, DstPort: b.LocalPort()}
+		f.Seal(roce)
+		if err := unix.Sendto(fd, roce, 0, &unix.SockaddrInet6{Addr: lo.As16(), Port: int(b.LocalPort())}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, roce)
+	}
+	got := cb.Wait(n, 5*time.Second)
+	if len(got) != n {
+		t.Fatalf("%d of %d datagrams with UDP checksum 0 arrived; %+v", len(got), n, b.Stats())
+	}
+	for i, g := range got {
+		if !bytes.Equal(g.Data, want[i]) || g.SrcPort != sport || g.Src != lo {
+			t.Errorf("packet %d: %d bytes from %v:%d, want %d from %v:%d", i, len(g.Data), g.Src, g.SrcPort, len(want[i]), lo, sport)
+		}
+	}
+}
+
+// TestFlowLabelIPv6 receives what the transport sends over IPv6 on a
+// plain socket that reports the flow information: the flow label is 0, as
+// rxe sends it, not one the kernel makes up per flow
+// (net.ipv6.auto_flowlabels), and the traffic class is the packet's TOS.
+func TestFlowLabelIPv6(t *testing.T) {
+	const ipv6FlowInfo = 11 // IPV6_FLOWINFO of linux/in6.h: flow information with each datagram
+	lo := netip.IPv6Loopback()
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, ipv6FlowInfo, 1); err != nil {
+		t.Skipf("IPV6_FLOWINFO: %v", err)
+	}
+	tv := unix.NsecToTimeval(int64(5 * time.Second))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet6{Addr: lo.As16()}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := uint16(sa.(*unix.SockaddrInet6).Port)
+	a := mustNew(t, &Config{Addr: netip.AddrPortFrom(lo, freePort(t, lo)), PeerPort: peer})
+	rng := rand.New(rand.NewPCG(9, 10))
+	const tos = 0x68
+	pkts := randomBatch(rng, 4, lo, lo, tos)
+	if err := a.Send(pkts); err != nil {
+		t.Fatal(err)
+	}
+	buf, oob := make([]byte, 65536), make([]byte, 256)
+	for i := range pkts {
+		_, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+		if err != nil {
+			t.Fatalf("packet %d: %v", i, err)
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, m := range msgs {
+			if m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == ipv6FlowInfo && len(m.Data) >= 4 {
+				found = true
+				info := binary.BigEndian.Uint32(m.Data)
+				if label, tc := info&0xFFFFF, uint8(info>>20); label != 0 || tc != tos {
+					t.Errorf("packet %d: flow label %#x, traffic class %#x; want 0 and %#x", i, label, tc, tos)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("packet %d: no IPV6_FLOWINFO control message", i)
+		}
+	}
+}
