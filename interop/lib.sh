@@ -3,12 +3,13 @@
 #
 # The lab is two Debian 12 guests under QEMU, each with the kernel's soft-RoCE driver (rxe0 on
 # eth0), on a bridge inside the network namespace $NS. The namespace also holds the host end,
-# 198.18.0.1 on vhost0, where goroce runs (`ip netns exec $NS ...`). Nothing is routed out of
-# 198.18.0.0/24.
+# 198.18.0.1 on vhost0, where goroce runs (`ip netns exec $NS ...`), and IPv6 next to IPv4:
+# 2001:db8::1/64 on vhost0, 2001:db8::1N/64 on the guests' eth0. Nothing is routed out of
+# 198.18.0.0/24 or 2001:db8::/64; IPv6 is off on the bridge and its ports.
 #
-#  VM1 eth0 198.18.0.11 -- tap1 --+
-#  VM2 eth0 198.18.0.12 -- tap2 --+-- br0 (no address, MTU 9000)
-#  vhost0 198.18.0.1/24 <-veth-> vhost0-br --+
+#  VM1 eth0 198.18.0.11 2001:db8::11 -- tap1 --+
+#  VM2 eth0 198.18.0.12 2001:db8::12 -- tap2 --+-- br0 (no address, MTU 9000)
+#  vhost0 198.18.0.1/24 2001:db8::1/64 <-veth-> vhost0-br --+
 #
 # Every setting below can be overridden from the environment.
 set -u
@@ -26,6 +27,10 @@ HOSTIF=vhost0
 HOSTIF_BR=vhost0-br
 HOST_IP=198.18.0.1
 NET_PREFIX=198.18.0
+HOST_IP6=2001:db8::1
+NET6_PREFIX=2001:db8:
+GID4_INDEX=1                                          # the guests' rxe0 GIDs: ::ffff:198.18.0.1N
+GID6_INDEX=2                                          # and 2001:db8::1N (guest/init.sh)
 LINK_MTU=9000                                         # bridge, taps, veth: jumbo capable
 VM_MTU="${VM_MTU:-1500}"                              # guest eth0 MTU at boot: 1500 -> rxe 1024, 9000 -> 4096
 VM_CPUS="${VM_CPUS:-1}"
@@ -48,6 +53,7 @@ HOST_TOOLS="qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:d
   ip:iproute2 ss:iproute2 flock:util-linux setsid:util-linux timeout:coreutils gzip:gzip"
 
 vm_ip() { echo "$NET_PREFIX.1$1"; }                   # 1 -> 198.18.0.11
+vm_ip6() { echo "$NET6_PREFIX:1$1"; }                 # 1 -> 2001:db8::11
 vm_mac() { printf '52:54:00:67:00:%02x' "$((10 + $1))"; }
 vm_dir() { echo "$RUN/vm$1"; }
 jobs_dir() { echo "$RUN/vm$1/share/jobs"; }
@@ -233,7 +239,10 @@ nsip() { ip -n "$NS" "$@"; }
 # net_up: create whatever part of the namespace network is missing.
 net_up() {
     ns_exists || ip netns add "$NS" || return 1
-    ip netns exec "$NS" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    # IPv6 only where an address lives (lo, vhost0): new links start without it, so the bridge
+    # and its ports send no router solicitations or MLD reports of their own; no RA is accepted.
+    ip netns exec "$NS" sysctl -qw net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.default.accept_ra=0 \
+        net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.all.forwarding=0
     nsip link set lo up
     nsip link show "$BR" > /dev/null 2>&1 ||
         nsip link add "$BR" type bridge stp_state 0 forward_delay 0 mcast_snooping 0 || return 1
@@ -246,9 +255,15 @@ net_up() {
     for t in tap1 tap2 "$HOSTIF_BR"; do
         nsip link set "$t" mtu "$LINK_MTU" master "$BR" up || return 1
     done
+    for t in "$BR" tap1 tap2 "$HOSTIF_BR"; do
+        ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$t.disable_ipv6=1" || return 1
+    done
+    ip netns exec "$NS" sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 "net.ipv6.conf.$HOSTIF.disable_ipv6=0" \
+        "net.ipv6.conf.$HOSTIF.accept_ra=0" "net.ipv6.conf.$HOSTIF.autoconf=0" || return 1
     nsip link set "$BR" mtu "$LINK_MTU" up &&
         nsip link set "$HOSTIF" mtu "$LINK_MTU" up &&
-        nsip addr replace "$HOST_IP/24" dev "$HOSTIF"
+        nsip addr replace "$HOST_IP/24" dev "$HOSTIF" &&
+        nsip addr replace "$HOST_IP6/64" dev "$HOSTIF" nodad
 }
 
 net_down() {
@@ -327,7 +342,7 @@ vm_start() {
     ip netns exec "$NS" setsid timeout -k 10 "$VM_LIFETIME" \
         qemu-system-x86_64 -name "goroce-lab-vm$n" -machine q35 $acc -smp "$VM_CPUS" -m "$VM_MEM" \
         -kernel "$IMG/vmlinuz" -initrd "$IMG/initrd.img" \
-        -append "console=ttyS0 quiet panic=1 goroce.name=vm$n goroce.ip=$(vm_ip "$n") goroce.mtu=$VM_MTU goroce.idle=$VM_IDLE" \
+        -append "console=ttyS0 quiet panic=1 goroce.name=vm$n goroce.ip=$(vm_ip "$n") goroce.ip6=$(vm_ip6 "$n") goroce.mtu=$VM_MTU goroce.idle=$VM_IDLE" \
         -drive "file=$IMG/rootfs.ext4,format=raw,if=virtio,snapshot=on" \
         -netdev "tap,id=n0,ifname=tap$n,script=no,downscript=no" \
         -device "virtio-net-pci,netdev=n0,mac=$(vm_mac "$n"),speed=10000,duplex=full,romfile=" \

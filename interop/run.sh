@@ -37,28 +37,37 @@ PEERS="rdmaex_server rdmaex_client minimal_server minimal_client imm_server imm_
 #   mode: the word in cases.txt that selects the variant
 #   server/client: WHERE:WHAT, WHERE = vm1 | vm2 | host, WHAT = tool (the VM tool column of
 #     cases.txt) | goroce (the goroce column); loss: L = INTEROP_LOSS % on tap1 (VM1's port)
-#   opts: what {HOST} becomes (- = nothing)
+#   opts: what {HOST} becomes (- = nothing); ip: 4 or 6, the addresses {SERVER} and --bind take
+#     and the guests' GID index {GID} (1 the IPv4-mapped GID, 2 the IPv6 one; see guest/init.sh)
 VARIANTS="
-# mode    variant       server       client       mtu   loss  opts
-ref       ref-1024      vm1:tool     vm2:tool     1024  0     -
-refloss   ref-loss      vm1:tool     vm2:tool     1024  L     -
-udp       cli-udp-1024  vm1:tool     host:goroce  1024  0     udp
-udp       srv-udp-1024  host:goroce  vm1:tool     1024  0     udp
-afpacket  cli-afp-1024  vm1:tool     host:goroce  1024  0     afp
-afpacket  srv-afp-1024  host:goroce  vm1:tool     1024  0     afp
-loss      cli-udp-loss  vm1:tool     host:goroce  1024  L     udp
-loss      srv-udp-loss  host:goroce  vm1:tool     1024  L     udp
-cliloss   cli-udp-loss  vm1:tool     host:goroce  1024  L     udp
-ref4096   ref-4096      vm1:tool     vm2:tool     4096  0     -
-udp       cli-udp-4096  vm1:tool     host:goroce  4096  0     udp
-udp       srv-udp-4096  host:goroce  vm1:tool     4096  0     udp
-afpacket  cli-afp-4096  vm1:tool     host:goroce  4096  0     afp
-afpacket  srv-afp-4096  host:goroce  vm1:tool     4096  0     afp
+# mode    variant        server       client       mtu   loss  opts  ip
+ref       ref-1024       vm1:tool     vm2:tool     1024  0     -     4
+refloss   ref-loss       vm1:tool     vm2:tool     1024  L     -     4
+udp       cli-udp-1024   vm1:tool     host:goroce  1024  0     udp   4
+udp       srv-udp-1024   host:goroce  vm1:tool     1024  0     udp   4
+afpacket  cli-afp-1024   vm1:tool     host:goroce  1024  0     afp   4
+afpacket  srv-afp-1024   host:goroce  vm1:tool     1024  0     afp   4
+loss      cli-udp-loss   vm1:tool     host:goroce  1024  L     udp   4
+loss      srv-udp-loss   host:goroce  vm1:tool     1024  L     udp   4
+cliloss   cli-udp-loss   vm1:tool     host:goroce  1024  L     udp   4
+ref6      ref6-1024      vm1:tool     vm2:tool     1024  0     -     6
+udp6      cli-udp6-1024  vm1:tool     host:goroce  1024  0     udp   6
+udp6      srv-udp6-1024  host:goroce  vm1:tool     1024  0     udp   6
+afpacket6 cli-afp6-1024  vm1:tool     host:goroce  1024  0     afp   6
+afpacket6 srv-afp6-1024  host:goroce  vm1:tool     1024  0     afp   6
+ref4096   ref-4096       vm1:tool     vm2:tool     4096  0     -     4
+udp       cli-udp-4096   vm1:tool     host:goroce  4096  0     udp   4
+udp       srv-udp-4096   host:goroce  vm1:tool     4096  0     udp   4
+afpacket  cli-afp-4096   vm1:tool     host:goroce  4096  0     afp   4
+afpacket  srv-afp-4096   host:goroce  vm1:tool     4096  0     afp   4
 "
+# host_opts OPTS IP: what {HOST} becomes.
 host_opts() {
+    local a=$HOST_IP
+    [ "$2" = 6 ] && a=$HOST_IP6
     case $1 in
-    udp) echo "--bind $HOST_IP --transport udp" ;;
-    afp) echo "--bind $HOST_IP --transport afpacket --dev $HOSTIF" ;;
+    udp) echo "--bind $a --transport udp" ;;
+    afp) echo "--bind $a --transport afpacket --dev $HOSTIF" ;;
     *) echo "" ;;
     esac
 }
@@ -95,9 +104,9 @@ trim() {
 US=$'\x1f'
 declare -a CASE_LIST=() TOOLS=() VCOLS=()
 
-# expand VAR CMD ROLE SERVER_ADDR MTU OPTS: VAR = CMD with its placeholders filled in for one side.
+# expand VAR CMD ROLE SERVER_ADDR MTU OPTS GID: VAR = CMD with its placeholders filled in for one side.
 expand() {
-    local c=$2 role=$3 addr=$4 mtu=$5 opts=$6 keep re pre mid post
+    local c=$2 role=$3 addr=$4 mtu=$5 opts=$6 gid=$7 keep re pre mid post
     local -a words
     if [ "$role" = server ]; then keep=S; else keep=C; fi
     # {S:..} and {C:..} may hold the other placeholders ({SERVER}, {MTU}, {HOST})
@@ -108,6 +117,7 @@ expand() {
     done
     if [[ "$c" != *"{SERVER}"* ]] && [ "$role" = client ]; then c="$c $addr"; fi
     c=${c//\{MTU\}/$mtu}
+    c=${c//\{GID\}/$gid}
     c=${c//\{SERVER\}/$addr}
     c=${c//\{HOST\}/$opts}
     read -ra words <<< "$c" # also collapses the blanks an empty placeholder leaves
@@ -117,7 +127,12 @@ expand() {
 # is_peer CMD: 0 when CMD runs one of goroce's C peers.
 is_peer() { [[ " $PEERS " == *" ${1%% *} "* ]]; }
 
-where_addr() { if [ "$1" = host ]; then echo "$HOST_IP"; else vm_ip "${1#vm}"; fi; }
+# where_addr WHERE IP: the IPv4 (IP 4) or IPv6 (6) address of host, vm1 or vm2.
+where_addr() {
+    if [ "$2" = 6 ]; then
+        if [ "$1" = host ]; then echo "$HOST_IP6"; else vm_ip6 "${1#vm}"; fi
+    elif [ "$1" = host ]; then echo "$HOST_IP"; else vm_ip "${1#vm}"; fi
+}
 
 selected() {
     local f
@@ -144,18 +159,20 @@ load_cases() {
         tl+=("$name") tm+=("$modes") to+=("$opts") tv+=("$vmc") tg+=("$gc")
     done < "$CASES"
     local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug up o
-    local crc cexp sexp lm cl
-    while read -r mode variant srv cli mtu loss hopts; do
+    local crc cexp sexp lm cl ipv gid addr4 addr6
+    while read -r mode variant srv cli mtu loss hopts ipv; do
         [ -z "$mode" ] || [ "${mode:0:1}" = "#" ] && continue
         [ "$loss" = L ] && loss=$LOSS
         sw=${srv%%:*} sk=${srv#*:} cw=${cli%%:*} ck=${cli#*:}
-        addr=$(where_addr "$sw")
-        hostopts=$(host_opts "$hopts")
+        addr6=$(where_addr "$sw" "$ipv") addr4=$(where_addr "$sw" 4)
+        hostopts=$(host_opts "$hopts" "$ipv")
+        gid=$GID4_INDEX
+        [ "$ipv" = 6 ] && gid=$GID6_INDEX
         for i in "${!tl[@]}"; do
             [[ "${tm[$i]}" == *" $mode "* ]] || continue
             id="${tl[$i]}/$variant"
             selected "$id" || continue
-            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm=""
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6
             for o in ${to[$i]}; do
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
@@ -163,6 +180,7 @@ load_cases() {
                 client_rc=*) crc=${o#*=} ;;
                 cexpect=*) cexp="${cexp:+$cexp }${o#*=}" ;; sexpect=*) sexp="${sexp:+$sexp }${o#*=}" ;;
                 loss=requests) lm=r ;;
+                addr4) addr=$addr4 ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
             done
@@ -172,9 +190,9 @@ load_cases() {
                 [ -n "${tg[$i]}" ] || continue # no goroce command for this tool
             fi
             f=${tv[$i]}; [ "$sk" = goroce ] && f=${tg[$i]}
-            expand scmd "$f" server "$addr" "$mtu" "$hostopts"
+            expand scmd "$f" server "$addr" "$mtu" "$hostopts" "$gid"
             f=${tv[$i]}; [ "$ck" = goroce ] && f=${tg[$i]}
-            expand ccmd "$f" client "$addr" "$mtu" "$hostopts"
+            expand ccmd "$f" client "$addr" "$mtu" "$hostopts" "$gid"
             up=0 cl=$loss
             [ "$loss" != 0 ] && cl=$loss$lm
             if { [ "$sw" != host ] && is_peer "$scmd"; } || { [ "$cw" != host ] && is_peer "$ccmd"; }; then up=1; fi
@@ -194,7 +212,7 @@ if [ "$LIST" = 1 ]; then
     for c in "${CASE_LIST[@]}"; do
         IFS=$US read -r id _ _ mtu loss _ _ _ _ _ _ _ sw scmd cw ccmd _ <<< "$c"
         lm=""; [ "${loss%r}" != "$loss" ] && lm=" (requests only)"
-        printf '%-26s mtu=%s loss=%s%%%s\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "${loss%r}" "$lm" "$sw" "$scmd" "$cw" "$ccmd"
+        printf '%-27s mtu=%s loss=%s%%%s\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "${loss%r}" "$lm" "$sw" "$scmd" "$cw" "$ccmd"
     done
     echo "${#CASE_LIST[@]} cases"
     exit 0
@@ -569,7 +587,7 @@ for c in "${CASE_LIST[@]}"; do
     fi
     r=${RES[$id]}
     [ "$r" = NR ] && r=n/r
-    printf '%s [%3d/%d] %-28s %-4s %6ss  %s\n' "$(date +%T)" "$i" "$total" "$id" "$r" "${DUR[$id]}" "${WHY[$id]}" >&2
+    printf '%s [%3d/%d] %-29s %-4s %6ss  %s\n' "$(date +%T)" "$i" "$total" "$id" "$r" "${DUR[$id]}" "${WHY[$id]}" >&2
     printf '%s\t%s\t%s\t%s\n' "$id" "${RES[$id]}" "${DUR[$id]}" "${WHY[$id]}" >> "$OUT/results.tsv"
 done
 
@@ -589,28 +607,29 @@ done
     echo
     echo "columns: ref-* = rxe in VM1 (server) <-> rxe in VM2 (client); cli-* = goroce on the host is the"
     echo "client of the VM1 tool; srv-* = goroce is the server and the VM1 tool connects to $HOST_IP;"
-    echo "udp/afp = goroce --transport udp|afpacket; 1024/4096 = path MTU; loss = with loss, MTU 1024."
+    echo "udp/afp = goroce --transport udp|afpacket; 1024/4096 = path MTU; loss = with loss, MTU 1024;"
+    echo "ref6, udp6, afp6 = the same over IPv6 ($HOST_IP6, the guests' 2001:db8::1N and GID index $GID6_INDEX)."
     echo "cells: PASS, FAIL, n/r = not run, . = no such case"
     echo
     printf '%-14s' tool
-    for v in "${VCOLS[@]}"; do printf ' %-12s' "$v"; done
+    for v in "${VCOLS[@]}"; do printf ' %-13s' "$v"; done
     echo
     for t in "${TOOLS[@]}"; do
         printf '%-14s' "$t"
         for v in "${VCOLS[@]}"; do
             r=${RES[$t/$v]:-.}
             [ "$r" = NR ] && r=n/r
-            printf ' %-12s' "$r"
+            printf ' %-13s' "$r"
         done
         echo
     done
     echo
-    printf '%-28s %-4s %7s  %s\n' case result seconds "reason / log: $OUT/logs/CASE.log"
+    printf '%-29s %-4s %7s  %s\n' case result seconds "reason / log: $OUT/logs/CASE.log"
     for c in "${CASE_LIST[@]}"; do
         id=${c%%"$US"*}
         r=${RES[$id]}
         [ "$r" = NR ] && r=n/r
-        printf '%-28s %-4s %7s  %s\n' "$id" "$r" "${DUR[$id]}" "${WHY[$id]}"
+        printf '%-29s %-4s %7s  %s\n' "$id" "$r" "${DUR[$id]}" "${WHY[$id]}"
     done
     echo
     echo "whole run: $(elapsed "$RUN_T0") s"

@@ -3,8 +3,9 @@
 # from the 9p share at /lab; lab.sh copies it there at every boot.
 #
 # It loads rdma_rxe, configures eth0 from the kernel command line (goroce.name, goroce.ip,
-# goroce.mtu, goroce.idle), creates rxe0 on eth0, waits until port 1 is ACTIVE, writes
-# /lab/ready and then serves jobs from /lab/jobs:
+# goroce.ip6, goroce.mtu, goroce.idle), creates rxe0 on eth0, waits until port 1 is ACTIVE and
+# its GID table holds both addresses (index 1 the IPv4-mapped one, index 2 the IPv6 one), writes
+# /lab/ready (with the GID table) and then serves jobs from /lab/jobs:
 #   the host writes ID.cmd (a bash script), then ID.job (one line: timeout in seconds);
 #   this loop renames ID.job to ID.run and runs the script under timeout(1), writing
 #   ID.pid (the timeout process), ID.out (stdout and stderr) and finally ID.rc.
@@ -20,11 +21,12 @@ mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
-NAME=vm IP='' MTU=1500 IDLE=900
+NAME=vm IP='' IP6='' MTU=1500 IDLE=900
 for a in $(cat /proc/cmdline); do
     case "$a" in
         goroce.name=*) NAME=${a#*=} ;;
         goroce.ip=*) IP=${a#*=} ;;
+        goroce.ip6=*) IP6=${a#*=} ;;
         goroce.mtu=*) MTU=${a#*=} ;;
         goroce.idle=*) IDLE=${a#*=} ;;
     esac
@@ -32,21 +34,31 @@ done
 hostname "$NAME"
 echo "== $NAME boot $(date -u +%FT%TZ) uptime $(cut -d' ' -f1 /proc/uptime)"
 ulimit -l unlimited
-sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+# IPv6 on eth0 only with a static address (goroce.ip6): no router solicitations, no SLAAC.
+sysctl -qw net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 net.ipv6.conf.default.autoconf=0
+[ -n "$IP6" ] || sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 modprobe -a virtio_net rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem
 ip link set lo up
 for _ in $(seq 100); do [ -e /sys/class/net/eth0 ] && break; sleep 0.05; done
-sysctl -qw net.ipv6.conf.eth0.disable_ipv6=1
+if [ -n "$IP6" ]; then
+    sysctl -qw net.ipv6.conf.eth0.disable_ipv6=0 net.ipv6.conf.eth0.accept_ra=0 net.ipv6.conf.eth0.autoconf=0
+else
+    sysctl -qw net.ipv6.conf.eth0.disable_ipv6=1
+fi
 ip link set eth0 mtu "$MTU" up
+# IPv4 first: rxe fills its GID table in address order after the default (link-local) GID, and
+# the matrix counts on index 1 for IPv4 and 2 for IPv6.
 ip addr add "$IP/24" dev eth0
 rdma link add rxe0 type rxe netdev eth0
+[ -n "$IP6" ] && ip addr add "$IP6/64" dev eth0 nodad
 for _ in $(seq 200); do
-    grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null && break
+    grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null &&
+        { [ -z "$IP6" ] || [ "$(cat /sys/class/infiniband/rxe0/ports/1/gids/2 2>/dev/null)" != 0000:0000:0000:0000:0000:0000:0000:0000 ]; } && break
     sleep 0.05
 done
 READY_UPTIME=$(cut -d' ' -f1 /proc/uptime)
 {
-    echo "name=$NAME ip=$IP mtu=$MTU kernel=$(uname -r) ready_uptime=$READY_UPTIME"
+    echo "name=$NAME ip=$IP ip6=$IP6 mtu=$MTU kernel=$(uname -r) ready_uptime=$READY_UPTIME"
     echo "port_state=$(cat /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null)"
     rdma link show
     ibv_devinfo -v -d rxe0 > /run/devinfo 2>&1
