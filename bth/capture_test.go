@@ -21,13 +21,16 @@ type captureFrame struct {
 	packet Packet
 }
 
-// loadCaptures returns every RoCE frame of every capture in testdata.
+// loadCaptures returns every RoCE frame of every capture in testdata
+// (rxe over IPv4, and over IPv6 in captures/ipv6).
 func loadCaptures(tb testing.TB) []captureFrame {
 	tb.Helper()
 	files, err := filepath.Glob("../testdata/captures/*.pcap")
-	if err != nil || len(files) == 0 {
-		tb.Fatalf("no captures: %v", err)
+	files6, err6 := filepath.Glob("../testdata/captures/ipv6/*.pcap")
+	if err != nil || err6 != nil || len(files) == 0 || len(files6) == 0 {
+		tb.Fatalf("no captures: %v %v", err, err6)
 	}
+	files = append(files, files6...)
 	var out []captureFrame
 	for _, file := range files {
 		f, err := os.Open(file)
@@ -108,9 +111,9 @@ func TestCapturesICRC(t *testing.T) {
 				t.Errorf("%s frame %d: SealSplit at %d: %#08x, packet has %#08x", cf.file, cf.index, k, got, want)
 			}
 		}
-		// A receiver on a UDP socket does not see the IP ID; recover it.
-		id, ok := solver.Recover(&fl, cf.packet.Raw)
-		if !ok || id != fl.ID {
+		// A receiver on a UDP socket does not see the IPv4 ID; recover it
+		// (IPv6 has none).
+		if id, ok := solver.Recover(&fl, cf.packet.Raw); fl.IsIPv4() && (!ok || id != fl.ID) {
 			t.Errorf("%s frame %d: Recover = %#04x %v, want %#04x", cf.file, cf.index, id, ok, fl.ID)
 		}
 	}
@@ -125,7 +128,7 @@ func TestRecoverRejectsCorruption(t *testing.T) {
 	var solver IDSolver
 	rejected, tried := 0, 0
 	for _, cf := range frames {
-		if cf.frame.Truncated || len(cf.packet.Payload) == 0 {
+		if cf.frame.Truncated || len(cf.packet.Payload) == 0 || !cf.frame.Flow.IsIPv4() {
 			continue
 		}
 		pkt := append([]byte(nil), cf.packet.Raw...)
@@ -156,8 +159,13 @@ func TestRebuildCaptures(t *testing.T) {
 		}
 		p := &cf.packet
 		buf := make([]byte, len(cf.data))
-		ff := FrameFields{Ethernet: true, Flow: cf.frame.Flow, TOS: cf.frame.IPv4.TOS(), TTL: cf.frame.IPv4.TTL(),
-			UDPChecksum: cf.frame.UDP.Checksum() != 0}
+		ff := FrameFields{Ethernet: true, Flow: cf.frame.Flow, UDPChecksum: cf.frame.UDP.Checksum() != 0}
+		if ip4 := cf.frame.IPv4; ip4 != nil {
+			ff.TOS, ff.TTL = ip4.TOS(), ip4.TTL()
+		} else {
+			ip6 := cf.frame.IPv6
+			ff.TOS, ff.TTL, ff.FlowLabel = ip6.TrafficClass(), ip6.HopLimit(), ip6.FlowLabel()
+		}
 		copy(ff.DstMAC[:], cf.data[0:6])
 		copy(ff.SrcMAC[:], cf.data[6:12])
 		hl := ff.HeaderLen()
@@ -171,12 +179,17 @@ func TestRebuildCaptures(t *testing.T) {
 		EncodeFrame(buf[:hl+n], &ff)
 		got := buf[:hl+n]
 		want := cf.data[:len(cf.frame.Ethernet)+len(cf.frame.IP)]
-		if ff.UDPChecksum {
+		if ff.UDPChecksum || cf.frame.IPv6 != nil {
 			// The sender's kernel left the checksum to offload, so the
-			// capture holds only the pseudo-header sum. Check that ours
-			// is right, then compare the rest.
+			// capture holds only the pseudo-header sum; over IPv6, rxe
+			// sends 0 where EncodeFrame always computes one. Check that
+			// ours is right, then compare the rest.
 			u := got[hl-UDPLen : hl+n]
-			if c := fold(checksum(checksum(ProtocolUDP+uint32(len(u)), got[EthernetLen+12:EthernetLen+20]), u)); c != 0xFFFF {
+			addrs := got[EthernetLen+12 : EthernetLen+20]
+			if cf.frame.IPv6 != nil {
+				addrs = got[EthernetLen+8 : EthernetLen+40]
+			}
+			if c := fold(checksum(checksum(ProtocolUDP+uint32(len(u)), addrs), u)); c != 0xFFFF {
 				t.Errorf("%s frame %d: UDP checksum %#04x does not verify", cf.file, cf.index, UDP(u).Checksum())
 			}
 			copy(u[6:8], want[hl-2:hl])

@@ -152,6 +152,11 @@ func FuzzFrameICRC(f *testing.F) {
 		if cf.frame.Truncated {
 			continue
 		}
+		if ip6 := cf.frame.IPv6; ip6 != nil {
+			f.Add([]byte(ip6[8:40]), uint16(0xc000+i), ip6.TrafficClass(), uint8(64), uint32(i), uint8(0),
+				true, cf.frame.Payload[:len(cf.frame.Payload)-ICRCLen])
+			continue
+		}
 		f.Add(cf.frame.IP[12:20], uint16(0xc000+i), cf.frame.IPv4.TOS(), uint8(64), uint32(i), uint8(i%3),
 			false, cf.frame.Payload[:len(cf.frame.Payload)-ICRCLen])
 	}

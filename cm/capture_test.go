@@ -174,10 +174,21 @@ func checkMADPacket(t *testing.T, got, want capMAD) {
 	}
 }
 
+// rpingCaptures are the rping captures the formula and replay tests run on: rxe
+// against rxe over IPv4 and over IPv6 (its rdma_cm header says IP version
+// 6, its GIDs are the IPv6 addresses).
+var rpingCaptures = []string{"rxe_rping_rdmacm.pcap", "ipv6/rxe_rping_rdmacm_ipv6.pcap"}
+
 // TestCaptureFormulas checks the values the agent derives the way the
-// kernel does against the capture: TID, flow label, ACK timeout.
+// kernel does against the rping captures: TID, flow label, ACK timeout.
 func TestCaptureFormulas(t *testing.T) {
-	mads := captureMADs(t, "rxe_rping_rdmacm.pcap")
+	for _, name := range rpingCaptures {
+		t.Run(filepath.Base(name), func(t *testing.T) { captureFormulas(t, name) })
+	}
+}
+
+func captureFormulas(t *testing.T, capture string) {
+	mads := captureMADs(t, capture)
 	req := findMAD(t, mads, mad.AttrREQ)
 	m := req.msg.(*mad.REQ)
 	var cma mad.CMAHeader
@@ -204,12 +215,18 @@ func TestCaptureFormulas(t *testing.T) {
 	}
 }
 
-// TestReplayREQ replays the REQ of rxe_rping_rdmacm.pcap into a passive
-// agent at the capture's server address and checks its REP, its QP and
-// the rest of the exchange against what rxe's passive side did.
+// TestReplayREQ replays the REQ of each rping capture into a passive agent
+// at the capture's server address and checks its REP, its QP and the rest
+// of the exchange against what rxe's passive side did.
 func TestReplayREQ(t *testing.T) {
+	for _, name := range rpingCaptures {
+		t.Run(filepath.Base(name), func(t *testing.T) { replayREQ(t, name) })
+	}
+}
+
+func replayREQ(t *testing.T, capture string) {
 	checkNoLeak(t)
-	mads := captureMADs(t, "rxe_rping_rdmacm.pcap")
+	mads := captureMADs(t, capture)
 	cReq, cRep, cRtu := findMAD(t, mads, mad.AttrREQ), findMAD(t, mads, mad.AttrREP), findMAD(t, mads, mad.AttrRTU)
 	cDreq, cDrep := findMAD(t, mads, mad.AttrDREQ), findMAD(t, mads, mad.AttrDREP)
 	n := mem.NewNetwork(&mem.Config{Live: true})
@@ -260,8 +277,12 @@ func TestReplayREQ(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.req.Remote != netip.MustParseAddrPort("198.18.0.12:50069") || r.req.RemoteQPN != 0x1e {
-		t.Errorf("request %+v", r.req)
+	var cma mad.CMAHeader
+	if err := cma.Unmarshal(req.PrivateData[:]); err != nil {
+		t.Fatal(err)
+	}
+	if r.req.Remote != netip.AddrPortFrom(cReq.src, cma.SrcPort) || cma.Src.Unmap() != cReq.src || r.req.RemoteQPN != req.LocalQPN {
+		t.Errorf("request %+v, REQ from %v QP %#x, rdma_cm header %+v", r.req, cReq.src, req.LocalQPN, cma)
 	}
 	// The capture's DREQ: we answer with the DREP rxe answered with.
 	dreq := *cDreq.msg.(*mad.DREQ)
@@ -291,13 +312,19 @@ func TestReplayREQ(t *testing.T) {
 	r.conn.Close()
 }
 
-// TestReplayREP plays rxe's passive side from the capture against an
-// active agent at the capture's client address: the REQ, RTU and DREQ it
-// sends are compared with rxe's, field by field where they do not depend
-// on the agent's choices.
+// TestReplayREP plays rxe's passive side from each rping capture against
+// an active agent at the capture's client address: the REQ, RTU and DREQ
+// it sends are compared with rxe's, field by field where they do not
+// depend on the agent's choices.
 func TestReplayREP(t *testing.T) {
+	for _, name := range rpingCaptures {
+		t.Run(filepath.Base(name), func(t *testing.T) { replayREP(t, name) })
+	}
+}
+
+func replayREP(t *testing.T, capture string) {
 	checkNoLeak(t)
-	mads := captureMADs(t, "rxe_rping_rdmacm.pcap")
+	mads := captureMADs(t, capture)
 	cReq, cRep, cRtu := findMAD(t, mads, mad.AttrREQ), findMAD(t, mads, mad.AttrREP), findMAD(t, mads, mad.AttrRTU)
 	cDreq, cDrep := findMAD(t, mads, mad.AttrDREQ), findMAD(t, mads, mad.AttrDREP)
 	n := mem.NewNetwork(&mem.Config{Live: true})

@@ -17,14 +17,17 @@ import (
 )
 
 // TestReceiverCaptures feeds the RoCE packets of the kernel rxe captures
-// through the receive path as a UDP socket would hand them over (payload,
-// source, destination, no IP ID): every untruncated packet verifies, with
-// the IPv4 ID rxe really sent recovered.
+// (over IPv4, and over IPv6 in captures/ipv6) through the receive path as a
+// UDP socket would hand them over (payload, source, destination, no IP ID):
+// every untruncated packet verifies, with the IPv4 ID rxe really sent
+// recovered.
 func TestReceiverCaptures(t *testing.T) {
 	files, err := filepath.Glob("../../testdata/captures/*.pcap")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no captures: %v", err)
+	files6, err6 := filepath.Glob("../../testdata/captures/ipv6/*.pcap")
+	if err != nil || err6 != nil || len(files) == 0 || len(files6) == 0 {
+		t.Fatalf("no captures: %v %v", err, err6)
 	}
+	files = append(files, files6...)
 	total := 0
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -55,7 +58,13 @@ func TestReceiverCaptures(t *testing.T) {
 				}
 				got = got[:0]
 				src := netip.AddrPortFrom(fr.Flow.Src, fr.Flow.SrcPort)
-				rcv.datagram(fr.Payload, src, fr.Flow.Dst, fr.IPv4.TOS(), 0)
+				tos := uint8(0)
+				if fr.IPv4 != nil {
+					tos = fr.IPv4.TOS()
+				} else {
+					tos = fr.IPv6.TrafficClass()
+				}
+				rcv.datagram(fr.Payload, src, fr.Flow.Dst, tos, 0)
 				rcv.flush()
 				want++
 				if len(got) != 1 {
