@@ -10,7 +10,7 @@
 #     -p, --pcap   capture each case on br0 into out/pcap/CASE.pcap
 #   Environment: INTEROP_FILTER (one more ERE), INTEROP_OUT (out dir, default interop/out),
 #     INTEROP_CASES (case table, default interop/cases.txt), INTEROP_LOSS (percent, 3),
-#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1170 s),
+#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1380 s),
 #     INTEROP_PUSH (files to copy into the guests' /lab/bin), INTEROP_KEEP=1, INTEROP_PCAP=1,
 #     GO (go command), CC (C compiler of the peers in interop/peers, default cc), plus the lab
 #     settings in lib.sh (GOROCE_LAB_DIR, GOROCE_LAB_NS, ACCEL...).
@@ -22,7 +22,7 @@ OUT="${INTEROP_OUT:-$IOP/out}"
 CASES="${INTEROP_CASES:-$IOP/cases.txt}"
 LOSS="${INTEROP_LOSS:-3}"
 DEF_TMO="${INTEROP_TIMEOUT:-45}"
-BUDGET="${INTEROP_BUDGET:-1170}"
+BUDGET="${INTEROP_BUDGET:-1380}"
 KEEP="${INTEROP_KEEP:-0}"
 PCAP="${INTEROP_PCAP:-0}"
 RESTARTS="${INTEROP_RESTARTS:-2}"
