@@ -276,12 +276,19 @@ if [ "$NEED_PEERS" = 1 ]; then
     log "$PEERS_NOTE"
 fi
 
-# the lab: reuse a running one (and leave it running), or boot one (and stop it at the end)
+# the lab: reuse a running one (and leave it running), or boot one (and stop it at the end). A
+# lab that another checkout set up (its guests run another guest/init.sh: without IPv6, say) is
+# stopped and booted again from this one.
 t0=$(now)
-if vm_ready 1 && vm_ready 2 && ns_exists; then
+lab_current() { cmp -s "$IOP/guest/init.sh" "$(vm_dir 1)/share/init.sh" && cmp -s "$IOP/guest/init.sh" "$(vm_dir 2)/share/init.sh"; }
+if vm_ready 1 && vm_ready 2 && ns_exists && lab_current; then
     BOOT_NOTE="lab: reused the running lab"
 else
     LAB_STARTED=1
+    if vm_running 1 || vm_running 2; then
+        log "lab: the running lab's guests run another guest/init.sh (another checkout's); booting it again"
+        lab_down > /dev/null 2>&1
+    fi
     lab_up 2>&1 | tee "$OUT/lab-up.log" >&2
     rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || exit "$rc" # lab_up printed SKIPPED and the reason
