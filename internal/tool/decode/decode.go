@@ -19,18 +19,22 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/internal/diagram"
 )
 
 // Cmd is roce decode.
 var Cmd = &cli.Command{
-	UsageLine: "decode [--json | --flows] FILE... (- for standard input)",
-	Short:     "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON or per-flow totals",
+	UsageLine: "decode [--json | --flows | --diagram[=html]] FILE... (- for standard input)",
+	Short:     "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON, per-flow totals or a sequence diagram",
 	Long: "Reads pcap and pcapng captures (Ethernet, Linux SLL and SLL2, raw IP) and prints\n" +
-		"their RoCEv2 packets (UDP port 4791). Flags:\n",
+		"their RoCEv2 packets (UDP port 4791), or with --diagram draws the exchange as a\n" +
+		"sequence diagram (a participant per host and QP; notes for the CM handshake, NAKs,\n" +
+		"RNR waits, retransmissions; =html writes one self-contained page). Flags:\n",
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		var o options
 		fs.Bool(&o.flows, false, "print per-flow totals (source, destination, destination QP)", "flows")
 		fs.Bool(&o.json, false, "print one JSON object per RoCE packet", "json")
+		fs.Var(&o.diagram, "draw the capture as a sequence diagram: text (sequencediagram.org, PlantUML), or =html for a page", "diagram")
 		return o.run
 	},
 }
@@ -47,6 +51,7 @@ const (
 // options are roce decode's flags.
 type options struct {
 	json, flows bool
+	diagram     diagram.Format
 }
 
 // run is roce decode [--json|--flows] FILE...
@@ -85,6 +90,9 @@ func (o *options) run(_ context.Context, env *cli.Env, files []string) error {
 	if o.json && o.flows {
 		return cli.Usagef("--json and --flows cannot be used together")
 	}
+	if o.diagram != diagram.FormatNone {
+		return o.draw(env, files)
+	}
 	m := modeText
 	switch {
 	case o.json:
@@ -108,6 +116,35 @@ func (o *options) run(_ context.Context, env *cli.Env, files []string) error {
 		return &cli.ExitError{Code: cli.ExitFailure} // each failure is reported above
 	}
 	return nil
+}
+
+// draw writes the sequence diagram of one capture (--diagram).
+func (o *options) draw(env *cli.Env, files []string) error {
+	switch {
+	case o.json || o.flows:
+		return cli.Usagef("--diagram cannot be used with --json or --flows")
+	case len(files) > 1:
+		return cli.Usagef("--diagram draws one capture at a time; give one file")
+	}
+	r, label := env.Stdin, "<stdin>"
+	if files[0] != "-" {
+		f, err := os.Open(files[0])
+		if err != nil {
+			return fmt.Errorf("roce decode: %w", err)
+		}
+		defer f.Close()
+		r, label = f, files[0]
+	}
+	d, err := diagram.FromCapture(r)
+	if err != nil {
+		return fmt.Errorf("roce decode: %s: %w", label, err)
+	}
+	d.Title = filepath.Base(label)
+	out := bufio.NewWriterSize(env.Stdout, 64<<10)
+	if err := d.Write(out, o.diagram); err != nil {
+		return fmt.Errorf("roce decode: %w", err)
+	}
+	return out.Flush()
 }
 
 // decodeFile decodes one capture file (or standard input for "-").

@@ -489,6 +489,9 @@ func TestDecodeUsage(t *testing.T) {
 	}{
 		{"NoFile", nil, cli.ExitUsage, "no capture file given"},
 		{"JSONAndFlows", []string{"--json", "--flows", "x.pcap"}, cli.ExitUsage, "cannot be used together"},
+		{"DiagramAndJSON", []string{"--diagram", "--json", "x.pcap"}, cli.ExitUsage, "--diagram cannot be used with"},
+		{"DiagramTwoFiles", []string{"--diagram", "x.pcap", "y.pcap"}, cli.ExitUsage, "one capture at a time"},
+		{"DiagramBadForm", []string{"--diagram=svg", "x.pcap"}, cli.ExitUsage, "diagram"},
 		{"BadFlag", []string{"--nope", "x.pcap"}, cli.ExitUsage, "flag provided but not defined"},
 		{"Help", []string{"-h"}, cli.ExitOK, "usage: roce decode"},
 	} {
@@ -619,5 +622,38 @@ func TestDecodeMultipleFiles(t *testing.T) {
 	recs := parseJSONLines(t, out)
 	if len(recs) != 16+4 || recs[0]["file"] != a || recs[19]["file"] != b {
 		t.Errorf("%d records, files %v and %v", len(recs), recs[0]["file"], recs[len(recs)-1]["file"])
+	}
+}
+
+// TestDecodeDiagram draws a capture with --diagram and --diagram=html:
+// the text form is the diagram package's, titled with the file's name,
+// one arrow line per coalesced burst; the page has an arrow per packet.
+func TestDecodeDiagram(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "testdata", "captures", "rxe_imm_rnr.pcap")
+	out, errs, code := decodeRun(nil, "--diagram", path)
+	if code != cli.ExitOK || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"title rxe_imm_rnr.pcap\n", "autonumber\n", "participant \"198.18.0.12 QP 17\" as H1Q17\n",
+		"RNR NAK 7.68ms, PSN 15667820 (frame 22)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the text diagram has no %q:\n%s", want, out)
+		}
+	}
+	stdin, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	page, errs, code := decodeRun(stdin, "--diagram=html", "-")
+	if code != cli.ExitOK || errs != "" {
+		t.Fatalf("html: exit %d, stderr %q", code, errs)
+	}
+	// One arrow per RoCE packet of the capture, as the default output
+	// has one line per packet.
+	lines, _, _ := decodeRun(nil, path)
+	packets := strings.Count(lines, "\n")
+	if !strings.HasPrefix(page, "<!DOCTYPE html>") || strings.Count(page, `<g class="pkt`) != packets {
+		t.Errorf("the page has %d arrows for %d packets", strings.Count(page, `<g class="pkt`), packets)
 	}
 }
