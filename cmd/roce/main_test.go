@@ -25,7 +25,7 @@ func TestRun(t *testing.T) {
 		{"Help", []string{"help"}, cli.ExitOK, "\n  decode     print the RoCEv2 packets", "", false},
 		{"HelpBench", []string{"help"}, cli.ExitOK, "\n  bench      compare roce perf", "", false},
 		{"DashHelp", []string{"--help"}, cli.ExitOK, "roce <command>", "", false},
-		{"HelpDecode", []string{"help", "decode"}, cli.ExitOK, "usage: roce decode [--json | --flows] FILE...", "", false},
+		{"HelpDecode", []string{"help", "decode"}, cli.ExitOK, "usage: roce decode [--json | --flows | --diagram[=html]] FILE...", "", false},
 		{"HelpPerfFlags", []string{"help", "perf"}, cli.ExitOK, "  -atomic_type type\n", "", false},
 		{"HelpUnknown", []string{"help", "nope"}, cli.ExitUsage, "", `unknown command "nope"`, true},
 		{"Unknown", []string{"frobnicate"}, cli.ExitUsage, "", "roce: unknown command \"frobnicate\"\nRun 'roce help'", true},
