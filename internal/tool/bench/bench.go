@@ -362,7 +362,14 @@ func (b *bencher) runPair(ctx context.Context, pc pairCmd) ([]byte, error) {
 	select {
 	case <-rw.ready:
 	case <-exited:
-		return nil, fmt.Errorf("server %v ended before listening: %s", pc.server, rw.text())
+		// Wait has copied all the server's output: it may have said it
+		// listens just before it ended (select picks either when both
+		// are ready).
+		select {
+		case <-rw.ready:
+		default:
+			return nil, fmt.Errorf("server %v ended before listening: %s", pc.server, rw.text())
+		}
 	case <-time.After(20 * time.Second):
 		return nil, fmt.Errorf("server %v did not listen within 20 s", pc.server)
 	}
