@@ -319,12 +319,21 @@ func (q *QP) handleAtomicAck(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	q.request(b)
 }
 
-// headPending returns the oldest sent request that is not complete.
+// headPending returns the oldest sent (or partly sent) request that is
+// not complete.
 func (q *QP) headPending() *sendWQE {
-	for s := q.sq.first; s != q.sq.next; s++ {
-		if w := q.sq.at(s); w.state != wqeDone {
+	for s := q.sq.first; s != q.sq.tail; s++ {
+		w := q.sq.at(s)
+		switch {
+		case w.state == wqeDone:
+			continue
+		case s < q.sq.next || w.state == wqeStarted:
+			// Sent, or partly sent: a request the window cut short
+			// (after a rewind, one larger than the window) stays at
+			// next while it goes out.
 			return w
 		}
+		return nil
 	}
 	return nil
 }

@@ -25,11 +25,15 @@ func TestDeadPeerRetryCount(t *testing.T) {
 		{"send", verbs.OpSend, 3000},
 		{"read", verbs.OpRead, 5000},
 		{"atomic", verbs.OpAtomicFetchAdd, 8},
+		// 1,024 packets, twice the window: after a rewind the request
+		// stays at the send point, partly sent, when its retries run out.
+		{"write larger than the window", verbs.OpWrite, 1 << 20},
+		{"send larger than the window", verbs.OpSend, 1 << 20},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPair(t, pairOpts{retry: 7, timeout: timeout})
-			local, remote := p.a.reg(t, 8192), p.b.reg(t, 8192)
+			local, remote := p.a.reg(t, max(8192, c.size)), p.b.reg(t, max(8192, c.size))
 			p.net.SetFaults(mem.Faults{Drop: 1}) // the peer is gone
 			start := p.net.Clock().Now()
 			wr := verbs.SendWR{ID: 1, Opcode: c.op, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, c.size)},
