@@ -2,13 +2,11 @@ package qp
 
 import (
 	"encoding/binary"
-	"github.com/goroce/goroce/verbs"
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
-
-const localWrite = verbs.LocalWrite
 
 // compState is the completer's state.
 type compState struct {
@@ -423,14 +421,10 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 	return verbs.WCSend
 }
 
-// localInvalidate carries out a LOCAL_INV request; it reports false when
-// the key names no region of the QP's protection domain.
-func (q *QP) localInvalidate(w *sendWQE) bool {
-	m, err := q.dev.mrs.Find(q.pd, w.wr.InvRKey)
-	if err != nil {
-		return false
+// checkDrained reports SQ_DRAINED once an SQD QP has nothing in flight.
+func (q *QP) checkDrained() {
+	if q.state == verbs.StateSQD && q.req.drainNotify && q.sq.first == q.sq.next {
+		q.req.drainNotify = false
+		q.dev.event(verbs.Event{Type: verbs.EventSQDrained, QPN: q.qpn})
 	}
-	m.Invalidate()
-	w.state = wqeDone
-	return true
 }

@@ -96,22 +96,3 @@ func (d *Device) polled() {
 		d.sendDeferredAcks()
 	}
 }
-
-// releaseQPs ends the handling of a batch of packets for the QPs held,
-// whose locks the caller holds: what they answered goes out in one send,
-// then they are released. A coalesced ACK may instead wait for the
-// polling thread's next post (polling: the packets came through a poll).
-func (d *Device) releaseQPs(held []*QP, b *txBatch, polling bool) {
-	for _, q := range held {
-		if polling && q.resp.ackPending {
-			d.deferAck(q)
-		} else {
-			q.sendPendingAck(b)
-		}
-	}
-	b.flush()
-	for _, q := range held {
-		q.updateActive()
-		q.mu.Unlock()
-	}
-}

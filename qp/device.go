@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,13 +208,6 @@ func (d *Device) poll() int {
 	return n
 }
 
-// isLocal reports whether a packet sent to dst is for this device: dst
-// is its address, or either is unknown (a transport bound to every
-// address of the host).
-func (d *Device) isLocal(dst netip.Addr) bool {
-	return !dst.IsValid() || !d.gid.IsValid() || d.gid.IsUnspecified() || dst.Unmap() == d.gid.Unmap()
-}
-
 // Name names the device after its address: goroce:198.18.0.1 ("" for a
 // nil Device).
 func (d *Device) Name() string {
@@ -254,59 +246,6 @@ func (d *Device) ActiveMTU() verbs.MTU {
 	}
 	m, _ := verbs.MTUFromBytes(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
 	return m
-}
-
-// PD is a protection domain of the software device. It is safe for
-// concurrent use.
-type PD struct {
-	dev *Device
-	pd  *mr.PD
-}
-
-// AllocPD returns a new protection domain.
-func (d *Device) AllocPD() (verbs.PD, error) {
-	if !d.ok() {
-		return nil, errNilDevice
-	}
-	if d.closed.Load() {
-		return nil, fmt.Errorf("%w: AllocPD after Close", verbs.ErrClosed)
-	}
-	return &PD{dev: d, pd: d.mrs.AllocPD()}, nil
-}
-
-// ok reports whether p was made by AllocPD.
-func (p *PD) ok() bool { return p != nil && p.dev.ok() && p.pd != nil }
-
-// errNilPD is what the methods of a nil PD return.
-var errNilPD = nilError("nil *PD", "Device.AllocPD")
-
-// RegMR registers buf in the PD. The region's address is that of buf[0],
-// as with ibv_reg_mr. An empty buf is refused, as libibverbs does.
-func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if !p.ok() {
-		return nil, errNilPD
-	}
-	m, err := p.pd.Register(buf, access)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// Dealloc frees the PD; it fails while regions or queue pairs use it.
-func (p *PD) Dealloc() error {
-	if !p.ok() {
-		return errNilPD
-	}
-	return p.pd.Dealloc()
-}
-
-// MRPD returns the engine's protection domain behind a PD of this device.
-func (p *PD) MRPD() *mr.PD {
-	if p == nil {
-		return nil
-	}
-	return p.pd
 }
 
 // Transport returns the device's transport.
@@ -349,60 +288,6 @@ func (d *Device) event(e verbs.Event) {
 	case d.events <- e:
 	default:
 		d.ctr.eventsDropped.Add(1)
-	}
-}
-
-// receive is the transport's handler: it validates each packet the way
-// rxe_recv.c does and hands it to its queue pair. It keeps the lock of
-// each QP it handles until the end of the batch, so that what all of
-// them answer (ACKs, READ responses, requests an ACK let go) leaves in one
-// send; a QP's packets still leave in order, as no one else can send for
-// it meanwhile. It never waits for a lock while holding one: a QP held
-// elsewhere first sends what the held ones queued.
-func (d *Device) receive(pkts []transport.Packet) {
-	polling := d.polling.Load() > 0
-	var cur *QP
-	var held []*QP
-	var b *txBatch
-	var pkt bth.Packet
-	for i := range pkts {
-		tp := &pkts[i]
-		if err := pkt.Parse(tp.Data); err != nil {
-			d.ctr.drop(dropMalformed)
-			continue
-		}
-		if pkt.BTH.TVer() != 0 {
-			d.ctr.drop(dropTVer)
-			continue
-		}
-		q := d.qps.get(pkt.BTH.DestQP())
-		if q == nil {
-			d.ctr.drop(dropNoQP)
-			continue
-		}
-		if q != cur {
-			if b == nil {
-				b = d.getBatch()
-				held = b.held[:0]
-			}
-			cur = q
-			if !slices.Contains(held, q) {
-				if len(held) == cap(held) || len(held) > 0 && !q.mu.TryLock() {
-					d.releaseQPs(held, b, polling)
-					held = held[:0]
-					q.mu.Lock()
-				} else if len(held) == 0 {
-					q.mu.Lock()
-				}
-				held = append(held, q)
-			}
-		}
-		q.recv(&pkt, tp, b)
-	}
-	if b != nil {
-		d.releaseQPs(held, b, polling)
-		b.held = held[:0]
-		d.putBatch(b)
 	}
 }
 
@@ -585,3 +470,8 @@ func (d *Device) Linger(ctx context.Context, quiet time.Duration) error {
 		}
 	}
 }
+
+// HasGSI reports whether the device has a General Services QP (QP 1),
+// that is whether anything on it serves management datagrams (a CM
+// agent, or the program itself). It takes no lock. A nil Device has none.
+func (d *Device) HasGSI() bool { return d.ok() && d.qps.get(1) != nil }

@@ -90,8 +90,3 @@ func (q *QP) sendFailure() verbs.Status {
 	}
 	return verbs.Success
 }
-
-// HasGSI reports whether the device has a General Services QP (QP 1),
-// that is whether anything on it serves management datagrams (a CM
-// agent, or the program itself). It takes no lock. A nil Device has none.
-func (d *Device) HasGSI() bool { return d.ok() && d.qps.get(1) != nil }

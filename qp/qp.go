@@ -2,15 +2,14 @@ package qp
 
 import (
 	"fmt"
-	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/verbs"
 )
 
 // GSIQKey is the Q_Key of the general services QP (QP 1).
@@ -527,125 +526,6 @@ func (q *QP) reset() {
 	}
 }
 
-func (q *QP) stopTimers() {
-	if q.timer != nil {
-		q.timer.Stop()
-	}
-	if q.rnrTimer != nil {
-		q.rnrTimer.Stop()
-	}
-	q.comp.timerArmed = false
-	q.comp.rnrWait = false
-}
-
-// PostSend posts send work requests, in order. Requests are checked as
-// they are posted; the first bad one stops the post with a *PostError.
-// In the ERR state requests are accepted and complete with WR_FLUSH_ERR.
-func (q *QP) PostSend(wrs []verbs.SendWR) error {
-	if !q.ok() {
-		return errNilQP
-	}
-	b := q.dev.getBatch()
-	q.mu.Lock()
-	err := q.postSend(wrs)
-	switch q.state {
-	case verbs.StateRTS:
-		q.request(b)
-	case verbs.StateErr, verbs.StateSQE:
-		q.flushSend()
-	}
-	q.flushAndUnlock(b) // with an ACK left waiting (busy-poll mode)
-	q.dev.putBatch(b)
-	return err
-}
-
-func (q *QP) postSend(wrs []verbs.SendWR) error {
-	if q.destroyed {
-		return fmt.Errorf("%w: PostSend on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
-	}
-	switch q.state {
-	case verbs.StateReset, verbs.StateInit, verbs.StateRTR:
-		return fmt.Errorf("%w: post send in %v: move the QP to RTS first (roce.Connect)", verbs.ErrInvalidState, q.state)
-	}
-	for i := range wrs {
-		wr := &wrs[i]
-		if err := q.checkSendWR(wr); err != nil {
-			return &verbs.PostError{Index: i, Err: err}
-		}
-		if q.sq.tail-q.sq.first == q.sq.max {
-			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d send requests outstanding: poll the CQ, "+
-				"or create the QP with a larger QPCap.MaxSendWR", verbs.ErrQueueFull, q.sq.max)}
-		}
-		q.sq.post(wr, q)
-	}
-	return nil
-}
-
-func (q *QP) checkSendWR(wr *verbs.SendWR) error {
-	op := wr.Opcode
-	if err := verbs.CheckSendOp(q.typ, op); err != nil {
-		return err
-	}
-	if q.typ == verbs.UD || q.typ == verbs.GSI {
-		if ah, ok := wr.AH.(*AH); wr.AH == nil || ok && ah == nil {
-			return fmt.Errorf("%w: a UD send without an address handle: set SendWR.AH to one from PD.CreateAH",
-				verbs.ErrInvalidWR)
-		}
-		if wr.RemoteQPN > bth.MaxQPN {
-			return fmt.Errorf("%w: remote QPN %#x does not fit in 24 bits", verbs.ErrInvalidWR, wr.RemoteQPN)
-		}
-	}
-	if len(wr.SGL) > q.sq.maxSGE {
-		return fmt.Errorf("%w: %d SGEs, and the QP takes at most %d (QPCap.MaxSendSGE)", verbs.ErrTooManySGE,
-			len(wr.SGL), q.sq.maxSGE)
-	}
-	if wr.Flags&verbs.Inline != 0 {
-		if len(wr.InlineData) > int(q.cap.MaxInlineData) {
-			return fmt.Errorf("%w: %d bytes, and the QP takes at most %d (QPCap.MaxInlineData)", verbs.ErrInlineTooLong,
-				len(wr.InlineData), q.cap.MaxInlineData)
-		}
-		if op.NeedsResponse() {
-			return fmt.Errorf("%w: %v cannot be inline: its data comes back into the SGEs", verbs.ErrInvalidWR, op)
-		}
-	}
-	if op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
-		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", verbs.ErrInvalidWR)
-	}
-	return nil
-}
-
-// PostRecv posts receive work requests to the QP's own receive queue.
-func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
-	if !q.ok() {
-		return errNilQP
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return fmt.Errorf("%w: PostRecv on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
-	}
-	if q.srq != nil {
-		return fmt.Errorf("%w: post its receives to the SRQ", verbs.ErrHasSRQ)
-	}
-	if q.state == verbs.StateReset {
-		return fmt.Errorf("%w: post receive in RESET: move the QP to INIT first (roce.ModifyToInit)", verbs.ErrInvalidState)
-	}
-	for i := range wrs {
-		if err := checkRecvWR(&wrs[i], q.rq.maxSGE); err != nil {
-			return &verbs.PostError{Index: i, Err: err}
-		}
-		if q.rq.full() {
-			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d receives posted: wait for completions, "+
-				"or create the QP with a larger QPCap.MaxRecvWR", verbs.ErrQueueFull, q.rq.max)}
-		}
-		q.rq.post(&wrs[i])
-	}
-	if q.state == verbs.StateErr {
-		q.flushRecv()
-	}
-	return nil
-}
-
 // toErr moves the QP to ERR after a fatal error and flushes its queues.
 func (q *QP) toErr(b *txBatch) {
 	if q.state == verbs.StateErr {
@@ -728,98 +608,6 @@ func (q *QP) flushAndUnlock(b *txBatch) {
 	b.flush()
 	q.updateActive()
 	q.mu.Unlock()
-}
-
-// armTimer (re)starts the retransmission timer while packets are
-// unacknowledged.
-func (q *QP) armTimer() {
-	if q.typ != verbs.RC || q.attr.Timeout == 0 || q.comp.rnrWait {
-		return
-	}
-	if q.comp.psn == q.req.psn {
-		if q.comp.timerArmed {
-			q.timer.Stop()
-			q.comp.timerArmed = false
-		}
-		return
-	}
-	d := bth.ACKTimeout(q.attr.Timeout)
-	q.comp.deadline = q.dev.clk.Now().Add(d)
-	if q.timer == nil {
-		q.timer = q.dev.clk.AfterFunc(d, q.onTimeout)
-	} else {
-		q.timer.Reset(d)
-	}
-	q.comp.timerArmed = true
-}
-
-// armTimerIfIdle starts the timer if it is not running; sending more
-// packets does not push the deadline of the oldest one back.
-func (q *QP) armTimerIfIdle() {
-	if !q.comp.timerArmed {
-		q.armTimer()
-	}
-}
-
-func (q *QP) onTimeout() {
-	b := q.dev.getBatch()
-	defer q.dev.putBatch(b)
-	q.mu.Lock()
-	defer q.flushAndUnlock(b)
-	if q.destroyed || !q.comp.timerArmed || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
-		return
-	}
-	if now := q.dev.clk.Now(); now.Before(q.comp.deadline) {
-		// Reset raced with this call; wait for the rest.
-		q.timer.Reset(q.comp.deadline.Sub(now))
-		return
-	}
-	q.comp.timerArmed = false
-	if q.comp.psn == q.req.psn {
-		return
-	}
-	q.dev.log.Debug("retransmit timeout", "qpn", q.qpn, "psn", q.comp.psn)
-	q.retry(b, q.comp.psn)
-}
-
-func (q *QP) onRNRTimer() {
-	b := q.dev.getBatch()
-	defer q.dev.putBatch(b)
-	q.mu.Lock()
-	defer q.flushAndUnlock(b)
-	if q.destroyed || !q.comp.rnrWait || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
-		return
-	}
-	if now := q.dev.clk.Now(); now.Before(q.comp.rnrDeadline) {
-		q.rnrTimer.Reset(q.comp.rnrDeadline.Sub(now))
-		return
-	}
-	q.comp.rnrWait = false
-	q.rewind(q.comp.rnrPSN)
-	q.request(b)
-	q.armTimer()
-}
-
-func (q *QP) startRNRWait(psn bth.PSN, d time.Duration) {
-	if q.comp.timerArmed {
-		q.timer.Stop()
-		q.comp.timerArmed = false
-	}
-	q.comp.rnrWait, q.comp.rnrPSN = true, psn
-	q.comp.rnrDeadline = q.dev.clk.Now().Add(d)
-	if q.rnrTimer == nil {
-		q.rnrTimer = q.dev.clk.AfterFunc(d, q.onRNRTimer)
-	} else {
-		q.rnrTimer.Reset(d)
-	}
-}
-
-// checkDrained reports SQ_DRAINED once an SQD QP has nothing in flight.
-func (q *QP) checkDrained() {
-	if q.state == verbs.StateSQD && q.req.drainNotify && q.sq.first == q.sq.next {
-		q.req.drainNotify = false
-		q.dev.event(verbs.Event{Type: verbs.EventSQDrained, QPN: q.qpn})
-	}
 }
 
 // LogValue makes a QP print as the minimal sample's QP dump in slog.

@@ -1,93 +1,98 @@
 package qp
 
 import (
-	"github.com/goroce/goroce/verbs"
-	"net/netip"
+	"fmt"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
 
-// wqeState is how far a send work request has got.
-type wqeState uint8
-
-const (
-	wqePosted  wqeState = iota // not started
-	wqeStarted                 // some packets sent
-	wqeSent                    // every packet sent, waiting for ACK or response
-	wqeDone                    // complete (status says how), waiting to retire in order
-	numWQEState
-)
-
-// sendWQE is a posted send work request and its progress.
-type sendWQE struct {
-	wr     verbs.SendWR // wr.SGL aliases sgl
-	sgl    []verbs.SGE
-	inline []byte
-	length uint64
-	dest   netip.Addr // UD: the address handle's address and traffic class
-	tos    uint8
-
-	state    wqeState
-	status   verbs.Status
-	assigned bool // firstPSN and npsn are set; they stay right across rewinds
-	firstPSN bth.PSN
-	npsn     uint32 // PSNs the request takes (responses for a READ)
-	sent     uint64 // payload bytes sent (SEND, WRITE) or not to request again (READ)
-	orig     uint64 // atomic: the original remote value
+// PostSend posts send work requests, in order. Requests are checked as
+// they are posted; the first bad one stops the post with a *PostError.
+// In the ERR state requests are accepted and complete with WR_FLUSH_ERR.
+func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	if !q.ok() {
+		return errNilQP
+	}
+	b := q.dev.getBatch()
+	q.mu.Lock()
+	err := q.postSend(wrs)
+	switch q.state {
+	case verbs.StateRTS:
+		q.request(b)
+	case verbs.StateErr, verbs.StateSQE:
+		q.flushSend()
+	}
+	q.flushAndUnlock(b) // with an ACK left waiting (busy-poll mode)
+	q.dev.putBatch(b)
+	return err
 }
 
-// lastPSN returns the last PSN of the request.
-func (w *sendWQE) lastPSN() bth.PSN { return w.firstPSN.Add(w.npsn - 1) }
-
-// sendQueue is the ring of send work requests, allocated on first use.
-// Sequence numbers only grow; the slot is the number modulo the size.
-//
-//	first: oldest request not yet retired (completed in order)
-//	next:  the request the requester works on
-//	tail:  where the next post goes
-type sendQueue struct {
-	ring              []sendWQE
-	first, next, tail uint64
-	max               uint64
-	maxSGE            int
+func (q *QP) postSend(wrs []verbs.SendWR) error {
+	if q.destroyed {
+		return fmt.Errorf("%w: PostSend on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
+	}
+	switch q.state {
+	case verbs.StateReset, verbs.StateInit, verbs.StateRTR:
+		return fmt.Errorf("%w: post send in %v: move the QP to RTS first (roce.Connect)", verbs.ErrInvalidState, q.state)
+	}
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := q.checkSendWR(wr); err != nil {
+			return &verbs.PostError{Index: i, Err: err}
+		}
+		if q.sq.tail-q.sq.first == q.sq.max {
+			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d send requests outstanding: poll the CQ, "+
+				"or create the QP with a larger QPCap.MaxSendWR", verbs.ErrQueueFull, q.sq.max)}
+		}
+		q.sq.post(wr, q)
+	}
+	return nil
 }
 
-func (s *sendQueue) at(seq uint64) *sendWQE { return &s.ring[seq%s.max] }
-
-// post appends a copy of wr; the caller checked it and that there is room.
-func (s *sendQueue) post(wr *verbs.SendWR, q *QP) {
-	if s.ring == nil {
-		// One array backs every slot's SGE list, so that posting
-		// allocates nothing once the ring exists.
-		s.ring = make([]sendWQE, s.max)
-		sges := make([]verbs.SGE, int(s.max)*s.maxSGE)
-		for i := range s.ring {
-			s.ring[i].sgl = sges[i*s.maxSGE : i*s.maxSGE : (i+1)*s.maxSGE]
+func (q *QP) checkSendWR(wr *verbs.SendWR) error {
+	op := wr.Opcode
+	if err := verbs.CheckSendOp(q.typ, op); err != nil {
+		return err
+	}
+	if q.typ == verbs.UD || q.typ == verbs.GSI {
+		if ah, ok := wr.AH.(*AH); wr.AH == nil || ok && ah == nil {
+			return fmt.Errorf("%w: a UD send without an address handle: set SendWR.AH to one from PD.CreateAH",
+				verbs.ErrInvalidWR)
+		}
+		if wr.RemoteQPN > bth.MaxQPN {
+			return fmt.Errorf("%w: remote QPN %#x does not fit in 24 bits", verbs.ErrInvalidWR, wr.RemoteQPN)
 		}
 	}
-	w := s.at(s.tail)
-	w.sgl = append(w.sgl[:0], wr.SGL...)
-	w.wr = *wr
-	w.wr.SGL = w.sgl
-	w.inline = w.inline[:0]
-	w.length = 0
+	if len(wr.SGL) > q.sq.maxSGE {
+		return fmt.Errorf("%w: %d SGEs, and the QP takes at most %d (QPCap.MaxSendSGE)", verbs.ErrTooManySGE,
+			len(wr.SGL), q.sq.maxSGE)
+	}
 	if wr.Flags&verbs.Inline != 0 {
-		if cap(w.inline) < int(q.cap.MaxInlineData) {
-			w.inline = make([]byte, 0, q.cap.MaxInlineData)
+		if len(wr.InlineData) > int(q.cap.MaxInlineData) {
+			return fmt.Errorf("%w: %d bytes, and the QP takes at most %d (QPCap.MaxInlineData)", verbs.ErrInlineTooLong,
+				len(wr.InlineData), q.cap.MaxInlineData)
 		}
-		w.inline = append(w.inline, wr.InlineData...)
-		w.length = uint64(len(w.inline))
-	} else {
-		for _, e := range wr.SGL {
-			w.length += uint64(e.Length)
+		if op.NeedsResponse() {
+			return fmt.Errorf("%w: %v cannot be inline: its data comes back into the SGEs", verbs.ErrInvalidWR, op)
 		}
 	}
-	if wr.AH != nil {
-		a := wr.AH.Attr()
-		w.dest, w.tos = a.DestAddr(), a.TrafficClass
+	if op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
+		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", verbs.ErrInvalidWR)
 	}
-	w.state, w.status, w.sent, w.npsn, w.orig, w.assigned = wqePosted, verbs.Success, 0, 0, 0, false
-	s.tail++
+	return nil
+}
+
+// localInvalidate carries out a LOCAL_INV request; it reports false when
+// the key names no region of the QP's protection domain.
+func (q *QP) localInvalidate(w *sendWQE) bool {
+	m, err := q.dev.mrs.Find(q.pd, w.wr.InvRKey)
+	if err != nil {
+		return false
+	}
+	m.Invalidate()
+	w.state = wqeDone
+	return true
 }
 
 // reqState is the requester's state.
@@ -461,88 +466,6 @@ func wireOpcode(op verbs.WROpcode, first, last bool, t verbs.QPType) bth.Opcode 
 		return bth.UDSendOnly
 	}
 	return o
-}
-
-// gather copies the payload of w from byte off into dst. It reports false
-// when an SGE does not name valid local memory.
-func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
-	if w.wr.Flags&verbs.Inline != 0 {
-		copy(dst, w.inline[off:])
-		return true
-	}
-	for _, e := range w.sgl {
-		if len(dst) == 0 {
-			break
-		}
-		if off >= uint64(e.Length) {
-			off -= uint64(e.Length)
-			continue
-		}
-		n := min(uint64(e.Length)-off, uint64(len(dst)))
-		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
-		if err != nil {
-			return false
-		}
-		copy(dst, mem)
-		m.Release()
-		dst = dst[n:]
-		off = 0
-	}
-	return len(dst) == 0
-}
-
-// payloadRef returns the n bytes of w's data from byte off as a slice of
-// registered memory, for the packet to carry in place, or nil when they
-// must be copied: a small or padded payload, inline data, or
-// bytes that span SGEs or fail the key check (gather then reports it).
-// The memory is read by the transport after the region's access ends, as
-// a NIC reads it by DMA: a WR's memory must stay registered and unchanged
-// until the WR completes.
-func (q *QP) payloadRef(w *sendWQE, off, n uint64) []byte {
-	if !q.dev.inPlace || n < minRefPayload || n%4 != 0 || w.wr.Flags&verbs.Inline != 0 {
-		return nil
-	}
-	for _, e := range w.sgl {
-		if off >= uint64(e.Length) {
-			off -= uint64(e.Length)
-			continue
-		}
-		if off+n > uint64(e.Length) {
-			return nil
-		}
-		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
-		if err != nil {
-			return nil
-		}
-		m.Release()
-		return mem
-	}
-	return nil
-}
-
-// scatter copies src into the memory of sgl from byte off. It reports
-// false when an SGE does not name valid, locally writable memory or the
-// list is too short.
-func (q *QP) scatter(sgl []verbs.SGE, off uint64, src []byte) bool {
-	for _, e := range sgl {
-		if len(src) == 0 {
-			break
-		}
-		if off >= uint64(e.Length) {
-			off -= uint64(e.Length)
-			continue
-		}
-		n := min(uint64(e.Length)-off, uint64(len(src)))
-		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), localWrite)
-		if err != nil {
-			return false
-		}
-		copy(mem, src[:n])
-		m.Release()
-		src = src[n:]
-		off = 0
-	}
-	return len(src) == 0
 }
 
 // rewind makes the requester send from psn (go-back-N): the request

@@ -2,12 +2,45 @@ package qp
 
 import (
 	"encoding/binary"
-	"github.com/goroce/goroce/verbs"
+	"fmt"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
+
+// PostRecv posts receive work requests to the QP's own receive queue.
+func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
+	if !q.ok() {
+		return errNilQP
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return fmt.Errorf("%w: PostRecv on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
+	}
+	if q.srq != nil {
+		return fmt.Errorf("%w: post its receives to the SRQ", verbs.ErrHasSRQ)
+	}
+	if q.state == verbs.StateReset {
+		return fmt.Errorf("%w: post receive in RESET: move the QP to INIT first (roce.ModifyToInit)", verbs.ErrInvalidState)
+	}
+	for i := range wrs {
+		if err := checkRecvWR(&wrs[i], q.rq.maxSGE); err != nil {
+			return &verbs.PostError{Index: i, Err: err}
+		}
+		if q.rq.full() {
+			return &verbs.PostError{Index: i, Err: fmt.Errorf("%w: %d receives posted: wait for completions, "+
+				"or create the QP with a larger QPCap.MaxRecvWR", verbs.ErrQueueFull, q.rq.max)}
+		}
+		q.rq.post(&wrs[i])
+	}
+	if q.state == verbs.StateErr {
+		q.flushRecv()
+	}
+	return nil
+}
 
 // respState is the responder's state.
 type respState struct {
@@ -49,81 +82,6 @@ type readResource struct {
 	va       uint64 // READ: the memory it named
 	length   uint32
 	rkey     uint32
-}
-
-// recv hands a validated packet to the responder or the completer. The
-// caller holds q.mu.
-func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
-	q.ctr.RcvdPkts++
-	if q.destroyed {
-		return
-	}
-	// The header checks of rxe_recv.c, in its order: the QP's type and
-	// state, the addresses of a connected QP, the P_Key, the Q_Key of a
-	// datagram QP.
-	if p.Info.Transport != transportOf(q.typ) {
-		q.ctr.DropBadTransport++
-		return
-	}
-	switch q.state {
-	case verbs.StateRTR, verbs.StateRTS, verbs.StateSQD, verbs.StateSQE:
-	default:
-		q.ctr.DropBadState++
-		return
-	}
-	ud := q.typ == verbs.UD || q.typ == verbs.GSI
-	if !ud && (tp.Src != q.dest || !q.dev.isLocal(tp.Dst)) {
-		q.ctr.DropBadAddr++
-		return
-	}
-	if p.BTH.PKey()&0x7FFF != bth.DefaultPKey&0x7FFF {
-		q.ctr.DropBadPKey++
-		return
-	}
-	if ud {
-		if p.DETH.QKey() != q.attr.QKey {
-			q.ctr.DropBadQKey++
-			return
-		}
-		q.respondUD(p, tp, b)
-		return
-	}
-	switch p.Info.Operation {
-	case bth.OpAcknowledge, bth.OpReadResponse, bth.OpAtomicAcknowledge:
-		q.complete(p, b)
-		return
-	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd,
-		bth.OpFlush, bth.OpAtomicWrite: // the last two to be NAKed: goroce does not carry them out
-	default:
-		q.ctr.DropBadOpcode++
-		return
-	}
-	if q.state == verbs.StateRTR && !q.commEst {
-		q.commEst = true
-		q.dev.event(verbs.Event{Type: verbs.EventCommEstablished, QPN: q.qpn})
-	}
-	if q.typ == verbs.UC {
-		q.respondUC(p, b)
-		return
-	}
-	psn := p.BTH.PSN()
-	switch d := psn.Diff(q.resp.psn); {
-	case d > 0:
-		q.ctr.OutOfSeqRequest++
-		if q.resp.nakSent {
-			q.ctr.DropSilentPSN++
-			return
-		}
-		q.resp.nakSent = true
-		q.sendAck(b, bth.NAKSyndrome(bth.NAKPSNSequenceError), q.resp.psn)
-		return
-	case d < 0:
-		q.ctr.DuplicateRequest++
-		q.duplicate(p, psn, b)
-		return
-	}
-	q.resp.nakSent = false
-	q.respondRC(p, psn, b)
 }
 
 // respondRC executes an in-sequence RC request, checking it in the order
@@ -788,15 +746,4 @@ func buildGRH(g *[GRHLen]byte, tp *transport.Packet) {
 	s, d := tp.Src.As16(), tp.Dst.As16()
 	copy(g[8:], s[:])
 	copy(g[24:], d[:])
-}
-
-// transportOf returns the BTH transport class of a QP type.
-func transportOf(t verbs.QPType) bth.Transport {
-	switch t {
-	case verbs.RC:
-		return bth.TransportRC
-	case verbs.UC:
-		return bth.TransportUC
-	}
-	return bth.TransportUD
 }

@@ -2,76 +2,11 @@ package qp
 
 import (
 	"fmt"
-	"github.com/goroce/goroce/verbs"
-	"net/netip"
 	"sync"
 
 	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/verbs"
 )
-
-// recvWQE is a posted receive.
-type recvWQE struct {
-	id  uint64
-	sgl []verbs.SGE
-	len uint64 // total length of sgl
-}
-
-// recvQueue is a ring of posted receives, allocated on first use so that
-// idle queue pairs stay small. The owner's lock protects it.
-type recvQueue struct {
-	ring   []recvWQE
-	head   int
-	n      int
-	max    int
-	maxSGE int
-}
-
-func (q *recvQueue) full() bool { return q.n == q.max }
-
-// post appends wr; the caller checked it.
-func (q *recvQueue) post(wr *verbs.RecvWR) {
-	if q.ring == nil {
-		q.ring = make([]recvWQE, q.max)
-		sges := make([]verbs.SGE, q.max*q.maxSGE)
-		for i := range q.ring {
-			q.ring[i].sgl = sges[i*q.maxSGE : i*q.maxSGE : (i+1)*q.maxSGE]
-		}
-	}
-	i := (q.head + q.n) % q.max
-	w := &q.ring[i]
-	w.id = wr.ID
-	w.sgl = append(w.sgl[:0], wr.SGL...)
-	w.len = 0
-	for _, s := range wr.SGL {
-		w.len += uint64(s.Length)
-	}
-	q.n++
-}
-
-// peek returns the oldest receive, or nil.
-func (q *recvQueue) peek() *recvWQE {
-	if q.n == 0 {
-		return nil
-	}
-	return &q.ring[q.head]
-}
-
-// pop removes the oldest receive.
-func (q *recvQueue) pop() {
-	q.head++
-	if q.head == q.max {
-		q.head = 0
-	}
-	q.n--
-}
-
-func checkRecvWR(wr *verbs.RecvWR, maxSGE int) error {
-	if len(wr.SGL) > maxSGE {
-		return fmt.Errorf("%w: %d SGEs, and the queue takes at most %d (MaxRecvSGE, MaxSGE of an SRQ)",
-			verbs.ErrTooManySGE, len(wr.SGL), maxSGE)
-	}
-	return nil
-}
 
 // SRQ is a shared receive queue: receives that any queue pair attached to
 // it consumes. It is safe for concurrent use.
@@ -216,52 +151,4 @@ func (s *SRQ) take(w *recvWQE) bool {
 		s.dev.event(verbs.Event{Type: verbs.EventSRQLimitReached, SRQ: s})
 	}
 	return true
-}
-
-// AH is an address handle: the destination of UD sends. It is immutable
-// and safe for concurrent use.
-type AH struct {
-	attr verbs.AHAttr
-}
-
-// CreateAH returns an address handle for attr in the PD.
-func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
-	if !p.ok() {
-		return nil, errNilPD
-	}
-	if err := checkDest(attr.DGID, p.dev.gid, "AHAttr.DGID"); err != nil {
-		return nil, err
-	}
-	return &AH{attr: attr}, nil
-}
-
-// checkDest checks a destination GID against the device's address.
-func checkDest(gid [16]byte, local netip.Addr, field string) error {
-	dst := netip.AddrFrom16(gid).Unmap()
-	if dst.IsUnspecified() {
-		return fmt.Errorf("%w: no destination GID (%s is zero): set it to the peer's GID, its IP address "+
-			"as verbs.GIDFromAddr makes it", verbs.ErrInvalidAttr, field)
-	}
-	if dst.Is4() != local.Is4() {
-		return fmt.Errorf("%w: destination %v and device address %v are not the same IP version",
-			verbs.ErrInvalidAttr, dst, local)
-	}
-	return nil
-}
-
-// Attr returns the handle's address vector (the zero one, for a nil AH).
-func (a *AH) Attr() verbs.AHAttr {
-	if a == nil {
-		return verbs.AHAttr{}
-	}
-	return a.attr
-}
-
-// Destroy frees the handle; work requests already posted keep their copy
-// of the address.
-func (a *AH) Destroy() error {
-	if a == nil {
-		return nilError("nil *AH", "PD.CreateAH")
-	}
-	return nil
 }

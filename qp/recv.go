@@ -1,0 +1,176 @@
+package qp
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
+)
+
+// receive is the transport's handler: it validates each packet the way
+// rxe_recv.c does and hands it to its queue pair. It keeps the lock of
+// each QP it handles until the end of the batch, so that what all of
+// them answer (ACKs, READ responses, requests an ACK let go) leaves in one
+// send; a QP's packets still leave in order, as no one else can send for
+// it meanwhile. It never waits for a lock while holding one: a QP held
+// elsewhere first sends what the held ones queued.
+func (d *Device) receive(pkts []transport.Packet) {
+	polling := d.polling.Load() > 0
+	var cur *QP
+	var held []*QP
+	var b *txBatch
+	var pkt bth.Packet
+	for i := range pkts {
+		tp := &pkts[i]
+		if err := pkt.Parse(tp.Data); err != nil {
+			d.ctr.drop(dropMalformed)
+			continue
+		}
+		if pkt.BTH.TVer() != 0 {
+			d.ctr.drop(dropTVer)
+			continue
+		}
+		q := d.qps.get(pkt.BTH.DestQP())
+		if q == nil {
+			d.ctr.drop(dropNoQP)
+			continue
+		}
+		if q != cur {
+			if b == nil {
+				b = d.getBatch()
+				held = b.held[:0]
+			}
+			cur = q
+			if !slices.Contains(held, q) {
+				if len(held) == cap(held) || len(held) > 0 && !q.mu.TryLock() {
+					d.releaseQPs(held, b, polling)
+					held = held[:0]
+					q.mu.Lock()
+				} else if len(held) == 0 {
+					q.mu.Lock()
+				}
+				held = append(held, q)
+			}
+		}
+		q.recv(&pkt, tp, b)
+	}
+	if b != nil {
+		d.releaseQPs(held, b, polling)
+		b.held = held[:0]
+		d.putBatch(b)
+	}
+}
+
+// releaseQPs ends the handling of a batch of packets for the QPs held,
+// whose locks the caller holds: what they answered goes out in one send,
+// then they are released. A coalesced ACK may instead wait for the
+// polling thread's next post (polling: the packets came through a poll).
+func (d *Device) releaseQPs(held []*QP, b *txBatch, polling bool) {
+	for _, q := range held {
+		if polling && q.resp.ackPending {
+			d.deferAck(q)
+		} else {
+			q.sendPendingAck(b)
+		}
+	}
+	b.flush()
+	for _, q := range held {
+		q.updateActive()
+		q.mu.Unlock()
+	}
+}
+
+// recv hands a validated packet to the responder or the completer. The
+// caller holds q.mu.
+func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
+	q.ctr.RcvdPkts++
+	if q.destroyed {
+		return
+	}
+	// The header checks of rxe_recv.c, in its order: the QP's type and
+	// state, the addresses of a connected QP, the P_Key, the Q_Key of a
+	// datagram QP.
+	if p.Info.Transport != transportOf(q.typ) {
+		q.ctr.DropBadTransport++
+		return
+	}
+	switch q.state {
+	case verbs.StateRTR, verbs.StateRTS, verbs.StateSQD, verbs.StateSQE:
+	default:
+		q.ctr.DropBadState++
+		return
+	}
+	ud := q.typ == verbs.UD || q.typ == verbs.GSI
+	if !ud && (tp.Src != q.dest || !q.dev.isLocal(tp.Dst)) {
+		q.ctr.DropBadAddr++
+		return
+	}
+	if p.BTH.PKey()&0x7FFF != bth.DefaultPKey&0x7FFF {
+		q.ctr.DropBadPKey++
+		return
+	}
+	if ud {
+		if p.DETH.QKey() != q.attr.QKey {
+			q.ctr.DropBadQKey++
+			return
+		}
+		q.respondUD(p, tp, b)
+		return
+	}
+	switch p.Info.Operation {
+	case bth.OpAcknowledge, bth.OpReadResponse, bth.OpAtomicAcknowledge:
+		q.complete(p, b)
+		return
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd,
+		bth.OpFlush, bth.OpAtomicWrite: // the last two to be NAKed: goroce does not carry them out
+	default:
+		q.ctr.DropBadOpcode++
+		return
+	}
+	if q.state == verbs.StateRTR && !q.commEst {
+		q.commEst = true
+		q.dev.event(verbs.Event{Type: verbs.EventCommEstablished, QPN: q.qpn})
+	}
+	if q.typ == verbs.UC {
+		q.respondUC(p, b)
+		return
+	}
+	psn := p.BTH.PSN()
+	switch d := psn.Diff(q.resp.psn); {
+	case d > 0:
+		q.ctr.OutOfSeqRequest++
+		if q.resp.nakSent {
+			q.ctr.DropSilentPSN++
+			return
+		}
+		q.resp.nakSent = true
+		q.sendAck(b, bth.NAKSyndrome(bth.NAKPSNSequenceError), q.resp.psn)
+		return
+	case d < 0:
+		q.ctr.DuplicateRequest++
+		q.duplicate(p, psn, b)
+		return
+	}
+	q.resp.nakSent = false
+	q.respondRC(p, psn, b)
+}
+
+// isLocal reports whether a packet sent to dst is for this device: dst
+// is its address, or either is unknown (a transport bound to every
+// address of the host).
+func (d *Device) isLocal(dst netip.Addr) bool {
+	return !dst.IsValid() || !d.gid.IsValid() || d.gid.IsUnspecified() || dst.Unmap() == d.gid.Unmap()
+}
+
+// transportOf returns the BTH transport class of a QP type.
+func transportOf(t verbs.QPType) bth.Transport {
+	switch t {
+	case verbs.RC:
+		return bth.TransportRC
+	case verbs.UC:
+		return bth.TransportUC
+	}
+	return bth.TransportUD
+}
