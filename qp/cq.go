@@ -3,10 +3,11 @@ package qp
 import (
 	"context"
 	"fmt"
-	"github.com/goroce/goroce/verbs"
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goroce/goroce/verbs"
 )
 
 // CQ is a completion queue. Poll, Wait and ReqNotify are safe for

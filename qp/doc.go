@@ -3,23 +3,43 @@
 // retransmission, RNR waits, READ and atomic responder resources) over a
 // transport.Transport, behind the verbs API of package verbs.
 //
-// The engine is cut as Linux's soft-RoCE driver (rxe) cuts it:
+// The engine is cut as Linux's soft-RoCE driver (rxe) cuts it, one job
+// to a file:
 //
-//   - Device.receive (rxe_recv.c) checks each packet's headers (transport
-//     version, destination QP, the QP's type and state, addresses, P_Key,
-//     Q_Key) and hands requests to the QP's responder, responses to its
-//     completer;
-//   - the requester (requester.go, rxe_req.c) turns send work requests
-//     into request packets, within the window, fences and the READ/atomic
-//     limit, and goes back to an earlier PSN when told to;
-//   - the completer (completer.go, rxe_comp.c) matches ACKs, NAKs, READ
+//   - recv.go (rxe_recv.c): Device.receive, the transport's handler,
+//     checks each packet's headers (transport version, destination QP,
+//     the QP's type and state, addresses, P_Key, Q_Key) and hands
+//     requests to the QP's responder, responses to its completer; it
+//     holds the locks of the QPs a batch reaches and sends what they
+//     answered in one go;
+//   - requester.go (rxe_req.c): PostSend, and the requester, which turns
+//     send work requests into request packets, within the window,
+//     fences and the READ/atomic limit, and goes back to an earlier PSN
+//     when told to;
+//   - completer.go (rxe_comp.c): the completer matches ACKs, NAKs, READ
 //     responses and atomic ACKs with the requests they answer, completes
-//     work requests, and decides retries;
-//   - the responder (responder.go, rxe_resp.c) checks and carries out
-//     inbound requests, fills receives and answers.
+//     work requests in order, and decides retries and RNR waits;
+//   - responder.go (rxe_resp.c): PostRecv, and the responder, which
+//     checks PSNs, carries out inbound requests, fills receives, answers
+//     duplicates and READs, and sends ACKs and NAKs;
+//   - timers.go: the retransmission timer and the RNR wait;
+//   - deferack.go: in busy-poll mode, the ACKs that wait for the polling
+//     thread's next post;
+//   - device.go: the Device (New, Close, busy-poll Progress, Linger), the
+//     QP table and number allocation, and the send batches the engine
+//     fills and the transport sends;
+//   - qp.go: the QP's lifecycle: CreateQP, Modify (the ibv_modify_qp
+//     rules), Destroy, and the move to ERR with its flushes; notify.go:
+//     OnExit, for watchers of a QP leaving service;
+//   - queue.go: the rings of send and receive work requests;
+//   - cq.go, srq.go, ah.go: completion queues, shared receive queues,
+//     address handles; pd.go: protection domains, and the copies between
+//     SGEs and registered memory (package mr holds the regions and keys);
+//   - stats.go: per-QP counters named after rxe's, and the device's
+//     drops; limits.go: the device's limits.
 //
-// One mutex per QP covers all three, so a QP's packets are handled, and
-// sent, in order.
+// One mutex per QP covers its requester, completer and responder, so a
+// QP's packets are handled, and sent, in order.
 //
 // # Asynchronous events
 //

@@ -122,39 +122,9 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	switch p.Info.Operation {
 	case bth.OpAcknowledge, bth.OpReadResponse, bth.OpAtomicAcknowledge:
 		q.complete(p, b)
-		return
-	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd,
-		bth.OpFlush, bth.OpAtomicWrite: // the last two to be NAKed: goroce does not carry them out
 	default:
-		q.ctr.DropBadOpcode++
-		return
+		q.respond(p, b)
 	}
-	if q.state == verbs.StateRTR && !q.commEst {
-		q.commEst = true
-		q.dev.event(verbs.Event{Type: verbs.EventCommEstablished, QPN: q.qpn})
-	}
-	if q.typ == verbs.UC {
-		q.respondUC(p, b)
-		return
-	}
-	psn := p.BTH.PSN()
-	switch d := psn.Diff(q.resp.psn); {
-	case d > 0:
-		q.ctr.OutOfSeqRequest++
-		if q.resp.nakSent {
-			q.ctr.DropSilentPSN++
-			return
-		}
-		q.resp.nakSent = true
-		q.sendAck(b, bth.NAKSyndrome(bth.NAKPSNSequenceError), q.resp.psn)
-		return
-	case d < 0:
-		q.ctr.DuplicateRequest++
-		q.duplicate(p, psn, b)
-		return
-	}
-	q.resp.nakSent = false
-	q.respondRC(p, psn, b)
 }
 
 // isLocal reports whether a packet sent to dst is for this device: dst

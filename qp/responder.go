@@ -84,6 +84,46 @@ type readResource struct {
 	rkey     uint32
 }
 
+// respond handles a request to a connected QP (rxe_resp.c's job): it
+// drops what is no request, raises COMM_EST for the first request in RTR,
+// and checks the PSN (UC in its own way) before carrying the request out.
+// The caller holds q.mu.
+func (q *QP) respond(p *bth.Packet, b *txBatch) {
+	switch p.Info.Operation {
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd,
+		bth.OpFlush, bth.OpAtomicWrite: // the last two to be NAKed: goroce does not carry them out
+	default:
+		q.ctr.DropBadOpcode++
+		return
+	}
+	if q.state == verbs.StateRTR && !q.commEst {
+		q.commEst = true
+		q.dev.event(verbs.Event{Type: verbs.EventCommEstablished, QPN: q.qpn})
+	}
+	if q.typ == verbs.UC {
+		q.respondUC(p, b)
+		return
+	}
+	psn := p.BTH.PSN()
+	switch d := psn.Diff(q.resp.psn); {
+	case d > 0:
+		q.ctr.OutOfSeqRequest++
+		if q.resp.nakSent {
+			q.ctr.DropSilentPSN++
+			return
+		}
+		q.resp.nakSent = true
+		q.sendAck(b, bth.NAKSyndrome(bth.NAKPSNSequenceError), q.resp.psn)
+		return
+	case d < 0:
+		q.ctr.DuplicateRequest++
+		q.duplicate(p, psn, b)
+		return
+	}
+	q.resp.nakSent = false
+	q.respondRC(p, psn, b)
+}
+
 // respondRC executes an in-sequence RC request, checking it in the order
 // rxe_resp.c does: opcode sequence, permission, resources, length, key.
 func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
