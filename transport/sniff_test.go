@@ -19,6 +19,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/pcapfile"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/internal/transporttest"
 	"github.com/goroce/goroce/transport/udp"
 )
 
@@ -112,6 +113,11 @@ func TestSniffUDP(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := sa.Start(func(p []transport.Packet) {
+				for i := range p {
+					if err := transporttest.CheckParsed(&p[i]); err != nil {
+						t.Errorf("through the sniffer: %v", err)
+					}
+				}
 				mu.Lock()
 				echoed += len(p)
 				mu.Unlock()

@@ -52,6 +52,14 @@ type Packet struct {
 	// IPID is the IPv4 identification the packet was sent or received
 	// with; set by the transport, for captures.
 	IPID uint16
+	// Parsed, on a received packet, is Data split into its headers
+	// (bth.Packet.Parse), as the transport parsed it to check the packet:
+	// a handler uses it instead of parsing Data again. Its views alias
+	// Data and are valid as long as Data is. The transports of goroce
+	// set it on every packet they deliver; a handler still parses Data
+	// itself when Parsed is nil (a transport from elsewhere). Send
+	// ignores it.
+	Parsed *bth.Packet
 }
 
 // Len returns the packet's length, BTH through ICRC (0 for a nil p).
@@ -112,7 +120,9 @@ type Handler func(pkts []Packet)
 type Transport interface {
 	// Start begins delivering received packets to h, from goroutines the
 	// transport owns, until Close. Packets whose ICRC is wrong, that are
-	// not RoCE, or that are malformed are counted and dropped before h.
+	// not RoCE, or that are malformed (bth.Packet.Parse fails) are
+	// counted and dropped before h; those delivered carry their parse in
+	// Packet.Parsed.
 	Start(h Handler) error
 	// Send transmits pkts, in order, sealing each one's ICRC. It returns
 	// when the transport no longer needs the packets' memory, having

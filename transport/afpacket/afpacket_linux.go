@@ -326,7 +326,7 @@ type rxState struct {
 	bufs   [][]byte
 	batch  []transport.Packet
 	fr     bth.Frame
-	parsed bth.Packet
+	parsed []bth.Packet // batch[i].Parsed is &parsed[i]; as long as batch's cap
 	n      int
 	errno  unix.Errno
 	readFn func(uintptr) bool
@@ -341,9 +341,10 @@ func newRxState(t *Transport, h transport.Handler) *rxState {
 	size := vnetHdrLen + bth.EthernetLen + 2*bth.VLANTagLen + max(65535, t.ifi.MTU)
 	rx := &rxState{
 		t: t, h: h,
-		msgs:  make([]mmsg.Msg, b),
-		names: make([]unix.RawSockaddrLinklayer, b),
-		batch: make([]transport.Packet, 0, t.cfg.BatchSize),
+		msgs:   make([]mmsg.Msg, b),
+		names:  make([]unix.RawSockaddrLinklayer, b),
+		batch:  make([]transport.Packet, 0, t.cfg.BatchSize),
+		parsed: make([]bth.Packet, t.cfg.BatchSize),
 	}
 	rx.bufs = mmsg.Buffers(rx.msgs, size)
 	for i := range rx.msgs {
@@ -467,8 +468,9 @@ func (rx *rxState) frame(b []byte) {
 }
 
 // valid reports whether p is a well-formed RoCE packet, counting it if not.
+// It parses p into the slot of the batch p takes if deliver queues it.
 func (rx *rxState) valid(p []byte) bool {
-	if len(p) < bth.BTHLen+bth.ICRCLen || len(p) > rx.t.maxPacket || rx.parsed.Parse(p) != nil {
+	if len(p) < bth.BTHLen+bth.ICRCLen || len(p) > rx.t.maxPacket || rx.parsed[len(rx.batch)].Parse(p) != nil {
 		rx.malformed++
 		return false
 	}
@@ -480,7 +482,7 @@ func (rx *rxState) deliver(p []byte, f *bth.Flow, tos uint8) {
 	rx.packets++
 	rx.bytes += uint64(len(p))
 	rx.batch = append(rx.batch, transport.Packet{
-		Data: p, Src: f.Src, Dst: f.Dst, SrcPort: f.SrcPort, TOS: tos, IPID: f.ID,
+		Data: p, Src: f.Src, Dst: f.Dst, SrcPort: f.SrcPort, TOS: tos, IPID: f.ID, Parsed: &rx.parsed[len(rx.batch)],
 	})
 	if len(rx.batch) == cap(rx.batch) {
 		rx.flush()

@@ -256,7 +256,7 @@ func mustNew(t *testing.T, c *Config) *Transport {
 
 func start(t *testing.T, tr transport.Transport) *transporttest.Collector {
 	t.Helper()
-	c := transporttest.NewCollector()
+	c := transporttest.NewCollector(t)
 	if err := tr.Start(c.Handle); err != nil {
 		t.Fatal(err)
 	}

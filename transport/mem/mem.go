@@ -238,6 +238,7 @@ type Endpoint struct {
 	handler atomic.Pointer[transport.Handler]
 	closed  atomic.Bool
 	batch   []transport.Packet // delivery scratch, used by one deliverer at a time
+	parsed  []bth.Packet       // batch[i].Parsed is &parsed[i]; the same deliverer's
 	unreach unreach.List
 	stats   struct {
 		txPackets, txBytes, rxPackets, rxBytes, rxICRC, rxMalformed atomic.Uint64
@@ -482,6 +483,9 @@ func (e *Endpoint) deliver(batch []*inflight) {
 	}
 	h := e.handler.Load()
 	e.batch = e.batch[:0]
+	if len(e.parsed) < len(batch) {
+		e.parsed = make([]bth.Packet, len(batch))
+	}
 	for _, q := range batch {
 		p := q.pkt
 		if q.notice {
@@ -491,7 +495,7 @@ func (e *Endpoint) deliver(batch []*inflight) {
 		if h == nil {
 			continue
 		}
-		var bp bth.Packet
+		bp := &e.parsed[len(e.batch)]
 		if len(p.Data) < bth.BTHLen+bth.ICRCLen || bp.Parse(p.Data) != nil {
 			e.stats.rxMalformed.Add(1)
 			continue
@@ -502,6 +506,7 @@ func (e *Endpoint) deliver(batch []*inflight) {
 		}
 		e.stats.rxPackets.Add(1)
 		e.stats.rxBytes.Add(uint64(len(p.Data)))
+		p.Parsed = bp
 		e.batch = append(e.batch, p)
 	}
 	if len(e.batch) > 0 {

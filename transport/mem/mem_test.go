@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -113,5 +114,67 @@ func TestUnreachableLive(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no notice")
+	}
+}
+
+// TestDeliverParsed checks that each packet delivered carries the parse
+// the endpoint checked it with (transport.Packet.Parsed), its own, in
+// batches where malformed packets were dropped between good ones.
+func TestDeliverParsed(t *testing.T) {
+	n := NewNetwork(&Config{BatchSize: 4})
+	a, err := n.Endpoint(addrA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.Endpoint(addrB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var psns, want []bth.PSN
+	if err := a.Start(func([]transport.Packet) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(func(p []transport.Packet) {
+		for i := range p {
+			if err := transporttest.CheckParsed(&p[i]); err != nil {
+				t.Errorf("packet %d of a batch of %d: %v", i, len(p), err)
+				continue
+			}
+			psns = append(psns, p[i].Parsed.BTH.PSN())
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var pkts []transport.Packet
+	for i := range 11 {
+		var data []byte
+		switch i % 4 {
+		case 1:
+			data = transporttest.BuildPacket(rng, bth.RCSendOnly, 16, bth.PSN(i))
+			data[0] = 0x1F // an undefined opcode, sealed all the same: malformed
+		case 3:
+			data = make([]byte, bth.BTHLen) // no room for an ICRC: malformed
+		default:
+			op, size := []bth.Opcode{bth.RCWriteOnly, bth.RCAcknowledge, bth.RCSendOnly}[i%3], i
+			if op == bth.RCAcknowledge {
+				size = 0
+			}
+			data = transporttest.BuildPacket(rng, op, size, bth.PSN(i))
+			want = append(want, bth.PSN(i))
+		}
+		pkts = append(pkts, transport.Packet{Data: data, Src: addrA, Dst: addrB})
+	}
+	if err := a.Send(pkts); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Run(func() bool { return len(psns) >= len(want) }, time.Second); err != nil {
+		t.Fatalf("run: %v (%d of %d delivered)", err, len(psns), len(want))
+	}
+	if !slices.Equal(psns, want) {
+		t.Errorf("parsed PSNs %v, want %v", psns, want)
+	}
+	if s := b.Stats(); s.RxMalformed != 5 || s.RxPackets != uint64(len(want)) {
+		t.Errorf("stats %+v: want %d packets, 5 malformed", s, len(want))
 	}
 }

@@ -14,8 +14,8 @@ import (
 type receiver struct {
 	h         transport.Handler
 	batch     []transport.Packet // len 0 between datagrams, cap = batch size
+	parsed    []bth.Packet       // batch[i].Parsed is &parsed[i]; as long as batch's cap
 	solver    bth.IDSolver
-	parsed    bth.Packet
 	localPort uint16
 	maxPacket int // 0: no limit
 	stats     *stats.Counters
@@ -25,9 +25,11 @@ type receiver struct {
 }
 
 func newReceiver(h transport.Handler, batch int, localPort uint16, counts *stats.Counters) *receiver {
+	batch = max(batch, 1)
 	return &receiver{
 		h:         h,
 		batch:     make([]transport.Packet, 0, batch),
+		parsed:    make([]bth.Packet, batch),
 		localPort: localPort,
 		stats:     counts,
 	}
@@ -61,8 +63,11 @@ func (r *receiver) datagram(buf []byte, src netip.AddrPort, dst netip.Addr, tos 
 	}
 	for off := 0; off < len(buf); off += seg {
 		data := buf[off:min(off+seg, len(buf))]
+		// Parsed into the slot of the batch the packet takes if it is
+		// good; a bad one leaves the slot to the next.
+		parsed := &r.parsed[len(r.batch)]
 		if len(data) < bth.BTHLen+bth.ICRCLen || (r.maxPacket > 0 && len(data) > r.maxPacket) ||
-			r.parsed.Parse(data) != nil {
+			parsed.Parse(data) != nil {
 			r.malformed++
 			continue
 		}
@@ -88,6 +93,7 @@ func (r *receiver) datagram(buf []byte, src netip.AddrPort, dst netip.Addr, tos 
 			SrcPort: flow.SrcPort,
 			TOS:     tos,
 			IPID:    id,
+			Parsed:  parsed,
 		})
 		if len(r.batch) == cap(r.batch) {
 			r.flush()

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/goroce/goroce/bth"
@@ -70,6 +71,9 @@ func TestReceiverCaptures(t *testing.T) {
 				if len(got) != 1 {
 					t.Fatalf("packet %d not delivered: %+v", want, counts.Snapshot())
 				}
+				if err := transporttest.CheckParsed(&got[0]); err != nil {
+					t.Errorf("packet %d: %v", want, err)
+				}
 				if got[0].IPID != fr.Flow.ID || got[0].Src != fr.Flow.Src || got[0].SrcPort != fr.Flow.SrcPort {
 					t.Errorf("packet %d: IPID %#x from %v:%d, frame has %#x %v:%d", want, got[0].IPID,
 						got[0].Src, got[0].SrcPort, fr.Flow.ID, fr.Flow.Src, fr.Flow.SrcPort)
@@ -87,7 +91,8 @@ func TestReceiverCaptures(t *testing.T) {
 }
 
 // TestReceiverGRO splits a GRO train into its segments, each with its own
-// recovered ID, and counts a bad segment without losing the others.
+// recovered ID and its own parse, and counts a bad segment without losing
+// the others.
 func TestReceiverGRO(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	src := netip.MustParseAddrPort("198.18.0.11:49153")
@@ -113,9 +118,15 @@ func TestReceiverGRO(t *testing.T) {
 	train = append(train, last...)
 	var counts stats.Counters
 	var ids []uint16
+	var psns []bth.PSN
 	rcv := newReceiver(func(p []transport.Packet) {
 		for _, q := range p {
 			ids = append(ids, q.IPID)
+			if err := transporttest.CheckParsed(&q); err != nil {
+				t.Errorf("segment with ID %#x: %v", q.IPID, err)
+				continue
+			}
+			psns = append(psns, q.Parsed.BTH.PSN())
 		}
 	}, 2, 4791, &counts)
 	rcv.datagram(train, src, dst, 0, seg)
@@ -128,6 +139,9 @@ func TestReceiverGRO(t *testing.T) {
 		if ids[i] != want[i] {
 			t.Fatalf("IDs %x, want %x", ids, want)
 		}
+	}
+	if wantPSNs := []bth.PSN{0, 1, 3, 4, 5}; !slices.Equal(psns, wantPSNs) {
+		t.Errorf("parsed PSNs %v, want %v", psns, wantPSNs)
 	}
 	if s := counts.Snapshot(); s.RxPackets != 5 || s.RxICRCErrors != 1 {
 		t.Errorf("stats %+v", s)
@@ -159,6 +173,9 @@ func FuzzDatagram(f *testing.F) {
 				fl := bth.Flow{Src: q.Src, Dst: q.Dst, SrcPort: q.SrcPort, DstPort: 4791, ID: q.IPID, DF: !v6}
 				if !fl.Verify(q.Data) {
 					t.Fatalf("delivered a packet that does not verify")
+				}
+				if err := transporttest.CheckParsed(&q); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}, 3, 4791, &counts)

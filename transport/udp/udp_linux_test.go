@@ -54,7 +54,7 @@ func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transpo
 	}
 	ca1.GSO, ca1.GRO, cb1.GSO, cb1.GRO = gso, gro, gso, gro
 	a, b = mustNew(t, &ca1), mustNew(t, &cb1)
-	ca, cb = transporttest.NewCollector(), transporttest.NewCollector()
+	ca, cb = transporttest.NewCollector(t), transporttest.NewCollector(t)
 	if err := a.Start(ca.Handle); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestWildcard(t *testing.T) {
 			pw, pp := freePort(t, any), freePort(t, peer)
 			w := mustNew(t, &Config{Addr: netip.AddrPortFrom(any, pw), PeerPort: pp, MaxPacket: DefaultMaxPacket})
 			p := mustNew(t, &Config{Addr: netip.AddrPortFrom(peer, pp), PeerPort: pw})
-			cw, cp := transporttest.NewCollector(), transporttest.NewCollector()
+			cw, cp := transporttest.NewCollector(t), transporttest.NewCollector(t)
 			if err := w.Start(cw.Handle); err != nil {
 				t.Fatal(err)
 			}
@@ -386,7 +386,7 @@ func TestCloseWaits(t *testing.T) {
 func TestBusyPoll(t *testing.T) {
 	a := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.36.1:4791"), BusyPoll: 50 * time.Millisecond})
 	b := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.36.2:4791"), BusyPoll: 50 * time.Millisecond})
-	cb := transporttest.NewCollector()
+	cb := transporttest.NewCollector(t)
 	if err := b.Start(cb.Handle); err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestStreamSpin(t *testing.T) {
 	a := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.37.1:4791")})
 	b := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.37.2:4791"), StreamSpin: 10 * time.Second})
 	rx := newRxState(b)
-	cb := transporttest.NewCollector()
+	cb := transporttest.NewCollector(t)
 	rcv := newReceiver(cb.Handle, b.cfg.BatchSize, b.local.Port(), &b.stats)
 	var fd int
 	if err := b.rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
