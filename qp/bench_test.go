@@ -2,9 +2,14 @@ package qp
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -129,5 +134,109 @@ func TestSteadyStateAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(50, one); n != 0 {
 			t.Errorf("%v of 64 KiB (16 packets and their ACK): %v allocations", op, n)
 		}
+	}
+}
+
+// discardLink is a transport that sends nowhere; the receive benchmark
+// hands packets to the engine's handler itself.
+type discardLink struct {
+	addr netip.Addr
+	h    transport.Handler
+}
+
+func (l *discardLink) Start(h transport.Handler) error { l.h = h; return nil }
+func (l *discardLink) Send([]transport.Packet) error   { return nil }
+func (l *discardLink) LocalAddr() netip.Addr           { return l.addr }
+func (l *discardLink) BatchSize() int                  { return 64 }
+func (l *discardLink) MaxPacket() int                  { return 4096 + 64 }
+func (l *discardLink) Stats() transport.Stats          { return transport.Stats{} }
+func (l *discardLink) Close() error                    { return nil }
+
+// benchResponder returns a device on a discardLink with an RC QP in RTS,
+// connected to peer QP 0x99 at addrA from PSN 0, and a region of size
+// bytes it may write.
+func benchResponder(b *testing.B, size int) (*discardLink, *QP, *mr.MR) {
+	link := &discardLink{addr: addrB}
+	d, err := New(link, &Config{Clock: clock.NewManual(time.Unix(1e9, 0))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	pd, _ := d.AllocPD()
+	cq, _ := d.CreateCQ(64)
+	q, err := d.createQP(pd.(*PD), &verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := pd.(*PD).pd.Register(make([]byte, size), verbs.LocalWrite|verbs.RemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, step := range []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: verbs.RemoteWrite},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU4096, DestQPN: 0x99, MaxDestRDAtomic: 1, MinRNRTimer: 1,
+			AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(addrA)}}, verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU |
+			verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 1},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
+				verbs.AttrMaxQPRDAtomic},
+	} {
+		if err := q.Modify(&step.a, step.mask); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return link, q, m
+}
+
+// BenchmarkReceive measures the receive path alone (Device.receive, the
+// responder, one coalesced ACK a batch) on batches of 64 in-sequence RC
+// WRITE ONLY packets asking for an ACK: with the parse the transport made
+// handed over (transport.Packet.Parsed, as goroce's transports deliver
+// packets), and without, when the engine parses each packet itself.
+func BenchmarkReceive(b *testing.B) {
+	for _, size := range []int{64, 1024, 4096} {
+		for _, parsed := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%d/parsed=%v", size, parsed), func(b *testing.B) {
+				benchReceive(b, size, parsed)
+			})
+		}
+	}
+}
+
+func benchReceive(b *testing.B, size int, parsed bool) {
+	const batch = 64
+	link, q, m := benchResponder(b, size)
+	pkts := make([]transport.Packet, batch)
+	views := make([]bth.Packet, batch)
+	for i := range pkts {
+		data := make([]byte, bth.Len(bth.RCWriteOnly, size))
+		p := &views[i]
+		p.Build(data, &bth.BTHFields{Opcode: bth.RCWriteOnly, PKey: bth.DefaultPKey, DestQP: q.QPN(), AckReq: true}, size)
+		p.RETH.Encode(&bth.RETHFields{VA: m.Addr(), RKey: m.RKey(), DMALen: uint32(size)})
+		pkts[i] = transport.Packet{Data: data, Src: addrA, Dst: addrB}
+		if parsed {
+			pkts[i].Parsed = p
+		}
+	}
+	psn := bth.PSN(0)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += batch {
+		k := min(batch, b.N-n)
+		for i := range pkts[:k] {
+			bth.BTH(pkts[i].Data).SetPSN(psn)
+			psn = psn.Next()
+		}
+		link.h(pkts[:k])
+	}
+	b.StopTimer()
+	if c := q.Counters(); c.RcvdPkts != uint64(b.N) || c.DuplicateRequest+c.OutOfSeqRequest != 0 || q.State() != verbs.StateRTS {
+		b.Fatalf("%d packets handed over: %v, QP in %v", b.N, &c, q.State())
 	}
 }

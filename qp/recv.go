@@ -10,7 +10,9 @@ import (
 )
 
 // receive is the transport's handler: it validates each packet the way
-// rxe_recv.c does and hands it to its queue pair. It keeps the lock of
+// rxe_recv.c does and hands it to its queue pair. It takes each packet's
+// headers as the transport parsed them (transport.Packet.Parsed), and
+// parses only a packet that comes without. It keeps the lock of
 // each QP it handles until the end of the batch, so that what all of
 // them answer (ACKs, READ responses, requests an ACK let go) leaves in one
 // send; a QP's packets still leave in order, as no one else can send for
@@ -21,12 +23,16 @@ func (d *Device) receive(pkts []transport.Packet) {
 	var cur *QP
 	var held []*QP
 	var b *txBatch
-	var pkt bth.Packet
+	var own bth.Packet // the parse of a packet the transport left unparsed
 	for i := range pkts {
 		tp := &pkts[i]
-		if err := pkt.Parse(tp.Data); err != nil {
-			d.ctr.drop(dropMalformed)
-			continue
+		pkt := tp.Parsed
+		if pkt == nil {
+			if own.Parse(tp.Data) != nil {
+				d.ctr.drop(dropMalformed)
+				continue
+			}
+			pkt = &own
 		}
 		if pkt.BTH.TVer() != 0 {
 			d.ctr.drop(dropTVer)
@@ -54,7 +60,7 @@ func (d *Device) receive(pkts []transport.Packet) {
 				held = append(held, q)
 			}
 		}
-		q.recv(&pkt, tp, b)
+		q.recv(pkt, tp, b)
 	}
 	if b != nil {
 		d.releaseQPs(held, b, polling)
