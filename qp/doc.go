@@ -7,11 +7,12 @@
 // to a file:
 //
 //   - recv.go (rxe_recv.c): Device.receive, the transport's handler,
-//     checks each packet's headers (transport version, destination QP,
-//     the QP's type and state, addresses, P_Key, Q_Key) and hands
-//     requests to the QP's responder, responses to its completer; it
-//     holds the locks of the QPs a batch reaches and sends what they
-//     answered in one go;
+//     takes each packet as its transport parsed it when checking its
+//     ICRC (transport.Packet.Parsed: a packet is parsed once), checks
+//     its headers (transport version, destination QP, the QP's type and
+//     state, addresses, P_Key, Q_Key) and hands requests to the QP's
+//     responder, responses to its completer; it holds the locks of the
+//     QPs a batch reaches and sends what they answered in one go;
 //   - requester.go (rxe_req.c): PostSend, and the requester, which turns
 //     send work requests into request packets, within the window,
 //     fences and the READ/atomic limit, and goes back to an earlier PSN
