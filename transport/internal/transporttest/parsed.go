@@ -13,6 +13,9 @@ import (
 // of p.Data by bth.Packet.Parse, its views pointing into p.Data itself
 // (not into a copy, nor into another packet's bytes).
 func CheckParsed(p *transport.Packet) error {
+	if p == nil {
+		return errors.New("no packet (a nil *transport.Packet)")
+	}
 	if p.Parsed == nil {
 		return errors.New("the packet's Parsed is nil")
 	}
