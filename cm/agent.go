@@ -14,6 +14,8 @@ import (
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Config configures an Agent. A nil *Config or zero fields mean the
@@ -88,13 +90,13 @@ type Stats struct {
 // QP (QP 1) and runs every listener and connection made through it. It is
 // safe for concurrent use. Close it before the device.
 type Agent struct {
-	dev  roce.Device
+	dev  verbs.Device
 	addr netip.Addr
 	gid  [16]byte
 	guid uint64
 	clk  clock.Clock
 	log  *slog.Logger
-	mtu  roce.MTU
+	mtu  verbs.MTU
 
 	respTimeout    uint8
 	maxRetries     uint8
@@ -103,15 +105,15 @@ type Agent struct {
 	closeWait      time.Duration
 	connectTimeout time.Duration
 
-	pd   roce.PD
-	cq   roce.CQ
-	gsi  roce.QP
-	rmr  roce.MR
+	pd   verbs.PD
+	cq   verbs.CQ
+	gsi  verbs.QP
+	rmr  verbs.MR
 	nrcv int
 
 	mu         sync.Mutex
 	closed     bool
-	ahs        map[netip.Addr]roce.AH
+	ahs        map[netip.Addr]verbs.AH
 	conns      map[uint32]*Conn   // by local communication ID
 	remote     map[remoteID]*Conn // by the peer's communication ID and CA GUID
 	qpns       map[remoteQP]*Conn // by the peer's GID and QPN
@@ -121,8 +123,8 @@ type Agent struct {
 	sidr       map[uint32]*sidrQuery
 	buf        [mad.Len]byte
 
-	unreach chan roce.Unreachable // the device's notices, for loop
-	unwatch func()                // stops them
+	unreach chan transport.Unreachable // the device's notices, for loop
+	unwatch func()                     // stops them
 	done    chan struct{}
 	wg      sync.WaitGroup
 	ctr     counters
@@ -148,10 +150,10 @@ type counters struct {
 	unmatched, backlog, sendErr atomic.Uint64
 }
 
-// softDevice is what the agent needs of a device beyond roce.Device:
+// softDevice is what the agent needs of a device beyond verbs.Device:
 // goroce's software device has them, hardware devices do not.
 type softDevice interface {
-	roce.Device
+	verbs.Device
 	Addr() netip.Addr
 	Clock() clock.Clock
 }
@@ -160,7 +162,7 @@ type softDevice interface {
 // software device (roce.Open's, possibly wrapped by roce.Trace): it
 // creates the device's GSI QP and a goroutine that serves it until Close.
 // A device has at most one agent.
-func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
+func NewAgent(dev verbs.Device, cfg *Config) (*Agent, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -173,12 +175,12 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 		dev: dev, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
 		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait, connectTimeout: c.ConnectTimeout,
-		ahs: make(map[netip.Addr]roce.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
+		ahs: make(map[netip.Addr]verbs.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
 		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
 		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
-		done: make(chan struct{}), unreach: make(chan roce.Unreachable, 16),
+		done: make(chan struct{}), unreach: make(chan transport.Unreachable, 16),
 	}
-	a.gid = roce.GIDFromAddr(a.addr)
+	a.gid = verbs.GIDFromAddr(a.addr)
 	if a.clk == nil {
 		a.clk = sd.Clock()
 	}
@@ -226,7 +228,7 @@ func NewAgent(dev roce.Device, cfg *Config) (*Agent, error) {
 
 // checkDevice returns dev as the software device the agent needs, or why
 // it cannot serve.
-func checkDevice(dev roce.Device) (softDevice, error) {
+func checkDevice(dev verbs.Device) (softDevice, error) {
 	if isNil(dev) || isNil(roce.Untrace(dev)) {
 		return nil, invalid("nil device: open one with roce.Open")
 	}
@@ -278,28 +280,28 @@ func (a *Agent) openGSI() error {
 	if a.cq, err = a.dev.CreateCQ(a.nrcv + gsiSendDepth); err != nil {
 		return fmt.Errorf("cm: %w", err)
 	}
-	a.gsi, err = a.pd.CreateQP(&roce.QPInitAttr{Type: roce.GSI, SendCQ: a.cq, RecvCQ: a.cq,
-		Cap: roce.QPCap{MaxSendWR: gsiSendDepth, MaxRecvWR: uint32(a.nrcv), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}})
+	a.gsi, err = a.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.GSI, SendCQ: a.cq, RecvCQ: a.cq,
+		Cap: verbs.QPCap{MaxSendWR: gsiSendDepth, MaxRecvWR: uint32(a.nrcv), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}})
 	if err != nil {
-		if errors.Is(err, roce.ErrGSIExists) {
+		if errors.Is(err, verbs.ErrGSIExists) {
 			return fmt.Errorf("cm: device %s already has a CM agent: %w", a.dev.Name(), err)
 		}
 		return fmt.Errorf("cm: GSI QP: %w", err)
 	}
 	steps := []struct {
-		attr roce.QPAttr
-		mask roce.AttrMask
+		attr verbs.QPAttr
+		mask verbs.AttrMask
 	}{
-		{roce.QPAttr{State: roce.StateInit, QKey: mad.GSIQKey}, roce.AttrState | roce.AttrPKeyIndex | roce.AttrQKey},
-		{roce.QPAttr{State: roce.StateRTR}, roce.AttrState},
-		{roce.QPAttr{State: roce.StateRTS}, roce.AttrState | roce.AttrSQPSN},
+		{verbs.QPAttr{State: verbs.StateInit, QKey: mad.GSIQKey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrQKey},
+		{verbs.QPAttr{State: verbs.StateRTR}, verbs.AttrState},
+		{verbs.QPAttr{State: verbs.StateRTS}, verbs.AttrState | verbs.AttrSQPSN},
 	}
 	for _, s := range steps {
 		if err := a.gsi.Modify(&s.attr, s.mask); err != nil {
 			return fmt.Errorf("cm: GSI QP to %v: %w", s.attr.State, err)
 		}
 	}
-	if a.rmr, err = a.pd.RegMR(make([]byte, a.nrcv*recvLen), roce.LocalWrite); err != nil {
+	if a.rmr, err = a.pd.RegMR(make([]byte, a.nrcv*recvLen), verbs.LocalWrite); err != nil {
 		return fmt.Errorf("cm: %w", err)
 	}
 	for i := range a.nrcv {
@@ -311,8 +313,8 @@ func (a *Agent) openGSI() error {
 }
 
 func (a *Agent) postRecv(slot int) error {
-	err := a.gsi.PostRecv([]roce.RecvWR{{ID: uint64(slot),
-		SGL: []roce.SGE{{Addr: a.rmr.Addr() + uint64(slot*recvLen), Length: recvLen, LKey: a.rmr.LKey()}}}})
+	err := a.gsi.PostRecv([]verbs.RecvWR{{ID: uint64(slot),
+		SGL: []verbs.SGE{{Addr: a.rmr.Addr() + uint64(slot*recvLen), Length: recvLen, LKey: a.rmr.LKey()}}}})
 	if err != nil {
 		return fmt.Errorf("cm: post GSI receive: %w", err)
 	}
@@ -408,7 +410,7 @@ func (a *Agent) Close() error {
 func (a *Agent) release() error {
 	var errs []error
 	if a.gsi != nil {
-		if err := a.gsi.Destroy(); err != nil && !errors.Is(err, roce.ErrDestroyed) {
+		if err := a.gsi.Destroy(); err != nil && !errors.Is(err, verbs.ErrDestroyed) {
 			errs = append(errs, err)
 		}
 	}
@@ -433,7 +435,7 @@ func (a *Agent) release() error {
 // loop serves the GSI QP's completions until Close.
 func (a *Agent) loop() {
 	defer a.wg.Done()
-	wcs := make([]roce.WC, 16)
+	wcs := make([]verbs.WC, 16)
 	for {
 		a.cq.ReqNotify(false)
 		for n := a.cq.Poll(wcs); n > 0; n = a.cq.Poll(wcs) {
@@ -453,15 +455,15 @@ func (a *Agent) loop() {
 
 // completion handles one GSI completion: a received MAD is processed and
 // its buffer posted again.
-func (a *Agent) completion(wc *roce.WC) {
-	if wc.Opcode != roce.WCRecv {
-		if wc.Status != roce.Success {
+func (a *Agent) completion(wc *verbs.WC) {
+	if wc.Opcode != verbs.WCRecv {
+		if wc.Status != verbs.Success {
 			a.ctr.sendErr.Add(1)
 		}
 		return
 	}
-	if wc.Status != roce.Success {
-		if wc.Status != roce.WRFlushErr {
+	if wc.Status != verbs.Success {
+		if wc.Status != verbs.WRFlushErr {
 			a.ctr.malformed.Add(1)
 			a.postRecv(int(wc.ID))
 		}
@@ -550,7 +552,7 @@ func (a *Agent) sendRaw(dst netip.Addr, b []byte) {
 	}
 	ah, err := a.ah(dst)
 	if err == nil {
-		err = a.gsi.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Inline, InlineData: b,
+		err = a.gsi.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: b,
 			AH: ah, RemoteQPN: mad.GSIQPN, RemoteQKey: mad.GSIQKey}})
 	}
 	if err != nil {
@@ -560,11 +562,11 @@ func (a *Agent) sendRaw(dst netip.Addr, b []byte) {
 }
 
 // ah returns the address handle of dst, made once; the caller holds a.mu.
-func (a *Agent) ah(dst netip.Addr) (roce.AH, error) {
+func (a *Agent) ah(dst netip.Addr) (verbs.AH, error) {
 	if ah := a.ahs[dst]; ah != nil {
 		return ah, nil
 	}
-	ah, err := a.pd.CreateAH(roce.AHAttr{DGID: roce.GIDFromAddr(dst), HopLimit: hopLimit, Port: 1})
+	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(dst), HopLimit: hopLimit, Port: 1})
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // RemoteBuffer describes memory a peer may reach with RDMA READ and
@@ -39,7 +39,7 @@ var ErrNoBuffer = errors.New("cm: the peer's private data holds no buffer (addre
 // BufferOf describes mr for a peer: its address, its rkey and its length
 // (at most 4 GiB - 1, what the 32-bit field holds). A nil mr gives the
 // zero RemoteBuffer.
-func BufferOf(mr roce.MR) RemoteBuffer {
+func BufferOf(mr verbs.MR) RemoteBuffer {
 	if mr == nil {
 		return RemoteBuffer{}
 	}
@@ -49,7 +49,7 @@ func BufferOf(mr roce.MR) RemoteBuffer {
 // BufferData returns the private data that announces mr to the peer (16
 // bytes, see RemoteBuffer), for Params.PrivateData; append more after it
 // if the protocol says so.
-func BufferData(mr roce.MR) []byte { return BufferOf(mr).Append(nil) }
+func BufferData(mr verbs.MR) []byte { return BufferOf(mr).Append(nil) }
 
 // Append appends the 16-byte wire form of b to dst.
 func (b RemoteBuffer) Append(dst []byte) []byte {

@@ -10,6 +10,7 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Announce a buffer to the peer in the connection's private data, and
@@ -32,7 +33,7 @@ func ExampleBufferData() {
 	defer cancel()
 
 	pd, _ := serverDev.AllocPD()
-	mr, err := pd.RegMR(make([]byte, 4096), roce.LocalWrite|roce.RemoteWrite)
+	mr, err := pd.RegMR(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteWrite)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 func TestRemoteBufferWire(t *testing.T) {
@@ -95,7 +96,7 @@ func TestPeerBuffer(t *testing.T) {
 			writeInto(t, ctx, srv, fromReq, []byte("to the client"))
 			// Each side's completion came from its own device, the data
 			// was written by the other's: order the two (mr.MR.Sync).
-			for _, m := range []roce.MR{cli.mr, srv.mr} {
+			for _, m := range []verbs.MR{cli.mr, srv.mr} {
 				m.(interface{ Sync() }).Sync()
 			}
 			if got := srv.mr.Bytes()[pb.Len-13 : pb.Len]; string(got) != "to the server" {
@@ -113,10 +114,10 @@ func TestPeerBuffer(t *testing.T) {
 func writeInto(t *testing.T, ctx context.Context, s *side, b RemoteBuffer, msg []byte) {
 	t.Helper()
 	copy(s.mr.Bytes(), msg)
-	wr := roce.SendWR{Opcode: roce.OpWrite, Flags: roce.Signaled,
-		SGL:        []roce.SGE{{Addr: s.mr.Addr(), Length: uint32(len(msg)), LKey: s.mr.LKey()}},
+	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+		SGL:        []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(len(msg)), LKey: s.mr.LKey()}},
 		RemoteAddr: b.Addr + uint64(b.Len) - uint64(len(msg)), RKey: b.RKey}
-	if err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
+	if err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := roce.PollOne(ctx, s.cq); err != nil {

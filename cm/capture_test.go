@@ -13,9 +13,9 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/pcapfile"
-	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // capMAD is a MAD of a capture with the packet headers that carried it.
@@ -261,11 +261,11 @@ func replayREQ(t *testing.T, capture string) {
 	req := cReq.msg.(*mad.REQ)
 	a, _ := srv.qp.Query()
 	gotRep := got.msg.(*mad.REP)
-	if a.State != roce.StateRTS || a.PathMTU != roce.MTU1024 || a.DestQPN != req.LocalQPN ||
+	if a.State != verbs.StateRTS || a.PathMTU != verbs.MTU1024 || a.DestQPN != req.LocalQPN ||
 		uint32(a.SQPSN) != req.StartingPSN || uint32(a.RQPSN) != gotRep.StartingPSN || a.Timeout != 19 ||
 		a.RetryCnt != 7 || a.RNRRetry != 7 || a.MaxRDAtomic != 1 || a.MaxDestRDAtomic != 1 ||
 		a.AH.DGID != req.Primary.LocalGID || a.AH.FlowLabel != req.Primary.FlowLabel || a.AH.HopLimit != 64 ||
-		a.Access != roce.RemoteWrite|roce.RemoteRead|roce.RemoteAtomic {
+		a.Access != verbs.RemoteWrite|verbs.RemoteRead|verbs.RemoteAtomic {
 		t.Errorf("QP attributes %+v", a)
 	}
 
@@ -306,7 +306,7 @@ func replayREQ(t *testing.T, capture string) {
 	if !errors.Is(r.conn.Err(), ErrDisconnected) {
 		t.Errorf("ended with %v", r.conn.Err())
 	}
-	if a, _ := srv.qp.Query(); a.State != roce.StateErr {
+	if a, _ := srv.qp.Query(); a.State != verbs.StateErr {
 		t.Errorf("QP %v after the DREQ", a.State)
 	}
 	r.conn.Close()
@@ -343,7 +343,7 @@ func replayREP(t *testing.T, capture string) {
 	}
 	dialed := make(chan dialResult, 1)
 	go func() {
-		c, err := h.agent.Dial(ctx, netip.AddrPortFrom(cReq.dst, 7174), &Params{QP: cli.qp, PathMTU: roce.MTU1024})
+		c, err := h.agent.Dial(ctx, netip.AddrPortFrom(cReq.dst, 7174), &Params{QP: cli.qp, PathMTU: verbs.MTU1024})
 		dialed <- dialResult{c, err}
 	}()
 	got := peer.recv(mad.AttrREQ)
@@ -392,7 +392,7 @@ func replayREP(t *testing.T, capture string) {
 		t.Fatal(d.err)
 	}
 	a, _ := cli.qp.Query()
-	if a.State != roce.StateRTS || a.PathMTU != roce.MTU1024 || a.DestQPN != rep.LocalQPN || uint32(a.SQPSN) != rep.StartingPSN ||
+	if a.State != verbs.StateRTS || a.PathMTU != verbs.MTU1024 || a.DestQPN != rep.LocalQPN || uint32(a.SQPSN) != rep.StartingPSN ||
 		uint32(a.RQPSN) != myPSN || a.Timeout != 19 || a.RetryCnt != 7 || a.RNRRetry != 7 || a.MaxRDAtomic != 1 ||
 		a.MaxDestRDAtomic != 1 {
 		t.Errorf("QP attributes %+v", a)
@@ -419,7 +419,7 @@ func replayREP(t *testing.T, capture string) {
 	if err := <-closed; err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if a, _ := cli.qp.Query(); a.State != roce.StateErr {
+	if a, _ := cli.qp.Query(); a.State != verbs.StateErr {
 		t.Errorf("QP %v after close", a.State)
 	}
 }

@@ -11,20 +11,21 @@ import (
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // side is an application endpoint of the tests: its own PD, CQ, RC QP
 // with a receive posted, and a registered buffer, as rping sets them up
 // before connecting.
 type side struct {
-	pd  roce.PD
-	cq  roce.CQ
-	qp  roce.QP
-	mr  roce.MR
-	dev roce.Device
+	pd  verbs.PD
+	cq  verbs.CQ
+	qp  verbs.QP
+	mr  verbs.MR
+	dev verbs.Device
 }
 
-func newSide(t testing.TB, d roce.Device) *side {
+func newSide(t testing.TB, d verbs.Device) *side {
 	t.Helper()
 	s := &side{dev: d}
 	var err error
@@ -34,15 +35,15 @@ func newSide(t testing.TB, d roce.Device) *side {
 	if s.cq, err = d.CreateCQ(64); err != nil {
 		t.Fatal(err)
 	}
-	if s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	// rdma_create_qp leaves the QP in INIT, where receives can be posted.
 	if err := roce.ModifyToInit(s.qp, nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.mr, err = s.pd.RegMR(make([]byte, 1<<16), roce.LocalWrite|roce.RemoteRead|roce.RemoteWrite); err != nil {
+	if s.mr, err = s.pd.RegMR(make([]byte, 1<<16), verbs.LocalWrite|verbs.RemoteRead|verbs.RemoteWrite); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -51,7 +52,7 @@ func newSide(t testing.TB, d roce.Device) *side {
 // postRecv posts a receive of the first 4 KiB of the buffer.
 func (s *side) postRecv(t testing.TB) {
 	t.Helper()
-	if err := s.qp.PostRecv([]roce.RecvWR{{ID: 7, SGL: []roce.SGE{{Addr: s.mr.Addr(), Length: 4096, LKey: s.mr.LKey()}}}}); err != nil {
+	if err := s.qp.PostRecv([]verbs.RecvWR{{ID: 7, SGL: []verbs.SGE{{Addr: s.mr.Addr(), Length: 4096, LKey: s.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -62,28 +63,28 @@ func exchange(t testing.TB, a, b *side) {
 	t.Helper()
 	msg := []byte("hello over a CM connection")
 	copy(a.mr.Bytes()[8192:], msg)
-	if err := a.qp.PostSend([]roce.SendWR{{ID: 1, Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: a.mr.Addr() + 8192, Length: uint32(len(msg)), LKey: a.mr.LKey()}}}}); err != nil {
+	if err := a.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{{Addr: a.mr.Addr() + 8192, Length: uint32(len(msg)), LKey: a.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, a.cq); wc.Status != roce.Success || wc.Opcode != roce.WCSend {
+	if wc := waitWC(t, a.cq); wc.Status != verbs.Success || wc.Opcode != verbs.WCSend {
 		t.Fatalf("send: %v", &wc)
 	}
-	if wc := waitWC(t, b.cq); wc.Status != roce.Success || wc.Opcode != roce.WCRecv || int(wc.ByteLen) != len(msg) ||
+	if wc := waitWC(t, b.cq); wc.Status != verbs.Success || wc.Opcode != verbs.WCRecv || int(wc.ByteLen) != len(msg) ||
 		!bytes.Equal(b.mr.Bytes()[:len(msg)], msg) {
 		t.Fatalf("receive: %v %q", &wc, b.mr.Bytes()[:len(msg)])
 	}
 	copy(b.mr.Bytes()[100:], "written by b")
-	if err := b.qp.PostSend([]roce.SendWR{
-		{ID: 2, Opcode: roce.OpWrite, Flags: roce.Signaled, SGL: []roce.SGE{{Addr: b.mr.Addr() + 100, Length: 12, LKey: b.mr.LKey()}},
+	if err := b.qp.PostSend([]verbs.SendWR{
+		{ID: 2, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{{Addr: b.mr.Addr() + 100, Length: 12, LKey: b.mr.LKey()}},
 			RemoteAddr: a.mr.Addr() + 200, RKey: a.mr.RKey()},
-		{ID: 3, Opcode: roce.OpRead, Flags: roce.Signaled, SGL: []roce.SGE{{Addr: b.mr.Addr() + 300, Length: 12, LKey: b.mr.LKey()}},
+		{ID: 3, Opcode: verbs.OpRead, Flags: verbs.Signaled, SGL: []verbs.SGE{{Addr: b.mr.Addr() + 300, Length: 12, LKey: b.mr.LKey()}},
 			RemoteAddr: a.mr.Addr() + 200, RKey: a.mr.RKey()},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if wc := waitWC(t, b.cq); wc.Status != roce.Success {
+		if wc := waitWC(t, b.cq); wc.Status != verbs.Success {
 			t.Fatalf("b: %v", &wc)
 		}
 	}
@@ -169,8 +170,8 @@ func TestConnect(t *testing.T) {
 					si.RemoteQPN != ci.LocalQPN || ci.RemoteCommID != si.LocalCommID || si.RemoteCommID != ci.LocalCommID {
 					t.Errorf("active %+v\npassive %+v", ci, si)
 				}
-				for _, q := range []roce.QP{cli.qp, srv.qp} {
-					if a, _ := q.Query(); a.State != roce.StateRTS {
+				for _, q := range []verbs.QP{cli.qp, srv.qp} {
+					if a, _ := q.Query(); a.State != verbs.StateRTS {
 						t.Errorf("QP %d is %v", q.QPN(), a.State)
 					}
 				}
@@ -198,8 +199,8 @@ func TestConnect(t *testing.T) {
 				if err := second.Close(); err != nil {
 					t.Errorf("second close: %v", err)
 				}
-				for _, q := range []roce.QP{cli.qp, srv.qp} {
-					if a, _ := q.Query(); a.State != roce.StateErr {
+				for _, q := range []verbs.QP{cli.qp, srv.qp} {
+					if a, _ := q.Query(); a.State != verbs.StateErr {
 						t.Errorf("QP %d is %v after the disconnect", q.QPN(), a.State)
 					}
 				}
@@ -239,7 +240,7 @@ func TestACKTimeout(t *testing.T) {
 	}
 	for _, q := range []struct {
 		name string
-		qp   roce.QP
+		qp   verbs.QP
 		c    *Conn
 		want uint8
 	}{{"active", cli.qp, c, 14}, {"passive", srv.qp, s, 16}} {
@@ -247,7 +248,7 @@ func TestACKTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.State != roce.StateRTS || a.Timeout != q.want {
+		if a.State != verbs.StateRTS || a.Timeout != q.want {
 			t.Errorf("%s QP: %v with timeout %d, want RTS with %d", q.name, a.State, a.Timeout, q.want)
 		}
 		// Info reports the timeout in effect, not the path's.

@@ -13,7 +13,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mad"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Params are what one side brings to a connection: its QP (or how the
@@ -28,14 +28,14 @@ type Params struct {
 	// posted before the connection exists (as rping and perftest do).
 	// nil makes the agent create one in PD with the CQs and Cap below;
 	// the connection's Close destroys what the agent created.
-	QP roce.QP
+	QP verbs.QP
 	// PD, SendCQ and RecvCQ are used for a QP the agent creates; nil
 	// ones are created too.
-	PD             roce.PD
-	SendCQ, RecvCQ roce.CQ
+	PD             verbs.PD
+	SendCQ, RecvCQ verbs.CQ
 	// Cap sizes a QP the agent creates; zero means 16 work requests
 	// and one SGE each way.
-	Cap roce.QPCap
+	Cap verbs.QPCap
 	// ResponderResources is how many RDMA READ and atomic requests this
 	// side serves at once, InitiatorDepth how many it issues at once;
 	// each is negotiated down to the peer's matching value (0 means 1).
@@ -54,14 +54,14 @@ type Params struct {
 	// MinRNRTimer is the QP's minimum RNR NAK timer code (at most 31);
 	// 0 is what rdma_cm sets (655 ms).
 	MinRNRTimer uint8
-	// PathMTU bounds the path MTU: roce.MTU256 to roce.MTU4096 (the
-	// enumeration, not a byte count: roce.MTUFromBytes converts), or 0
+	// PathMTU bounds the path MTU: verbs.MTU256 to verbs.MTU4096 (the
+	// enumeration, not a byte count: verbs.MTUFromBytes converts), or 0
 	// for the device's active MTU. The dialler's goes in the REQ (capped at
 	// its device's active MTU) and sets both QPs; the listener follows
 	// the REQ, as the IB CM does, and refuses it (REJ "invalid path MTU",
 	// Accept fails) when its own PathMTU is lower, since the REP cannot
 	// lower it.
-	PathMTU roce.MTU
+	PathMTU verbs.MTU
 	// ACKTimeout is the local ACK timeout exponent this side's QP uses
 	// (4.096 µs × 2^ACKTimeout, at most 31), as librdmacm's
 	// RDMA_OPTION_ID_ACK_TIMEOUT sets it: for this side only, never sent
@@ -82,7 +82,7 @@ func (p *Params) check() error {
 		p.RecvCQ != nil && isNil(p.RecvCQ):
 		return invalid("Params holds a nil pointer in QP, PD, SendCQ or RecvCQ: leave the field nil to have one made")
 	case p.PathMTU != 0 && p.PathMTU.Bytes() == 0:
-		return invalid("Params.PathMTU %d is not a path MTU (roce.MTU256 to roce.MTU4096, or 0 for the device's)", p.PathMTU)
+		return invalid("Params.PathMTU %d is not a path MTU (verbs.MTU256 to verbs.MTU4096, or 0 for the device's)", p.PathMTU)
 	case p.ACKTimeout > 31:
 		return invalid("Params.ACKTimeout %d is over 31, the largest ACK timeout exponent (0: the path's)", p.ACKTimeout)
 	case p.RetryCount > maxCount:
@@ -107,7 +107,7 @@ type ConnInfo struct {
 	// ResponderResources is the QP's max_dest_rd_atomic, InitiatorDepth
 	// its max_rd_atomic.
 	ResponderResources, InitiatorDepth uint8
-	PathMTU                            roce.MTU
+	PathMTU                            verbs.MTU
 	RetryCount, RNRRetryCount          uint8
 	// LocalACKTimeout is the QP's local ACK timeout exponent:
 	// Params.ACKTimeout when set, else the one derived from the path.
@@ -148,7 +148,7 @@ type Conn struct {
 	remote   netip.AddrPort
 	peer     netip.Addr // where the agent sends this connection's MADs
 	peerGID  [16]byte
-	qp       roce.QP
+	qp       verbs.QP
 	own      owned
 	info     ConnInfo
 	peerData []byte
@@ -182,10 +182,10 @@ type Conn struct {
 // owned is what the agent created for a connection and destroys with it.
 type owned struct {
 	once   sync.Once
-	qp     roce.QP
-	scq    roce.CQ
-	rcq    roce.CQ
-	pd     roce.PD
+	qp     verbs.QP
+	scq    verbs.CQ
+	rcq    verbs.CQ
+	pd     verbs.PD
 	shared bool // scq == rcq
 }
 
@@ -194,7 +194,7 @@ func newConn(a *Agent, active bool) *Conn {
 }
 
 // QP returns the connection's queue pair.
-func (c *Conn) QP() roce.QP {
+func (c *Conn) QP() verbs.QP {
 	if c == nil {
 		return nil
 	}
@@ -203,7 +203,7 @@ func (c *Conn) QP() roce.QP {
 
 // PD returns the protection domain of a QP the agent created, or nil when
 // the caller gave the QP.
-func (c *Conn) PD() roce.PD {
+func (c *Conn) PD() verbs.PD {
 	if c == nil {
 		return nil
 	}
@@ -212,7 +212,7 @@ func (c *Conn) PD() roce.PD {
 
 // CQs return the completion queues of a QP the agent created (nil when
 // the caller gave the QP).
-func (c *Conn) CQs() (send, recv roce.CQ) {
+func (c *Conn) CQs() (send, recv verbs.CQ) {
 	if c == nil {
 		return nil, nil
 	}
@@ -475,7 +475,7 @@ func (a *Agent) Dial(ctx context.Context, addr netip.AddrPort, p *Params) (*Conn
 	c := newConn(a, true)
 	c.params = pp
 	c.remote = netip.AddrPortFrom(dst, addr.Port())
-	c.peer, c.peerGID = dst, roce.GIDFromAddr(dst)
+	c.peer, c.peerGID = dst, verbs.GIDFromAddr(dst)
 	if err := c.setupQP(&pp, depth(pp.ResponderResources) > 0); err != nil {
 		return nil, err
 	}
@@ -599,7 +599,7 @@ func (c *Conn) setupQP(p *Params, reads bool) error {
 		}
 		capa := p.Cap
 		if capa.MaxSendWR == 0 && capa.MaxRecvWR == 0 {
-			capa = roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+			capa = verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 		}
 		scq, rcq := p.SendCQ, p.RecvCQ
 		if scq == nil && rcq == nil {
@@ -623,16 +623,16 @@ func (c *Conn) setupQP(p *Params, reads bool) error {
 			}
 			o.rcq = rcq
 		}
-		q, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: scq, RecvCQ: rcq, Cap: capa})
+		q, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: scq, RecvCQ: rcq, Cap: capa})
 		if err != nil {
 			c.release()
 			return fmt.Errorf("cm: %w", err)
 		}
 		c.qp, o.qp = q, q
 	}
-	if t := c.qp.Type(); t != roce.RC {
+	if t := c.qp.Type(); t != verbs.RC {
 		c.release()
-		return fmt.Errorf("cm: %w: a %v QP (rdma_cm's TCP port space connects RC QPs)", roce.ErrInvalidAttr, t)
+		return fmt.Errorf("cm: %w: a %v QP (rdma_cm's TCP port space connects RC QPs)", verbs.ErrInvalidAttr, t)
 	}
 	if err := c.initQP(reads); err != nil {
 		c.release()
@@ -648,15 +648,15 @@ func (c *Conn) initQP(reads bool) error {
 	if err != nil {
 		return fmt.Errorf("cm: %w", err)
 	}
-	if st.State != roce.StateReset && st.State != roce.StateInit {
+	if st.State != verbs.StateReset && st.State != verbs.StateInit {
 		return fmt.Errorf("%w: QP %d is %v", ErrQPState, c.qp.QPN(), st.State)
 	}
-	access := roce.RemoteWrite
+	access := verbs.RemoteWrite
 	if reads {
-		access |= roce.RemoteRead | roce.RemoteAtomic
+		access |= verbs.RemoteRead | verbs.RemoteAtomic
 	}
-	a := roce.QPAttr{State: roce.StateInit, Port: 1, Access: access}
-	if err := c.qp.Modify(&a, roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrAccessFlags); err != nil {
+	a := verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: access}
+	if err := c.qp.Modify(&a, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		return fmt.Errorf("cm: QP %d to INIT: %w", c.qp.QPN(), err)
 	}
 	return nil
@@ -669,22 +669,22 @@ func (c *Conn) toRTS(path *mad.Path) error {
 	if err := c.initQP(i.ResponderResources > 0); err != nil {
 		return err
 	}
-	rtr := roce.QPAttr{State: roce.StateRTR, PathMTU: i.PathMTU, DestQPN: i.RemoteQPN, RQPSN: bth.PSN(i.RecvPSN),
+	rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: i.PathMTU, DestQPN: i.RemoteQPN, RQPSN: bth.PSN(i.RecvPSN),
 		MaxDestRDAtomic: i.ResponderResources, MinRNRTimer: c.params.MinRNRTimer,
-		AH: roce.AHAttr{DGID: c.peerGID, FlowLabel: path.FlowLabel, HopLimit: path.HopLimit,
+		AH: verbs.AHAttr{DGID: c.peerGID, FlowLabel: path.FlowLabel, HopLimit: path.HopLimit,
 			TrafficClass: path.TrafficClass, SL: path.SL, Port: 1}}
 	if rtr.AH.HopLimit == 0 {
 		rtr.AH.HopLimit = hopLimit
 	}
-	err := c.qp.Modify(&rtr, roce.AttrState|roce.AttrAV|roce.AttrPathMTU|roce.AttrDestQPN|roce.AttrRQPSN|
-		roce.AttrMaxDestRDAtomic|roce.AttrMinRNRTimer)
+	err := c.qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+		verbs.AttrMaxDestRDAtomic|verbs.AttrMinRNRTimer)
 	if err != nil {
 		return fmt.Errorf("cm: QP %d to RTR: %w", c.qp.QPN(), err)
 	}
-	rts := roce.QPAttr{State: roce.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
+	rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
 		RetryCnt: i.RetryCount, RNRRetry: i.RNRRetryCount, MaxRDAtomic: i.InitiatorDepth}
-	err = c.qp.Modify(&rts, roce.AttrState|roce.AttrSQPSN|roce.AttrTimeout|roce.AttrRetryCnt|roce.AttrRNRRetry|
-		roce.AttrMaxQPRDAtomic)
+	err = c.qp.Modify(&rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
+		verbs.AttrMaxQPRDAtomic)
 	if err != nil {
 		return fmt.Errorf("cm: QP %d to RTS: %w", c.qp.QPN(), err)
 	}
@@ -703,12 +703,12 @@ func (a *Agent) toErr(c *Conn) {
 	a.qpToErr(c.qp)
 }
 
-func (a *Agent) qpToErr(q roce.QP) {
+func (a *Agent) qpToErr(q verbs.QP) {
 	if q == nil {
 		return
 	}
-	if err := q.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil &&
-		!errors.Is(err, roce.ErrDestroyed) {
+	if err := q.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil &&
+		!errors.Is(err, verbs.ErrDestroyed) {
 		a.log.Debug("cm: QP to ERR", "qpn", q.QPN(), "err", err)
 	}
 }

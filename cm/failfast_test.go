@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The tests of this file check that connections fail fast and say why, as
@@ -41,7 +42,7 @@ func TestNilArguments(t *testing.T) {
 	var nilSoft *roce.SoftDevice
 	devices := []struct {
 		name string
-		dev  roce.Device
+		dev  verbs.Device
 	}{
 		{"nil", nil},
 		{"typed nil", nilSoft},
@@ -66,9 +67,9 @@ func TestNilArguments(t *testing.T) {
 		})
 	}
 	// Params with nil inside interfaces.
-	var nilQP *struct{ roce.QP }
-	for _, p := range []*Params{{QP: nilQP}, {PD: (*struct{ roce.PD })(nil)}, {SendCQ: (*struct{ roce.CQ })(nil)},
-		{RecvCQ: (*struct{ roce.CQ })(nil)}} {
+	var nilQP *struct{ verbs.QP }
+	for _, p := range []*Params{{QP: nilQP}, {PD: (*struct{ verbs.PD })(nil)}, {SendCQ: (*struct{ verbs.CQ })(nil)},
+		{RecvCQ: (*struct{ verbs.CQ })(nil)}} {
 		noPanic(t, "Dial with nil inside Params", func() {
 			if _, err := ha.agent.Dial(ctx, addr, p); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Dial(%+v): %v", p, err)
@@ -186,8 +187,8 @@ func TestWrongParams(t *testing.T) {
 		p    Params
 		want string
 	}{
-		{"path MTU 1234", Params{PathMTU: roce.MTU(bytes)}, "path MTU"},
-		{"path MTU 6", Params{PathMTU: roce.MTU(6)}, "path MTU"},
+		{"path MTU 1234", Params{PathMTU: verbs.MTU(bytes)}, "path MTU"},
+		{"path MTU 6", Params{PathMTU: verbs.MTU(6)}, "path MTU"},
 		{"ACK timeout 32", Params{ACKTimeout: 32}, "ACK timeout"},
 		{"retry count 8", Params{RetryCount: 8}, "retry count"},
 		{"RNR retry count 9", Params{RNRRetryCount: 9}, "RNR retry count"},
@@ -202,7 +203,7 @@ func TestWrongParams(t *testing.T) {
 				t.Fatalf("Dial with %+v: %v; want ErrInvalid naming the %s", tc.p, err, tc.want)
 			}
 			// Nothing was sent and the QP was left as it was.
-			if a, _ := cli.qp.Query(); a.State != roce.StateInit {
+			if a, _ := cli.qp.Query(); a.State != verbs.StateInit {
 				t.Errorf("QP left in %v", a.State)
 			}
 		})
@@ -215,7 +216,7 @@ func TestWrongParams(t *testing.T) {
 	cli, srv := newSide(t, ha.dev), newSide(t, hb.dev)
 	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, ACKTimeout: 16})
 	defer l.Close()
-	c, err := ha.agent.Dial(ctx, dst, &Params{QP: cli.qp, ACKTimeout: 14, PathMTU: roce.MTU1024, RetryCount: 3,
+	c, err := ha.agent.Dial(ctx, dst, &Params{QP: cli.qp, ACKTimeout: 14, PathMTU: verbs.MTU1024, RetryCount: 3,
 		RNRRetryCount: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestWrongParams(t *testing.T) {
 	for _, x := range []struct {
 		name string
 		c    *Conn
-		q    roce.QP
+		q    verbs.QP
 	}{{"active", c, cli.qp}, {"passive", r.conn, srv.qp}} {
 		a, err := x.q.Query()
 		if err != nil {
@@ -243,7 +244,7 @@ func TestWrongParams(t *testing.T) {
 		}
 	}
 	// RNRRetryCount is for the peer: the dialler's 5 is on the passive QP.
-	if a, _ := srv.qp.Query(); a.RNRRetry != 5 || a.PathMTU != roce.MTU1024 {
+	if a, _ := srv.qp.Query(); a.RNRRetry != 5 || a.PathMTU != verbs.MTU1024 {
 		t.Errorf("passive QP: RNR retry %d, MTU %v; want the dialler's 5 and 1024", a.RNRRetry, a.PathMTU)
 	}
 }
@@ -255,9 +256,9 @@ func TestPassivePathMTU(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	ha, hb := memPair(t, fastConfig(), fastConfig())
 	srv := newSide(t, hb.dev)
-	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, PathMTU: roce.MTU1024})
+	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, PathMTU: verbs.MTU1024})
 	defer l.Close()
-	_, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{PathMTU: roce.MTU4096})
+	_, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{PathMTU: verbs.MTU4096})
 	var rej *RejectError
 	if !errors.As(err, &rej) || rej.Reason != 26 {
 		t.Errorf("dial: %v; want a REJ invalid path MTU", err)
@@ -383,15 +384,15 @@ func TestDeadPeer(t *testing.T) {
 				t.Fatalf("ACK timeout %d, want %d", got, tc.want)
 			}
 			v.dead.Store(true)
-			if err := cli.qp.PostSend([]roce.SendWR{{ID: 1, Opcode: roce.OpWrite, Flags: roce.Signaled,
-				SGL: []roce.SGE{{Addr: cli.mr.Addr(), Length: 64, LKey: cli.mr.LKey()}}, RemoteAddr: srv.mr.Addr(),
+			if err := cli.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+				SGL: []verbs.SGE{{Addr: cli.mr.Addr(), Length: 64, LKey: cli.mr.LKey()}}, RemoteAddr: srv.mr.Addr(),
 				RKey: srv.mr.RKey()}}); err != nil {
 				t.Fatal(err)
 			}
 			timeout := cmTimeout(tc.want)
-			wc := make([]roce.WC, 1)
+			wc := make([]verbs.WC, 1)
 			took := v.advance(t, timeout/20, 30*time.Second, "RETRY_EXC_ERR", func() bool { return cli.cq.Poll(wc) == 1 })
-			if wc[0].Status != roce.RetryExcErr {
+			if wc[0].Status != verbs.RetryExcErr {
 				t.Fatalf("completion %v, want RETRY_EXC_ERR", &wc[0])
 			}
 			// The first try and seven retries, each after an ACK timeout.
@@ -431,12 +432,12 @@ func TestCloseDuringTraffic(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	cl, sv, c, s := connectPair(t, ctx, ha, hb)
 	cli, scq, mr, smr := cl.qp, cl.cq, cl.mr, sv.mr
-	flushed := make(chan roce.Status, 1) // the first failed completion's status, or SUCCESS after 5 s
+	flushed := make(chan verbs.Status, 1) // the first failed completion's status, or SUCCESS after 5 s
 	started := make(chan struct{})
 	go func() { // bounded: 5 s or a flush
-		wr := []roce.SendWR{{Opcode: roce.OpWrite, Flags: roce.Signaled,
-			SGL: []roce.SGE{{Addr: mr.Addr(), Length: 1 << 16, LKey: mr.LKey()}}, RemoteAddr: smr.Addr(), RKey: smr.RKey()}}
-		wc := make([]roce.WC, 16)
+		wr := []verbs.SendWR{{Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+			SGL: []verbs.SGE{{Addr: mr.Addr(), Length: 1 << 16, LKey: mr.LKey()}}, RemoteAddr: smr.Addr(), RKey: smr.RKey()}}
+		wc := make([]verbs.WC, 16)
 		deadline, posted, done := time.Now().Add(5*time.Second), 0, 0
 		for time.Now().Before(deadline) {
 			if posted-done < 8 && cli.PostSend(wr) == nil {
@@ -447,13 +448,13 @@ func TestCloseDuringTraffic(t *testing.T) {
 			}
 			n := scq.Poll(wc)
 			for _, w := range wc[:n] {
-				if w.Opcode == roce.WCRecv {
+				if w.Opcode == verbs.WCRecv {
 					// The receive connectPair posted, flushed by Close
 					// with the WRITEs.
 					continue
 				}
 				done++
-				if w.Status != roce.Success {
+				if w.Status != verbs.Success {
 					flushed <- w.Status
 					return
 				}
@@ -462,7 +463,7 @@ func TestCloseDuringTraffic(t *testing.T) {
 				time.Sleep(10 * time.Microsecond)
 			}
 		}
-		flushed <- roce.Success
+		flushed <- verbs.Success
 	}()
 	select {
 	case <-started:
@@ -475,7 +476,7 @@ func TestCloseDuringTraffic(t *testing.T) {
 	}
 	select {
 	case st := <-flushed:
-		if st != roce.WRFlushErr {
+		if st != verbs.WRFlushErr {
 			t.Errorf("the first WRITE that did not succeed after Close completed %v, want WR_FLUSH_ERR", st)
 		}
 	case <-time.After(5 * time.Second):
@@ -578,7 +579,7 @@ func TestDialUnreachable(t *testing.T) {
 				t.Fatalf("Dial: %v; want ErrUnreachable naming %v", err, tg.addr)
 			}
 			t.Log(err)
-			if wc := waitWC(t, cli.cq); wc.Status != roce.WRFlushErr {
+			if wc := waitWC(t, cli.cq); wc.Status != verbs.WRFlushErr {
 				t.Errorf("posted receive completed %v, want WR_FLUSH_ERR", &wc)
 			}
 			// A datagram service there is just as unreachable.
@@ -675,12 +676,12 @@ func TestContextCancel(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			defer r.conn.Close()
-			if err := cli.qp.PostSend([]roce.SendWR{{ID: 9, Opcode: roce.OpSend, Flags: roce.Signaled,
-				SGL: []roce.SGE{{Addr: cli.mr.Addr(), Length: 16, LKey: cli.mr.LKey()}}}}); err != nil {
+			if err := cli.qp.PostSend([]verbs.SendWR{{ID: 9, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+				SGL: []verbs.SGE{{Addr: cli.mr.Addr(), Length: 16, LKey: cli.mr.LKey()}}}}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(50 * time.Millisecond)
-			if n := cli.cq.Poll(make([]roce.WC, 1)); n != 0 {
+			if n := cli.cq.Poll(make([]verbs.WC, 1)); n != 0 {
 				t.Fatal("the SEND completed with no receive posted")
 			}
 			cctx, cancel := context.WithCancel(context.Background())
@@ -694,7 +695,7 @@ func TestContextCancel(t *testing.T) {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				t.Errorf("%s: %v", how, err)
 			}
-			if wc := waitWC(t, cli.cq); wc.ID != 9 || wc.Status != roce.WRFlushErr {
+			if wc := waitWC(t, cli.cq); wc.ID != 9 || wc.Status != verbs.WRFlushErr {
 				t.Errorf("SEND completed %v, want WR_FLUSH_ERR", &wc)
 			}
 		})
@@ -712,7 +713,7 @@ func TestContextCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) || time.Since(start) > 50*time.Millisecond+atOnce {
 			t.Errorf("Dial: %v after %v; want context.Canceled at once", err, time.Since(start))
 		}
-		if wc := waitWC(t, cli.cq); wc.Status != roce.WRFlushErr {
+		if wc := waitWC(t, cli.cq); wc.Status != verbs.WRFlushErr {
 			t.Errorf("receive completed %v, want WR_FLUSH_ERR", &wc)
 		}
 	})
@@ -751,7 +752,7 @@ func TestContextCancel(t *testing.T) {
 			func() (*Conn, error) { return l.Accept(ctx) }); !errors.Is(err, context.Canceled) {
 			t.Errorf("Accept waiting for the RTU: %v", err)
 		}
-		if wc := waitWC(t, srv.cq); wc.Status != roce.WRFlushErr {
+		if wc := waitWC(t, srv.cq); wc.Status != verbs.WRFlushErr {
 			t.Errorf("receive completed %v, want WR_FLUSH_ERR", &wc)
 		}
 	})
@@ -759,7 +760,7 @@ func TestContextCancel(t *testing.T) {
 
 // foreignQP hides the engine's QP behind the verbs interface alone, as a
 // QP of another backend would be: it cannot say when it enters ERR.
-type foreignQP struct{ roce.QP }
+type foreignQP struct{ verbs.QP }
 
 // TestQPErrorEndsConn checks that a connection ends when the program
 // moves its QP to ERR, both for the engine's QP (which tells the agent)
@@ -777,7 +778,7 @@ func TestQPErrorEndsConn(t *testing.T) {
 			cli, srv := newSide(t, ha.dev), newSide(t, hb.dev)
 			l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp})
 			defer l.Close()
-			var q roce.QP = cli.qp
+			var q verbs.QP = cli.qp
 			if foreign {
 				q = foreignQP{cli.qp}
 			}
@@ -790,7 +791,7 @@ func TestQPErrorEndsConn(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			defer r.conn.Close()
-			if err := cli.qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
+			if err := cli.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
 				t.Fatal(err)
 			}
 			start := time.Now()

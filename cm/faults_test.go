@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // connectPair dials from a to b's port 7174 with application QPs on both
@@ -55,7 +56,7 @@ func TestRejectNoListener(t *testing.T) {
 				t.Errorf("reject %+v", rej)
 			}
 			t.Log(err)
-			if a, _ := cli.qp.Query(); a.State != roce.StateErr {
+			if a, _ := cli.qp.Query(); a.State != verbs.StateErr {
 				t.Errorf("QP is %v after the REJ", a.State)
 			}
 			if n := hb.agent.Stats().Sent["REJ"]; n != 1 {
@@ -239,7 +240,7 @@ func TestTimeout(t *testing.T) {
 	if st := ha.agent.Stats(); st.Timeouts != 1 || st.Retransmits != uint64(cfg.MaxRetries) {
 		t.Errorf("stats %+v", st)
 	}
-	if a, _ := cli.qp.Query(); a.State != roce.StateErr {
+	if a, _ := cli.qp.Query(); a.State != verbs.StateErr {
 		t.Errorf("QP is %v", a.State)
 	}
 	// The REP that never gets an RTU times out on the passive side too.
@@ -352,7 +353,7 @@ func TestAgentCreatesQP(t *testing.T) {
 		if x.PD() == nil || x.QP() == nil {
 			t.Fatal("no PD or QP")
 		}
-		if a, _ := x.QP().Query(); a.State != roce.StateRTS || a.MaxRDAtomic != 1 || a.MaxDestRDAtomic != 1 {
+		if a, _ := x.QP().Query(); a.State != verbs.StateRTS || a.MaxRDAtomic != 1 || a.MaxDestRDAtomic != 1 {
 			t.Errorf("QP %+v", a)
 		}
 	}
@@ -364,7 +365,7 @@ func TestAgentCreatesQP(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Close destroyed the QPs the agent made.
-	if _, err := c.QP().Query(); !errors.Is(err, roce.ErrDestroyed) {
+	if _, err := c.QP().Query(); !errors.Is(err, verbs.ErrDestroyed) {
 		t.Errorf("QP after close: %v", err)
 	}
 }
@@ -427,7 +428,7 @@ func TestAgentClose(t *testing.T) {
 func TestNewAgentErrors(t *testing.T) {
 	checkNoLeak(t)
 	ha, _ := memPair(t, nil, nil)
-	if _, err := NewAgent(ha.dev, nil); !errors.Is(err, roce.ErrGSIExists) {
+	if _, err := NewAgent(ha.dev, nil); !errors.Is(err, verbs.ErrGSIExists) {
 		t.Errorf("second agent: %v", err)
 	}
 	if _, err := NewAgent(hwDevice{}, nil); !errors.Is(err, ErrNotSoftware) {
@@ -435,7 +436,7 @@ func TestNewAgentErrors(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	if _, err := NewAgent(roce.Trace(ha.dev, slog.New(slog.DiscardHandler)), nil); !errors.Is(err, roce.ErrGSIExists) {
+	if _, err := NewAgent(roce.Trace(ha.dev, slog.New(slog.DiscardHandler)), nil); !errors.Is(err, verbs.ErrGSIExists) {
 		t.Errorf("traced device: %v", err)
 	}
 	if _, err := NewAgent(ha.dev, &Config{ResponseTimeout: 32}); err == nil {
@@ -444,7 +445,7 @@ func TestNewAgentErrors(t *testing.T) {
 }
 
 // hwDevice stands for a device of another backend.
-type hwDevice struct{ roce.Device }
+type hwDevice struct{ verbs.Device }
 
 func (hwDevice) Name() string { return "rxe0" }
 
@@ -462,7 +463,7 @@ func TestBadArguments(t *testing.T) {
 		{"IPv6 peer", dial(ctx, a, netip.MustParseAddrPort("[2001:db8::1]:7174"), nil), ErrAddr},
 		{"port 0", dial(ctx, a, netip.AddrPortFrom(hb.agent.Addr(), 0), nil), ErrAddr},
 		{"long private data", dial(ctx, a, dst, &Params{PrivateData: make([]byte, 57)}), ErrPrivateData},
-		{"UD QP", dial(ctx, a, dst, &Params{QP: udQP(t, ha.dev)}), roce.ErrInvalidAttr},
+		{"UD QP", dial(ctx, a, dst, &Params{QP: udQP(t, ha.dev)}), verbs.ErrInvalidAttr},
 		{"QP in RTS", dial(ctx, a, dst, &Params{QP: rtsQP(t, ha.dev)}), ErrQPState},
 		{"listen on another address", listen(ctx, a, netip.MustParseAddrPort("198.18.0.9:1")), ErrAddr},
 		{"resolve with long data", resolve(ctx, a, dst, make([]byte, 181)), ErrPrivateData},
@@ -503,18 +504,18 @@ func resolve(ctx context.Context, a *Agent, addr netip.AddrPort, pd []byte) erro
 	return err
 }
 
-func udQP(t testing.TB, d roce.Device) roce.QP {
+func udQP(t testing.TB, d verbs.Device) verbs.QP {
 	s := newSide(t, d)
-	q, err := s.pd.CreateQP(&roce.QPInitAttr{Type: roce.UD, SendCQ: s.cq, RecvCQ: s.cq})
+	q, err := s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.cq, RecvCQ: s.cq})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return q
 }
 
-func rtsQP(t testing.TB, d roce.Device) roce.QP {
+func rtsQP(t testing.TB, d verbs.Device) verbs.QP {
 	s := newSide(t, d)
-	if err := roce.Connect(s.qp, &roce.Remote{QPN: 99, GID: roce.GIDFromAddr(netip.MustParseAddr("198.18.0.2"))}, nil); err != nil {
+	if err := roce.Connect(s.qp, &roce.Remote{QPN: 99, GID: verbs.GIDFromAddr(netip.MustParseAddr("198.18.0.2"))}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return s.qp
@@ -559,7 +560,7 @@ func TestCloseWhileDeciding(t *testing.T) {
 	if err := <-acceptErr; !errors.Is(err, ErrClosed) {
 		t.Errorf("accept: %v", err)
 	}
-	if a, _ := srv.qp.Query(); a.State != roce.StateErr {
+	if a, _ := srv.qp.Query(); a.State != verbs.StateErr {
 		t.Errorf("QP is %v", a.State)
 	}
 }

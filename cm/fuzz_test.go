@@ -9,6 +9,7 @@ import (
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
 
 // nullLink is a transport that drops what is sent and delivers nothing:
@@ -79,8 +80,8 @@ func BenchmarkConnect(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	reset := func(q roce.QP) {
-		if err := q.Modify(&roce.QPAttr{State: roce.StateReset}, roce.AttrState); err != nil {
+	reset := func(q verbs.QP) {
+		if err := q.Modify(&verbs.QPAttr{State: verbs.StateReset}, verbs.AttrState); err != nil {
 			b.Fatal(err)
 		}
 	}

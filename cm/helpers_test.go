@@ -15,6 +15,7 @@ import (
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // fastConfig makes the CM's timers short so that retry tests take a
@@ -237,11 +238,11 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 }
 
 // waitWC waits up to 10 s for one completion on cq.
-func waitWC(t testing.TB, cq roce.CQ) roce.WC {
+func waitWC(t testing.TB, cq verbs.CQ) verbs.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	for {
 		if cq.Poll(wc) == 1 {
 			return wc[0]

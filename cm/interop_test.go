@@ -29,6 +29,7 @@ import (
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // interopLab returns the VM's and the host's addresses and the lab
@@ -77,9 +78,9 @@ type rpingSide struct {
 	size int
 }
 
-func newRpingSide(t testing.TB, d roce.Device, size int) *rpingSide {
+func newRpingSide(t testing.TB, d verbs.Device, size int) *rpingSide {
 	s := &rpingSide{side: newSide(t, d), size: size}
-	if err := s.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
+	if err := s.qp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -97,26 +98,26 @@ func (s *rpingSide) sendInfo(t *testing.T, addr uint64) {
 	binary.BigEndian.PutUint64(b, addr)
 	binary.BigEndian.PutUint32(b[8:], s.mr.RKey())
 	binary.BigEndian.PutUint32(b[12:], uint32(s.size))
-	if err := s.qp.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: s.mr.Addr() + 16, Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
+	if err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{{Addr: s.mr.Addr() + 16, Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // next waits for the next receive, READ or WRITE completion (skipping
 // SEND completions) and posts the receive again.
-func (s *rpingSide) next(t *testing.T) roce.WC {
+func (s *rpingSide) next(t *testing.T) verbs.WC {
 	t.Helper()
 	for {
 		wc := waitWC(t, s.cq)
-		if wc.Status != roce.Success {
+		if wc.Status != verbs.Success {
 			t.Fatalf("completion %v", &wc)
 		}
 		switch wc.Opcode {
-		case roce.WCSend:
+		case verbs.WCSend:
 			continue
-		case roce.WCRecv:
-			if err := s.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
+		case verbs.WCRecv:
+			if err := s.qp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -132,11 +133,11 @@ func TestInteropDialRping(t *testing.T) {
 	h := interopHost(t, local)
 	s := newRpingSide(t, h.dev, size)
 	ctx := ctxT(t, 60*time.Second)
-	c, err := h.agent.Dial(ctx, netip.AddrPortFrom(vm, 7292), &Params{QP: s.qp, PathMTU: roce.MTU1024})
+	c, err := h.agent.Dial(ctx, netip.AddrPortFrom(vm, 7292), &Params{QP: s.qp, PathMTU: verbs.MTU1024})
 	if err != nil {
 		t.Fatalf("dial: %v\nVM: %s", err, wait())
 	}
-	if i := c.Info(); i.PathMTU != roce.MTU1024 || i.ResponderResources != 1 || i.InitiatorDepth != 1 {
+	if i := c.Info(); i.PathMTU != verbs.MTU1024 || i.ResponderResources != 1 || i.InitiatorDepth != 1 {
 		t.Errorf("negotiated %+v", i)
 	}
 	for ping := range count {
@@ -147,11 +148,11 @@ func TestInteropDialRping(t *testing.T) {
 		}
 		d[size-1] = 0
 		s.sendInfo(t, s.mr.Addr()+1024)
-		if wc := s.next(t); wc.Opcode != roce.WCRecv {
+		if wc := s.next(t); wc.Opcode != verbs.WCRecv {
 			t.Fatalf("ping %d: %v", ping, &wc)
 		}
 		s.sendInfo(t, s.mr.Addr()+1024+uint64(size))
-		if wc := s.next(t); wc.Opcode != roce.WCRecv {
+		if wc := s.next(t); wc.Opcode != verbs.WCRecv {
 			t.Fatalf("ping %d: %v", ping, &wc)
 		}
 		if !bytes.Equal(s.data(), s.sink()) {
@@ -177,7 +178,7 @@ func TestInteropAcceptRping(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	l, err := h.agent.Listen(ctx, netip.AddrPortFrom(local, 7293), &ListenConfig{
 		OnRequest: func(_ context.Context, r *Request) (*Params, error) {
-			if r.Remote.Addr() != vm || r.PathMTU != roce.MTU1024 {
+			if r.Remote.Addr() != vm || r.PathMTU != verbs.MTU1024 {
 				t.Errorf("request %+v", r)
 			}
 			return &Params{QP: s.qp}, nil
@@ -198,26 +199,26 @@ func TestInteropAcceptRping(t *testing.T) {
 		}
 		info := s.mr.Bytes()[:16]
 		raddr, rkey, rlen := binary.BigEndian.Uint64(info), binary.BigEndian.Uint32(info[8:]), binary.BigEndian.Uint32(info[12:])
-		if err := s.qp.PostSend([]roce.SendWR{{Opcode: roce.OpRead, Flags: roce.Signaled,
-			SGL: []roce.SGE{{Addr: s.mr.Addr() + 1024, Length: rlen, LKey: s.mr.LKey()}}, RemoteAddr: raddr, RKey: rkey}}); err != nil {
+		if err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpRead, Flags: verbs.Signaled,
+			SGL: []verbs.SGE{{Addr: s.mr.Addr() + 1024, Length: rlen, LKey: s.mr.LKey()}}, RemoteAddr: raddr, RKey: rkey}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := s.next(t); wc.Opcode != roce.WCRead {
+		if wc := s.next(t); wc.Opcode != verbs.WCRead {
 			t.Fatalf("ping %d: %v", ping, wc)
 		}
 		if !strings.HasPrefix(string(s.data()), fmt.Sprintf("rdma-ping-%d: ", ping)) {
 			t.Errorf("ping %d read %q", ping, s.data())
 		}
 		s.sendInfo(t, 0)
-		if wc := s.next(t); wc.Opcode != roce.WCRecv {
+		if wc := s.next(t); wc.Opcode != verbs.WCRecv {
 			t.Fatalf("ping %d: %v", ping, &wc)
 		}
 		raddr, rkey = binary.BigEndian.Uint64(info), binary.BigEndian.Uint32(info[8:])
-		if err := s.qp.PostSend([]roce.SendWR{{Opcode: roce.OpWrite, Flags: roce.Signaled,
-			SGL: []roce.SGE{{Addr: s.mr.Addr() + 1024, Length: size, LKey: s.mr.LKey()}}, RemoteAddr: raddr, RKey: rkey}}); err != nil {
+		if err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+			SGL: []verbs.SGE{{Addr: s.mr.Addr() + 1024, Length: size, LKey: s.mr.LKey()}}, RemoteAddr: raddr, RKey: rkey}}); err != nil {
 			t.Fatal(err)
 		}
-		if wc := s.next(t); wc.Opcode != roce.WCWrite {
+		if wc := s.next(t); wc.Opcode != verbs.WCWrite {
 			t.Fatalf("ping %d: %v", ping, &wc)
 		}
 		s.sendInfo(t, 0)
@@ -235,32 +236,32 @@ func TestInteropAcceptRping(t *testing.T) {
 
 // waitOrDone waits for the client's first info of a ping, or the end of
 // the connection (nil).
-func waitOrDone(t *testing.T, s *rpingSide, c *Conn) *roce.WC {
+func waitOrDone(t *testing.T, s *rpingSide, c *Conn) *verbs.WC {
 	t.Helper()
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	deadline := time.After(30 * time.Second)
 	for {
 		if s.cq.Poll(wc) == 1 {
-			if wc[0].Status == roce.WRFlushErr {
+			if wc[0].Status == verbs.WRFlushErr {
 				return nil
 			}
-			if wc[0].Opcode == roce.WCSend {
+			if wc[0].Opcode == verbs.WCSend {
 				continue
 			}
-			if err := s.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
+			if err := s.qp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
 				t.Fatal(err)
 			}
 			return &wc[0]
 		}
 		s.cq.ReqNotify(false)
 		if s.cq.Poll(wc) == 1 {
-			if wc[0].Status == roce.WRFlushErr {
+			if wc[0].Status == verbs.WRFlushErr {
 				return nil
 			}
-			if wc[0].Opcode == roce.WCSend {
+			if wc[0].Opcode == verbs.WCSend {
 				continue
 			}
-			if err := s.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
+			if err := s.qp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{{Addr: s.mr.Addr(), Length: 16, LKey: s.mr.LKey()}}}}); err != nil {
 				t.Fatal(err)
 			}
 			return &wc[0]

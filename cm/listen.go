@@ -10,7 +10,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // ListenConfig configures a Listener. A nil *ListenConfig accepts every
@@ -47,7 +47,7 @@ type Request struct {
 	// RetryCount and RNRRetryCount are the peer's.
 	RetryCount, RNRRetryCount uint8
 	// PathMTU is the REQ's path MTU.
-	PathMTU roce.MTU
+	PathMTU verbs.MTU
 	// RemoteQPN is the peer's QP number.
 	RemoteQPN uint32
 	// RemoteCAGUID is the peer's CA GUID.
@@ -409,7 +409,7 @@ func (a *Agent) onREQ(src netip.Addr, h *mad.Header, m *mad.REQ) {
 	}
 	peerGID := m.Primary.LocalGID
 	if !gidAddr(peerGID).IsValid() {
-		peerGID = roce.GIDFromAddr(src)
+		peerGID = verbs.GIDFromAddr(src)
 	}
 	if old := a.qpns[remoteQP{peerGID, m.LocalQPN}]; old != nil {
 		// A new REQ from a QP that has a connection here: the peer lost

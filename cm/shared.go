@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"sync"
 
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Listen and Dial are Agent.Listen and Agent.Dial on the device's shared
@@ -19,19 +19,19 @@ import (
 // sharedAgents are the agents Listen and Dial started, by device.
 var sharedAgents struct {
 	mu sync.Mutex
-	m  map[roce.Device]*sharedAgent
+	m  map[verbs.Device]*sharedAgent
 }
 
 // sharedAgent counts the open listeners and connections of one agent.
 type sharedAgent struct {
-	dev  roce.Device
+	dev  verbs.Device
 	a    *Agent
 	refs int // under sharedAgents.mu
 }
 
 // acquireAgent returns dev's shared agent, started if need be, with a
 // reference taken.
-func acquireAgent(dev roce.Device) (*sharedAgent, error) {
+func acquireAgent(dev verbs.Device) (*sharedAgent, error) {
 	if _, err := checkDevice(dev); err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func acquireAgent(dev roce.Device) (*sharedAgent, error) {
 		}
 		s = &sharedAgent{dev: dev, a: a}
 		if sharedAgents.m == nil {
-			sharedAgents.m = make(map[roce.Device]*sharedAgent)
+			sharedAgents.m = make(map[verbs.Device]*sharedAgent)
 		}
 		sharedAgents.m[dev] = s
 	}
@@ -89,7 +89,7 @@ func (s *sharedAgent) unref() func() {
 // Agent.Listen), through dev's shared agent. The connections it accepts
 // keep the agent running after the listener is closed, until they are
 // closed in turn.
-func Listen(ctx context.Context, dev roce.Device, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
+func Listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
 	s, err := acquireAgent(dev)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func Listen(ctx context.Context, dev roce.Device, addr netip.AddrPort, cfg *List
 
 // Dial connects to a listener at addr from dev (see Agent.Dial), through
 // dev's shared agent.
-func Dial(ctx context.Context, dev roce.Device, addr netip.AddrPort, p *Params) (*Conn, error) {
+func Dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort, p *Params) (*Conn, error) {
 	s, err := acquireAgent(dev)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestSharedAgent connects with the package-level Listen and Dial: each
@@ -68,11 +69,11 @@ func TestSharedAgent(t *testing.T) {
 	}
 	// The listener closes; the accepted connection still works.
 	l.Close()
-	if err := cli.qp.PostSend([]roce.SendWR{{ID: 1, Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: cli.mr.Addr(), Length: 64, LKey: cli.mr.LKey()}}}}); err != nil {
+	if err := cli.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{{Addr: cli.mr.Addr(), Length: 64, LKey: cli.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, cli.cq); wc.Status != roce.Success {
+	if wc := waitWC(t, cli.cq); wc.Status != verbs.Success {
 		t.Fatalf("SEND after the listener closed: %v", &wc)
 	}
 	if err := c.Close(); err != nil {

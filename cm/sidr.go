@@ -9,7 +9,7 @@ import (
 
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mad"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // MaxSIDRUserData is the most private data a SIDR_REQ carries after
@@ -21,9 +21,9 @@ const MaxSIDRUserData = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
 type DatagramListenConfig struct {
 	// QP is the UD QP that serves the port: its number goes in the
 	// SIDR_REP. Required.
-	QP roce.QP
+	QP verbs.QP
 	// QKey is the Q_Key the SIDR_REP announces; 0 means
-	// roce.DefaultQKey, rdma_cm's RDMA_UDP_QKEY.
+	// verbs.DefaultQKey, rdma_cm's RDMA_UDP_QKEY.
 	QKey uint32
 	// OnRequest decides each request, on the agent's goroutine, so it
 	// must not block: it returns the SIDR_REP's private data (at most
@@ -96,8 +96,8 @@ func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *Da
 	if cfg == nil || isNil(cfg.QP) {
 		return nil, invalid("ListenDatagram needs a UD QP in DatagramListenConfig.QP")
 	}
-	if t := cfg.QP.Type(); t != roce.UD {
-		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", roce.ErrInvalidAttr, t)
+	if t := cfg.QP.Type(); t != verbs.UD {
+		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", verbs.ErrInvalidAttr, t)
 	}
 	ip := addr.Addr().Unmap()
 	if ip.IsValid() && !ip.IsUnspecified() && ip != a.addr {
@@ -108,7 +108,7 @@ func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *Da
 	}
 	l := &DatagramListener{a: a, addr: netip.AddrPortFrom(ip, addr.Port()), cfg: *cfg}
 	if l.cfg.QKey == 0 {
-		l.cfg.QKey = roce.DefaultQKey
+		l.cfg.QKey = verbs.DefaultQKey
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

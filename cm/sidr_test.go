@@ -10,14 +10,15 @@ import (
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // udSide is a UD QP in RTS with a receive posted.
-func udSide(t testing.TB, d roce.Device) *side {
+func udSide(t testing.TB, d verbs.Device) *side {
 	t.Helper()
 	s := newSide(t, d)
-	q, err := s.pd.CreateQP(&roce.QPInitAttr{Type: roce.UD, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +55,20 @@ func TestResolveDatagram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.QPN != srv.qp.QPN() || p.QKey != roce.DefaultQKey || !bytes.HasPrefix(p.PrivateData, []byte("ud service")) {
+	if p.QPN != srv.qp.QPN() || p.QKey != verbs.DefaultQKey || !bytes.HasPrefix(p.PrivateData, []byte("ud service")) {
 		t.Fatalf("resolved %+v", p)
 	}
 	// The answer is good for sending: a UD SEND to the resolved QP.
-	ah, err := cli.pd.CreateAH(roce.AHAttr{DGID: roce.GIDFromAddr(p.Addr.Addr()), HopLimit: 64, Port: 1})
+	ah, err := cli.pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(p.Addr.Addr()), HopLimit: 64, Port: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	copy(cli.mr.Bytes()[8192:], "datagram")
-	if err := cli.qp.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled, AH: ah, RemoteQPN: p.QPN, RemoteQKey: p.QKey,
-		SGL: []roce.SGE{{Addr: cli.mr.Addr() + 8192, Length: 8, LKey: cli.mr.LKey()}}}}); err != nil {
+	if err := cli.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Signaled, AH: ah, RemoteQPN: p.QPN, RemoteQKey: p.QKey,
+		SGL: []verbs.SGE{{Addr: cli.mr.Addr() + 8192, Length: 8, LKey: cli.mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := waitWC(t, srv.cq); wc.Status != roce.Success || string(srv.mr.Bytes()[40:48]) != "datagram" {
+	if wc := waitWC(t, srv.cq); wc.Status != verbs.Success || string(srv.mr.Bytes()[40:48]) != "datagram" {
 		t.Fatalf("UD receive %v", &wc)
 	}
 

@@ -6,25 +6,26 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
 
 // unreachableNotifier is what the agent asks of a device that can tell
 // when a destination is unreachable (roce.SoftDevice).
 type unreachableNotifier interface {
-	NotifyUnreachable(f func(roce.Unreachable)) (stop func())
+	NotifyUnreachable(f func(transport.Unreachable)) (stop func())
 }
 
 // watchUnreachable has the device's notices that a destination is
 // unreachable handed to the agent's goroutine; a notice that finds the
 // agent's queue full is dropped (the retries still decide). It returns
 // the function that stops them.
-func (a *Agent) watchUnreachable(dev roce.Device) func() {
+func (a *Agent) watchUnreachable(dev verbs.Device) func() {
 	n, ok := dev.(unreachableNotifier)
 	if !ok {
 		return func() {}
 	}
-	return n.NotifyUnreachable(func(u roce.Unreachable) {
+	return n.NotifyUnreachable(func(u transport.Unreachable) {
 		select {
 		case a.unreach <- u:
 		default:
@@ -38,7 +39,7 @@ func (a *Agent) watchUnreachable(dev roce.Device) func() {
 // sent again. Established connections are left to their QPs' retries. A
 // notice about a packet that was not a MAD (quoted with its BTH) is
 // ignored.
-func (a *Agent) unreachable(u roce.Unreachable) {
+func (a *Agent) unreachable(u transport.Unreachable) {
 	if len(u.Packet) >= bth.BTHLen && bth.BTH(u.Packet).DestQP() != mad.GSIQPN {
 		return
 	}
@@ -76,7 +77,7 @@ func (a *Agent) unreachable(u roce.Unreachable) {
 }
 
 // unreachableError says that to is unreachable, why, and what to check.
-func unreachableError(what string, to netip.AddrPort, u roce.Unreachable) error {
+func unreachableError(what string, to netip.AddrPort, u transport.Unreachable) error {
 	hint := "check the address, and the route to it"
 	switch {
 	case u.From.IsValid() && u.From == u.Dst.Unmap():

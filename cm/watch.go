@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // qpPollInterval is how often the agent looks at the state of a QP that
@@ -18,7 +20,7 @@ const qpPollInterval = time.Second
 // holds a.mu. For a QP of goroce's engine the QP tells (roce.OnQPExit);
 // any other QP is queried every qpPollInterval.
 func (a *Agent) watchQP(c *Conn) {
-	stop, ok := roce.OnQPExit(c.qp, func(e roce.QPExit) {
+	stop, ok := roce.OnQPExit(c.qp, func(e qp.Exit) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.qpExited(c, e)
@@ -41,10 +43,10 @@ func (a *Agent) pollQP(c *Conn) {
 		}
 		st, err := c.qp.Query()
 		switch {
-		case errors.Is(err, roce.ErrDestroyed):
-			a.qpExited(c, roce.QPExit{Destroyed: true})
-		case err == nil && st.State == roce.StateErr:
-			a.qpExited(c, roce.QPExit{})
+		case errors.Is(err, verbs.ErrDestroyed):
+			a.qpExited(c, qp.Exit{Destroyed: true})
+		case err == nil && st.State == verbs.StateErr:
+			a.qpExited(c, qp.Exit{})
 		default:
 			a.pollQP(c)
 		}
@@ -54,7 +56,7 @@ func (a *Agent) pollQP(c *Conn) {
 
 // qpExited ends a connection whose QP left service, with an error that
 // says why; the caller holds a.mu.
-func (a *Agent) qpExited(c *Conn, e roce.QPExit) {
+func (a *Agent) qpExited(c *Conn, e qp.Exit) {
 	if a.closed || c.flags.done {
 		return
 	}
@@ -64,7 +66,7 @@ func (a *Agent) qpExited(c *Conn, e roce.QPExit) {
 }
 
 // qpExitError is the error of a connection whose QP left service.
-func qpExitError(c *Conn, e roce.QPExit) error {
+func qpExitError(c *Conn, e qp.Exit) error {
 	i := &c.info
 	var why string
 	switch {
@@ -72,14 +74,14 @@ func qpExitError(c *Conn, e roce.QPExit) error {
 		why = fmt.Sprintf("QP %d was destroyed", i.LocalQPN)
 	case e.Modified:
 		why = fmt.Sprintf("QP %d was moved to ERR by Modify", i.LocalQPN)
-	case e.Status == roce.RetryExcErr:
+	case e.Status == verbs.RetryExcErr:
 		why = fmt.Sprintf("a work request completed %v: the peer acknowledged nothing in %d tries of %v (ACK timeout %d); "+
 			"it may have died, or the path failed", e.Status, int(i.RetryCount)+1,
 			cmTimeout(i.LocalACKTimeout).Round(time.Millisecond), i.LocalACKTimeout)
-	case e.Status == roce.RNRRetryExcErr:
+	case e.Status == verbs.RNRRetryExcErr:
 		why = fmt.Sprintf("a work request completed %v: the peer had no receive posted for it after %d RNR retries",
 			e.Status, i.RNRRetryCount)
-	case e.Status != roce.Success:
+	case e.Status != verbs.Success:
 		why = fmt.Sprintf("a work request completed %v", e.Status)
 	default:
 		why = fmt.Sprintf("QP %d entered the error state", i.LocalQPN)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/mad"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Values rdma_cm and the kernel's IB CM put in their messages, as the
@@ -101,8 +101,8 @@ func guidFromAddr(a netip.Addr) uint64 {
 
 // toMADMTU and fromMADMTU convert between the verbs' and the CM's MTU
 // enumerations, which have the same values.
-func toMADMTU(m roce.MTU) mad.MTU   { return mad.MTU(m) }
-func fromMADMTU(m mad.MTU) roce.MTU { return roce.MTU(m) }
+func toMADMTU(m verbs.MTU) mad.MTU   { return mad.MTU(m) }
+func fromMADMTU(m mad.MTU) verbs.MTU { return verbs.MTU(m) }
 
 // cmTimeout is the duration of a 5-bit IBTA timeout exponent.
 func cmTimeout(t uint8) time.Duration { return mad.Timeout(t) }

@@ -7,13 +7,14 @@ import (
 
 	"github.com/goroce/goroce/hwverbs"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Open the first RDMA device, or fall back to goroce's software device
 // when this build or host has none: the rest of the program is the same
 // for both.
 func ExampleOpen() {
-	var dev roce.Device
+	var dev verbs.Device
 	hw, err := hwverbs.Open("", nil)
 	if err == nil {
 		dev = hw
@@ -45,7 +46,7 @@ func ExampleAlloc() {
 		log.Fatal(err)
 	}
 	defer hwverbs.Free(buf)
-	mr, err := pd.RegMR(buf, roce.LocalWrite|roce.RemoteRead|roce.RemoteWrite)
+	mr, err := pd.RegMR(buf, verbs.LocalWrite|verbs.RemoteRead|verbs.RemoteWrite)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/rocetest"
+	"github.com/goroce/goroce/verbs"
 )
 
 // BenchmarkUDPStream streams RDMA WRITEs (and READs, SENDs) from one
@@ -16,10 +17,10 @@ import (
 // UDP path together.
 func BenchmarkUDPStream(b *testing.B) {
 	for _, c := range []struct {
-		op   roce.WROpcode
+		op   verbs.WROpcode
 		size int
 	}{
-		{roce.OpWrite, 64 << 10}, {roce.OpRead, 64 << 10}, {roce.OpSend, 64 << 10}, {roce.OpWrite, 2},
+		{verbs.OpWrite, 64 << 10}, {verbs.OpRead, 64 << 10}, {verbs.OpSend, 64 << 10}, {verbs.OpWrite, 2},
 	} {
 		b.Run(fmt.Sprintf("%v/%d", c.op, c.size), func(b *testing.B) {
 			port := freePortB(b)
@@ -30,7 +31,7 @@ func BenchmarkUDPStream(b *testing.B) {
 	}
 }
 
-func openB(b *testing.B, c *roce.Config) roce.Device {
+func openB(b *testing.B, c *roce.Config) verbs.Device {
 	d, err := roce.Open(c)
 	if err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
 
 // cmRejecter answers for QP 1 of a device that has none, as the kernel's
@@ -72,7 +73,7 @@ func (r *cmRejecter) SendsPayload() bool { return transport.SendsPayload(r.Trans
 // device has no GSI QP.
 func (r *cmRejecter) Start(h transport.Handler) error {
 	if h == nil {
-		return fmt.Errorf("roce: %w: Start needs a Handler", ErrNil)
+		return fmt.Errorf("roce: %w: Start needs a Handler", verbs.ErrNil)
 	}
 	return r.Transport.Start(func(pkts []transport.Packet) {
 		h(pkts)

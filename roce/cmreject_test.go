@@ -12,20 +12,21 @@ import (
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // gsiPeer is a raw GSI QP that sends CM MADs and waits for answers, as a
 // peer's CM would.
 type gsiPeer struct {
 	t   *testing.T
-	qp  roce.QP
-	cq  roce.CQ
-	mr  roce.MR
-	ah  roce.AH
+	qp  verbs.QP
+	cq  verbs.CQ
+	mr  verbs.MR
+	ah  verbs.AH
 	buf []byte
 }
 
-func newGSIPeer(t *testing.T, d roce.Device, to netip.Addr) *gsiPeer {
+func newGSIPeer(t *testing.T, d verbs.Device, to netip.Addr) *gsiPeer {
 	t.Helper()
 	pd, err := d.AllocPD()
 	if err != nil {
@@ -35,27 +36,27 @@ func newGSIPeer(t *testing.T, d roce.Device, to netip.Addr) *gsiPeer {
 	if g.cq, err = d.CreateCQ(16); err != nil {
 		t.Fatal(err)
 	}
-	if g.qp, err = pd.CreateQP(&roce.QPInitAttr{Type: roce.GSI, SendCQ: g.cq, RecvCQ: g.cq,
-		Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}}); err != nil {
+	if g.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.GSI, SendCQ: g.cq, RecvCQ: g.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []roce.QPAttr{{State: roce.StateInit, QKey: mad.GSIQKey}, {State: roce.StateRTR}, {State: roce.StateRTS}} {
-		mask := roce.AttrState
-		if a.State == roce.StateInit {
-			mask |= roce.AttrPKeyIndex | roce.AttrQKey
+	for _, a := range []verbs.QPAttr{{State: verbs.StateInit, QKey: mad.GSIQKey}, {State: verbs.StateRTR}, {State: verbs.StateRTS}} {
+		mask := verbs.AttrState
+		if a.State == verbs.StateInit {
+			mask |= verbs.AttrPKeyIndex | verbs.AttrQKey
 		}
-		if a.State == roce.StateRTS {
-			mask |= roce.AttrSQPSN
+		if a.State == verbs.StateRTS {
+			mask |= verbs.AttrSQPSN
 		}
 		if err := g.qp.Modify(&a, mask); err != nil {
 			t.Fatal(err)
 		}
 	}
 	g.buf = make([]byte, 40+mad.Len)
-	if g.mr, err = pd.RegMR(g.buf, roce.LocalWrite); err != nil {
+	if g.mr, err = pd.RegMR(g.buf, verbs.LocalWrite); err != nil {
 		t.Fatal(err)
 	}
-	if g.ah, err = pd.CreateAH(roce.AHAttr{DGID: roce.GIDFromAddr(to), HopLimit: 64, Port: 1}); err != nil {
+	if g.ah, err = pd.CreateAH(verbs.AHAttr{DGID: verbs.GIDFromAddr(to), HopLimit: 64, Port: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return g
@@ -64,26 +65,26 @@ func newGSIPeer(t *testing.T, d roce.Device, to netip.Addr) *gsiPeer {
 // ask sends m and returns the answer that comes within wait, or nil.
 func (g *gsiPeer) ask(m mad.Message, wait time.Duration) mad.Message {
 	g.t.Helper()
-	if err := g.qp.PostRecv([]roce.RecvWR{{ID: 1, SGL: []roce.SGE{{Addr: g.mr.Addr(), Length: uint32(len(g.buf)), LKey: g.mr.LKey()}}}}); err != nil {
+	if err := g.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{{Addr: g.mr.Addr(), Length: uint32(len(g.buf)), LKey: g.mr.LKey()}}}}); err != nil {
 		g.t.Fatal(err)
 	}
 	out := make([]byte, mad.Len)
 	if err := mad.Encode(mad.CMHeader(mad.MethodSend, 0x1234), m, out); err != nil {
 		g.t.Fatal(err)
 	}
-	if err := g.qp.PostSend([]roce.SendWR{{ID: 2, Opcode: roce.OpSend, Flags: roce.Inline | roce.Signaled, InlineData: out,
+	if err := g.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Inline | verbs.Signaled, InlineData: out,
 		AH: g.ah, RemoteQPN: mad.GSIQPN, RemoteQKey: mad.GSIQKey}}); err != nil {
 		g.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	for {
 		if g.cq.Poll(wc) == 1 {
-			if wc[0].Opcode != roce.WCRecv {
+			if wc[0].Opcode != verbs.WCRecv {
 				continue
 			}
-			if wc[0].Status != roce.Success {
+			if wc[0].Status != verbs.Success {
 				g.t.Fatalf("receive: %v", &wc[0])
 			}
 			h, a, err := mad.Decode(g.buf[40:])
@@ -112,7 +113,7 @@ func TestNoAgentRejects(t *testing.T) {
 	b := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: addrB})
 	peer := newGSIPeer(t, b, addrA)
 	req := &mad.REQ{LocalCommID: 77, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7174), LocalQPN: 0x11,
-		TransportServiceType: mad.TransportRC, PathMTU: mad.MTU(roce.MTU1024), RetryCount: 7, RNRRetryCount: 7,
+		TransportServiceType: mad.TransportRC, PathMTU: mad.MTU(verbs.MTU1024), RetryCount: 7, RNRRetryCount: 7,
 		MaxCMRetries: 15, PKey: 0xFFFF}
 	start := time.Now()
 	rej, ok := peer.ask(req, 5*time.Second).(*mad.REJ)
@@ -168,8 +169,8 @@ func TestNotifyUnreachable(t *testing.T) {
 	port := freePort(t)
 	d := openT(t, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
 	sd := d.(*roce.SoftDevice)
-	got := make(chan roce.Unreachable, 8)
-	defer sd.NotifyUnreachable(func(u roce.Unreachable) {
+	got := make(chan transport.Unreachable, 8)
+	defer sd.NotifyUnreachable(func(u transport.Unreachable) {
 		select {
 		case got <- u:
 		default:
@@ -194,5 +195,5 @@ func TestNotifyUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := openT(t, &roce.Config{Link: struct{ transport.Transport }{ep}})
-	m.(*roce.SoftDevice).NotifyUnreachable(func(roce.Unreachable) { t.Error("called") })()
+	m.(*roce.SoftDevice).NotifyUnreachable(func(transport.Unreachable) { t.Error("called") })()
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Remote is what a program learns about the other end of a connection
@@ -21,12 +22,12 @@ type Remote struct {
 // minimum RNR timer 12, one outstanding READ or atomic each way, every
 // remote right. It is plain data, safe to share once filled.
 type ConnParams struct {
-	MTU MTU
+	MTU verbs.MTU
 	// PSN is the PSN this side starts sending with.
 	PSN uint32
 	// Access is what the peer may do to this side's memory through the
 	// QP; 0 means every remote right.
-	Access          Access
+	Access          verbs.Access
 	Timeout         uint8
 	RetryCnt        uint8
 	RNRRetry        uint8
@@ -48,10 +49,10 @@ func (p *ConnParams) withDefaults() ConnParams {
 		c = *p
 	}
 	if c.MTU == 0 {
-		c.MTU = MTU1024
+		c.MTU = verbs.MTU1024
 	}
 	if c.Access == 0 && !c.NoAccess {
-		c.Access = LocalWrite | RemoteAccess
+		c.Access = verbs.LocalWrite | verbs.RemoteAccess
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 14
@@ -75,32 +76,32 @@ func (p *ConnParams) withDefaults() ConnParams {
 		c.HopLimit = 64
 	}
 	if c.QKey == 0 {
-		c.QKey = DefaultQKey
+		c.QKey = verbs.DefaultQKey
 	}
 	return c
 }
 
 // checkQP reports a nil QP given to step.
-func checkQP(q QP, step string) error {
+func checkQP(q verbs.QP, step string) error {
 	if q == nil {
-		return fmt.Errorf("roce: %s: %w: a QP from PD.CreateQP is required", step, ErrNil)
+		return fmt.Errorf("roce: %s: %w: a QP from PD.CreateQP is required", step, verbs.ErrNil)
 	}
 	return nil
 }
 
 // ModifyToInit moves a QP from RESET to INIT: port 1, P_Key index 0, and
 // the remote rights (RC, UC) or the Q_Key (UD).
-func ModifyToInit(q QP, p *ConnParams) error {
+func ModifyToInit(q verbs.QP, p *ConnParams) error {
 	if err := checkQP(q, "ModifyToInit"); err != nil {
 		return err
 	}
 	c := p.withDefaults()
-	a := QPAttr{State: StateInit, Port: 1, Access: c.Access, QKey: c.QKey}
-	mask := AttrState | AttrPKeyIndex | AttrPort
-	if q.Type() == UD || q.Type() == GSI {
-		mask |= AttrQKey
+	a := verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: c.Access, QKey: c.QKey}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+	if q.Type() == verbs.UD || q.Type() == verbs.GSI {
+		mask |= verbs.AttrQKey
 	} else {
-		mask |= AttrAccessFlags
+		mask |= verbs.AttrAccessFlags
 	}
 	if err := q.Modify(&a, mask); err != nil {
 		return fmt.Errorf("roce: QP %d to INIT: %w", q.QPN(), err)
@@ -110,24 +111,24 @@ func ModifyToInit(q QP, p *ConnParams) error {
 
 // ModifyToRTR moves a QP from INIT to RTR towards r; r may be nil for a
 // UD QP.
-func ModifyToRTR(q QP, r *Remote, p *ConnParams) error {
+func ModifyToRTR(q verbs.QP, r *Remote, p *ConnParams) error {
 	if err := checkQP(q, "ModifyToRTR"); err != nil {
 		return err
 	}
 	c := p.withDefaults()
-	a := QPAttr{State: StateRTR}
-	mask := AttrState
+	a := verbs.QPAttr{State: verbs.StateRTR}
+	mask := verbs.AttrState
 	switch q.Type() {
-	case RC, UC:
+	case verbs.RC, verbs.UC:
 		if err := checkRemote(q, r); err != nil {
 			return err
 		}
 		a.PathMTU, a.DestQPN, a.RQPSN = c.MTU, r.QPN, bth.PSN(r.PSN)
-		a.AH = AHAttr{DGID: r.GID, SGIDIndex: c.SGIDIndex, HopLimit: c.HopLimit, TrafficClass: c.TrafficClass, Port: 1}
-		mask |= AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN
-		if q.Type() == RC {
+		a.AH = verbs.AHAttr{DGID: r.GID, SGIDIndex: c.SGIDIndex, HopLimit: c.HopLimit, TrafficClass: c.TrafficClass, Port: 1}
+		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		if q.Type() == verbs.RC {
 			a.MaxDestRDAtomic, a.MinRNRTimer = c.MaxDestRDAtomic, c.MinRNRTimer
-			mask |= AttrMaxDestRDAtomic | AttrMinRNRTimer
+			mask |= verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer
 		}
 	}
 	if err := q.Modify(&a, mask); err != nil {
@@ -137,35 +138,35 @@ func ModifyToRTR(q QP, r *Remote, p *ConnParams) error {
 }
 
 // checkRemote checks what a connected QP needs to know of its peer.
-func checkRemote(q QP, r *Remote) error {
+func checkRemote(q verbs.QP, r *Remote) error {
 	switch {
 	case r == nil:
 		return fmt.Errorf("roce: %v QP %d to RTR: %w: a *Remote with the peer's QPN, PSN and GID is required",
-			q.Type(), q.QPN(), ErrNil)
+			q.Type(), q.QPN(), verbs.ErrNil)
 	case r.GID == [16]byte{}:
 		return fmt.Errorf("roce: %v QP %d to RTR: %w: the remote GID is missing (Remote.GID is zero): "+
-			"set it to the peer's GID (its Device.GID(0), or GIDFromAddr of its address)", q.Type(), q.QPN(), ErrInvalidAttr)
+			"set it to the peer's GID (its Device.GID(0), or verbs.GIDFromAddr of its address)", q.Type(), q.QPN(), verbs.ErrInvalidAttr)
 	case r.QPN > bth.MaxQPN || r.PSN > bth.PSNMask:
 		return fmt.Errorf("roce: QP %d to RTR: %w: remote QPN %#x or PSN %#x does not fit in 24 bits",
-			q.QPN(), ErrInvalidAttr, r.QPN, r.PSN)
+			q.QPN(), verbs.ErrInvalidAttr, r.QPN, r.PSN)
 	}
 	return nil
 }
 
 // ModifyToRTS moves a QP from RTR to RTS, sending from PSN p.PSN.
-func ModifyToRTS(q QP, p *ConnParams) error {
+func ModifyToRTS(q verbs.QP, p *ConnParams) error {
 	if err := checkQP(q, "ModifyToRTS"); err != nil {
 		return err
 	}
 	c := p.withDefaults()
 	if c.PSN > bth.PSNMask {
-		return fmt.Errorf("roce: QP %d to RTS: %w: ConnParams.PSN %#x does not fit in 24 bits", q.QPN(), ErrInvalidAttr, c.PSN)
+		return fmt.Errorf("roce: QP %d to RTS: %w: ConnParams.PSN %#x does not fit in 24 bits", q.QPN(), verbs.ErrInvalidAttr, c.PSN)
 	}
-	a := QPAttr{State: StateRTS, SQPSN: bth.PSN(c.PSN), Timeout: c.Timeout, RetryCnt: c.RetryCnt,
+	a := verbs.QPAttr{State: verbs.StateRTS, SQPSN: bth.PSN(c.PSN), Timeout: c.Timeout, RetryCnt: c.RetryCnt,
 		RNRRetry: c.RNRRetry, MaxRDAtomic: c.MaxRDAtomic}
-	mask := AttrState | AttrSQPSN
-	if q.Type() == RC {
-		mask |= AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRDAtomic
+	mask := verbs.AttrState | verbs.AttrSQPSN
+	if q.Type() == verbs.RC {
+		mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRDAtomic
 	}
 	if err := q.Modify(&a, mask); err != nil {
 		return fmt.Errorf("roce: QP %d to RTS: %w", q.QPN(), err)
@@ -175,7 +176,7 @@ func ModifyToRTS(q QP, p *ConnParams) error {
 
 // Connect moves a QP in RESET through INIT and RTR to RTS towards r (a QP
 // already in INIT goes on from there). For UD, r may be nil.
-func Connect(q QP, r *Remote, p *ConnParams) error {
+func Connect(q verbs.QP, r *Remote, p *ConnParams) error {
 	if err := checkQP(q, "Connect"); err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func Connect(q QP, r *Remote, p *ConnParams) error {
 	if err != nil {
 		return fmt.Errorf("roce: Connect: %w", err)
 	}
-	if st.State == StateReset {
+	if st.State == verbs.StateReset {
 		if err := ModifyToInit(q, p); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@
 // device so that every step a program takes is logged through log/slog,
 // the way the tutorials narrate an RDMA program.
 //
-// The work request and completion types, statuses and attribute masks are
-// those of package verbs, re-exported here.
+// The work requests, completions, statuses, attributes, errors and the
+// Device, PD, QP, CQ, ... interfaces are package verbs'; programs use
+// them from there.
 package roce

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // endpoint is one side of the examples: a device, a PD, a CQ, an RC QP
 // and a registered buffer.
 type endpoint struct {
-	dev roce.Device
-	pd  roce.PD
-	cq  roce.CQ
-	qp  roce.QP
-	mr  roce.MR
+	dev verbs.Device
+	pd  verbs.PD
+	cq  verbs.CQ
+	qp  verbs.QP
+	mr  verbs.MR
 }
 
 // open makes an endpoint on addr, sending to peers on the same UDP port.
@@ -35,13 +36,13 @@ func open(addr string, port uint16) *endpoint {
 	if e.cq, err = dev.CreateCQ(16); err != nil {
 		log.Fatal(err)
 	}
-	e.qp, err = e.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	// Register 4 KiB that the peer may read and write.
-	if e.mr, err = e.pd.RegMR(make([]byte, 4096), roce.LocalWrite|roce.RemoteRead|roce.RemoteWrite); err != nil {
+	if e.mr, err = e.pd.RegMR(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteRead|verbs.RemoteWrite); err != nil {
 		log.Fatal(err)
 	}
 	return e
@@ -86,10 +87,10 @@ func examplePort() int {
 }
 
 // complete waits for one completion and returns it.
-func complete(cq roce.CQ) roce.WC {
+func complete(cq verbs.CQ) verbs.WC {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	for cq.Poll(wc) == 0 {
 		if err := cq.Wait(ctx); err != nil {
 			log.Fatal(err)
@@ -120,17 +121,17 @@ func ExamplePD_regMR() {
 	defer dev.Close()
 	pd, _ := dev.AllocPD()
 	buf := make([]byte, 1<<16)
-	mr, err := pd.RegMR(buf, roce.LocalWrite|roce.RemoteWrite)
+	mr, err := pd.RegMR(buf, verbs.LocalWrite|verbs.RemoteWrite)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(mr.Len(), mr.Addr() != 0, mr.LKey() == mr.RKey())
 	// A remote right that needs local write is refused without it, as
 	// is an empty buffer.
-	_, err = pd.RegMR(buf, roce.RemoteWrite)
+	_, err = pd.RegMR(buf, verbs.RemoteWrite)
 	fmt.Println(err)
-	_, err = pd.RegMR(nil, roce.LocalWrite)
-	fmt.Println(errors.Is(err, roce.ErrInvalidAttr))
+	_, err = pd.RegMR(nil, verbs.LocalWrite)
+	fmt.Println(errors.Is(err, verbs.ErrInvalidAttr))
 	// Output:
 	// 65536 true true
 	// mr: remote write and remote atomic need local write: access REMOTE_WRITE: add LocalWrite
@@ -143,14 +144,14 @@ func ExampleQP_sendRecv() {
 	client, server := pair()
 	defer client.close()
 	defer server.close()
-	err := server.qp.PostRecv([]roce.RecvWR{{ID: 1,
-		SGL: []roce.SGE{{Addr: server.mr.Addr(), Length: 4096, LKey: server.mr.LKey()}}}})
+	err := server.qp.PostRecv([]verbs.RecvWR{{ID: 1,
+		SGL: []verbs.SGE{{Addr: server.mr.Addr(), Length: 4096, LKey: server.mr.LKey()}}}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	n := copy(client.mr.Bytes(), "hello over RoCEv2")
-	err = client.qp.PostSend([]roce.SendWR{{ID: 2, Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: client.mr.Addr(), Length: uint32(n), LKey: client.mr.LKey()}}}})
+	err = client.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{{Addr: client.mr.Addr(), Length: uint32(n), LKey: client.mr.LKey()}}}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -169,12 +170,12 @@ func ExampleQP_writeRead() {
 	defer client.close()
 	defer server.close()
 	n := copy(client.mr.Bytes(), "client-wrote-this")
-	err := client.qp.PostSend([]roce.SendWR{
-		{ID: 1, Opcode: roce.OpWrite, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: client.mr.Addr(), Length: uint32(n), LKey: client.mr.LKey()}},
+	err := client.qp.PostSend([]verbs.SendWR{
+		{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+			SGL:        []verbs.SGE{{Addr: client.mr.Addr(), Length: uint32(n), LKey: client.mr.LKey()}},
 			RemoteAddr: server.mr.Addr(), RKey: server.mr.RKey()},
-		{ID: 2, Opcode: roce.OpRead, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: client.mr.Addr() + 2048, Length: uint32(n), LKey: client.mr.LKey()}},
+		{ID: 2, Opcode: verbs.OpRead, Flags: verbs.Signaled,
+			SGL:        []verbs.SGE{{Addr: client.mr.Addr() + 2048, Length: uint32(n), LKey: client.mr.LKey()}},
 			RemoteAddr: server.mr.Addr(), RKey: server.mr.RKey()},
 	})
 	if err != nil {
@@ -194,10 +195,10 @@ func ExampleCQ_errors() {
 	client, server := pair()
 	defer client.close()
 	defer server.close()
-	sgl := []roce.SGE{{Addr: client.mr.Addr(), Length: 8, LKey: client.mr.LKey()}}
-	err := client.qp.PostSend([]roce.SendWR{
-		{ID: 1, Opcode: roce.OpWrite, Flags: roce.Signaled, SGL: sgl, RemoteAddr: server.mr.Addr(), RKey: server.mr.RKey() ^ 1},
-		{ID: 2, Opcode: roce.OpWrite, Flags: roce.Signaled, SGL: sgl, RemoteAddr: server.mr.Addr(), RKey: server.mr.RKey()},
+	sgl := []verbs.SGE{{Addr: client.mr.Addr(), Length: 8, LKey: client.mr.LKey()}}
+	err := client.qp.PostSend([]verbs.SendWR{
+		{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: sgl, RemoteAddr: server.mr.Addr(), RKey: server.mr.RKey() ^ 1},
+		{ID: 2, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: sgl, RemoteAddr: server.mr.Addr(), RKey: server.mr.RKey()},
 	})
 	if err != nil {
 		log.Fatal(err)

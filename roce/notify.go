@@ -3,16 +3,8 @@ package roce
 import (
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
-
-// Unreachable is a notice that a packet could not reach its destination
-// (transport.Unreachable): an ICMP destination unreachable over UDP, an
-// address without an endpoint on the in-memory network.
-type Unreachable = transport.Unreachable
-
-// QPExit says why a QP left service (qp.Exit): it entered the error state,
-// with the status of the work request that failed, or was destroyed.
-type QPExit = qp.Exit
 
 // NotifyUnreachable calls f with every notice the device's link gives
 // that a destination is unreachable, from a goroutine of the link's, until
@@ -20,7 +12,7 @@ type QPExit = qp.Exit
 // transport learns of them from ICMP errors, the in-memory network from
 // addresses without an endpoint; afpacket, or a Config.Link that is no
 // transport.UnreachableNotifier (or a nil SoftDevice), never calls f.
-func (d *SoftDevice) NotifyUnreachable(f func(Unreachable)) (stop func()) {
+func (d *SoftDevice) NotifyUnreachable(f func(transport.Unreachable)) (stop func()) {
 	if d == nil {
 		return func() {}
 	}
@@ -36,7 +28,7 @@ func (d *SoftDevice) NotifyUnreachable(f func(Unreachable)) (stop func()) {
 // by Trace (qp.QP.OnExit). The returned stop cancels the call and reports
 // whether it did. ok is false, and f is never called, for a QP that cannot
 // tell (a hardware backend's): poll its state with Query instead.
-func OnQPExit(q QP, f func(QPExit)) (stop func() bool, ok bool) {
+func OnQPExit(q verbs.QP, f func(qp.Exit)) (stop func() bool, ok bool) {
 	if tq, isTrace := q.(*traceQP); isTrace {
 		q = tq.QP
 	}

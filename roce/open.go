@@ -16,6 +16,7 @@ import (
 	"github.com/goroce/goroce/transport/afpacket"
 	"github.com/goroce/goroce/transport/mem"
 	"github.com/goroce/goroce/transport/udp"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Config says how Open builds a software device. A nil *Config means a
@@ -80,7 +81,7 @@ type SoftDevice struct {
 	faulty *transport.Faulty
 }
 
-var _ Device = (*SoftDevice)(nil)
+var _ verbs.Device = (*SoftDevice)(nil)
 
 // ErrUnknownTransport means Config.Transport named no transport.
 var ErrUnknownTransport = errors.New("roce: unknown transport (want udp, afpacket or mem)")
@@ -167,12 +168,12 @@ func (c *Config) transport() (transport.Transport, error) {
 	case "mem":
 		if c.Network == nil {
 			return nil, fmt.Errorf("roce: %w: the mem transport needs Config.Network: set it to a mem.NewNetwork "+
-				"that the devices share", ErrNil)
+				"that the devices share", verbs.ErrNil)
 		}
 		addr := c.Addr
 		if !addr.IsValid() {
 			return nil, fmt.Errorf("roce: %w: the mem transport needs Config.Addr, the device's address on the network",
-				ErrInvalidAttr)
+				verbs.ErrInvalidAttr)
 		}
 		return c.Network.Endpoint(addr)
 	}
@@ -206,17 +207,17 @@ func findInterface(ifname string, addr netip.Addr) (string, netip.Addr, error) {
 	switch {
 	case ifname == "" && !addr.IsValid():
 		return "", addr, fmt.Errorf("roce: %w: afpacket needs Config.Interface or Config.Addr (the command's --dev or --bind)",
-			ErrInvalidAttr)
+			verbs.ErrInvalidAttr)
 	case ifname == "":
 		return "", addr, fmt.Errorf("roce: %w: no interface holds %v: set Config.Interface, or an Addr of this host",
-			ErrInvalidAttr, addr)
+			verbs.ErrInvalidAttr, addr)
 	}
 	return "", addr, fmt.Errorf("roce: %w: interface %q has no usable IP address: give it one, or set Config.Addr",
-		ErrInvalidAttr, ifname)
+		verbs.ErrInvalidAttr, ifname)
 }
 
 // errNilSoftDevice is what the methods of a nil SoftDevice return.
-var errNilSoftDevice = fmt.Errorf("roce: %w: nil *SoftDevice: use one from Open", ErrNil)
+var errNilSoftDevice = fmt.Errorf("roce: %w: nil *SoftDevice: use one from Open", verbs.ErrNil)
 
 // Close closes the device, its transport and its capture file.
 func (d *SoftDevice) Close() error {

@@ -8,14 +8,10 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// WCError is a completion that did not succeed, as WC.Err returns it
-// (verbs.WCError).
-type WCError = verbs.WCError
-
 // Errors of the Poll functions' arguments.
 var (
-	errPollNilCQ  = fmt.Errorf("roce: Poll: %w: a CQ from Device.CreateCQ is required", ErrNil)
-	errPollNoRoom = fmt.Errorf("roce: Poll: %w: wc has no room; give it a length of at least 1", ErrInvalidAttr)
+	errPollNilCQ  = fmt.Errorf("roce: Poll: %w: a CQ from Device.CreateCQ is required", verbs.ErrNil)
+	errPollNoRoom = fmt.Errorf("roce: Poll: %w: wc has no room; give it a length of at least 1", verbs.ErrInvalidAttr)
 )
 
 // Poll waits for completions on cq and moves up to len(wc) of them,
@@ -39,7 +35,7 @@ var (
 //		}
 //		...
 //	}
-func Poll(ctx context.Context, cq CQ, wc []WC) (int, error) {
+func Poll(ctx context.Context, cq verbs.CQ, wc []verbs.WC) (int, error) {
 	return PollSpin(ctx, cq, wc, 0)
 }
 
@@ -63,7 +59,7 @@ func Poll(ctx context.Context, cq CQ, wc []WC) (int, error) {
 // millisecond: a spin that ends in a sleep may then wait that long for
 // the next packet. There, spin for longer than the gaps between
 // completions (a goroutine dedicated to polling), or not at all.
-func PollSpin(ctx context.Context, cq CQ, wc []WC, spin time.Duration) (int, error) {
+func PollSpin(ctx context.Context, cq verbs.CQ, wc []verbs.WC, spin time.Duration) (int, error) {
 	switch {
 	case cq == nil:
 		return 0, errPollNilCQ
@@ -90,7 +86,7 @@ func PollSpin(ctx context.Context, cq CQ, wc []WC, spin time.Duration) (int, err
 
 // spinPoll polls cq until a completion comes, spin passes or ctx ends;
 // it looks at the clock and ctx every 64 polls.
-func spinPoll(ctx context.Context, cq CQ, wc []WC, spin time.Duration) (int, error) {
+func spinPoll(ctx context.Context, cq verbs.CQ, wc []verbs.WC, spin time.Duration) (int, error) {
 	start := time.Now()
 	for i := 1; ; i++ {
 		if n := cq.Poll(wc); n > 0 {
@@ -123,10 +119,10 @@ func spinPoll(ctx context.Context, cq CQ, wc []WC, spin time.Duration) (int, err
 //
 // PollOne allocates the WC it polls into; Poll with a slice of the
 // caller's does not.
-func PollOne(ctx context.Context, cq CQ) (WC, error) {
-	var wc [1]WC
+func PollOne(ctx context.Context, cq verbs.CQ) (verbs.WC, error) {
+	var wc [1]verbs.WC
 	if _, err := Poll(ctx, cq, wc[:]); err != nil {
-		return WC{}, fmt.Errorf("roce: waiting for a completion: %w", err)
+		return verbs.WC{}, fmt.Errorf("roce: waiting for a completion: %w", err)
 	}
 	return wc[0], wc[0].Err()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Wait for the completion of a request with PollOne, and turn a failed
@@ -20,10 +21,10 @@ func ExamplePollOne() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	write := func(rkey uint32) error {
-		wr := roce.SendWR{ID: 7, Opcode: roce.OpWrite, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: client.mr.Addr(), Length: 16, LKey: client.mr.LKey()}},
+		wr := verbs.SendWR{ID: 7, Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+			SGL:        []verbs.SGE{{Addr: client.mr.Addr(), Length: 16, LKey: client.mr.LKey()}},
 			RemoteAddr: server.mr.Addr(), RKey: rkey}
-		if err := client.qp.PostSend([]roce.SendWR{wr}); err != nil {
+		if err := client.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 			return err
 		}
 		_, err := roce.PollOne(ctx, client.cq)
@@ -34,7 +35,7 @@ func ExamplePollOne() {
 	}
 	fmt.Println("first write done")
 	err := write(server.mr.RKey() ^ 0xFF)
-	fmt.Println(errors.Is(err, roce.RemAccessErr))
+	fmt.Println(errors.Is(err, verbs.RemAccessErr))
 	fmt.Println(err)
 	// Output:
 	// first write done

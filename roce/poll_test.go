@@ -7,20 +7,21 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // pollPair is two RC QPs connected to each other, each with one CQ and a
 // registered 64 KiB buffer.
 type pollPair struct {
-	cq   [2]roce.CQ
-	qp   [2]roce.QP
-	mr   [2]roce.MR
-	devs [2]roce.Device
+	cq   [2]verbs.CQ
+	qp   [2]verbs.QP
+	mr   [2]verbs.MR
+	devs [2]verbs.Device
 }
 
-func newPollPair(t *testing.T, a, b roce.Device) *pollPair {
+func newPollPair(t *testing.T, a, b verbs.Device) *pollPair {
 	t.Helper()
-	p := &pollPair{devs: [2]roce.Device{a, b}}
+	p := &pollPair{devs: [2]verbs.Device{a, b}}
 	for i, d := range p.devs {
 		pd, err := d.AllocPD()
 		if err != nil {
@@ -29,12 +30,12 @@ func newPollPair(t *testing.T, a, b roce.Device) *pollPair {
 		if p.cq[i], err = d.CreateCQ(256); err != nil {
 			t.Fatal(err)
 		}
-		p.qp[i], err = pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: p.cq[i], RecvCQ: p.cq[i],
-			Cap: roce.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		p.qp[i], err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.cq[i], RecvCQ: p.cq[i],
+			Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.mr[i], err = pd.RegMR(make([]byte, 64<<10), roce.LocalWrite|roce.RemoteAccess); err != nil {
+		if p.mr[i], err = pd.RegMR(make([]byte, 64<<10), verbs.LocalWrite|verbs.RemoteAccess); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,17 +53,17 @@ func newPollPair(t *testing.T, a, b roce.Device) *pollPair {
 // given rkey (the peer's, or a bad one). It may run on any goroutine.
 func (p *pollPair) write(t *testing.T, id uint64, n uint32, rkey uint32) {
 	t.Helper()
-	wr := roce.SendWR{ID: id, Opcode: roce.OpWrite, Flags: roce.Signaled,
-		SGL:        []roce.SGE{{Addr: p.mr[0].Addr(), Length: n, LKey: p.mr[0].LKey()}},
+	wr := verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+		SGL:        []verbs.SGE{{Addr: p.mr[0].Addr(), Length: n, LKey: p.mr[0].LKey()}},
 		RemoteAddr: p.mr[1].Addr(), RKey: rkey}
-	if err := p.qp[0].PostSend([]roce.SendWR{wr}); err != nil {
+	if err := p.qp[0].PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestPollArgs(t *testing.T) {
 	ctx := context.Background()
-	if _, err := roce.Poll(ctx, nil, make([]roce.WC, 1)); err == nil {
+	if _, err := roce.Poll(ctx, nil, make([]verbs.WC, 1)); err == nil {
 		t.Error("Poll with a nil CQ: no error")
 	}
 	a, b := links[0].open(t)
@@ -87,7 +88,7 @@ func TestPoll(t *testing.T) {
 			got := make(chan error, 1)
 			go func() {
 				wc, err := roce.PollOne(ctx, p.cq[0])
-				if err == nil && (wc.ID != 1 || wc.Opcode != roce.WCWrite) {
+				if err == nil && (wc.ID != 1 || wc.Opcode != verbs.WCWrite) {
 					err = errors.New(wc.String())
 				}
 				got <- err
@@ -101,11 +102,11 @@ func TestPoll(t *testing.T) {
 			// A failed completion is an error matching its status.
 			p.write(t, 2, 64, p.mr[1].RKey()^0xFF)
 			wc, err := roce.PollOne(ctx, p.cq[0])
-			if !errors.Is(err, roce.RemAccessErr) || wc.ID != 2 {
+			if !errors.Is(err, verbs.RemAccessErr) || wc.ID != 2 {
 				t.Fatalf("bad rkey: %v %v", &wc, err)
 			}
-			var we *roce.WCError
-			if !errors.As(err, &we) || we.Status != roce.RemAccessErr {
+			var we *verbs.WCError
+			if !errors.As(err, &we) || we.Status != verbs.RemAccessErr {
 				t.Fatalf("bad rkey: errors.As: %v", err)
 			}
 
@@ -113,7 +114,7 @@ func TestPoll(t *testing.T) {
 			short, cancel2 := context.WithTimeout(ctx, 30*time.Millisecond)
 			defer cancel2()
 			start := time.Now()
-			n, err := roce.Poll(short, p.cq[1], make([]roce.WC, 4))
+			n, err := roce.Poll(short, p.cq[1], make([]verbs.WC, 4))
 			if n != 0 || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("empty CQ: %d %v", n, err)
 			}
@@ -129,7 +130,7 @@ func TestPollSpin(t *testing.T) {
 	p := newPollPair(t, a, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	wcs := make([]roce.WC, 8)
+	wcs := make([]verbs.WC, 8)
 	// Spin that ends before the completion comes: the sleep that follows
 	// still gets it.
 	go func() {
@@ -172,7 +173,7 @@ func TestPollAllocs(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	allocs := testing.AllocsPerRun(50, func() {
 		if k, err := roce.Poll(ctx, p.cq[0], wc); k != 1 || err != nil {
 			t.Fatalf("Poll: %d %v", k, err)

@@ -11,23 +11,24 @@ import (
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/rocetest"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // link is how a test joins two devices.
 type link struct {
 	name string
-	open func(t *testing.T) (a, b roce.Device)
+	open func(t *testing.T) (a, b verbs.Device)
 }
 
 var links = []link{
-	{"mem", func(t *testing.T) (roce.Device, roce.Device) {
+	{"mem", func(t *testing.T) (verbs.Device, verbs.Device) {
 		n := mem.NewNetwork(&mem.Config{Live: true})
 		t.Cleanup(n.Close)
 		a := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.1")})
 		b := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.2")})
 		return a, b
 	}},
-	{"udp", func(t *testing.T) (roce.Device, roce.Device) {
+	{"udp", func(t *testing.T) (verbs.Device, verbs.Device) {
 		port := freePort(t)
 		a := openT(t, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
 		b := openT(t, &roce.Config{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port})
@@ -35,7 +36,7 @@ var links = []link{
 	}},
 }
 
-func openT(t *testing.T, c *roce.Config) roce.Device {
+func openT(t *testing.T, c *roce.Config) verbs.Device {
 	t.Helper()
 	d, err := roce.Open(c)
 	if err != nil {

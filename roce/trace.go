@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+
+	"github.com/goroce/goroce/verbs"
 )
 
 // Step kinds of a trace, as the minimal RDMA sample's logs name them.
@@ -25,7 +27,7 @@ const (
 // StepDetail). Objects made through the wrapper are wrapped too; they work
 // with the backend as the originals do. An empty poll is not logged. A
 // nil log discards. Trace of a nil Device is nil.
-func Trace(d Device, log *slog.Logger) Device {
+func Trace(d verbs.Device, log *slog.Logger) verbs.Device {
 	if d == nil {
 		return nil
 	}
@@ -36,7 +38,7 @@ func Trace(d Device, log *slog.Logger) Device {
 }
 
 // Untrace returns the device inside a Trace wrapper, or d itself.
-func Untrace(d Device) Device {
+func Untrace(d verbs.Device) verbs.Device {
 	if td, ok := d.(*traceDevice); ok {
 		return td.Device
 	}
@@ -57,11 +59,11 @@ func (t *tracer) logf(kind, format string, args ...any) {
 }
 
 type traceDevice struct {
-	Device
+	verbs.Device
 	t *tracer
 }
 
-func (d *traceDevice) AllocPD() (PD, error) {
+func (d *traceDevice) AllocPD() (verbs.PD, error) {
 	d.t.logf(StepControl, "alloc PD on %s", d.Name())
 	pd, err := d.Device.AllocPD()
 	if err != nil {
@@ -71,7 +73,7 @@ func (d *traceDevice) AllocPD() (PD, error) {
 	return &tracePD{PD: pd, t: d.t}, nil
 }
 
-func (d *traceDevice) CreateCQ(cqe int) (CQ, error) {
+func (d *traceDevice) CreateCQ(cqe int) (verbs.CQ, error) {
 	d.t.logf(StepControl, "create CQ cqe=%d", cqe)
 	cq, err := d.Device.CreateCQ(cqe)
 	if err != nil {
@@ -87,11 +89,11 @@ func (d *traceDevice) Close() error {
 }
 
 type tracePD struct {
-	PD
+	verbs.PD
 	t *tracer
 }
 
-func (p *tracePD) RegMR(buf []byte, access Access) (MR, error) {
+func (p *tracePD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	mr, err := p.PD.RegMR(buf, access)
 	if err != nil {
 		p.t.logf(StepControl, "register MR len=%d access=%v failed: %v", len(buf), access, err)
@@ -102,7 +104,7 @@ func (p *tracePD) RegMR(buf []byte, access Access) (MR, error) {
 	return mr, nil
 }
 
-func (p *tracePD) CreateQP(attr *QPInitAttr) (QP, error) {
+func (p *tracePD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if attr == nil {
 		return p.PD.CreateQP(nil) // the backend's error
 	}
@@ -122,7 +124,7 @@ func (p *tracePD) CreateQP(attr *QPInitAttr) (QP, error) {
 	return tq, nil
 }
 
-func (p *tracePD) CreateSRQ(attr SRQAttr) (SRQ, error) {
+func (p *tracePD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) {
 	p.t.logf(StepControl, "create SRQ max_wr=%d max_sge=%d limit=%d", attr.MaxWR, attr.MaxSGE, attr.Limit)
 	s, err := p.PD.CreateSRQ(attr)
 	if err != nil {
@@ -131,19 +133,19 @@ func (p *tracePD) CreateSRQ(attr SRQAttr) (SRQ, error) {
 	return &traceSRQ{SRQ: s, t: p.t}, nil
 }
 
-func (p *tracePD) CreateAH(attr AHAttr) (AH, error) {
+func (p *tracePD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
 	p.t.logf(StepControl, "create AH dest=%v", attr.DestAddr())
 	return p.PD.CreateAH(attr)
 }
 
-func untraceCQ(c CQ) CQ {
+func untraceCQ(c verbs.CQ) verbs.CQ {
 	if tc, ok := c.(*traceCQ); ok {
 		return tc.CQ
 	}
 	return c
 }
 
-func untraceSRQ(s SRQ) SRQ {
+func untraceSRQ(s verbs.SRQ) verbs.SRQ {
 	if ts, ok := s.(*traceSRQ); ok {
 		return ts.SRQ
 	}
@@ -151,7 +153,7 @@ func untraceSRQ(s SRQ) SRQ {
 }
 
 type traceQP struct {
-	QP
+	verbs.QP
 	t *tracer
 }
 
@@ -167,10 +169,10 @@ func (q *traceQP) dump() {
 		a.RetryCnt, a.RNRRetry, a.Timeout, a.DestQPN, a.AH.DestAddr())
 }
 
-func (q *traceQP) Modify(attr *QPAttr, mask AttrMask) error {
+func (q *traceQP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	before, _ := q.QP.Query()
 	to := before.State
-	if mask&AttrState != 0 && attr != nil {
+	if mask&verbs.AttrState != 0 && attr != nil {
 		to = attr.State
 	}
 	q.t.logf(StepControl, "modify QP %d %v -> %v (%v)", q.QPN(), before.State, to, mask)
@@ -182,14 +184,14 @@ func (q *traceQP) Modify(attr *QPAttr, mask AttrMask) error {
 	return nil
 }
 
-func (q *traceQP) PostSend(wrs []SendWR) error {
+func (q *traceQP) PostSend(wrs []verbs.SendWR) error {
 	for i := range wrs {
 		w := &wrs[i]
 		var n uint64
 		for _, s := range w.SGL {
 			n += uint64(s.Length)
 		}
-		if w.Flags&Inline != 0 {
+		if w.Flags&verbs.Inline != 0 {
 			n = uint64(len(w.InlineData))
 		}
 		q.t.logf(StepData, "post %v len=%d on QP %d", w.Opcode, n, q.QPN())
@@ -198,17 +200,17 @@ func (q *traceQP) PostSend(wrs []SendWR) error {
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "WR: wr_id=%d opcode=%v signaled=%d num_sge=%d", w.ID, w.Opcode,
-			btoi(w.Flags&Signaled != 0), len(w.SGL))
+			btoi(w.Flags&verbs.Signaled != 0), len(w.SGL))
 		switch w.Opcode {
-		case OpWrite, OpWriteImm, OpRead:
+		case verbs.OpWrite, verbs.OpWriteImm, verbs.OpRead:
 			fmt.Fprintf(&b, " remote_addr=%#x rkey=%#x", w.RemoteAddr, w.RKey)
-		case OpAtomicCmpSwp, OpAtomicFetchAdd:
+		case verbs.OpAtomicCmpSwp, verbs.OpAtomicFetchAdd:
 			fmt.Fprintf(&b, " remote_addr=%#x rkey=%#x compare_add=%d swap=%d", w.RemoteAddr, w.RKey, w.CompareAdd, w.Swap)
 		}
-		if w.Opcode == OpSendImm || w.Opcode == OpWriteImm {
+		if w.Opcode == verbs.OpSendImm || w.Opcode == verbs.OpWriteImm {
 			fmt.Fprintf(&b, " imm=%#x", w.Imm)
 		}
-		if w.Flags&Fence != 0 {
+		if w.Flags&verbs.Fence != 0 {
 			b.WriteString(" fence=1")
 		}
 		if w.AH != nil {
@@ -223,7 +225,7 @@ func (q *traceQP) PostSend(wrs []SendWR) error {
 	return err
 }
 
-func (q *traceQP) PostRecv(wrs []RecvWR) error {
+func (q *traceQP) PostRecv(wrs []verbs.RecvWR) error {
 	for i := range wrs {
 		w := &wrs[i]
 		q.t.logf(StepData, "post RECV wr_id=%d num_sge=%d on QP %d", w.ID, len(w.SGL), q.QPN())
@@ -244,11 +246,11 @@ func (q *traceQP) Destroy() error {
 }
 
 type traceCQ struct {
-	CQ
+	verbs.CQ
 	t *tracer
 }
 
-func (c *traceCQ) Poll(wc []WC) int {
+func (c *traceCQ) Poll(wc []verbs.WC) int {
 	n := c.CQ.Poll(wc)
 	for i := range n {
 		w := &wc[i]
@@ -258,26 +260,26 @@ func (c *traceCQ) Poll(wc []WC) int {
 	return n
 }
 
-func wcExtra(w *WC) string {
+func wcExtra(w *verbs.WC) string {
 	var b strings.Builder
-	if w.Flags&WithImm != 0 {
+	if w.Flags&verbs.WithImm != 0 {
 		fmt.Fprintf(&b, " imm=%#x", w.Imm)
 	}
-	if w.Flags&WithInv != 0 {
+	if w.Flags&verbs.WithInv != 0 {
 		fmt.Fprintf(&b, " invalidated_rkey=%#x", w.Imm)
 	}
-	if w.Flags&WithGRH != 0 {
+	if w.Flags&verbs.WithGRH != 0 {
 		fmt.Fprintf(&b, " src_qp=%d", w.SrcQP)
 	}
 	return b.String()
 }
 
 type traceSRQ struct {
-	SRQ
+	verbs.SRQ
 	t *tracer
 }
 
-func (s *traceSRQ) PostRecv(wrs []RecvWR) error {
+func (s *traceSRQ) PostRecv(wrs []verbs.RecvWR) error {
 	for i := range wrs {
 		s.t.logf(StepData, "post SRQ RECV wr_id=%d num_sge=%d", wrs[i].ID, len(wrs[i].SGL))
 	}

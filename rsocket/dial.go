@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Dialer connects to rsocket listeners with its Options; the zero value,
@@ -19,13 +19,13 @@ type Dialer struct {
 	Options
 	// Device is the device DialContext connects from (Dial takes its
 	// device as an argument).
-	Device roce.Device
+	Device verbs.Device
 }
 
 // Dial connects to an rsocket listener at addr (an IP address and an
 // rdma_cm TCP port, as rconnect's sockaddr_in) from dev, the software
 // device package cm connects through, with the default Options.
-func Dial(ctx context.Context, dev roce.Device, addr netip.AddrPort) (*Conn, error) {
+func Dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort) (*Conn, error) {
 	var d *Dialer
 	return d.Dial(ctx, dev, addr)
 }
@@ -34,7 +34,7 @@ func Dial(ctx context.Context, dev roce.Device, addr netip.AddrPort) (*Conn, err
 // does: it makes the QP and buffers, sends its rs_conn_data in the
 // connection request and reads the listener's from the reply. ctx bounds
 // the connection handshake only.
-func (d *Dialer) Dial(ctx context.Context, dev roce.Device, addr netip.AddrPort) (*Conn, error) {
+func (d *Dialer) Dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort) (*Conn, error) {
 	var o *Options
 	if d != nil {
 		o = &d.Options
@@ -48,7 +48,7 @@ func (d *Dialer) Dial(ctx context.Context, dev roce.Device, addr netip.AddrPort)
 
 var errNoDevice = errors.New("rsocket: no device (pass the roce device to connect from)")
 
-func dial(ctx context.Context, dev roce.Device, addr netip.AddrPort, o *Options) (*Conn, error) {
+func dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort, o *Options) (*Conn, error) {
 	opts, err := o.withDefaults()
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func closeCM(cc *cm.Conn, d time.Duration) {
 // looked up with net.DefaultResolver and its first address of the
 // device's IP version taken.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	var dev roce.Device
+	var dev verbs.Device
 	if d != nil {
 		dev = d.Device
 	}
@@ -113,7 +113,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 
 // resolve turns a "host:port" address into an IP address and port of
 // dev's IP version.
-func resolve(ctx context.Context, dev roce.Device, network, address string) (netip.AddrPort, error) {
+func resolve(ctx context.Context, dev verbs.Device, network, address string) (netip.AddrPort, error) {
 	switch network {
 	case "rsocket", "tcp", "tcp4", "tcp6":
 	default:

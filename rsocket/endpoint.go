@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // endpoint is a connection's verbs resources, as rsocket.c's
@@ -13,20 +14,20 @@ import (
 // receives a CQ each, so that a Read waiting for data sleeps on the
 // receive CQ and the acknowledgements of its own writes do not wake it.
 type endpoint struct {
-	pd  roce.PD
+	pd  verbs.PD
 	scq cqOf // send completions
 	rcq cqOf // receive completions
-	qp  roce.QP
+	qp  verbs.QP
 	// smr is the send buffer, followed by ctrlSlots target SGL entries
 	// for the credit messages that cannot go inline.
-	smr  roce.MR
+	smr  verbs.MR
 	sbuf []byte
 	// rmr is the receive buffer the peer writes into.
-	rmr  roce.MR
+	rmr  verbs.MR
 	rbuf []byte
 	// tmr is this side's target SGL: sglEntries entries the peer writes
 	// to publish its receive buffers.
-	tmr  roce.MR
+	tmr  verbs.MR
 	tsgl []byte
 	recv int // receives posted: credits plus extraRecvs
 }
@@ -38,7 +39,7 @@ const recvFlag = 1 << 63
 // newEndpoint makes the resources on dev for options o, moves the QP to
 // INIT and posts its receives, so that the connection manager can take
 // it to RTS and the peer can send at once.
-func newEndpoint(dev roce.Device, o *Options) (e *endpoint, err error) {
+func newEndpoint(dev verbs.Device, o *Options) (e *endpoint, err error) {
 	e = &endpoint{recv: o.RecvQueue + extraRecvs}
 	defer func() {
 		if err != nil {
@@ -55,8 +56,8 @@ func newEndpoint(dev roce.Device, o *Options) (e *endpoint, err error) {
 	if e.rcq, err = newCQ(dev, e.recv); err != nil {
 		return nil, err
 	}
-	e.qp, err = e.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: e.scq.CQ, RecvCQ: e.rcq.CQ, SignalAll: true,
-		Cap: roce.QPCap{MaxSendWR: uint32(o.SendQueue), MaxRecvWR: uint32(e.recv), MaxSendSGE: 2, MaxRecvSGE: 1,
+	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: e.scq.CQ, RecvCQ: e.rcq.CQ, SignalAll: true,
+		Cap: verbs.QPCap{MaxSendWR: uint32(o.SendQueue), MaxRecvWR: uint32(e.recv), MaxSendSGE: 2, MaxRecvSGE: 1,
 			MaxInlineData: uint32(o.Inline)}})
 	if err != nil {
 		return nil, fmt.Errorf("rsocket: queue pair (send queue %d, receive queue %d, inline %d; lower Options.SendQueue, RecvQueue or Inline): %w",
@@ -67,17 +68,17 @@ func newEndpoint(dev roce.Device, o *Options) (e *endpoint, err error) {
 		return nil, fmt.Errorf("rsocket: send buffer: %w", err)
 	}
 	e.rbuf = make([]byte, o.RecvBuffer)
-	if e.rmr, err = e.pd.RegMR(e.rbuf, roce.LocalWrite|roce.RemoteWrite); err != nil {
+	if e.rmr, err = e.pd.RegMR(e.rbuf, verbs.LocalWrite|verbs.RemoteWrite); err != nil {
 		return nil, fmt.Errorf("rsocket: receive buffer: %w", err)
 	}
 	e.tsgl = make([]byte, sglEntries*sgeLen)
-	if e.tmr, err = e.pd.RegMR(e.tsgl, roce.LocalWrite|roce.RemoteWrite); err != nil {
+	if e.tmr, err = e.pd.RegMR(e.tsgl, verbs.LocalWrite|verbs.RemoteWrite); err != nil {
 		return nil, fmt.Errorf("rsocket: target SGL: %w", err)
 	}
-	if err = roce.ModifyToInit(e.qp, &roce.ConnParams{Access: roce.LocalWrite | roce.RemoteWrite}); err != nil {
+	if err = roce.ModifyToInit(e.qp, &roce.ConnParams{Access: verbs.LocalWrite | verbs.RemoteWrite}); err != nil {
 		return nil, fmt.Errorf("rsocket: %w", err)
 	}
-	wrs := make([]roce.RecvWR, e.recv)
+	wrs := make([]verbs.RecvWR, e.recv)
 	for i := range wrs {
 		wrs[i].ID = recvFlag
 	}
@@ -104,12 +105,12 @@ func (e *endpoint) close() {
 	if e.qp != nil {
 		e.qp.Destroy()
 	}
-	for _, m := range []roce.MR{e.smr, e.rmr, e.tmr} {
+	for _, m := range []verbs.MR{e.smr, e.rmr, e.tmr} {
 		if m != nil {
 			m.Dereg()
 		}
 	}
-	for _, q := range []roce.CQ{e.scq.CQ, e.rcq.CQ} {
+	for _, q := range []verbs.CQ{e.scq.CQ, e.rcq.CQ} {
 		if q != nil {
 			q.Destroy()
 		}
@@ -123,11 +124,11 @@ func (e *endpoint) close() {
 // many completions it holds: an empty one is not polled, as polling it
 // yields the processor.
 type cqOf struct {
-	roce.CQ
+	verbs.CQ
 	len interface{ Len() int }
 }
 
-func newCQ(dev roce.Device, n int) (cqOf, error) {
+func newCQ(dev verbs.Device, n int) (cqOf, error) {
 	q, err := dev.CreateCQ(n)
 	if err != nil {
 		return cqOf{}, fmt.Errorf("rsocket: completion queue of %d: %w", n, err)

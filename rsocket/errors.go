@@ -25,7 +25,7 @@ var (
 	// ErrConnLost means the queue pair failed: the peer stopped
 	// acknowledging (its device or process is gone: RETRY_EXC_ERR once
 	// the QP's retries ran out), or the QP went to the error state. The
-	// error wraps the failed completion (a *roce.WCError, so errors.Is
+	// error wraps the failed completion (a *verbs.WCError, so errors.Is
 	// with its status works) or the connection manager's reason.
 	ErrConnLost = errors.New("rsocket: connection lost")
 	// ErrProtocol means the peer broke the rsocket protocol: more data

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // ListenConfig makes rsocket listeners with its Options for the
@@ -28,7 +28,7 @@ type ListenConfig struct {
 // goroutines may Accept at once, and Close makes them all return.
 type Listener struct {
 	cl   *cm.Listener
-	dev  roce.Device
+	dev  verbs.Device
 	addr *Addr
 	opts Options
 	log  *slog.Logger
@@ -40,14 +40,14 @@ var _ net.Listener = (*Listener)(nil)
 // Listen listens for rsocket connections on addr on dev, with the
 // default Options: addr is the device's address or an unspecified one,
 // and a port (0 picks a free one).
-func Listen(ctx context.Context, dev roce.Device, addr netip.AddrPort) (*Listener, error) {
+func Listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort) (*Listener, error) {
 	var lc *ListenConfig
 	return lc.Listen(ctx, dev, addr)
 }
 
 // Listen listens for rsocket connections on addr on dev. ctx bounds the
 // call only.
-func (lc *ListenConfig) Listen(ctx context.Context, dev roce.Device, addr netip.AddrPort) (*Listener, error) {
+func (lc *ListenConfig) Listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort) (*Listener, error) {
 	var cfg ListenConfig
 	if lc != nil {
 		cfg = *lc
@@ -59,7 +59,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, dev roce.Device, addr netip.
 	return l, nil
 }
 
-func listen(ctx context.Context, dev roce.Device, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
+func listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
 	opts, err := cfg.Options.withDefaults()
 	if err != nil {
 		return nil, err

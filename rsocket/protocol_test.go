@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // rawOpts are the Conn's options against a raw peer: an 8 KiB receive
@@ -199,9 +199,9 @@ func TestPeerEnds(t *testing.T) {
 			t.Fatal("no DREQ after Close")
 		}
 		// What is left on the peer's CQ are its receives, flushed.
-		wcs := make([]roce.WC, 64)
+		wcs := make([]verbs.WC, 64)
 		for _, wc := range wcs[:p.cq.Poll(wcs)] {
-			if wc.Status != roce.WRFlushErr {
+			if wc.Status != verbs.WRFlushErr {
 				t.Fatalf("a message after both SHUTDOWNs: %v", &wc)
 			}
 		}
@@ -228,7 +228,7 @@ func TestPeerMisbehaves(t *testing.T) {
 			}
 		}},
 		{"a SEND instead of a WRITE with immediate", func(p *rawPeer) {
-			must(t, p.qp.PostSend([]roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled}}))
+			must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Signaled}}))
 			p.next()
 		}},
 	} {
@@ -285,7 +285,7 @@ func TestPeerVanishes(t *testing.T) {
 			h.cut.Store(true)
 			select {
 			case err := <-errc:
-				if !errors.Is(err, ErrConnLost) || !errors.Is(err, roce.RetryExcErr) {
+				if !errors.Is(err, ErrConnLost) || !errors.Is(err, verbs.RetryExcErr) {
 					t.Fatalf("%s: %v, want ErrConnLost with RETRY_EXC_ERR", op, err)
 				}
 				t.Logf("%s failed after %v: %v", op, time.Since(start).Round(time.Millisecond), err)
@@ -318,7 +318,7 @@ func TestDisconnectWithWriteInFlight(t *testing.T) {
 	if n, err := io.ReadFull(c, make([]byte, 4096)); n != 4096 || err != nil {
 		t.Fatalf("Read: %d, %v", n, err)
 	}
-	must(t, p.qp.PostSend([]roce.SendWR{{Opcode: roce.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
+	must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
 	closed := make(chan error, 1)
 	go func() { closed <- p.cc.Close() }()
 	select {
@@ -345,7 +345,7 @@ func TestDisconnectThenSilence(t *testing.T) {
 	if n, err := io.ReadFull(c, make([]byte, 4096)); n != 4096 || err != nil {
 		t.Fatalf("Read: %d, %v", n, err)
 	}
-	must(t, p.qp.PostSend([]roce.SendWR{{Opcode: roce.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
+	must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
 	for deadline := time.Now().Add(10 * time.Second); c.s.ep.scq.empty(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the credit message did not fail in 10 s")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // rawPeer is an rsocket peer written on the verbs directly, from the
@@ -18,11 +19,11 @@ import (
 type rawPeer struct {
 	t     testing.TB
 	order binary.ByteOrder // of its target SGL entries (RS_CONN_FLAG_NET)
-	cq    roce.CQ
-	qp    roce.QP
-	rbuf  roce.MR // 8 KiB receive buffer; the first half in the conn data
-	tsgl  roce.MR // 2-entry target SGL
-	sbuf  roce.MR
+	cq    verbs.CQ
+	qp    verbs.QP
+	rbuf  verbs.MR // 8 KiB receive buffer; the first half in the conn data
+	tsgl  verbs.MR // 2-entry target SGL
+	sbuf  verbs.MR
 	cc    *cm.Conn
 
 	// What the Conn announced in its rs_conn_data.
@@ -45,17 +46,17 @@ func newRawPeer(t *testing.T, h *hosts, port uint16, bigEndian bool, opts *Optio
 	must(t, err)
 	p.cq, err = h.b.CreateCQ(256)
 	must(t, err)
-	p.qp, err = pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: p.cq, RecvCQ: p.cq,
-		Cap: roce.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	p.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.cq, RecvCQ: p.cq,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	must(t, err)
-	p.rbuf, err = pd.RegMR(make([]byte, 8192), roce.LocalWrite|roce.RemoteWrite)
+	p.rbuf, err = pd.RegMR(make([]byte, 8192), verbs.LocalWrite|verbs.RemoteWrite)
 	must(t, err)
-	p.tsgl, err = pd.RegMR(make([]byte, 32), roce.LocalWrite|roce.RemoteWrite)
+	p.tsgl, err = pd.RegMR(make([]byte, 32), verbs.LocalWrite|verbs.RemoteWrite)
 	must(t, err)
-	p.sbuf, err = pd.RegMR(make([]byte, 1<<16), roce.LocalWrite)
+	p.sbuf, err = pd.RegMR(make([]byte, 1<<16), verbs.LocalWrite)
 	must(t, err)
 	must(t, roce.ModifyToInit(p.qp, nil))
-	must(t, p.qp.PostRecv(make([]roce.RecvWR, 32)))
+	must(t, p.qp.PostRecv(make([]verbs.RecvWR, 32)))
 
 	cd := make([]byte, 40)
 	cd[0], cd[1] = 1, 0
@@ -117,7 +118,7 @@ func must(t testing.TB, err error) {
 
 // next returns the peer's next completion, failing the test if it is not
 // a success.
-func (p *rawPeer) next() roce.WC {
+func (p *rawPeer) next() verbs.WC {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -134,11 +135,11 @@ func (p *rawPeer) recv() (imm, n uint32) {
 	p.t.Helper()
 	for {
 		wc := p.next()
-		if wc.Opcode == roce.WCRecvRDMAWithIm {
-			if wc.Flags&roce.WithImm == 0 {
+		if wc.Opcode == verbs.WCRecvRDMAWithIm {
+			if wc.Flags&verbs.WithImm == 0 {
 				p.t.Fatalf("raw peer: a message without immediate: %v", &wc)
 			}
-			must(p.t, p.qp.PostRecv(make([]roce.RecvWR, 1)))
+			must(p.t, p.qp.PostRecv(make([]verbs.RecvWR, 1)))
 			return wc.Imm, wc.ByteLen
 		}
 	}
@@ -148,15 +149,15 @@ func (p *rawPeer) recv() (imm, n uint32) {
 // data: a zero-length write) and waits for its completion.
 func (p *rawPeer) send(imm uint32, data []byte, addr uint64, rkey uint32) {
 	p.t.Helper()
-	wr := roce.SendWR{Opcode: roce.OpWriteImm, Flags: roce.Signaled, Imm: imm, RemoteAddr: addr, RKey: rkey}
+	wr := verbs.SendWR{Opcode: verbs.OpWriteImm, Flags: verbs.Signaled, Imm: imm, RemoteAddr: addr, RKey: rkey}
 	if len(data) > 0 {
 		copy(p.sbuf.Bytes(), data)
-		wr.SGL = []roce.SGE{{Addr: p.sbuf.Addr(), Length: uint32(len(data)), LKey: p.sbuf.LKey()}}
+		wr.SGL = []verbs.SGE{{Addr: p.sbuf.Addr(), Length: uint32(len(data)), LKey: p.sbuf.LKey()}}
 	}
-	must(p.t, p.qp.PostSend([]roce.SendWR{wr}))
+	must(p.t, p.qp.PostSend([]verbs.SendWR{wr}))
 	for {
 		wc := p.next()
-		if wc.Opcode == roce.WCWrite {
+		if wc.Opcode == verbs.WCWrite {
 			return
 		}
 		p.t.Fatalf("raw peer: a receive while waiting for its write: %v", &wc)

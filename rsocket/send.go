@@ -3,7 +3,7 @@ package rsocket
 import (
 	"fmt"
 
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // sendData sends the start of p as one data message into the current
@@ -25,9 +25,9 @@ func (s *stream) sendData(p []byte) (int, error) {
 	s.sbufAvail -= n
 	m := msg(opData, uint32(n))
 	wr := &s.swr[0]
-	*wr = roce.SendWR{ID: uint64(m), Opcode: roce.OpWriteImm, Imm: m, RemoteAddr: addr, RKey: rkey}
+	*wr = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m, RemoteAddr: addr, RKey: rkey}
 	if n <= s.inline {
-		wr.Flags, wr.InlineData = roce.Inline, p[:n]
+		wr.Flags, wr.InlineData = verbs.Inline, p[:n]
 	} else {
 		wr.SGL = s.copyToSendBuffer(p[:n])
 	}
@@ -46,12 +46,12 @@ func (s *stream) sendData(p []byte) (int, error) {
 // ended, and returns the one or two SGEs that hold it. The caller checked
 // that the room is free: sbufAvail counts the bytes of every message in
 // flight, and completions come in order.
-func (s *stream) copyToSendBuffer(p []byte) []roce.SGE {
+func (s *stream) copyToSendBuffer(p []byte) []verbs.SGE {
 	base, lkey := s.ep.smr.Addr(), s.ep.smr.LKey()
 	head := s.sbufHead
 	first := min(len(p), s.sbufSize-head)
 	copy(s.ep.sbuf[head:], p[:first])
-	s.ssge[0] = roce.SGE{Addr: base + uint64(head), Length: uint32(first), LKey: lkey}
+	s.ssge[0] = verbs.SGE{Addr: base + uint64(head), Length: uint32(first), LKey: lkey}
 	s.sbufHead = head + first
 	if s.sbufHead == s.sbufSize {
 		s.sbufHead = 0
@@ -60,7 +60,7 @@ func (s *stream) copyToSendBuffer(p []byte) []roce.SGE {
 		return s.ssge[:1]
 	}
 	rest := copy(s.ep.sbuf, p[first:])
-	s.ssge[1] = roce.SGE{Addr: base, Length: uint32(rest), LKey: lkey}
+	s.ssge[1] = verbs.SGE{Addr: base, Length: uint32(rest), LKey: lkey}
 	s.sbufHead = rest
 	return s.ssge[:2]
 }
@@ -88,20 +88,20 @@ func (s *stream) sendCredits() {
 	s.rseqComp = s.rseqNo + uint16(s.rqSize/2)
 	m := msg(opSGL, uint32(s.rseqNo)+uint32(s.rqSize))
 	wr := &s.swr[0]
-	*wr = roce.SendWR{ID: uint64(m), Opcode: roce.OpWriteImm, Imm: m}
+	*wr = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m}
 	if s.rbufAvail >= s.half {
 		e := sge{addr: s.ep.rmr.Addr() + uint64(s.rbufFree), key: s.ep.rmr.RKey(), length: uint32(s.half)}
 		wr.RemoteAddr = s.remoteSGL.addr + uint64(s.remoteSGE)*sgeLen
 		wr.RKey = s.remoteSGL.key
 		if s.inline >= sgeLen {
 			e.put(s.ctrlBuf[:], s.peerOrder)
-			wr.Flags, wr.InlineData = roce.Inline, s.ctrlBuf[:]
+			wr.Flags, wr.InlineData = verbs.Inline, s.ctrlBuf[:]
 		} else {
 			// A slot of the control area after the send buffer; the
 			// message that used it last (ctrlSlots ago) has completed.
 			off := s.sbufSize + int(s.ctrlSeq%ctrlSlots)*sgeLen
 			e.put(s.ep.sbuf[off:off+sgeLen], s.peerOrder)
-			s.ssge[0] = roce.SGE{Addr: s.ep.smr.Addr() + uint64(off), Length: sgeLen, LKey: s.ep.smr.LKey()}
+			s.ssge[0] = verbs.SGE{Addr: s.ep.smr.Addr() + uint64(off), Length: sgeLen, LKey: s.ep.smr.LKey()}
 			wr.SGL = s.ssge[:1]
 		}
 		s.rbufAvail -= s.half
@@ -123,9 +123,9 @@ func (s *stream) sendCtrl(code uint32) {
 	s.ctrlSeq++
 	m := msg(opCtrl, code)
 	wr := &s.swr[0]
-	*wr = roce.SendWR{ID: uint64(m), Opcode: roce.OpWriteImm, Imm: m}
+	*wr = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m}
 	if code == ctrlKeepalive {
-		wr.Opcode, wr.Imm = roce.OpWrite, 0
+		wr.Opcode, wr.Imm = verbs.OpWrite, 0
 	}
 	s.postCtrl()
 }

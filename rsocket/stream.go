@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // stream is the rsocket protocol state of one connection, as rsocket.c
@@ -56,10 +56,10 @@ type stream struct {
 	reposts          int
 
 	// Reused work requests and completions: no allocation per message.
-	wcs     [32]roce.WC
-	swr     [1]roce.SendWR
-	ssge    [2]roce.SGE
-	rwrs    []roce.RecvWR
+	wcs     [32]verbs.WC
+	swr     [1]verbs.SendWR
+	ssge    [2]verbs.SGE
+	rwrs    []verbs.RecvWR
 	ctrlBuf [sgeLen]byte
 
 	// Counters, for Conn.Stats.
@@ -97,7 +97,7 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 	s.rmsg = make([]uint32, s.rqSize+1)
 	s.rbufFree, s.rbufAvail, s.rbufPub = s.half, s.half, s.half
 	s.rseqComp = uint16(s.rqSize / 2)
-	s.rwrs = make([]roce.RecvWR, ep.recv)
+	s.rwrs = make([]verbs.RecvWR, ep.recv)
 	for i := range s.rwrs {
 		s.rwrs[i].ID = recvFlag
 	}
@@ -151,14 +151,14 @@ func (s *stream) poll(cq *cqOf) int {
 }
 
 // handle updates the state for one completion (rsocket.c's rs_poll_cq).
-func (s *stream) handle(wc *roce.WC) {
+func (s *stream) handle(wc *verbs.WC) {
 	if wc.ID&recvFlag != 0 {
 		s.reposts++
 		switch {
-		case wc.Status != roce.Success:
+		case wc.Status != verbs.Success:
 			// Flushed: the QP is in ERR. Why is found after the poll.
 			s.qpErr = true
-		case wc.Flags&roce.WithImm == 0:
+		case wc.Flags&verbs.WithImm == 0:
 			s.fail(fmt.Errorf("%w: a %v without immediate data", ErrProtocol, wc.Opcode))
 		default:
 			s.active = true
@@ -182,10 +182,10 @@ func (s *stream) handle(wc *roce.WC) {
 	// A failed send is judged once both CQs are polled: the peer's
 	// DISCONNECT, on the receive CQ, may have come before it.
 	switch {
-	case wc.Status == roce.WRFlushErr:
+	case wc.Status == verbs.WRFlushErr:
 		// The QP is in ERR: why is found then too.
 		s.qpErr = true
-	case wc.Status != roce.Success && s.sendErr == nil:
+	case wc.Status != verbs.Success && s.sendErr == nil:
 		s.sendErr = wc.Err()
 	}
 }

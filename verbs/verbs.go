@@ -2,8 +2,9 @@
 // requests, completions, attributes and statuses of the InfiniBand verbs
 // (with ibverbs' names and numbering), and the interfaces a backend
 // implements. Package qp implements them in pure Go over a transport;
-// package hwverbs implements them through libibverbs. Applications use
-// them through package roce, which re-exports this package.
+// package hwverbs implements them through libibverbs. Applications open
+// a device with roce.Open (or hwverbs.Open) and use this package's types
+// with it.
 package verbs
 
 import "context"

@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/hwverbs"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // DeviceFlags are the flags of every command that opens a RoCE device, and
@@ -87,7 +88,7 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 // 127.0.0.63 instead (the whole of 127.0.0.0/8 is loopback), leaving
 // 127.0.0.1 to servers; cfg.Addr says which it took. Errors say what to
 // do about a port in use or an address not of this host.
-func (d *DeviceFlags) Open(cfg *roce.Config, client bool, log *slog.Logger) (roce.Device, *roce.SoftDevice, error) {
+func (d *DeviceFlags) Open(cfg *roce.Config, client bool, log *slog.Logger) (verbs.Device, *roce.SoftDevice, error) {
 	if cfg == nil {
 		return nil, nil, errors.New("no device configuration (DeviceFlags.Config makes one)")
 	}
@@ -128,7 +129,7 @@ func openLoopbackClient(cfg *roce.Config) (*roce.SoftDevice, error) {
 // OpenHW opens the libibverbs device name (the first when empty), with the
 // GID of addr or the table index gidIndex (above 0), traced to log when
 // --trace is on. A build without -tags hwverbs says how to get one.
-func (d *DeviceFlags) OpenHW(name string, gidIndex int, addr netip.Addr, log *slog.Logger) (roce.Device, *hwverbs.Device, error) {
+func (d *DeviceFlags) OpenHW(name string, gidIndex int, addr netip.Addr, log *slog.Logger) (verbs.Device, *hwverbs.Device, error) {
 	if !hwverbs.Built {
 		return nil, nil, fmt.Errorf("--backend hw: %w", hwverbs.ErrNotBuilt)
 	}
@@ -234,7 +235,7 @@ func LocalAddr(c net.Conn) netip.Addr {
 // completion that says the data is there came through the kernel's
 // sockets, which Go's memory model does not see. A region of another
 // backend (a NIC writes by DMA) needs nothing.
-func SyncMR(mr roce.MR) {
+func SyncMR(mr verbs.MR) {
 	if s, ok := mr.(interface{ Sync() }); ok {
 		s.Sync()
 	}

@@ -11,7 +11,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // ErrNothing means a wait was given no CQ, or no room for a completion.
@@ -33,7 +33,7 @@ func New(spin time.Duration) *Waiter {
 }
 
 // Poll polls cq into wc until at least one completion comes or ctx ends.
-func (w *Waiter) Poll(ctx context.Context, cq roce.CQ, wc []roce.WC) (int, error) {
+func (w *Waiter) Poll(ctx context.Context, cq verbs.CQ, wc []verbs.WC) (int, error) {
 	for {
 		n, err := w.PollFor(ctx, cq, wc, time.Second)
 		if n > 0 || err != nil {
@@ -44,7 +44,7 @@ func (w *Waiter) Poll(ctx context.Context, cq roce.CQ, wc []roce.WC) (int, error
 
 // PollFor polls cq into wc until a completion comes, ctx ends or limit
 // passes; it returns 0 and no error in the last case.
-func (w *Waiter) PollFor(ctx context.Context, cq roce.CQ, wc []roce.WC, limit time.Duration) (int, error) {
+func (w *Waiter) PollFor(ctx context.Context, cq verbs.CQ, wc []verbs.WC, limit time.Duration) (int, error) {
 	if cq == nil || len(wc) == 0 {
 		return 0, ErrNothing
 	}
@@ -78,7 +78,7 @@ func (w *Waiter) PollFor(ctx context.Context, cq roce.CQ, wc []roce.WC, limit ti
 
 // spinFor polls cq, yielding between polls, until a completion comes, the
 // spin time passes, or (done) the limit does.
-func (w *Waiter) spinFor(ctx context.Context, cq roce.CQ, wc []roce.WC, start time.Time, limit time.Duration) (n int, done bool, err error) {
+func (w *Waiter) spinFor(ctx context.Context, cq verbs.CQ, wc []verbs.WC, start time.Time, limit time.Duration) (n int, done bool, err error) {
 	for i := 1; ; i++ {
 		if n := cq.Poll(wc); n > 0 {
 			return n, true, nil
@@ -113,7 +113,7 @@ func (w *Waiter) sleep(ctx context.Context, c <-chan struct{}, d time.Duration) 
 
 // WaitEvent waits for the CQ's next completion event (ibv_get_cq_event;
 // the caller armed it with ReqNotify); it does not poll.
-func (w *Waiter) WaitEvent(ctx context.Context, cq roce.CQ) error {
+func (w *Waiter) WaitEvent(ctx context.Context, cq verbs.CQ) error {
 	if cq == nil {
 		return ErrNothing
 	}

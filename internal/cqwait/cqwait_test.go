@@ -9,12 +9,13 @@ import (
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // flushCQ returns a CQ on a device of its own, and a function that puts
 // one completion on it (a receive flushed by moving its QP to ERR) after
 // a delay.
-func flushCQ(t *testing.T) (roce.CQ, func(time.Duration)) {
+func flushCQ(t *testing.T) (verbs.CQ, func(time.Duration)) {
 	t.Helper()
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	t.Cleanup(func() { n.Close() })
@@ -25,19 +26,19 @@ func flushCQ(t *testing.T) (roce.CQ, func(time.Duration)) {
 	t.Cleanup(func() { dev.Close() })
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(4)
-	qp, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: cq, RecvCQ: cq, Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, _ := pd.RegMR(make([]byte, 64), roce.LocalWrite)
+	mr, _ := pd.RegMR(make([]byte, 64), verbs.LocalWrite)
 	if err := roce.ModifyToInit(qp, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := qp.PostRecv([]roce.RecvWR{{ID: 7, SGL: []roce.SGE{{Addr: mr.Addr(), Length: 64, LKey: mr.LKey()}}}}); err != nil {
+	if err := qp.PostRecv([]verbs.RecvWR{{ID: 7, SGL: []verbs.SGE{{Addr: mr.Addr(), Length: 64, LKey: mr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 	return cq, func(after time.Duration) {
-		time.AfterFunc(after, func() { qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState) })
+		time.AfterFunc(after, func() { qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState) })
 	}
 }
 
@@ -45,7 +46,7 @@ func TestWaiter(t *testing.T) {
 	for _, spin := range []time.Duration{0, time.Millisecond, -1} {
 		cq, complete := flushCQ(t)
 		w := New(spin)
-		wc := make([]roce.WC, 2)
+		wc := make([]verbs.WC, 2)
 		// Nothing comes: PollFor gives up after its limit, without error.
 		start := time.Now()
 		if n, err := w.PollFor(context.Background(), cq, wc, 30*time.Millisecond); n != 0 || err != nil {
@@ -57,7 +58,7 @@ func TestWaiter(t *testing.T) {
 		// A completion comes while Poll waits.
 		complete(20 * time.Millisecond)
 		n, err := w.Poll(context.Background(), cq, wc)
-		if n != 1 || err != nil || wc[0].ID != 7 || wc[0].Status != roce.WRFlushErr {
+		if n != 1 || err != nil || wc[0].ID != 7 || wc[0].Status != verbs.WRFlushErr {
 			t.Fatalf("spin %v: Poll: %d %v %+v", spin, n, err, wc[0])
 		}
 		// A context that ends ends the wait with its error.
@@ -75,7 +76,7 @@ func TestWaiter(t *testing.T) {
 func TestNothing(t *testing.T) {
 	w := New(0)
 	cq, _ := flushCQ(t)
-	if _, err := w.Poll(context.Background(), nil, make([]roce.WC, 1)); !errors.Is(err, ErrNothing) {
+	if _, err := w.Poll(context.Background(), nil, make([]verbs.WC, 1)); !errors.Is(err, ErrNothing) {
 		t.Errorf("nil CQ: %v", err)
 	}
 	if _, err := w.PollFor(context.Background(), cq, nil, time.Second); !errors.Is(err, ErrNothing) {

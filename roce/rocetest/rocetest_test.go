@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/apitest"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // recorder is a testing.TB whose Fatal records the message and ends the
@@ -59,7 +59,7 @@ func benchFails(t *testing.T, f func(b *testing.B)) {
 func TestNilArgs(t *testing.T) {
 	apitest.Run(t, ".", apitest.Table{
 		"NewSide": func(t *testing.T) {
-			fails(t, "NewSide needs a device", func(tb testing.TB) { NewSide(tb, nil, roce.RC) })
+			fails(t, "NewSide needs a device", func(tb testing.TB) { NewSide(tb, nil, verbs.RC) })
 		},
 		"Side.Remote": func(t *testing.T) {
 			fails(t, "nil *Side", func(tb testing.TB) { (*Side)(nil).Remote(tb, 0) })
@@ -71,8 +71,8 @@ func TestNilArgs(t *testing.T) {
 			fails(t, "needs a device", func(tb testing.TB) { EveryOperation(tb, nil, nil) })
 		},
 		"Stream": func(t *testing.T) {
-			benchFails(t, func(b *testing.B) { Stream(b, nil, nil, roce.OpWrite, 0, 0) })
-			benchFails(t, func(b *testing.B) { Stream(b, nil, nil, roce.OpWrite, 1, 1) })
+			benchFails(t, func(b *testing.B) { Stream(b, nil, nil, verbs.OpWrite, 0, 0) })
+			benchFails(t, func(b *testing.B) { Stream(b, nil, nil, verbs.OpWrite, 1, 1) })
 		},
 		"Transfer": func(t *testing.T) {
 			fails(t, "needs a device", func(tb testing.TB) { Transfer(tb, nil, nil, 1) })

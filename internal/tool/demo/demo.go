@@ -19,6 +19,7 @@ import (
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Cmd is roce demo.
@@ -42,18 +43,18 @@ var Cmd = &cli.Command{
 // op is one operation the demo runs.
 type op struct {
 	name string
-	op   roce.WROpcode
+	op   verbs.WROpcode
 	recv bool // the server posts a receive for it
 }
 
 var ops = []op{
-	{"send", roce.OpSend, true},
-	{"send_imm", roce.OpSendImm, true},
-	{"write", roce.OpWrite, false},
-	{"write_imm", roce.OpWriteImm, true},
-	{"read", roce.OpRead, false},
-	{"fetch_add", roce.OpAtomicFetchAdd, false},
-	{"cmp_swap", roce.OpAtomicCmpSwp, false},
+	{"send", verbs.OpSend, true},
+	{"send_imm", verbs.OpSendImm, true},
+	{"write", verbs.OpWrite, false},
+	{"write_imm", verbs.OpWriteImm, true},
+	{"read", verbs.OpRead, false},
+	{"fetch_add", verbs.OpAtomicFetchAdd, false},
+	{"cmp_swap", verbs.OpAtomicCmpSwp, false},
 }
 
 // config is roce demo's flags.
@@ -85,7 +86,7 @@ func (c *config) register(fs *cli.FlagSet) {
 	fs.Duration(&c.timeout, 2*time.Minute, "give up after this long", "timeout")
 }
 
-func (c *config) check() ([]op, roce.MTU, error) {
+func (c *config) check() ([]op, verbs.MTU, error) {
 	var sel []op
 	for _, name := range strings.Split(c.ops, ",") {
 		name = strings.TrimSpace(strings.ToLower(name))
@@ -100,7 +101,7 @@ func (c *config) check() ([]op, roce.MTU, error) {
 			return nil, 0, cli.Usagef("--ops: unknown operation %q (want send, send_imm, write, write_imm, read, fetch_add, cmp_swap or all)", name)
 		}
 	}
-	mtu, ok := roce.MTUFromBytes(c.mtu)
+	mtu, ok := verbs.MTUFromBytes(c.mtu)
 	if !ok || mtu.Bytes() != c.mtu {
 		return nil, 0, cli.Usagef("--mtu must be 256, 512, 1024, 2048 or 4096, not %d", c.mtu)
 	}
@@ -124,12 +125,12 @@ func (c *config) check() ([]op, roce.MTU, error) {
 type side struct {
 	name string
 	addr netip.Addr
-	dev  roce.Device
+	dev  verbs.Device
 	soft *roce.SoftDevice
-	pd   roce.PD
-	cq   roce.CQ
-	qp   roce.QP
-	mr   roce.MR
+	pd   verbs.PD
+	cq   verbs.CQ
+	qp   verbs.QP
+	mr   verbs.MR
 }
 
 // run is the demo: two sides, connected, run every operation chosen.
@@ -286,13 +287,13 @@ func (c *config) openSide(name string, cfg *roce.Config, log *slog.Logger) (*sid
 	if s.cq, err = s.dev.CreateCQ(4 * c.depth); err != nil {
 		return fail(err)
 	}
-	if s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: roce.QPCap{MaxSendWR: uint32(c.depth), MaxRecvWR: uint32(c.depth), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: uint32(c.depth), MaxRecvWR: uint32(c.depth), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fail(err)
 	}
 	// Two slots per request in flight (source and destination), and room
 	// for the atomic counter.
-	if s.mr, err = s.pd.RegMR(make([]byte, 2*c.depth*max(c.size, 8)+64), roce.LocalWrite|roce.RemoteAccess); err != nil {
+	if s.mr, err = s.pd.RegMR(make([]byte, 2*c.depth*max(c.size, 8)+64), verbs.LocalWrite|verbs.RemoteAccess); err != nil {
 		return fail(err)
 	}
 	return s, nil
@@ -300,7 +301,7 @@ func (c *config) openSide(name string, cfg *roce.Config, log *slog.Logger) (*sid
 
 // connect moves both QPs to RTS towards each other, exchanging their
 // QPN, PSN and GID in process.
-func connect(server, client *side, mtu roce.MTU, log *slog.Logger) error {
+func connect(server, client *side, mtu verbs.MTU, log *slog.Logger) error {
 	params := func(psn uint32) *roce.ConnParams {
 		return &roce.ConnParams{MTU: mtu, PSN: psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // opRun is one operation's run: count requests from the client to the
@@ -40,7 +40,7 @@ func (c *config) runOp(ctx context.Context, o op, client, server *side) (int64, 
 		binary.NativeEndian.PutUint64(server.mr.Bytes()[r.counter:], 0)
 		cli.SyncMR(server.mr)
 	}
-	if o.op == roce.OpRead {
+	if o.op == verbs.OpRead {
 		for k := range c.depth {
 			r.readSrc = append(r.readSrc, r.pattern(k))
 			copy(server.mr.Bytes()[r.slot(k):], r.readSrc[k])
@@ -78,7 +78,7 @@ func (r *opRun) mine(i int) uint64 { return uint64(r.c.depth*r.size) + r.slot(i)
 // both sides.
 func (r *opRun) loop(ctx context.Context) error {
 	c, recv := r.c, r.o.recv
-	wcs := make([]roce.WC, 32)
+	wcs := make([]verbs.WC, 32)
 	for r.doneC < c.count || recv && r.doneS < c.count {
 		for r.posted < c.count && r.posted < r.doneC+c.depth && (!recv || r.posted < r.doneS+c.depth) {
 			if err := r.post(); err != nil {
@@ -112,60 +112,60 @@ func (r *opRun) post() error {
 	// this goroutine checked request i-depth: order the check first (the
 	// request reaches the server's device through the sockets).
 	cli.SyncMR(server.mr)
-	wr := roce.SendWR{ID: uint64(i), Opcode: r.o.op, Flags: roce.Signaled, Imm: uint32(i),
+	wr := verbs.SendWR{ID: uint64(i), Opcode: r.o.op, Flags: verbs.Signaled, Imm: uint32(i),
 		RemoteAddr: server.mr.Addr() + r.slot(i), RKey: server.mr.RKey()}
 	switch r.o.op {
-	case roce.OpRead:
+	case verbs.OpRead:
 		// The server's slots were filled before the first READ: the demo
 		// never rewrites memory a peer may still be reading (a late
 		// duplicate READ re-reads it).
 		r.want[i] = r.readSrc[i%r.c.depth]
 		clear(client.mr.Bytes()[r.mine(i) : r.mine(i)+size])
-		wr.SGL = []roce.SGE{{Addr: client.mr.Addr() + r.mine(i), Length: uint32(size), LKey: client.mr.LKey()}}
-	case roce.OpAtomicFetchAdd, roce.OpAtomicCmpSwp:
+		wr.SGL = []verbs.SGE{{Addr: client.mr.Addr() + r.mine(i), Length: uint32(size), LKey: client.mr.LKey()}}
+	case verbs.OpAtomicFetchAdd, verbs.OpAtomicCmpSwp:
 		wr.RemoteAddr = server.mr.Addr() + r.counter
 		wr.CompareAdd, wr.Swap = uint64(i), uint64(i+1) // compare-and-swap i -> i+1
-		if r.o.op == roce.OpAtomicFetchAdd {
+		if r.o.op == verbs.OpAtomicFetchAdd {
 			wr.CompareAdd = 1
 		}
-		wr.SGL = []roce.SGE{{Addr: client.mr.Addr() + r.mine(i), Length: 8, LKey: client.mr.LKey()}}
+		wr.SGL = []verbs.SGE{{Addr: client.mr.Addr() + r.mine(i), Length: 8, LKey: client.mr.LKey()}}
 	default:
 		r.want[i] = r.pattern(i)
 		copy(client.mr.Bytes()[r.slot(i):r.slot(i)+size], r.want[i])
-		wr.SGL = []roce.SGE{{Addr: client.mr.Addr() + r.slot(i), Length: uint32(size), LKey: client.mr.LKey()}}
+		wr.SGL = []verbs.SGE{{Addr: client.mr.Addr() + r.slot(i), Length: uint32(size), LKey: client.mr.LKey()}}
 	}
 	if r.o.recv {
-		if err := server.qp.PostRecv([]roce.RecvWR{{ID: uint64(i),
-			SGL: []roce.SGE{{Addr: server.mr.Addr() + r.slot(i), Length: uint32(size), LKey: server.mr.LKey()}}}}); err != nil {
+		if err := server.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i),
+			SGL: []verbs.SGE{{Addr: server.mr.Addr() + r.slot(i), Length: uint32(size), LKey: server.mr.LKey()}}}}); err != nil {
 			return err
 		}
 	}
 	r.posted++
-	return client.qp.PostSend([]roce.SendWR{wr})
+	return client.qp.PostSend([]verbs.SendWR{wr})
 }
 
 // clientDone checks the client's completions, in order, and the data
 // they stand for.
-func (r *opRun) clientDone(wcs []roce.WC) error {
+func (r *opRun) clientDone(wcs []verbs.WC) error {
 	size := uint64(r.size)
 	for _, wc := range wcs {
 		i := r.doneC
-		if wc.Status != roce.Success || wc.ID != uint64(i) {
+		if wc.Status != verbs.Success || wc.ID != uint64(i) {
 			return fmt.Errorf("completion %d: %v", i, &wc)
 		}
 		switch r.o.op {
-		case roce.OpRead:
+		case verbs.OpRead:
 			if !bytes.Equal(r.client.mr.Bytes()[r.mine(i):r.mine(i)+size], r.want[i]) {
 				return fmt.Errorf("READ %d: data differs", i)
 			}
 			r.checked += int64(size)
-		case roce.OpWrite:
+		case verbs.OpWrite:
 			cli.SyncMR(r.server.mr)
 			if !bytes.Equal(r.server.mr.Bytes()[r.slot(i):r.slot(i)+size], r.want[i]) {
 				return fmt.Errorf("WRITE %d: data differs at the server", i)
 			}
 			r.checked += int64(size)
-		case roce.OpAtomicFetchAdd, roce.OpAtomicCmpSwp:
+		case verbs.OpAtomicFetchAdd, verbs.OpAtomicCmpSwp:
 			if got := binary.NativeEndian.Uint64(r.client.mr.Bytes()[r.mine(i):]); got != uint64(i) {
 				return fmt.Errorf("%v %d returned %d, want %d", r.o.op, i, got, i)
 			}
@@ -181,18 +181,18 @@ func (r *opRun) clientDone(wcs []roce.WC) error {
 
 // serverDone checks the server's receive completions, in order, and the
 // data they stand for.
-func (r *opRun) serverDone(wcs []roce.WC) error {
+func (r *opRun) serverDone(wcs []verbs.WC) error {
 	size := uint64(r.size)
 	for _, wc := range wcs {
 		i := r.doneS
-		wantOp := roce.WCRecv
-		if r.o.op == roce.OpWriteImm {
-			wantOp = roce.WCRecvRDMAWithIm
+		wantOp := verbs.WCRecv
+		if r.o.op == verbs.OpWriteImm {
+			wantOp = verbs.WCRecvRDMAWithIm
 		}
-		if wc.Status != roce.Success || wc.ID != uint64(i) || wc.Opcode != wantOp || wc.ByteLen != uint32(size) {
+		if wc.Status != verbs.Success || wc.ID != uint64(i) || wc.Opcode != wantOp || wc.ByteLen != uint32(size) {
 			return fmt.Errorf("server completion %d: %v", i, &wc)
 		}
-		if r.o.op != roce.OpSend && (wc.Flags&roce.WithImm == 0 || wc.Imm != uint32(i)) {
+		if r.o.op != verbs.OpSend && (wc.Flags&verbs.WithImm == 0 || wc.Imm != uint32(i)) {
 			return fmt.Errorf("server completion %d: immediate %v", i, &wc)
 		}
 		cli.SyncMR(r.server.mr)

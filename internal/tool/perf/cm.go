@@ -22,6 +22,7 @@ import (
 	"github.com/goroce/goroce/internal/cqwait"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // exchanger is the out-of-band session a test's flow uses: perftest's
@@ -61,13 +62,13 @@ type cmExchange struct {
 	gidIndex int32
 	agent    *cm.Agent
 	comm     *cm.Conn
-	qp       roce.QP
-	scq, rcq roce.CQ
-	mr       roce.MR
+	qp       verbs.QP
+	scq, rcq verbs.CQ
+	mr       verbs.MR
 	buf      []byte // [0:56] the receive, [64:128] the send
-	sendWR   []roce.SendWR
-	recvWR   []roce.RecvWR
-	wc       []roce.WC
+	sendWR   []verbs.SendWR
+	recvWR   []verbs.RecvWR
+	wc       []verbs.WC
 	waiter   *cqwait.Waiter
 	compat   oob.Compat
 	first    oob.PerftestDest
@@ -122,14 +123,14 @@ func (r *session) openCM() error {
 // newCMExchange makes the comm QP of perftest's rdma_cm mode, in INIT
 // with its first receive posted, as perftest's post_one_recv_wqe does
 // before the connection exists.
-func newCMExchange(dev roce.Device, role oob.Role, spin time.Duration) (*cmExchange, error) {
-	c := &cmExchange{role: role, waiter: cqwait.New(spin), wc: make([]roce.WC, 1)}
+func newCMExchange(dev verbs.Device, role oob.Role, spin time.Duration) (*cmExchange, error) {
+	c := &cmExchange{role: role, waiter: cqwait.New(spin), wc: make([]verbs.WC, 1)}
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return nil, err
 	}
 	c.buf = make([]byte, 2*cmMsgMax)
-	if c.mr, err = pd.RegMR(c.buf, roce.LocalWrite); err != nil {
+	if c.mr, err = pd.RegMR(c.buf, verbs.LocalWrite); err != nil {
 		return nil, err
 	}
 	if c.scq, err = dev.CreateCQ(2); err != nil {
@@ -138,13 +139,13 @@ func newCMExchange(dev roce.Device, role oob.Role, spin time.Duration) (*cmExcha
 	if c.rcq, err = dev.CreateCQ(2); err != nil {
 		return nil, err
 	}
-	if c.qp, err = pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: c.scq, RecvCQ: c.rcq,
-		Cap: roce.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if c.qp, err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: c.scq, RecvCQ: c.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
-	c.sendWR = []roce.SendWR{{Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: c.mr.Addr() + cmMsgMax, LKey: c.mr.LKey()}}}}
-	c.recvWR = []roce.RecvWR{{SGL: []roce.SGE{{Addr: c.mr.Addr(), Length: cmRecvLen, LKey: c.mr.LKey()}}}}
+	c.sendWR = []verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{{Addr: c.mr.Addr() + cmMsgMax, LKey: c.mr.LKey()}}}}
+	c.recvWR = []verbs.RecvWR{{SGL: []verbs.SGE{{Addr: c.mr.Addr(), Length: cmRecvLen, LKey: c.mr.LKey()}}}}
 	if err := roce.ModifyToInit(c.qp, nil); err != nil {
 		return nil, err
 	}
@@ -190,7 +191,7 @@ func (r *session) cmServer() (netip.AddrPort, error) {
 // rdma_accept: the READ/atomic depths for those tests, 7 retries, 7 RNR
 // retries, the min RNR timer it sets after accepting, and the QP timeout
 // of its TCP mode, which it sets with RDMA_OPTION_ID_ACK_TIMEOUT.
-func (r *session) cmParams(q roce.QP) *cm.Params {
+func (r *session) cmParams(q verbs.QP) *cm.Params {
 	p := &cm.Params{QP: q, RetryCount: 7, RNRRetryCount: 7, MinRNRTimer: minRNRTimer, PathMTU: r.mtu,
 		ACKTimeout: qpTimeout}
 	if r.o.verb == verbRead || r.o.verb == verbAtomic {
@@ -223,7 +224,7 @@ func (r *session) connectCM() error {
 				func() error {
 					// The refusal left the QP in ERR: back to RESET for the
 					// next try (perftest makes a new cm_id and QP).
-					if err := q.Modify(&roce.QPAttr{State: roce.StateReset}, roce.AttrState); err != nil {
+					if err := q.Modify(&verbs.QPAttr{State: verbs.StateReset}, verbs.AttrState); err != nil {
 						return fmt.Errorf("QP %d to RESET after a refused connection: %w", q.QPN(), err)
 					}
 					return nil
@@ -312,7 +313,7 @@ func (c *cmExchange) send(ctx context.Context, step string, b []byte) error {
 	if err != nil {
 		return fmt.Errorf("perftest rdma_cm %s: send: %w", step, err)
 	}
-	if n != 1 || c.wc[0].Status != roce.Success {
+	if n != 1 || c.wc[0].Status != verbs.Success {
 		return fmt.Errorf("perftest rdma_cm %s: send completed with %v", step, c.wc[0].Status)
 	}
 	return nil
@@ -326,7 +327,7 @@ func (c *cmExchange) recv(ctx context.Context, step string, b []byte) error {
 		return fmt.Errorf("perftest rdma_cm %s: receive: %w", step, err)
 	}
 	w := &c.wc[0]
-	if n != 1 || w.Status != roce.Success {
+	if n != 1 || w.Status != verbs.Success {
 		return fmt.Errorf("perftest rdma_cm %s: receive completed with %v", step, w.Status)
 	}
 	if int(w.ByteLen) != len(b) {
@@ -349,7 +350,7 @@ func (c *cmExchange) answered(b []byte) bool {
 		return false
 	}
 	w := &c.wc[0]
-	if w.Status != roce.Success || int(w.ByteLen) != len(b) {
+	if w.Status != verbs.Success || int(w.ByteLen) != len(b) {
 		return false
 	}
 	copy(b, c.buf[:len(b)])

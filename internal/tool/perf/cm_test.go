@@ -16,6 +16,7 @@ import (
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestPerfCMLostAck loses the ACK of the client's message in an rdma_cm
@@ -97,7 +98,7 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	// What the cm does with the QP when the server's DREQ comes.
-	if err := cl.qp.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
+	if err := cl.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	err := <-done

@@ -15,6 +15,7 @@ import (
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // session is one run of roce perf.
@@ -25,17 +26,17 @@ type session struct {
 	ctx  context.Context
 	role oob.Role
 
-	dev    roce.Device
+	dev    verbs.Device
 	soft   *roce.SoftDevice // nil on a libibverbs device
 	devNm  string
-	pd     roce.PD
-	sendCQ roce.CQ
-	recvCQ roce.CQ
-	qps    []roce.QP
-	mr     roce.MR
+	pd     verbs.PD
+	sendCQ verbs.CQ
+	recvCQ verbs.CQ
+	qps    []verbs.QP
+	mr     verbs.MR
 	buf    []byte
 	bufSz  int // BUFF_SIZE: each QP's send area and receive area
-	mtu    roce.MTU
+	mtu    verbs.MTU
 	sys    oob.SysData
 	gidIdx int
 	spin   time.Duration
@@ -107,7 +108,7 @@ func (r *session) run() error {
 	}
 	mtu := r.dev.ActiveMTU()
 	if o.mtu != 0 {
-		if m, _ := roce.MTUFromBytes(o.mtu); m < mtu {
+		if m, _ := verbs.MTUFromBytes(o.mtu); m < mtu {
 			mtu = m
 		}
 	}
@@ -115,7 +116,7 @@ func (r *session) run() error {
 	if err != nil {
 		return err
 	}
-	r.mtu = roce.MTU(agreed)
+	r.mtu = verbs.MTU(agreed)
 	if err := r.setup(); err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func (r *session) setup() error {
 	cycle := int(max(r.sys.CycleBuffer, 64))
 	r.bufSz = max(o.size, cycle)
 	r.buf = make([]byte, 2*o.qps*r.bufSz)
-	access := roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead | roce.RemoteAtomic
+	access := verbs.LocalWrite | verbs.RemoteWrite | verbs.RemoteRead | verbs.RemoteAtomic
 	if r.mr, err = r.pd.RegMR(r.buf, access); err != nil {
 		return err
 	}
@@ -265,8 +266,8 @@ func (r *session) setup() error {
 		return err
 	}
 	for i := range o.qps {
-		q, err := r.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
-			Cap: roce.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		q, err := r.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
+			Cap: verbs.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return fmt.Errorf("couldn't create QP: %w", err)
 		}
@@ -289,13 +290,13 @@ func (r *session) params(peer *oob.PerftestDest) *roce.ConnParams {
 		HopLimit: hopLimit, SGIDIndex: 0, MaxRDAtomic: 1, MaxDestRDAtomic: 1}
 	switch o.verb {
 	case verbWrite:
-		c.Access = roce.RemoteWrite | roce.LocalWrite
+		c.Access = verbs.RemoteWrite | verbs.LocalWrite
 	case verbRead:
-		c.Access = roce.RemoteRead | roce.LocalWrite
+		c.Access = verbs.RemoteRead | verbs.LocalWrite
 	case verbAtomic:
-		c.Access = roce.RemoteAtomic | roce.LocalWrite
+		c.Access = verbs.RemoteAtomic | verbs.LocalWrite
 	case verbSend:
-		c.Access = roce.RemoteWrite | roce.LocalWrite
+		c.Access = verbs.RemoteWrite | verbs.LocalWrite
 	}
 	if len(r.local) > 0 {
 		c.MaxDestRDAtomic = uint8(max(r.local[0].OutReads, 1))

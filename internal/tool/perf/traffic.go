@@ -14,7 +14,7 @@ import (
 	"github.com/goroce/goroce/internal/cqwait"
 	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // pollBatch is how many completions one poll takes (perftest: 16).
@@ -78,33 +78,33 @@ func (r *session) sendArea(i int) uint64 { return r.mr.Addr() + uint64(i*r.bufSz
 func (r *session) recvArea(i int) uint64 { return r.mr.Addr() + uint64((r.o.qps+i)*r.bufSz) }
 
 // sendWR returns the work request QP i posts over and over.
-func (r *session) sendWR(i int, sge []roce.SGE) roce.SendWR {
+func (r *session) sendWR(i int, sge []verbs.SGE) verbs.SendWR {
 	o := r.o
-	sge[0] = roce.SGE{Addr: r.sendArea(i), Length: uint32(o.size), LKey: r.mr.LKey()}
-	w := roce.SendWR{ID: uint64(i), SGL: sge[:1:1], RemoteAddr: r.remote[i].VAddr, RKey: r.remote[i].RKey}
+	sge[0] = verbs.SGE{Addr: r.sendArea(i), Length: uint32(o.size), LKey: r.mr.LKey()}
+	w := verbs.SendWR{ID: uint64(i), SGL: sge[:1:1], RemoteAddr: r.remote[i].VAddr, RKey: r.remote[i].RKey}
 	switch o.verb {
 	case verbSend:
-		w.Opcode = roce.OpSend
+		w.Opcode = verbs.OpSend
 	case verbWrite:
-		w.Opcode = roce.OpWrite
+		w.Opcode = verbs.OpWrite
 	case verbRead:
-		w.Opcode = roce.OpRead
+		w.Opcode = verbs.OpRead
 	case verbAtomic:
-		w.Opcode = roce.OpAtomicFetchAdd
+		w.Opcode = verbs.OpAtomicFetchAdd
 		w.CompareAdd = atomicAddValue
 		if o.atomic == atomicCAS {
-			w.Opcode, w.CompareAdd, w.Swap = roce.OpAtomicCmpSwp, 0, atomicSwapValue
+			w.Opcode, w.CompareAdd, w.Swap = verbs.OpAtomicCmpSwp, 0, atomicSwapValue
 		}
 	}
 	return w
 }
 
 // recvWRs returns n receive requests for QP i, all alike.
-func (r *session) recvWRs(i, n int) []roce.RecvWR {
-	sge := []roce.SGE{{Addr: r.recvArea(i), Length: uint32(r.o.size), LKey: r.mr.LKey()}}
-	wrs := make([]roce.RecvWR, n)
+func (r *session) recvWRs(i, n int) []verbs.RecvWR {
+	sge := []verbs.SGE{{Addr: r.recvArea(i), Length: uint32(r.o.size), LKey: r.mr.LKey()}}
+	wrs := make([]verbs.RecvWR, n)
 	for k := range wrs {
-		wrs[k] = roce.RecvWR{ID: uint64(i), SGL: sge}
+		wrs[k] = verbs.RecvWR{ID: uint64(i), SGL: sge}
 	}
 	return wrs
 }
@@ -119,7 +119,7 @@ func (r *session) postRecvs() error {
 	return nil
 }
 
-func wcError(side string, w *roce.WC, done, total uint64) error {
+func wcError(side string, w *verbs.WC, done, total uint64) error {
 	return fmt.Errorf("completion with error at %s: status %s (%d), wr_id %d, vendor error %#x (%d of %d done)",
 		side, w.Status, int(w.Status), w.ID, w.VendorErr, done, total)
 }
@@ -131,12 +131,12 @@ type bwClient struct {
 	dur          bool   // a duration run (-D)
 	iters, tot   uint64 // messages per QP, and in all
 	cqMod, depth uint64
-	peak         bool            // posted and completed are kept for the peak
-	posted       []time.Duration // when each message was posted
-	completed    []time.Duration // when each signaled message completed
-	scnt, ccnt   []uint64        // messages posted and completed per QP
-	batch        [][]roce.SendWR // each QP's work requests
-	wcs          []roce.WC
+	peak         bool             // posted and completed are kept for the peak
+	posted       []time.Duration  // when each message was posted
+	completed    []time.Duration  // when each signaled message completed
+	scnt, ccnt   []uint64         // messages posted and completed per QP
+	batch        [][]verbs.SendWR // each QP's work requests
+	wcs          []verbs.WC
 	w            *cqwait.Waiter
 	ph           phases
 	totS, totC   uint64 // messages posted and completed in all
@@ -152,16 +152,16 @@ func (r *session) runBWClient() (*result, error) {
 	o := r.o
 	nq := len(r.qps)
 	c := &bwClient{r: r, dur: o.duration > 0, iters: uint64(o.iters), cqMod: uint64(o.cqMod), depth: uint64(o.txDepth),
-		scnt: make([]uint64, nq), ccnt: make([]uint64, nq), batch: make([][]roce.SendWR, nq),
-		wcs: make([]roce.WC, pollBatch), w: cqwait.New(r.spin), ph: newPhases(o)}
+		scnt: make([]uint64, nq), ccnt: make([]uint64, nq), batch: make([][]verbs.SendWR, nq),
+		wcs: make([]verbs.WC, pollBatch), w: cqwait.New(r.spin), ph: newPhases(o)}
 	c.tot = c.iters * uint64(nq)
 	c.peak = !o.noPeak && c.tot <= 1<<24
 	if c.peak {
 		c.posted, c.completed = make([]time.Duration, c.tot), make([]time.Duration, c.tot)
 	}
 	for i := range c.batch {
-		c.batch[i] = make([]roce.SendWR, o.txDepth)
-		sges := make([]roce.SGE, o.txDepth)
+		c.batch[i] = make([]verbs.SendWR, o.txDepth)
+		sges := make([]verbs.SGE, o.txDepth)
 		for k := range c.batch[i] {
 			c.batch[i][k] = r.sendWR(i, sges[k:])
 		}
@@ -203,7 +203,7 @@ func (c *bwClient) post() (bool, error) {
 			wr := &c.batch[i][k]
 			wr.Flags = 0
 			if c.cqMod == 1 || s%c.cqMod == c.cqMod-1 || !c.dur && s == c.iters-1 {
-				wr.Flags = roce.Signaled
+				wr.Flags = verbs.Signaled
 			}
 			c.scnt[i]++
 			k++
@@ -243,7 +243,7 @@ func (c *bwClient) complete(postedNow bool) error {
 	t := time.Since(c.start)
 	for k := range c.wcs[:ne] {
 		wc := &c.wcs[k]
-		if wc.Status != roce.Success {
+		if wc.Status != verbs.Success {
 			return wcError("send", wc, c.totC, c.tot)
 		}
 		c.ccnt[wc.ID] += c.cqMod
@@ -269,7 +269,7 @@ func (r *session) runBWServer() (*result, error) {
 	dur := o.duration > 0
 	iters := uint64(o.iters)
 	tot := iters * uint64(nq)
-	wrs := make([][]roce.RecvWR, nq)
+	wrs := make([][]verbs.RecvWR, nq)
 	for i := range wrs {
 		wrs[i] = r.recvWRs(i, o.rxDepth)
 	}
@@ -278,7 +278,7 @@ func (r *session) runBWServer() (*result, error) {
 		postedQP[i] = uint64(o.rxDepth)
 	}
 	repost := make([]int, nq)
-	wcs := make([]roce.WC, pollBatch)
+	wcs := make([]verbs.WC, pollBatch)
 	w := cqwait.New(r.spin)
 	ph := newPhases(o)
 	var rcnt, sampled uint64
@@ -306,7 +306,7 @@ func (r *session) runBWServer() (*result, error) {
 		}
 		for k := range wcs[:ne] {
 			wc := &wcs[k]
-			if wc.Status != roce.Success {
+			if wc.Status != verbs.Success {
 				return nil, wcError("receive", wc, rcnt, tot)
 			}
 			i := wc.ID
@@ -361,7 +361,7 @@ func (r *session) runLatSend() (*result, error) {
 	q := r.qps[0]
 	wr := r.latWR()
 	rwr := r.recvWRs(0, 1)
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	w := cqwait.New(r.latSpin())
 	tposted := r.postTimes()
 	ph := newPhases(o)
@@ -381,7 +381,7 @@ func (r *session) runLatSend() (*result, error) {
 			if ph.start < 0 {
 				ph.start = time.Since(base)
 			}
-			if wc[0].Status != roce.Success {
+			if wc[0].Status != verbs.Success {
 				return nil, wcError("receive", &wc[0], rcnt, iters)
 			}
 			rcnt++
@@ -402,7 +402,7 @@ func (r *session) runLatSend() (*result, error) {
 			poll := scnt%uint64(o.cqMod) == 0 || !dur && scnt == iters
 			wr[0].Flags = 0
 			if poll {
-				wr[0].Flags = roce.Signaled
+				wr[0].Flags = verbs.Signaled
 			}
 			if err := q.PostSend(wr); err != nil {
 				return nil, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
@@ -412,7 +412,7 @@ func (r *session) runLatSend() (*result, error) {
 				if err != nil {
 					return nil, fmt.Errorf("send %d of %d: %w", scnt, iters, err)
 				}
-				if ne > 0 && wc[0].Status != roce.Success {
+				if ne > 0 && wc[0].Status != verbs.Success {
 					return nil, wcError("send", &wc[0], scnt, iters)
 				}
 			}
@@ -431,10 +431,10 @@ func (r *session) runLatWrite() (*result, error) {
 	server := r.role == oob.Server
 	q := r.qps[0]
 	wr := r.latWR()
-	wr[0].Flags = roce.Signaled
+	wr[0].Flags = verbs.Signaled
 	postByte := &r.buf[o.size-1]               // the last byte of what this side writes
 	pollByte := &r.buf[o.qps*r.bufSz+o.size-1] // the last byte the peer writes here
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	w := cqwait.New(r.latSpin())
 	tposted := r.postTimes()
 	ph := newPhases(o)
@@ -469,7 +469,7 @@ func (r *session) runLatWrite() (*result, error) {
 				return nil, fmt.Errorf("write %d of %d: %w", scnt, iters, err)
 			}
 			if ne > 0 {
-				if wc[0].Status != roce.Success {
+				if wc[0].Status != verbs.Success {
 					return nil, wcError("send", &wc[0], ccnt, iters)
 				}
 				ccnt++
@@ -490,8 +490,8 @@ func (r *session) runLatRead() (*result, error) {
 	iters := uint64(o.iters)
 	q := r.qps[0]
 	wr := r.latWR()
-	wr[0].Flags = roce.Signaled
-	wc := make([]roce.WC, 1)
+	wr[0].Flags = verbs.Signaled
+	wc := make([]verbs.WC, 1)
 	w := cqwait.New(r.latSpin())
 	tposted := r.postTimes()
 	ph := newPhases(o)
@@ -513,7 +513,7 @@ func (r *session) runLatRead() (*result, error) {
 			return nil, fmt.Errorf("request %d of %d: %w", scnt, iters, err)
 		}
 		if ne > 0 {
-			if wc[0].Status != roce.Success {
+			if wc[0].Status != verbs.Success {
 				return nil, wcError("send", &wc[0], scnt-1, iters)
 			}
 			if dur && ph.at(time.Since(base)) == phaseSample {
@@ -526,8 +526,8 @@ func (r *session) runLatRead() (*result, error) {
 
 // latWR returns the one work request a latency test posts on QP 0, over
 // and over.
-func (r *session) latWR() []roce.SendWR {
-	return []roce.SendWR{r.sendWR(0, make([]roce.SGE, 1))}
+func (r *session) latWR() []verbs.SendWR {
+	return []verbs.SendWR{r.sendWR(0, make([]verbs.SGE, 1))}
 }
 
 // postTimes returns room for a latency test's posting times: one per
@@ -550,7 +550,7 @@ func (r *session) latSpin() time.Duration {
 
 // waitOne waits for one completion on cq. In a duration run that may
 // end while waiting (untilEnd), it returns 0 once the run's time is up.
-func (r *session) waitOne(w *cqwait.Waiter, cq roce.CQ, wc []roce.WC, untilEnd bool, ph *phases, base time.Time) (int, error) {
+func (r *session) waitOne(w *cqwait.Waiter, cq verbs.CQ, wc []verbs.WC, untilEnd bool, ph *phases, base time.Time) (int, error) {
 	for {
 		ne, err := w.PollFor(r.ctx, cq, wc, 10*time.Millisecond)
 		if ne > 0 || err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/internal/cqwait"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // session is one run of the command.
@@ -24,23 +25,23 @@ type session struct {
 	o    *options
 	out  io.Writer
 	log  *slog.Logger
-	dev  roce.Device
+	dev  verbs.Device
 	soft *roce.SoftDevice
-	pd   roce.PD
-	cq   roce.CQ
-	srq  roce.SRQ
-	qps  []roce.QP
-	mr   roce.MR
+	pd   verbs.PD
+	cq   verbs.CQ
+	srq  verbs.SRQ
+	qps  []verbs.QP
+	mr   verbs.MR
 	buf  []byte
-	ah   roce.AH
+	ah   verbs.AH
 
 	local   []oob.Dest
 	remote  []oob.Dest
 	pending []int
 	routs   int
-	recvWRs []roce.RecvWR
-	sendWR  [1]roce.SendWR
-	sendSGE []roce.SGE
+	recvWRs []verbs.RecvWR
+	sendWR  [1]verbs.SendWR
+	sendSGE []verbs.SGE
 	waiter  *cqwait.Waiter
 }
 
@@ -202,15 +203,15 @@ func (p *session) setup(addr netip.Addr) error {
 	}
 	p.pending = make([]int, o.numQP)
 	// The receive work requests, all alike: rx_depth of them.
-	sge := []roce.SGE{{Addr: p.mr.Addr(), Length: uint32(o.size), LKey: p.mr.LKey()}}
+	sge := []verbs.SGE{{Addr: p.mr.Addr(), Length: uint32(o.size), LKey: p.mr.LKey()}}
 	if o.mode == modeUD {
 		sge[0].Length += grhLen
 	}
-	p.recvWRs = make([]roce.RecvWR, o.rxDepth)
+	p.recvWRs = make([]verbs.RecvWR, o.rxDepth)
 	for i := range p.recvWRs {
-		p.recvWRs[i] = roce.RecvWR{ID: recvWRID, SGL: sge}
+		p.recvWRs[i] = verbs.RecvWR{ID: recvWRID, SGL: sge}
 	}
-	p.sendSGE = make([]roce.SGE, 1)
+	p.sendSGE = make([]verbs.SGE, 1)
 	if p.routs, err = p.postRecv(o.rxDepth); p.routs < o.rxDepth {
 		return fmt.Errorf("couldn't post receive (%d): %w", p.routs, err)
 	}
@@ -239,7 +240,7 @@ func (p *session) setupMemory() error {
 		p.buf[i] = 0x7b
 	}
 	var err error
-	p.mr, err = p.pd.RegMR(p.buf, roce.LocalWrite)
+	p.mr, err = p.pd.RegMR(p.buf, verbs.LocalWrite)
 	return err
 }
 
@@ -247,18 +248,18 @@ func (p *session) setupMemory() error {
 // entries.
 func (p *session) setupQPs() error {
 	o := p.o
-	typ := roce.RC
+	typ := verbs.RC
 	switch o.mode {
 	case modeUC:
-		typ = roce.UC
+		typ = verbs.UC
 	case modeUD:
-		typ = roce.UD
+		typ = verbs.UD
 	}
-	init := &roce.QPInitAttr{Type: typ, SendCQ: p.cq, RecvCQ: p.cq,
-		Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
+	init := &verbs.QPInitAttr{Type: typ, SendCQ: p.cq, RecvCQ: p.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
 	var err error
 	if o.mode == modeSRQ {
-		if p.srq, err = p.pd.CreateSRQ(roce.SRQAttr{MaxWR: uint32(o.rxDepth), MaxSGE: 1}); err != nil {
+		if p.srq, err = p.pd.CreateSRQ(verbs.SRQAttr{MaxWR: uint32(o.rxDepth), MaxSGE: 1}); err != nil {
 			return err
 		}
 		init.SRQ, init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = p.srq, 0, 0
@@ -307,7 +308,7 @@ func (p *session) connect() error {
 	}
 	if p.o.mode == modeUD {
 		var err error
-		p.ah, err = p.pd.CreateAH(roce.AHAttr{DGID: p.remote[0].GID, HopLimit: hopLimit, Port: 1})
+		p.ah, err = p.pd.CreateAH(verbs.AHAttr{DGID: p.remote[0].GID, HopLimit: hopLimit, Port: 1})
 		if err != nil {
 			return fmt.Errorf("failed to create AH: %w", err)
 		}
@@ -325,7 +326,7 @@ func (p *session) postRecv(n int) (int, error) {
 		err = p.qps[0].PostRecv(wrs)
 	}
 	if err != nil {
-		var pe *roce.PostError
+		var pe *verbs.PostError
 		if errors.As(err, &pe) {
 			return pe.Index, err
 		}
@@ -344,8 +345,8 @@ func (p *session) postSend(i int) error {
 	case modeSRQ:
 		off = uint64((1 + i) * o.size)
 	}
-	p.sendSGE[0] = roce.SGE{Addr: p.mr.Addr() + off, Length: uint32(o.size), LKey: p.mr.LKey()}
-	p.sendWR[0] = roce.SendWR{ID: sendWRID, Opcode: roce.OpSend, Flags: roce.Signaled, SGL: p.sendSGE}
+	p.sendSGE[0] = verbs.SGE{Addr: p.mr.Addr() + off, Length: uint32(o.size), LKey: p.mr.LKey()}
+	p.sendWR[0] = verbs.SendWR{ID: sendWRID, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: p.sendSGE}
 	if o.mode == modeUD {
 		w := &p.sendWR[0]
 		w.AH, w.RemoteQPN, w.RemoteQKey = p.ah, p.remote[0].QPN, udQKey
@@ -380,7 +381,7 @@ func (p *session) traffic(ctx context.Context) error {
 	if o.mode == modeSRQ {
 		nwc, threshold = o.numQP+o.rxDepth, o.numQP
 	}
-	wc := make([]roce.WC, nwc)
+	wc := make([]verbs.WC, nwc)
 	var rcnt, scnt int
 	for rcnt < o.iters || scnt < o.iters {
 		ne, err := p.poll(ctx, wc)
@@ -411,7 +412,7 @@ func (p *session) traffic(ctx context.Context) error {
 
 // poll waits for completions: by polling, or by sleeping on CQ events
 // (-e).
-func (p *session) poll(ctx context.Context, wc []roce.WC) (int, error) {
+func (p *session) poll(ctx context.Context, wc []verbs.WC) (int, error) {
 	if !p.o.events {
 		return p.waiter.Poll(ctx, p.cq, wc)
 	}
@@ -424,9 +425,9 @@ func (p *session) poll(ctx context.Context, wc []roce.WC) (int, error) {
 
 // complete handles one completion: a receive reposts receives when few
 // are left; a QP whose send and receive have both completed sends again.
-func (p *session) complete(w *roce.WC, threshold int, scnt, rcnt *int) error {
+func (p *session) complete(w *verbs.WC, threshold int, scnt, rcnt *int) error {
 	o := p.o
-	if w.Status != roce.Success {
+	if w.Status != verbs.Success {
 		return fmt.Errorf("failed status %s (%d) for wr_id %d", w.Status, int(w.Status), w.ID)
 	}
 	qi := p.findQP(w.QPN)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // rpinger runs one rping session.
@@ -22,18 +23,18 @@ type rpinger struct {
 	dev   *roce.SoftDevice
 	agent *cm.Agent
 	conn  *cm.Conn
-	pd    roce.PD
-	cq    roce.CQ
-	qp    roce.QP
-	recv  roce.MR // the peer's rping_rdma_info arrives here
-	send  roce.MR // ours goes from here
-	rdma  roce.MR // the sink (client) or the READ destination (server)
-	start roce.MR // the client's ping data, READ by the server
+	pd    verbs.PD
+	cq    verbs.CQ
+	qp    verbs.QP
+	recv  verbs.MR // the peer's rping_rdma_info arrives here
+	send  verbs.MR // ours goes from here
+	rdma  verbs.MR // the sink (client) or the READ destination (server)
+	start verbs.MR // the client's ping data, READ by the server
 	state int
 	// the peer's buffer, from its last info message
 	remoteAddr          uint64
 	remoteRKey, remLen  uint32
-	wcs                 []roce.WC
+	wcs                 []verbs.WC
 	disconnectedPrinted bool
 }
 
@@ -48,17 +49,17 @@ func (r *rpinger) setup() error {
 	if r.cq, err = r.dev.CreateCQ(sqDepth * 2); err != nil {
 		return err
 	}
-	r.qp, err = r.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: r.cq, RecvCQ: r.cq,
-		Cap: roce.QPCap{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	r.qp, err = r.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: r.cq, RecvCQ: r.cq,
+		Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return err
 	}
-	if err := r.qp.Modify(&roce.QPAttr{State: roce.StateInit, Port: 1},
-		roce.AttrState|roce.AttrPKeyIndex|roce.AttrPort|roce.AttrAccessFlags); err != nil {
+	if err := r.qp.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		return err
 	}
-	remote := roce.LocalWrite | roce.RemoteRead | roce.RemoteWrite
-	if r.recv, err = r.pd.RegMR(make([]byte, infoLen), roce.LocalWrite); err != nil {
+	remote := verbs.LocalWrite | verbs.RemoteRead | verbs.RemoteWrite
+	if r.recv, err = r.pd.RegMR(make([]byte, infoLen), verbs.LocalWrite); err != nil {
 		return err
 	}
 	if r.send, err = r.pd.RegMR(make([]byte, infoLen), 0); err != nil {
@@ -74,38 +75,38 @@ func (r *rpinger) setup() error {
 	}
 	// One completion at a time: each may move the state, as each of
 	// rping's sem_posts does.
-	r.wcs = make([]roce.WC, 1)
+	r.wcs = make([]verbs.WC, 1)
 	return r.postRecv()
 }
 
 func (r *rpinger) postRecv() error {
-	return r.qp.PostRecv([]roce.RecvWR{{SGL: []roce.SGE{{Addr: r.recv.Addr(), Length: infoLen, LKey: r.recv.LKey()}}}})
+	return r.qp.PostRecv([]verbs.RecvWR{{SGL: []verbs.SGE{{Addr: r.recv.Addr(), Length: infoLen, LKey: r.recv.LKey()}}}})
 }
 
 // postSend sends our rping_rdma_info (sq_wr).
 func (r *rpinger) postSend() error {
-	return r.post(roce.SendWR{Opcode: roce.OpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{{Addr: r.send.Addr(), Length: infoLen, LKey: r.send.LKey()}}})
+	return r.post(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SGL: []verbs.SGE{{Addr: r.send.Addr(), Length: infoLen, LKey: r.send.LKey()}}})
 }
 
 // postRDMA READs n bytes of the peer's advertised buffer into ours, or
 // WRITEs n bytes of ours into it (rdma_sq_wr).
-func (r *rpinger) postRDMA(op roce.WROpcode, n uint32) error {
-	return r.post(roce.SendWR{Opcode: op, Flags: roce.Signaled,
-		SGL:        []roce.SGE{{Addr: r.rdma.Addr(), Length: n, LKey: r.rdma.LKey()}},
+func (r *rpinger) postRDMA(op verbs.WROpcode, n uint32) error {
+	return r.post(verbs.SendWR{Opcode: op, Flags: verbs.Signaled,
+		SGL:        []verbs.SGE{{Addr: r.rdma.Addr(), Length: n, LKey: r.rdma.LKey()}},
 		RemoteAddr: r.remoteAddr, RKey: r.remoteRKey})
 }
 
 // post posts one work request, failing as rping says it.
-func (r *rpinger) post(wr roce.SendWR) error {
-	if err := r.qp.PostSend([]roce.SendWR{wr}); err != nil {
+func (r *rpinger) post(wr verbs.SendWR) error {
+	if err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		return fmt.Errorf("post send error %w", err)
 	}
 	return nil
 }
 
 // formatSend puts a buffer's {addr, rkey, size} in the send buffer.
-func (r *rpinger) formatSend(mr roce.MR) {
+func (r *rpinger) formatSend(mr verbs.MR) {
 	b := r.send.Bytes()
 	binary.BigEndian.PutUint64(b[0:], mr.Addr())
 	binary.BigEndian.PutUint32(b[8:], mr.RKey())
@@ -144,8 +145,8 @@ func (r *rpinger) runServer(ctx context.Context, addr netip.Addr) error {
 	return r.runTest(ctx, "server", r.testServer)
 }
 
-func (r *rpinger) pathMTU() roce.MTU {
-	m, _ := roce.MTUFromBytes(r.o.mtu)
+func (r *rpinger) pathMTU() verbs.MTU {
+	m, _ := verbs.MTUFromBytes(r.o.mtu)
 	return m
 }
 
@@ -160,7 +161,7 @@ func (r *rpinger) testServer(ctx context.Context) error {
 		if r.o.debug {
 			fmt.Fprintln(r.stdout, "server received sink adv")
 		}
-		if err := r.postRDMA(roce.OpRead, r.remLen); err != nil {
+		if err := r.postRDMA(verbs.OpRead, r.remLen); err != nil {
 			return err
 		}
 		if err := r.await(ctx, stateReadComplete); err != nil {
@@ -179,7 +180,7 @@ func (r *rpinger) testServer(ctx context.Context) error {
 		if n > len(r.rdma.Bytes()) {
 			n = len(r.rdma.Bytes())
 		}
-		if err := r.postRDMA(roce.OpWrite, uint32(n)); err != nil {
+		if err := r.postRDMA(verbs.OpWrite, uint32(n)); err != nil {
 			return err
 		}
 		if err := r.await(ctx, stateWriteComplete); err != nil {
@@ -355,8 +356,8 @@ func (r *rpinger) wait(ctx context.Context) error {
 func (r *rpinger) poll() (bool, error) {
 	for r.cq.Poll(r.wcs) == 1 {
 		wc := r.wcs[0]
-		if wc.Status != roce.Success {
-			if wc.Status == roce.WRFlushErr {
+		if wc.Status != verbs.Success {
+			if wc.Status == verbs.WRFlushErr {
 				continue
 			}
 			fmt.Fprintf(r.stderr, "cq completion failed status %d\n", wc.Status)
@@ -364,14 +365,14 @@ func (r *rpinger) poll() (bool, error) {
 			return true, fmt.Errorf("completion failed: %v", wc.Status)
 		}
 		switch wc.Opcode {
-		case roce.WCSend:
-		case roce.WCWrite:
+		case verbs.WCSend:
+		case verbs.WCWrite:
 			r.state = stateWriteComplete
 			return true, nil
-		case roce.WCRead:
+		case verbs.WCRead:
 			r.state = stateReadComplete
 			return true, nil
-		case roce.WCRecv:
+		case verbs.WCRecv:
 			if wc.ByteLen != infoLen {
 				fmt.Fprintf(r.stderr, "Received bogus data, size %d\n", wc.ByteLen)
 				r.state = stateError

@@ -19,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // modeOpts are the scenario flags of roce server and roce client.
@@ -101,7 +102,7 @@ const reqSlot, respSlot, slotLen = 0, 1024, 1024
 
 func reqrespServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	for n := 0; ; n++ {
-		wc, err := s.expect(ctx, roce.WCRecv)
+		wc, err := s.expect(ctx, verbs.WCRecv)
 		if errors.Is(err, errPeerGone) {
 			fmt.Fprintf(o.out, "served %d requests\n", n)
 			return nil
@@ -160,7 +161,7 @@ func reqrespClient(ctx context.Context, s *session, o *modeOpts) error {
 		if err := s.sendBytes(ctx, reqSlot, []byte(req), nil); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
-		wc, err := s.expect(ctx, roce.WCRecv)
+		wc, err := s.expect(ctx, verbs.WCRecv)
 		if err != nil {
 			return fmt.Errorf("response %d: %w", i, err)
 		}
@@ -226,11 +227,11 @@ func writereadClient(ctx context.Context, s *session, o *modeOpts) error {
 	copy(src, str)
 	clear(dst)
 	cli.Step(s.log, roce.StepData, "RDMA WRITE the string into the server's buffer")
-	if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+	if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
 		return err
 	}
 	cli.Step(s.log, roce.StepData, "RDMA READ it back into a second buffer")
-	if err := s.do(ctx, roce.SendWR{Opcode: roce.OpRead, SGL: s.sge(n, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCRead); err != nil {
+	if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpRead, SGL: s.sge(n, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, verbs.WCRead); err != nil {
 		return err
 	}
 	if !bytes.Equal(src, dst) {
@@ -294,12 +295,12 @@ func minimalClient(ctx context.Context, s *session, o *modeOpts) error {
 	copy(b, str)
 	b[n-1] = 0
 	cli.Step(s.log, roce.StepData, "post RDMA_WRITE len=%d", n)
-	if err := s.do(ctx, roce.SendWR{ID: 1, Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+	if err := s.do(ctx, verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
 		return err
 	}
 	clear(b[:rl])
 	cli.Step(s.log, roce.StepData, "post RDMA_READ len=%d", rl)
-	if err := s.do(ctx, roce.SendWR{ID: 2, Opcode: roce.OpRead, SGL: s.sge(0, rl), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCRead); err != nil {
+	if err := s.do(ctx, verbs.SendWR{ID: 2, Opcode: verbs.OpRead, SGL: s.sge(0, rl), RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, verbs.WCRead); err != nil {
 		return err
 	}
 	got := cString(b[:rl])
@@ -322,7 +323,7 @@ func cString(b []byte) string {
 
 func writeImmServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	for {
-		wc, err := s.expect(ctx, roce.WCRecvRDMAWithIm)
+		wc, err := s.expect(ctx, verbs.WCRecvRDMAWithIm)
 		if err != nil {
 			return sessionEnd(err)
 		}
@@ -345,8 +346,8 @@ func writeImmClient(ctx context.Context, s *session, o *modeOpts) error {
 	copy(s.mr.Bytes(), str)
 	for i := range o.n {
 		imm := uint32(o.imm) + uint32(i)
-		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWriteImm, Imm: imm, SGL: s.sge(0, len(str)),
-			RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+		if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpWriteImm, Imm: imm, SGL: s.sge(0, len(str)),
+			RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.out, "RDMA_WRITE_WITH_IMM of %d bytes, imm=0x%08x: done\n", len(str), imm)
@@ -360,7 +361,7 @@ const lineSlot = 2048
 
 func sendServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	for n := 1; ; n++ {
-		wc, err := s.expect(ctx, roce.WCRecv)
+		wc, err := s.expect(ctx, verbs.WCRecv)
 		if err != nil {
 			return sessionEnd(err)
 		}
@@ -403,7 +404,7 @@ func sendClient(ctx context.Context, s *session, o *modeOpts) error {
 		if err := s.sendBytes(ctx, 0, []byte(line), nil); err != nil {
 			return err
 		}
-		wc, err := s.expect(ctx, roce.WCRecv)
+		wc, err := s.expect(ctx, verbs.WCRecv)
 		if err != nil {
 			return err
 		}
@@ -424,7 +425,7 @@ const writeSlots = 8
 func writeServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	slot := s.mr.Len() / writeSlots
 	for {
-		wc, err := s.expect(ctx, roce.WCRecvRDMAWithIm)
+		wc, err := s.expect(ctx, verbs.WCRecvRDMAWithIm)
 		if err != nil {
 			return sessionEnd(err)
 		}
@@ -446,8 +447,8 @@ func writeClient(ctx context.Context, s *session, o *modeOpts) error {
 		}
 		copy(s.mr.Bytes(), line)
 		off := uint64(seq%writeSlots) * uint64(slot)
-		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWriteImm, Imm: seq, SGL: s.sge(0, len(line)),
-			RemoteAddr: s.peer.addr + off, RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+		if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpWriteImm, Imm: seq, SGL: s.sge(0, len(line)),
+			RemoteAddr: s.peer.addr + off, RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
 			return err
 		}
 		seq++
@@ -495,8 +496,8 @@ func readClient(ctx context.Context, s *session, o *modeOpts) error {
 			fmt.Fprintf(o.out, "range %d-%d is outside the server's %d bytes (0-%d)\n", a, b, n, n-1)
 			return nil
 		}
-		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpRead, SGL: s.sge(0, b-a+1),
-			RemoteAddr: s.peer.addr + uint64(a), RKey: s.peer.rkey}, roce.WCRead); err != nil {
+		if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpRead, SGL: s.sge(0, b-a+1),
+			RemoteAddr: s.peer.addr + uint64(a), RKey: s.peer.rkey}, verbs.WCRead); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.out, "Read data (%d bytes from position %d): %s\n", b-a+1, a, s.mr.Bytes()[:b-a+1])
@@ -554,7 +555,7 @@ func lambdaSetup(l *sessionListener, o *modeOpts) (any, error) {
 func lambdaServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 	half := s.mr.Len() / 2
 	for {
-		wc, err := s.expect(ctx, roce.WCRecv)
+		wc, err := s.expect(ctx, verbs.WCRecv)
 		if err != nil {
 			return sessionEnd(err)
 		}
@@ -566,8 +567,8 @@ func lambdaServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
 				return fmt.Errorf("the result is %d bytes; the client's result region holds %d", len(res), peerHalf)
 			}
 			copy(s.mr.Bytes()[half:], res)
-			return s.do(ctx, roce.SendWR{Opcode: roce.OpWrite, SGL: s.sge(half, len(res)),
-				RemoteAddr: s.peer.addr + peerHalf, RKey: s.peer.rkey}, roce.WCWrite)
+			return s.do(ctx, verbs.SendWR{Opcode: verbs.OpWrite, SGL: s.sge(half, len(res)),
+				RemoteAddr: s.peer.addr + peerHalf, RKey: s.peer.rkey}, verbs.WCWrite)
 		})
 		fmt.Fprintf(o.out, "call %q -> %s\n", call, answer)
 		if err := s.postRecv(0, half, half); err != nil {
@@ -634,8 +635,8 @@ func lambdaClient(ctx context.Context, s *session, o *modeOpts) error {
 	copy(s.mr.Bytes(), args[:n])
 	if n > 0 {
 		cli.Step(s.log, roce.StepData, "RDMA WRITE %d bytes of arguments into the server's argument region", n)
-		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr,
-			RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+		if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpWrite, SGL: s.sge(0, n), RemoteAddr: s.peer.addr,
+			RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
 			return err
 		}
 	}
@@ -646,7 +647,7 @@ func lambdaClient(ctx context.Context, s *session, o *modeOpts) error {
 	if err := s.sendBytes(ctx, half, []byte(call), nil); err != nil {
 		return err
 	}
-	wc, err := s.expect(ctx, roce.WCRecv)
+	wc, err := s.expect(ctx, verbs.WCRecv)
 	if err != nil {
 		return err
 	}
@@ -692,7 +693,7 @@ func paramsServer(ctx context.Context, s *session, o *modeOpts, state any) error
 	st := state.(*paramsState)
 	b := s.mr.Bytes()
 	for {
-		wc, err := s.expect(ctx, roce.WCRecv)
+		wc, err := s.expect(ctx, verbs.WCRecv)
 		if err != nil {
 			return sessionEnd(err)
 		}
@@ -735,8 +736,8 @@ func paramsClient(ctx context.Context, s *session, o *modeOpts) error {
 		for j := range dim {
 			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(gradient(o.id, j)))
 		}
-		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpWrite, SGL: s.sge(0, 8*dim), RemoteAddr: s.peer.addr,
-			RKey: s.peer.rkey}, roce.WCWrite); err != nil {
+		if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpWrite, SGL: s.sge(0, 8*dim), RemoteAddr: s.peer.addr,
+			RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
 			return err
 		}
 		if err := s.postRecv(1, 8*dim+64, 64); err != nil {
@@ -745,11 +746,11 @@ func paramsClient(ctx context.Context, s *session, o *modeOpts) error {
 		if err := s.sendBytes(ctx, 8*dim, []byte(fmt.Sprintf("STEP %d", it)), nil); err != nil {
 			return err
 		}
-		if _, err := s.expect(ctx, roce.WCRecv); err != nil {
+		if _, err := s.expect(ctx, verbs.WCRecv); err != nil {
 			return err
 		}
-		if err := s.do(ctx, roce.SendWR{Opcode: roce.OpRead, SGL: s.sge(wOff, 8*dim), RemoteAddr: waddr,
-			RKey: s.peer.rkey}, roce.WCRead); err != nil {
+		if err := s.do(ctx, verbs.SendWR{Opcode: verbs.OpRead, SGL: s.sge(wOff, 8*dim), RemoteAddr: waddr,
+			RKey: s.peer.rkey}, verbs.WCRead); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.out, "iteration %d: weights %s\n", it, formatWeights(b[wOff:wOff+8*dim]))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Two seed programs have their own protocol on top of rdma_cm, and their
@@ -115,22 +116,22 @@ func rdmaexDialed(ctx context.Context, s *session, c *sessionConfig, _ []byte) e
 	}
 	cli.Step(s.log, roce.StepControl, "SEND the source buffer's description (address, length, stag); receive the server's")
 	putRdmaexMeta(s.mr.Bytes()[sendOff:], bufInfo{addr: s.mr.Addr(), len: uint32(n), rkey: s.mr.RKey()})
-	wr := roce.SendWR{ID: 1, Opcode: roce.OpSend, Flags: roce.Signaled, SGL: s.sge(sendOff, rdmaexMetaLen)}
-	if err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
+	wr := verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: s.sge(sendOff, rdmaexMetaLen)}
+	if err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
 	}
 	// rdma_client waits for both completions, in whichever order.
 	var sent, recvd bool
-	var got roce.WC
+	var got verbs.WC
 	for !sent || !recvd {
 		wc, err := s.expectAny(ctx)
 		if err != nil {
 			return fmt.Errorf("the exchange of buffer descriptions: %w", err)
 		}
 		switch wc.Opcode {
-		case roce.WCSend:
+		case verbs.WCSend:
 			sent = true
-		case roce.WCRecv:
+		case verbs.WCRecv:
 			recvd, got = true, wc
 		default:
 			return fmt.Errorf("the exchange of buffer descriptions: unexpected %v", &wc)
@@ -149,7 +150,7 @@ func rdmaexDialed(ctx context.Context, s *session, c *sessionConfig, _ []byte) e
 func rdmaexAccepted(ctx context.Context, s *session, _ *sessionConfig) error {
 	recvOff, sendOff := rdmaexSlots(s.mr.Len())
 	cli.Step(s.log, roce.StepControl, "wait for the client's buffer description")
-	wc, err := s.expect(ctx, roce.WCRecv)
+	wc, err := s.expect(ctx, verbs.WCRecv)
 	if err != nil {
 		return fmt.Errorf("the client's buffer description: %w", err)
 	}
@@ -165,7 +166,7 @@ func rdmaexAccepted(ctx context.Context, s *session, _ *sessionConfig) error {
 	clear(s.mr.Bytes()[:theirs.len])
 	cli.Step(s.log, roce.StepControl, "SEND the description of a %d-byte buffer", theirs.len)
 	putRdmaexMeta(s.mr.Bytes()[sendOff:], bufInfo{addr: s.mr.Addr(), len: theirs.len, rkey: s.mr.RKey()})
-	return s.do(ctx, roce.SendWR{ID: 2, Opcode: roce.OpSend, SGL: s.sge(sendOff, rdmaexMetaLen)}, roce.WCSend)
+	return s.do(ctx, verbs.SendWR{ID: 2, Opcode: verbs.OpSend, SGL: s.sge(sendOff, rdmaexMetaLen)}, verbs.WCSend)
 }
 
 // --- the minimal sample ----------------------------------------------

@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The seed programs' sides, written here against package cm and the verbs
@@ -33,12 +34,12 @@ const (
 // seedPeer is one side of a seed program: a device on the in-memory
 // network, its CM agent, one RC QP and a registered buffer.
 type seedPeer struct {
-	dev   roce.Device
+	dev   verbs.Device
 	agent *cm.Agent
-	pd    roce.PD
-	cq    roce.CQ
-	qp    roce.QP
-	mr    roce.MR
+	pd    verbs.PD
+	cq    verbs.CQ
+	qp    verbs.QP
+	mr    verbs.MR
 }
 
 func newSeedPeer(t *testing.T, n *mem.Network, addr string, bufLen int) *seedPeer {
@@ -63,11 +64,11 @@ func newSeedPeer(t *testing.T, n *mem.Network, addr string, bufLen int) *seedPee
 	if p.cq, err = dev.CreateCQ(16); err != nil {
 		t.Fatal(err)
 	}
-	if p.qp, err = p.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: p.cq, RecvCQ: p.cq,
-		Cap: roce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
+	if p.qp, err = p.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: p.cq, RecvCQ: p.cq,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if p.mr, err = p.pd.RegMR(make([]byte, bufLen), roce.LocalWrite|roce.RemoteAccess); err != nil {
+	if p.mr, err = p.pd.RegMR(make([]byte, bufLen), verbs.LocalWrite|verbs.RemoteAccess); err != nil {
 		t.Fatal(err)
 	}
 	if err := roce.ModifyToInit(p.qp, nil); err != nil {
@@ -76,27 +77,27 @@ func newSeedPeer(t *testing.T, n *mem.Network, addr string, bufLen int) *seedPee
 	return p
 }
 
-func (p *seedPeer) sge(off, n int) []roce.SGE {
-	return []roce.SGE{{Addr: p.mr.Addr() + uint64(off), Length: uint32(n), LKey: p.mr.LKey()}}
+func (p *seedPeer) sge(off, n int) []verbs.SGE {
+	return []verbs.SGE{{Addr: p.mr.Addr() + uint64(off), Length: uint32(n), LKey: p.mr.LKey()}}
 }
 
 func (p *seedPeer) recv(off, n int) error {
-	return p.qp.PostRecv([]roce.RecvWR{{ID: 9, SGL: p.sge(off, n)}})
+	return p.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: p.sge(off, n)}})
 }
 
-func (p *seedPeer) post(wr roce.SendWR) error {
-	wr.Flags |= roce.Signaled
-	return p.qp.PostSend([]roce.SendWR{wr})
+func (p *seedPeer) post(wr verbs.SendWR) error {
+	wr.Flags |= verbs.Signaled
+	return p.qp.PostSend([]verbs.SendWR{wr})
 }
 
 // complete waits for n successful completions, until ctx ends or done
 // (the connection's end) is closed.
-func (p *seedPeer) complete(ctx context.Context, done <-chan struct{}, n int) ([]roce.WC, error) {
-	var out []roce.WC
-	wc := make([]roce.WC, 4)
+func (p *seedPeer) complete(ctx context.Context, done <-chan struct{}, n int) ([]verbs.WC, error) {
+	var out []verbs.WC
+	wc := make([]verbs.WC, 4)
 	for len(out) < n {
 		for _, w := range wc[:p.cq.Poll(wc)] {
-			if w.Status != roce.Success {
+			if w.Status != verbs.Success {
 				return out, fmt.Errorf("%v", &w)
 			}
 			out = append(out, w)
@@ -200,7 +201,7 @@ func rdmaexServe(ctx context.Context, p *seedPeer, ln *cm.Listener) (uint32, str
 	if err != nil {
 		return 0, "", fmt.Errorf("the client's description: %w", err)
 	}
-	if wcs[0].Opcode != roce.WCRecv || wcs[0].ByteLen != 16 {
+	if wcs[0].Opcode != verbs.WCRecv || wcs[0].ByteLen != 16 {
 		return 0, "", fmt.Errorf("the client's description: %v", &wcs[0])
 	}
 	addr, n, _ := getMeta(p.mr.Bytes()[metaIn:])
@@ -208,7 +209,7 @@ func rdmaexServe(ctx context.Context, p *seedPeer, ln *cm.Listener) (uint32, str
 		return n, "", fmt.Errorf("the client describes addr %#x len %d", addr, n)
 	}
 	putMeta(p.mr.Bytes()[metaOut:], p.mr.Addr()+data, n, p.mr.RKey())
-	if err := p.post(roce.SendWR{Opcode: roce.OpSend, SGL: p.sge(metaOut, 16)}); err != nil {
+	if err := p.post(verbs.SendWR{Opcode: verbs.OpSend, SGL: p.sge(metaOut, 16)}); err != nil {
 		return n, "", err
 	}
 	if _, err := p.complete(ctx, conn.Done(), 1); err != nil {
@@ -240,7 +241,7 @@ func rdmaexClient(ctx context.Context, p *seedPeer, port int, str string) error 
 	defer conn.Close()
 	copy(p.mr.Bytes()[src:], str)
 	putMeta(p.mr.Bytes()[metaOut:], p.mr.Addr()+src, uint32(len(str)), p.mr.RKey())
-	if err := p.post(roce.SendWR{Opcode: roce.OpSend, SGL: p.sge(metaOut, 16)}); err != nil {
+	if err := p.post(verbs.SendWR{Opcode: verbs.OpSend, SGL: p.sge(metaOut, 16)}); err != nil {
 		return err
 	}
 	if _, err := p.complete(ctx, conn.Done(), 2); err != nil {
@@ -250,7 +251,7 @@ func rdmaexClient(ctx context.Context, p *seedPeer, port int, str string) error 
 	if n != uint32(len(str)) {
 		return fmt.Errorf("the server offers %d bytes for a %d-byte string", n, len(str))
 	}
-	for _, wr := range []roce.SendWR{{Opcode: roce.OpWrite, SGL: p.sge(src, len(str))}, {Opcode: roce.OpRead, SGL: p.sge(dst, len(str))}} {
+	for _, wr := range []verbs.SendWR{{Opcode: verbs.OpWrite, SGL: p.sge(src, len(str))}, {Opcode: verbs.OpRead, SGL: p.sge(dst, len(str))}} {
 		wr.RemoteAddr, wr.RKey = addr, stag
 		if err := p.post(wr); err != nil {
 			return err
@@ -314,7 +315,7 @@ func minimalSeedClient(ctx context.Context, p *seedPeer, port int) (string, erro
 	rep := conn.PrivateData()
 	addr, rkey := binary.BigEndian.Uint64(rep), binary.BigEndian.Uint32(rep[8:])
 	copy(p.mr.Bytes(), "client-wrote-this\x00")
-	for _, wr := range []roce.SendWR{{Opcode: roce.OpWrite, SGL: p.sge(0, 18)}, {Opcode: roce.OpRead, SGL: p.sge(4096, 4096)}} {
+	for _, wr := range []verbs.SendWR{{Opcode: verbs.OpWrite, SGL: p.sge(0, 18)}, {Opcode: verbs.OpRead, SGL: p.sge(4096, 4096)}} {
 		wr.RemoteAddr, wr.RKey = addr, rkey
 		if err := p.post(wr); err != nil {
 			return "", err

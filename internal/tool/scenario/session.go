@@ -17,17 +17,18 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // session is one connected end of a client/server scenario: a QP towards
 // the peer, a registered buffer, and what the peer told about its own.
 type session struct {
 	role string
-	dev  roce.Device
-	pd   roce.PD
-	cq   roce.CQ
-	qp   roce.QP
-	mr   roce.MR
+	dev  verbs.Device
+	pd   verbs.PD
+	cq   verbs.CQ
+	qp   verbs.QP
+	mr   verbs.MR
 	log  *slog.Logger
 	spin time.Duration
 
@@ -162,7 +163,7 @@ type sessionConfig struct {
 // openPD opens the device cfg describes (a client's moves to a free
 // loopback address, see cli.DeviceFlags.Open) and allocates its
 // protection domain; it closes the device when that fails.
-func (c *sessionConfig) openPD(cfg *roce.Config, client bool, log *slog.Logger) (roce.Device, roce.PD, error) {
+func (c *sessionConfig) openPD(cfg *roce.Config, client bool, log *slog.Logger) (verbs.Device, verbs.PD, error) {
 	dev, _, err := c.dev.Open(cfg, client, log)
 	if err != nil {
 		return nil, nil, err
@@ -191,19 +192,19 @@ func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logg
 }
 
 // newSession makes the CQ, QP and buffer of a session on dev and pd.
-func newSession(c *sessionConfig, role string, dev roce.Device, pd roce.PD, log *slog.Logger) (*session, error) {
+func newSession(c *sessionConfig, role string, dev verbs.Device, pd verbs.PD, log *slog.Logger) (*session, error) {
 	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin}
 	cli.Step(log, roce.StepControl, "set up CQ, QP and a %d-byte buffer", c.bufSize)
 	var err error
 	if s.cq, err = dev.CreateCQ(256); err != nil {
 		return nil, err
 	}
-	if s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: roce.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
+	if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
 		s.cq.Destroy()
 		return nil, err
 	}
-	if s.mr, err = s.pd.RegMR(make([]byte, max(c.bufSize, 64)), roce.LocalWrite|roce.RemoteAccess); err != nil {
+	if s.mr, err = s.pd.RegMR(make([]byte, max(c.bufSize, 64)), verbs.LocalWrite|verbs.RemoteAccess); err != nil {
 		s.qp.Destroy()
 		s.cq.Destroy()
 		return nil, err
@@ -229,7 +230,7 @@ func (s *session) hello(mode string, mtu int, extra map[string]string) *hello {
 
 // connect moves the QP to RTS towards the peer of the exchange.
 func (s *session) connect(mine, theirs *hello) error {
-	mtu, _ := roce.MTUFromBytes(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
+	mtu, _ := verbs.MTUFromBytes(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
 	p := &roce.ConnParams{MTU: mtu, PSN: mine.psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	cli.Step(s.log, roce.StepControl, "connect QP %d to the peer's QP %d (path MTU %d)", s.qp.QPN(), theirs.qpn, mtu.Bytes())
 	if err := roce.Connect(s.qp, &roce.Remote{QPN: theirs.qpn, PSN: theirs.psn, GID: theirs.gid}, p); err != nil {
@@ -293,8 +294,8 @@ const peerGrace = 200 * time.Millisecond
 
 // wait returns the next completion, busy-polling for s.spin first and
 // then blocking, until ctx ends or the peer goes away.
-func (s *session) wait(ctx context.Context) (roce.WC, error) {
-	wc := make([]roce.WC, 1)
+func (s *session) wait(ctx context.Context) (verbs.WC, error) {
+	wc := make([]verbs.WC, 1)
 	deadline := time.Now().Add(s.spin)
 	var gone time.Time
 	for i := 0; ; i++ {
@@ -312,10 +313,10 @@ func (s *session) wait(ctx context.Context) (roce.WC, error) {
 				if gone.IsZero() {
 					gone = time.Now()
 				} else if time.Since(gone) > peerGrace {
-					return roce.WC{}, errPeerGone
+					return verbs.WC{}, errPeerGone
 				}
 			case <-ctx.Done():
-				return roce.WC{}, ctx.Err()
+				return verbs.WC{}, ctx.Err()
 			default:
 			}
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -326,7 +327,7 @@ func (s *session) wait(ctx context.Context) (roce.WC, error) {
 }
 
 // expect waits for a completion and checks its status and opcode.
-func (s *session) expect(ctx context.Context, op roce.WCOpcode) (roce.WC, error) {
+func (s *session) expect(ctx context.Context, op verbs.WCOpcode) (verbs.WC, error) {
 	wc, err := s.expectAny(ctx)
 	if err == nil && wc.Opcode != op {
 		err = fmt.Errorf("expected a %v completion, got %v", op, &wc)
@@ -335,12 +336,12 @@ func (s *session) expect(ctx context.Context, op roce.WCOpcode) (roce.WC, error)
 }
 
 // expectAny waits for a completion of any opcode and checks its status.
-func (s *session) expectAny(ctx context.Context) (roce.WC, error) {
+func (s *session) expectAny(ctx context.Context) (verbs.WC, error) {
 	wc, err := s.wait(ctx)
 	if err != nil {
 		return wc, err
 	}
-	if wc.Status == roce.WRFlushErr {
+	if wc.Status == verbs.WRFlushErr {
 		// A disconnect moves the QP to ERR, which flushes what was
 		// posted: when the peer is leaving, that is the session's end.
 		select {
@@ -349,26 +350,26 @@ func (s *session) expectAny(ctx context.Context) (roce.WC, error) {
 		case <-time.After(peerGrace):
 		}
 	}
-	if wc.Status != roce.Success {
+	if wc.Status != verbs.Success {
 		return wc, fmt.Errorf("%v completed with %v", wc.Opcode, wc.Status)
 	}
 	return wc, nil
 }
 
 // sge returns the SGE for n bytes at off in the local buffer.
-func (s *session) sge(off, n int) []roce.SGE {
-	return []roce.SGE{{Addr: s.mr.Addr() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}}
+func (s *session) sge(off, n int) []verbs.SGE {
+	return []verbs.SGE{{Addr: s.mr.Addr() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}}
 }
 
 // postRecv posts a receive of n bytes at off.
 func (s *session) postRecv(id uint64, off, n int) error {
-	return s.qp.PostRecv([]roce.RecvWR{{ID: id, SGL: s.sge(off, n)}})
+	return s.qp.PostRecv([]verbs.RecvWR{{ID: id, SGL: s.sge(off, n)}})
 }
 
 // do posts one signaled work request and waits for its completion.
-func (s *session) do(ctx context.Context, wr roce.SendWR, op roce.WCOpcode) error {
-	wr.Flags |= roce.Signaled
-	if err := s.qp.PostSend([]roce.SendWR{wr}); err != nil {
+func (s *session) do(ctx context.Context, wr verbs.SendWR, op verbs.WCOpcode) error {
+	wr.Flags |= verbs.Signaled
+	if err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
 	}
 	_, err := s.expect(ctx, op)
@@ -378,11 +379,11 @@ func (s *session) do(ctx context.Context, wr roce.SendWR, op roce.WCOpcode) erro
 // sendBytes SENDs b from off in the local buffer (after copying it there).
 func (s *session) sendBytes(ctx context.Context, off int, b []byte, imm *uint32) error {
 	copy(s.mr.Bytes()[off:], b)
-	wr := roce.SendWR{Opcode: roce.OpSend, SGL: s.sge(off, len(b))}
+	wr := verbs.SendWR{Opcode: verbs.OpSend, SGL: s.sge(off, len(b))}
 	if imm != nil {
-		wr.Opcode, wr.Imm = roce.OpSendImm, *imm
+		wr.Opcode, wr.Imm = verbs.OpSendImm, *imm
 	}
-	return s.do(ctx, wr, roce.WCSend)
+	return s.do(ctx, wr, verbs.WCSend)
 }
 
 // dialSession connects a client to the server, over rdma_cm or the TCP
@@ -453,8 +454,8 @@ func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *s
 type sessionListener struct {
 	ln  net.Listener // the TCP exchange's, or nil over rdma_cm
 	cfg *sessionConfig
-	dev roce.Device
-	pd  roce.PD
+	dev verbs.Device
+	pd  verbs.PD
 	log *slog.Logger
 
 	// Over rdma_cm.
