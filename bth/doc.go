@@ -3,6 +3,8 @@
 // them on the wire: the opcode table, 24-bit PSN arithmetic, the invariant CRC
 // (ICRC) of IBTA Annex A17, and a builder and parser for whole frames
 // (Ethernet, IPv4 or IPv6, UDP, BTH, extension headers, payload, pad, ICRC).
+// It also holds the wire's numbers that the other packages share: the
+// RoCEv2 UDP port (UDPPort) and the path MTU enumeration (MTU).
 //
 // A RoCEv2 packet on the wire (IBTA Vol. 1 §9.2, Annex A17 §A17.4):
 //

@@ -57,7 +57,20 @@ func TestNilArgs(t *testing.T) {
 		{Src: netip.MustParseAddr("2001:db8::1"), Dst: v4.Dst}}
 	pkt := make([]byte, BTHLen+ICRCLen)
 	apitest.Run(t, ".", apitest.Table{
-		"AckKind.String":   func(t *testing.T) { want(t, AckKind(9).String(), "RESERVED") },
+		"AckKind.String": func(t *testing.T) { want(t, AckKind(9).String(), "RESERVED") },
+		"MTU.Valid":      func(t *testing.T) { want(t, MTU(0).Valid(), false) },
+		"MTU.Bytes":      func(t *testing.T) { want(t, MTU(6).Bytes(), 0) },
+		"MTU.String":     func(t *testing.T) { want(t, MTU(0xFF).String(), "MTU(255)") },
+		"MTUFromBytes": func(t *testing.T) {
+			m, ok := MTUFromBytes(-1)
+			want(t, m, 0)
+			want(t, ok, false)
+		},
+		"MTUAtMost": func(t *testing.T) {
+			m, ok := MTUAtMost(-1 << 62)
+			want(t, m, 0)
+			want(t, ok, false)
+		},
 		"NAKCode.String":   func(t *testing.T) { want(t, NAKCode(31).String(), "NAK_31") },
 		"ACKSyndrome":      func(t *testing.T) { want(t, ACKSyndrome(0xFF).Value(), uint8(31)) },
 		"RNRNAKSyndrome":   func(t *testing.T) { want(t, RNRNAKSyndrome(0xFF).Kind(), KindRNRNAK) },

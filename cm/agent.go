@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
@@ -96,7 +97,7 @@ type Agent struct {
 	guid uint64
 	clk  clock.Clock
 	log  *slog.Logger
-	mtu  verbs.MTU
+	mtu  bth.MTU
 
 	respTimeout    uint8
 	maxRetries     uint8

@@ -261,7 +261,7 @@ func replayREQ(t *testing.T, capture string) {
 	req := cReq.msg.(*mad.REQ)
 	a, _ := srv.qp.Query()
 	gotRep := got.msg.(*mad.REP)
-	if a.State != verbs.StateRTS || a.PathMTU != verbs.MTU1024 || a.DestQPN != req.LocalQPN ||
+	if a.State != verbs.StateRTS || a.PathMTU != bth.MTU1024 || a.DestQPN != req.LocalQPN ||
 		uint32(a.SQPSN) != req.StartingPSN || uint32(a.RQPSN) != gotRep.StartingPSN || a.Timeout != 19 ||
 		a.RetryCnt != 7 || a.RNRRetry != 7 || a.MaxRDAtomic != 1 || a.MaxDestRDAtomic != 1 ||
 		a.AH.DGID != req.Primary.LocalGID || a.AH.FlowLabel != req.Primary.FlowLabel || a.AH.HopLimit != 64 ||
@@ -343,7 +343,7 @@ func replayREP(t *testing.T, capture string) {
 	}
 	dialed := make(chan dialResult, 1)
 	go func() {
-		c, err := h.agent.Dial(ctx, netip.AddrPortFrom(cReq.dst, 7174), &Params{QP: cli.qp, PathMTU: verbs.MTU1024})
+		c, err := h.agent.Dial(ctx, netip.AddrPortFrom(cReq.dst, 7174), &Params{QP: cli.qp, PathMTU: bth.MTU1024})
 		dialed <- dialResult{c, err}
 	}()
 	got := peer.recv(mad.AttrREQ)
@@ -392,7 +392,7 @@ func replayREP(t *testing.T, capture string) {
 		t.Fatal(d.err)
 	}
 	a, _ := cli.qp.Query()
-	if a.State != verbs.StateRTS || a.PathMTU != verbs.MTU1024 || a.DestQPN != rep.LocalQPN || uint32(a.SQPSN) != rep.StartingPSN ||
+	if a.State != verbs.StateRTS || a.PathMTU != bth.MTU1024 || a.DestQPN != rep.LocalQPN || uint32(a.SQPSN) != rep.StartingPSN ||
 		uint32(a.RQPSN) != myPSN || a.Timeout != 19 || a.RetryCnt != 7 || a.RNRRetry != 7 || a.MaxRDAtomic != 1 ||
 		a.MaxDestRDAtomic != 1 {
 		t.Errorf("QP attributes %+v", a)

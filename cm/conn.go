@@ -54,14 +54,14 @@ type Params struct {
 	// MinRNRTimer is the QP's minimum RNR NAK timer code (at most 31);
 	// 0 is what rdma_cm sets (655 ms).
 	MinRNRTimer uint8
-	// PathMTU bounds the path MTU: verbs.MTU256 to verbs.MTU4096 (the
-	// enumeration, not a byte count: verbs.MTUFromBytes converts), or 0
+	// PathMTU bounds the path MTU: bth.MTU256 to bth.MTU4096 (the
+	// enumeration, not a byte count: bth.MTUFromBytes converts), or 0
 	// for the device's active MTU. The dialler's goes in the REQ (capped at
 	// its device's active MTU) and sets both QPs; the listener follows
 	// the REQ, as the IB CM does, and refuses it (REJ "invalid path MTU",
 	// Accept fails) when its own PathMTU is lower, since the REP cannot
 	// lower it.
-	PathMTU verbs.MTU
+	PathMTU bth.MTU
 	// ACKTimeout is the local ACK timeout exponent this side's QP uses
 	// (4.096 µs × 2^ACKTimeout, at most 31), as librdmacm's
 	// RDMA_OPTION_ID_ACK_TIMEOUT sets it: for this side only, never sent
@@ -82,7 +82,7 @@ func (p *Params) check() error {
 		p.RecvCQ != nil && isNil(p.RecvCQ):
 		return invalid("Params holds a nil pointer in QP, PD, SendCQ or RecvCQ: leave the field nil to have one made")
 	case p.PathMTU != 0 && p.PathMTU.Bytes() == 0:
-		return invalid("Params.PathMTU %d is not a path MTU (verbs.MTU256 to verbs.MTU4096, or 0 for the device's)", p.PathMTU)
+		return invalid("Params.PathMTU %d is not a path MTU (bth.MTU256 to bth.MTU4096, or 0 for the device's)", p.PathMTU)
 	case p.ACKTimeout > 31:
 		return invalid("Params.ACKTimeout %d is over 31, the largest ACK timeout exponent (0: the path's)", p.ACKTimeout)
 	case p.RetryCount > maxCount:
@@ -107,7 +107,7 @@ type ConnInfo struct {
 	// ResponderResources is the QP's max_dest_rd_atomic, InitiatorDepth
 	// its max_rd_atomic.
 	ResponderResources, InitiatorDepth uint8
-	PathMTU                            verbs.MTU
+	PathMTU                            bth.MTU
 	RetryCount, RNRRetryCount          uint8
 	// LocalACKTimeout is the QP's local ACK timeout exponent:
 	// Params.ACKTimeout when set, else the one derived from the path.
@@ -513,7 +513,7 @@ func (a *Agent) sendREQ(c *Conn) error {
 		LocalQPN: c.info.LocalQPN, ResponderResources: rr, InitiatorDepth: id,
 		RemoteCMResponseTimeout: a.respTimeout, TransportServiceType: mad.TransportRC,
 		StartingPSN: c.info.RecvPSN, LocalCMResponseTimeout: a.respTimeout, RetryCount: c.info.RetryCount,
-		PKey: defaultPKey, PathMTU: toMADMTU(mtu), RNRRetryCount: c.info.RNRRetryCount, MaxCMRetries: a.maxRetries,
+		PKey: defaultPKey, PathMTU: mtu, RNRRetryCount: c.info.RNRRetryCount, MaxCMRetries: a.maxRetries,
 		Primary: mad.Path{LocalLID: lidPermissive, RemoteLID: lidPermissive, LocalGID: a.gid, RemoteGID: c.peerGID,
 			FlowLabel: flowLabel(sport, c.remote.Port()), HopLimit: hopLimit, LocalACKTimeout: c.pathACK},
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
@@ -187,8 +188,8 @@ func TestWrongParams(t *testing.T) {
 		p    Params
 		want string
 	}{
-		{"path MTU 1234", Params{PathMTU: verbs.MTU(bytes)}, "path MTU"},
-		{"path MTU 6", Params{PathMTU: verbs.MTU(6)}, "path MTU"},
+		{"path MTU 1234", Params{PathMTU: bth.MTU(bytes)}, "path MTU"},
+		{"path MTU 6", Params{PathMTU: bth.MTU(6)}, "path MTU"},
 		{"ACK timeout 32", Params{ACKTimeout: 32}, "ACK timeout"},
 		{"retry count 8", Params{RetryCount: 8}, "retry count"},
 		{"RNR retry count 9", Params{RNRRetryCount: 9}, "RNR retry count"},
@@ -216,7 +217,7 @@ func TestWrongParams(t *testing.T) {
 	cli, srv := newSide(t, ha.dev), newSide(t, hb.dev)
 	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, ACKTimeout: 16})
 	defer l.Close()
-	c, err := ha.agent.Dial(ctx, dst, &Params{QP: cli.qp, ACKTimeout: 14, PathMTU: verbs.MTU1024, RetryCount: 3,
+	c, err := ha.agent.Dial(ctx, dst, &Params{QP: cli.qp, ACKTimeout: 14, PathMTU: bth.MTU1024, RetryCount: 3,
 		RNRRetryCount: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +245,7 @@ func TestWrongParams(t *testing.T) {
 		}
 	}
 	// RNRRetryCount is for the peer: the dialler's 5 is on the passive QP.
-	if a, _ := srv.qp.Query(); a.RNRRetry != 5 || a.PathMTU != verbs.MTU1024 {
+	if a, _ := srv.qp.Query(); a.RNRRetry != 5 || a.PathMTU != bth.MTU1024 {
 		t.Errorf("passive QP: RNR retry %d, MTU %v; want the dialler's 5 and 1024", a.RNRRetry, a.PathMTU)
 	}
 }
@@ -256,9 +257,9 @@ func TestPassivePathMTU(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	ha, hb := memPair(t, fastConfig(), fastConfig())
 	srv := newSide(t, hb.dev)
-	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, PathMTU: verbs.MTU1024})
+	l, accepted := listenWith(t, ctx, hb, &Params{QP: srv.qp, PathMTU: bth.MTU1024})
 	defer l.Close()
-	_, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{PathMTU: verbs.MTU4096})
+	_, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7174), &Params{PathMTU: bth.MTU4096})
 	var rej *RejectError
 	if !errors.As(err, &rej) || rej.Reason != 26 {
 		t.Errorf("dial: %v; want a REJ invalid path MTU", err)

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
@@ -133,11 +134,11 @@ func TestInteropDialRping(t *testing.T) {
 	h := interopHost(t, local)
 	s := newRpingSide(t, h.dev, size)
 	ctx := ctxT(t, 60*time.Second)
-	c, err := h.agent.Dial(ctx, netip.AddrPortFrom(vm, 7292), &Params{QP: s.qp, PathMTU: verbs.MTU1024})
+	c, err := h.agent.Dial(ctx, netip.AddrPortFrom(vm, 7292), &Params{QP: s.qp, PathMTU: bth.MTU1024})
 	if err != nil {
 		t.Fatalf("dial: %v\nVM: %s", err, wait())
 	}
-	if i := c.Info(); i.PathMTU != verbs.MTU1024 || i.ResponderResources != 1 || i.InitiatorDepth != 1 {
+	if i := c.Info(); i.PathMTU != bth.MTU1024 || i.ResponderResources != 1 || i.InitiatorDepth != 1 {
 		t.Errorf("negotiated %+v", i)
 	}
 	for ping := range count {
@@ -178,7 +179,7 @@ func TestInteropAcceptRping(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	l, err := h.agent.Listen(ctx, netip.AddrPortFrom(local, 7293), &ListenConfig{
 		OnRequest: func(_ context.Context, r *Request) (*Params, error) {
-			if r.Remote.Addr() != vm || r.PathMTU != verbs.MTU1024 {
+			if r.Remote.Addr() != vm || r.PathMTU != bth.MTU1024 {
 				t.Errorf("request %+v", r)
 			}
 			return &Params{QP: s.qp}, nil

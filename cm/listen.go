@@ -47,7 +47,7 @@ type Request struct {
 	// RetryCount and RNRRetryCount are the peer's.
 	RetryCount, RNRRetryCount uint8
 	// PathMTU is the REQ's path MTU.
-	PathMTU verbs.MTU
+	PathMTU bth.MTU
 	// RemoteQPN is the peer's QP number.
 	RemoteQPN uint32
 	// RemoteCAGUID is the peer's CA GUID.
@@ -249,7 +249,7 @@ func (l *Listener) request(c *Conn) (*Request, bool) {
 	m := c.req
 	return &Request{Local: c.local, Remote: c.remote, PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
 		ResponderResources: m.ResponderResources, InitiatorDepth: m.InitiatorDepth, RetryCount: m.RetryCount,
-		RNRRetryCount: m.RNRRetryCount, PathMTU: fromMADMTU(m.PathMTU), RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID}, true
+		RNRRetryCount: m.RNRRetryCount, PathMTU: m.PathMTU, RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID}, true
 }
 
 // decide asks OnRequest about the request and readies the QP it gives (or
@@ -483,7 +483,7 @@ func (a *Agent) newPassive(l *Listener, src netip.Addr, h *mad.Header, m *mad.RE
 	c.local = netip.AddrPortFrom(a.addr, l.addr.Port())
 	c.remote = netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort)
 	c.peerData = append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)
-	mtu := min(fromMADMTU(m.PathMTU), a.mtu)
+	mtu := min(m.PathMTU, a.mtu)
 	c.info = ConnInfo{
 		LocalCommID: a.newLocalID(), RemoteCommID: m.LocalCommID, RemoteQPN: m.LocalQPN,
 		SendPSN: m.StartingPSN, RecvPSN: rand.Uint32() & bth.PSNMask, PathMTU: mtu,

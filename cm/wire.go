@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/mad"
-	"github.com/goroce/goroce/verbs"
 )
 
 // Values rdma_cm and the kernel's IB CM put in their messages, as the
@@ -98,11 +97,6 @@ func guidFromAddr(a netip.Addr) uint64 {
 	return uint64(mac[0]^0x02)<<56 | uint64(mac[1])<<48 | uint64(mac[2])<<40 | 0xFF<<32 | 0xFE<<24 |
 		uint64(mac[3])<<16 | uint64(mac[4])<<8 | uint64(mac[5])
 }
-
-// toMADMTU and fromMADMTU convert between the verbs' and the CM's MTU
-// enumerations, which have the same values.
-func toMADMTU(m verbs.MTU) mad.MTU   { return mad.MTU(m) }
-func fromMADMTU(m mad.MTU) verbs.MTU { return verbs.MTU(m) }
 
 // cmTimeout is the duration of a 5-bit IBTA timeout exponent.
 func cmTimeout(t uint8) time.Duration { return mad.Timeout(t) }

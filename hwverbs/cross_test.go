@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/rocetest"
 	"github.com/goroce/goroce/verbs"
@@ -188,7 +189,7 @@ func TestCross(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mtu, ok := verbs.MTUFromBytes(*crossMTU)
+	mtu, ok := bth.MTUAtMost(*crossMTU)
 	if !ok {
 		t.Fatalf("-cross.mtu %d", *crossMTU)
 	}

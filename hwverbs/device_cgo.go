@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -320,7 +321,7 @@ func (d *Device) Addr() netip.Addr {
 }
 
 // ActiveMTU returns the port's active MTU, or 0 if it cannot be read.
-func (d *Device) ActiveMTU() verbs.MTU {
+func (d *Device) ActiveMTU() bth.MTU {
 	if d.opened() != nil {
 		return 0
 	}
@@ -333,7 +334,7 @@ func (d *Device) ActiveMTU() verbs.MTU {
 	if C.gr_query_port(d.ctx, C.uint8_t(d.port), &pa) != 0 {
 		return 0
 	}
-	return verbs.MTU(pa.active_mtu)
+	return bth.MTU(pa.active_mtu)
 }
 
 // Events returns the channel of asynchronous events. Events that find it

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/rocetest"
 	"github.com/goroce/goroce/verbs"
@@ -172,7 +173,7 @@ func TestQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	gb, _ := b.dev.GID(0)
-	if attr.State != verbs.StateRTS || attr.DestQPN != b.qp.QPN() || attr.PathMTU != verbs.MTU1024 ||
+	if attr.State != verbs.StateRTS || attr.DestQPN != b.qp.QPN() || attr.PathMTU != bth.MTU1024 ||
 		attr.SQPSN != 0xFFFFF0 || attr.RQPSN != 0x123 || attr.AH.DGID != gb || attr.AH.SGIDIndex != 0 ||
 		attr.Timeout != 14 || attr.RetryCnt != 7 || attr.RNRRetry != 7 || attr.Cap.MaxSendWR < 64 {
 		t.Errorf("attributes %+v", attr)

@@ -298,7 +298,7 @@ func (q *QP) query() (verbs.QPAttr, error) {
 		return verbs.QPAttr{}, errnoError("ibv_query_qp", syscall.Errno(rc))
 	}
 	a := verbs.QPAttr{State: verbs.QPState(g.state), CurState: verbs.QPState(g.cur_state),
-		PathMTU: verbs.MTU(g.path_mtu), QKey: uint32(g.qkey), RQPSN: bth.PSN(g.rq_psn),
+		PathMTU: bth.MTU(g.path_mtu), QKey: uint32(g.qkey), RQPSN: bth.PSN(g.rq_psn),
 		SQPSN: bth.PSN(g.sq_psn), DestQPN: uint32(g.dest_qpn), Access: verbs.Access(g.access),
 		PKeyIndex: uint16(g.pkey_index), Port: uint8(g.port), Timeout: uint8(g.timeout),
 		RetryCnt: uint8(g.retry_cnt), RNRRetry: uint8(g.rnr_retry), MinRNRTimer: uint8(g.min_rnr_timer),

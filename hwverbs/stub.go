@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/netip"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -43,7 +44,7 @@ func (d *Device) GID(index int) ([16]byte, error) { return [16]byte{}, ErrNotBui
 func (d *Device) Addr() netip.Addr { return netip.Addr{} }
 
 // ActiveMTU returns 0.
-func (d *Device) ActiveMTU() verbs.MTU { return 0 }
+func (d *Device) ActiveMTU() bth.MTU { return 0 }
 
 // AllocPD returns ErrNotBuilt.
 func (d *Device) AllocPD() (verbs.PD, error) { return nil, ErrNotBuilt }

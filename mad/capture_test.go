@@ -261,7 +261,7 @@ func checkConnection(t *testing.T, cc captureContents, c *connection, serviceID 
 	// 15 CM retries, retry and RNR retry counts 7, LIDs 0xFFFF, IPv4-mapped
 	// GIDs, path MTU 1024 on a 1500-byte link, P_Key 0xFFFF.
 	if req.TransportServiceType != TransportRC || req.RemoteCMResponseTimeout != 20 || req.LocalCMResponseTimeout != 20 ||
-		req.MaxCMRetries != 15 || req.RetryCount != 7 || req.RNRRetryCount != 7 || req.PathMTU != MTU1024 ||
+		req.MaxCMRetries != 15 || req.RetryCount != 7 || req.RNRRetryCount != 7 || req.PathMTU != bth.MTU1024 ||
 		req.PKey != 0xFFFF || req.ResponderResources != respRes || req.InitiatorDepth != respRes {
 		t.Errorf("REQ settings: %+v", req)
 	}

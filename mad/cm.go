@@ -1,5 +1,7 @@
 package mad
 
+import "github.com/goroce/goroce/bth"
+
 // Private data and additional-information sizes of the CM messages (IBTA
 // Vol. 1 §12.6; the kernel's enum ib_cm_data_size).
 const (
@@ -151,7 +153,7 @@ type REQ struct {
 	LocalCMResponseTimeout  uint8  // 5 bits; see Timeout
 	RetryCount              uint8  // 3 bits
 	PKey                    uint16
-	PathMTU                 MTU // 4 bits
+	PathMTU                 bth.MTU // 4 bits
 	RDCExists               bool
 	RNRRetryCount           uint8 // 3 bits; 7 means retry forever
 	MaxCMRetries            uint8 // 4 bits
@@ -240,7 +242,7 @@ func (m *REQ) Unmarshal(b []byte) error {
 	m.LocalCMResponseTimeout = b[47] >> 3
 	m.RetryCount = b[47] & 7
 	m.PKey = get16(b[48:])
-	m.PathMTU = MTU(b[50] >> 4)
+	m.PathMTU = bth.MTU(b[50] >> 4)
 	m.RDCExists = b[50]&0x08 != 0
 	m.RNRRetryCount = b[50] & 7
 	m.MaxCMRetries = b[51] >> 4

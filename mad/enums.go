@@ -37,46 +37,6 @@ func (t TransportType) String() string {
 	return "TransportType(" + strconv.Itoa(int(t)) + ")"
 }
 
-// MTU is the IBTA MTU enumeration, as in a REQ's path MTU or a PathRecord:
-// 1 = 256 bytes up to 5 = 4096 bytes.
-type MTU uint8
-
-// Path MTUs.
-const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// Bytes returns the MTU in bytes, or 0 if m is not one of MTU256..MTU4096.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-// String returns the MTU in bytes, e.g. "1024", or "MTU(n)" for others.
-func (m MTU) String() string {
-	if n := m.Bytes(); n != 0 {
-		return strconv.Itoa(n)
-	}
-	return "MTU(" + strconv.Itoa(int(m)) + ")"
-}
-
-// MTUFromBytes returns the enumeration of an MTU of n bytes; ok is false
-// unless n is 256, 512, 1024, 2048 or 4096.
-func MTUFromBytes(n int) (m MTU, ok bool) {
-	for m = MTU256; m <= MTU4096; m++ {
-		if m.Bytes() == n {
-			return m, true
-		}
-	}
-	return 0, false
-}
-
 // MaxTimeout is the largest 5-bit timeout exponent.
 const MaxTimeout = 31
 

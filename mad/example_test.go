@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
 )
 
@@ -21,7 +22,7 @@ func Example() {
 		RNRRetryCount:           7,
 		MaxCMRetries:            15,
 		PKey:                    0xFFFF,
-		PathMTU:                 mad.MTU1024,
+		PathMTU:                 bth.MTU1024,
 	}
 	cma := mad.CMAHeader{
 		SrcPort: 50069,

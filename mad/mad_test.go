@@ -6,10 +6,11 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // fill sets b to seed, seed+1, seed+2...
@@ -35,7 +36,7 @@ func newREQ() *REQ {
 		ResponderResources: 0x12, LocalEECN: 0x345678, InitiatorDepth: 0x9a, RemoteEECN: 0xbcdef1,
 		RemoteCMResponseTimeout: 0x15, TransportServiceType: TransportUC, EndToEndFlowControl: true,
 		StartingPSN: 0x654321, LocalCMResponseTimeout: 0x0e, RetryCount: 5, PKey: 0x8001,
-		PathMTU: MTU4096, RDCExists: true, RNRRetryCount: 6, MaxCMRetries: 0xb, SRQ: true,
+		PathMTU: bth.MTU4096, RDCExists: true, RNRRetryCount: 6, MaxCMRetries: 0xb, SRQ: true,
 		ExtendedTransportType: 3,
 		Primary: Path{
 			LocalLID: 0x0102, RemoteLID: 0x0304, LocalGID: gid("2001:db8::1"), RemoteGID: gid("2001:db8::2"),
@@ -660,30 +661,6 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
-func TestMTU(t *testing.T) {
-	for _, c := range []struct {
-		m MTU
-		n int
-	}{{MTU256, 256}, {MTU512, 512}, {MTU1024, 1024}, {MTU2048, 2048}, {MTU4096, 4096}} {
-		if c.m.Bytes() != c.n || c.m.String() != strconv.Itoa(c.n) {
-			t.Errorf("%d: Bytes %d String %q", c.m, c.m.Bytes(), c.m.String())
-		}
-		if m, ok := MTUFromBytes(c.n); !ok || m != c.m {
-			t.Errorf("MTUFromBytes(%d) = %d %v", c.n, m, ok)
-		}
-	}
-	for _, m := range []MTU{0, 6, 15} {
-		if m.Bytes() != 0 {
-			t.Errorf("MTU(%d).Bytes() = %d", m, m.Bytes())
-		}
-	}
-	for _, n := range []int{0, 255, 1500, 8192} {
-		if m, ok := MTUFromBytes(n); ok {
-			t.Errorf("MTUFromBytes(%d) = %d", n, m)
-		}
-	}
-}
-
 func TestNames(t *testing.T) {
 	names := map[uint16]string{
 		AttrClassPortInfo: "ClassPortInfo", AttrREQ: "REQ", AttrMRA: "MRA", AttrREJ: "REJ", AttrREP: "REP",
@@ -707,7 +684,6 @@ func TestNames(t *testing.T) {
 		{MRAedLAP.String(), "LAP"}, {MRAedMsg(3).String(), "MRAedMsg(3)"},
 		{SIDRNoQP.String(), "no QP"}, {SIDRStatus(9).String(), "SIDRStatus(9)"},
 		{APIsCurrent.String(), "path is the current one"}, {APStatus(14).String(), "APStatus(14)"},
-		{MTU(0).String(), "MTU(0)"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

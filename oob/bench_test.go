@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+
+	"github.com/goroce/goroce/bth"
 )
 
 var (
@@ -96,7 +98,7 @@ func BenchmarkPerftestDest(b *testing.B) {
 // loopback TCP, both sides in this process: what the control plane costs.
 func BenchmarkPerftestSession(b *testing.B) {
 	plan := perftestPlans["rxe_write_bw"]
-	in := decoded{sys: DefaultSysData, mtu: MTU1024, dests: []PerftestDest{benchPD}}
+	in := decoded{sys: DefaultSysData, mtu: bth.MTU1024, dests: []PerftestDest{benchPD}}
 	b.ReportAllocs()
 	for b.Loop() {
 		c, s := connPair(b)

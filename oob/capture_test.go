@@ -273,7 +273,7 @@ func (c *oobCapture) split(tb testing.TB, steps []step) [][]byte {
 // decoded holds the values one side sent, as the session API takes them.
 type decoded struct {
 	sys     SysData
-	mtu     MTU
+	mtu     bth.MTU
 	dests   []PerftestDest // every 108-byte message, in order
 	report  BWReport
 	entries []Dest
@@ -423,7 +423,7 @@ func TestCapturePerftestDecode(t *testing.T) {
 				if d.sys != DefaultSysData {
 					t.Errorf("sys data %+v", d.sys)
 				}
-				if d.mtu != MTU1024 {
+				if d.mtu != bth.MTU1024 {
 					t.Errorf("MTU %v", d.mtu)
 				}
 				// Every handshake, barrier and close repeats the one QP's entry.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // shortTimeout is the step timeout of the error tests.
@@ -90,7 +92,7 @@ func clientUpToDests(ctx context.Context, conn net.Conn, cfg *Config) error {
 	if _, err := p.CheckSysData(ctx, DefaultSysData); err != nil {
 		return err
 	}
-	if _, err := p.CheckMTU(ctx, MTU1024); err != nil {
+	if _, err := p.CheckMTU(ctx, bth.MTU1024); err != nil {
 		return err
 	}
 	if _, err := p.ExchangeDests(ctx, []PerftestDest{{QPN: 1}}); err != nil {
@@ -110,7 +112,7 @@ func serverUpToDests(ctx context.Context, conn net.Conn, cfg *Config) error {
 	if _, err := p.CheckSysData(ctx, DefaultSysData); err != nil {
 		return err
 	}
-	if _, err := p.CheckMTU(ctx, MTU1024); err != nil {
+	if _, err := p.CheckMTU(ctx, bth.MTU1024); err != nil {
 		return err
 	}
 	if _, err := p.ExchangeDests(ctx, []PerftestDest{{QPN: 1}}); err != nil {
@@ -301,7 +303,7 @@ func TestMisuse(t *testing.T) {
 	add := func(name string, err error) { checks = append(checks, check{name, err}) }
 	_, err := p.CheckSysData(ctx, DefaultSysData)
 	add("sys data before versions", err)
-	_, err = p.CheckMTU(ctx, MTU1024)
+	_, err = p.CheckMTU(ctx, bth.MTU1024)
 	add("MTU before versions", err)
 	_, err = p.HandShake(ctx, PerftestDest{})
 	add("handshake before versions", err)

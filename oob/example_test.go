@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/oob"
 )
 
@@ -70,7 +71,7 @@ func ExamplePerftest() {
 	defer client.Close()
 	defer server.Close()
 
-	run := func(role oob.Role, conn net.Conn, mtu oob.MTU, dest oob.PerftestDest) error {
+	run := func(role oob.Role, conn net.Conn, mtu bth.MTU, dest oob.PerftestDest) error {
 		p := oob.NewPerftest(conn, role, nil)
 		if _, err := p.ExchangeVersions(ctx); err != nil {
 			return err
@@ -111,9 +112,9 @@ func ExamplePerftest() {
 	}
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(oob.Server, server, oob.MTU4096, oob.PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0xb5b3d8, RKey: 0x215, VAddr: 0x56229b404000})
+		errc <- run(oob.Server, server, bth.MTU4096, oob.PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0xb5b3d8, RKey: 0x215, VAddr: 0x56229b404000})
 	}()
-	if err := run(oob.Client, client, oob.MTU1024, oob.PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0x6c2eec, RKey: 0x229, VAddr: 0x557ab7ee3000}); err != nil {
+	if err := run(oob.Client, client, bth.MTU1024, oob.PerftestDest{OutReads: 1, QPN: 0x11, PSN: 0x6c2eec, RKey: 0x229, VAddr: 0x557ab7ee3000}); err != nil {
 		panic(err)
 	}
 	if err := <-errc; err != nil {

@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // captureMessages returns every message of the given kind in the pingpong
@@ -243,7 +245,7 @@ func FuzzPerftestSession(f *testing.F) {
 	f.Add(c.client, false)
 	f.Add(c.server[:100], true)
 	f.Fuzz(func(t *testing.T, peer []byte, asClient bool) {
-		role, in := Server, decoded{sys: DefaultSysData, mtu: MTU1024, dests: []PerftestDest{{QPN: 1}}}
+		role, in := Server, decoded{sys: DefaultSysData, mtu: bth.MTU1024, dests: []PerftestDest{{QPN: 1}}}
 		if asClient {
 			role = Client
 		}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // runPair runs client and server on the two ends of a loopback TCP
@@ -94,7 +96,7 @@ func TestPerftestLoopback(t *testing.T) {
 				mk := func(ip string) decoded {
 					d := decoded{
 						sys: SysData{CycleBuffer: int32(r.IntN(1 << 20)), CacheLineSize: int32(r.IntN(256))},
-						mtu: MTU(1 + r.IntN(5)),
+						mtu: bth.MTU(1 + r.IntN(5)),
 						report: BWReport{Size: r.Uint64(), Iters: r.Uint64(), BWPeak: r.Float64(),
 							BWAvg: r.Float64(), MsgRateAvg: r.Float64()},
 					}
@@ -238,7 +240,7 @@ func TestCompatFor(t *testing.T) {
 func TestPerftestOldPeers(t *testing.T) {
 	for _, tc := range []struct {
 		version string
-		writes  []int // the client's writes: version, sys data, MTU, handshake, report fields, done
+		writes  []int // the client's writes: version, sys data, bth.MTU, handshake, report fields, done
 	}{
 		{"5.0", []int{16, 108, 8, 4, 8, 8, 8, 108, 5}},
 		{"5.2", []int{16, 4, 108, 8, 4, 8, 8, 8, 108, 5}},
@@ -250,8 +252,8 @@ func TestPerftestOldPeers(t *testing.T) {
 			rep := BWReport{Size: 65536, Iters: 1<<32 + 7, BWPeak: 1.5, BWAvg: 1.25, MsgRateAvg: 0.02}
 			var rec *recordConn
 			var sgot BWReport
-			var smtu MTU
-			side := func(role Role, mtu MTU) func(ctx context.Context, conn net.Conn) error {
+			var smtu bth.MTU
+			side := func(role Role, mtu bth.MTU) func(ctx context.Context, conn net.Conn) error {
 				return func(ctx context.Context, conn net.Conn) error {
 					if role == Client {
 						rec = &recordConn{Conn: conn}
@@ -281,7 +283,7 @@ func TestPerftestOldPeers(t *testing.T) {
 					return p.CloseConnection(ctx)
 				}
 			}
-			cerr, serr := runPair(t, side(Client, MTU2048), side(Server, MTU4096))
+			cerr, serr := runPair(t, side(Client, bth.MTU2048), side(Server, bth.MTU4096))
 			if cerr != nil || serr != nil {
 				t.Fatalf("client: %v; server: %v", cerr, serr)
 			}
@@ -295,9 +297,9 @@ func TestPerftestOldPeers(t *testing.T) {
 			if sgot != want {
 				t.Errorf("server got report %+v, want %+v", sgot, want)
 			}
-			wantMTU := MTU2048
+			wantMTU := bth.MTU2048
 			if CompatFor(tc.version).MTULen == 0 {
-				wantMTU = MTU4096 // nothing exchanged: the server keeps its own
+				wantMTU = bth.MTU4096 // nothing exchanged: the server keeps its own
 			}
 			if smtu != wantMTU {
 				t.Errorf("server MTU %v, want %v", smtu, wantMTU)

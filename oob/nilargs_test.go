@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/apitest"
 )
 
@@ -92,17 +93,9 @@ func TestNilArgs(t *testing.T) {
 			apitest.Err(t, err, ErrFormat, "0 bytes")
 		},
 		"SysData.Agree": func(t *testing.T) { want(t, SysData{}.Agree(SysData{CycleBuffer: -1}), SysData{}) },
-		"MTU.Valid":     func(t *testing.T) { want(t, MTU(0).Valid(), false) },
-		"MTU.Bytes":     func(t *testing.T) { want(t, MTU(6).Bytes(), 0) },
-		"MTUFromBytes": func(t *testing.T) {
-			if _, ok := MTUFromBytes(-1); ok {
-				t.Error("MTUFromBytes(-1) ok")
-			}
-		},
-		"MTU.String": func(t *testing.T) { want(t, MTU(0).String(), "MTU(0)") },
-		"AgreeMTU":   func(t *testing.T) { want(t, AgreeMTU(MTU1024, 0), MTU1024) },
+		"AgreeMTU":      func(t *testing.T) { want(t, AgreeMTU(bth.MTU1024, 0), bth.MTU1024) },
 		"EncodeMTU": func(t *testing.T) {
-			apitest.Err(t, EncodeMTU(nil, MTU1024), ErrInvalid, "want 2 or 4")
+			apitest.Err(t, EncodeMTU(nil, bth.MTU1024), ErrInvalid, "want 2 or 4")
 			apitest.Err(t, EncodeMTU(make([]byte, MTULen), 0), ErrInvalid, "not an ibv_mtu value")
 		},
 		"ParseMTU": func(t *testing.T) {

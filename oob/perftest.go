@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"strconv"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Role is the side of a connection: the client connects, the server
@@ -171,7 +173,7 @@ func (p *Perftest) CheckSysData(ctx context.Context, local SysData) (SysData, er
 // CheckMTU swaps path MTUs and returns the one both sides use: the
 // smaller. With a peer older than 5.1 nothing is exchanged and local is
 // returned.
-func (p *Perftest) CheckMTU(ctx context.Context, local MTU) (MTU, error) {
+func (p *Perftest) CheckMTU(ctx context.Context, local bth.MTU) (bth.MTU, error) {
 	const step = "check_mtu"
 	if err := p.needVersion(step); err != nil {
 		return 0, err

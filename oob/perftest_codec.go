@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Sizes of perftest's messages.
@@ -203,51 +205,9 @@ func (s SysData) Agree(remote SysData) SysData {
 	return SysData{CycleBuffer: max(s.CycleBuffer, remote.CycleBuffer), CacheLineSize: max(s.CacheLineSize, remote.CacheLineSize)}
 }
 
-// MTU is a path MTU as libibverbs' enum ibv_mtu numbers it. An MTU is a
-// plain value.
-type MTU uint8
-
-// Path MTUs (enum ibv_mtu).
-const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
-)
-
-// Valid reports whether m is one of the five MTUs.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-// Bytes returns the MTU in bytes, 0 if m is not valid.
-func (m MTU) Bytes() int {
-	if !m.Valid() {
-		return 0
-	}
-	return 128 << m
-}
-
-// MTUFromBytes returns the MTU of n bytes (256, 512, 1024, 2048 or 4096).
-func MTUFromBytes(n int) (MTU, bool) {
-	for m := MTU256; m <= MTU4096; m++ {
-		if m.Bytes() == n {
-			return m, true
-		}
-	}
-	return 0, false
-}
-
-// String returns the size in bytes, or "MTU(n)" for an invalid value.
-func (m MTU) String() string {
-	if !m.Valid() {
-		return "MTU(" + strconv.Itoa(int(m)) + ")"
-	}
-	return strconv.Itoa(m.Bytes())
-}
-
 // AgreeMTU returns the MTU both sides settle on: the remote one if it is
 // valid and smaller than the local one, else the local one.
-func AgreeMTU(local, remote MTU) MTU {
+func AgreeMTU(local, remote bth.MTU) bth.MTU {
 	if remote.Valid() && remote < local {
 		return remote
 	}
@@ -258,7 +218,7 @@ const expectedMTU = `an ibv_mtu digit 1-5 and a NUL ("3\0" for 1024)`
 
 // EncodeMTU writes m's MTU message to b, which is MTULen or MTULenOld
 // bytes: the ASCII digit, a NUL, and zeros.
-func EncodeMTU(b []byte, m MTU) error {
+func EncodeMTU(b []byte, m bth.MTU) error {
 	if !m.Valid() {
 		return invalid("encode MTU", "MTU "+m.String()+" is not an ibv_mtu value")
 	}
@@ -273,12 +233,12 @@ func EncodeMTU(b []byte, m MTU) error {
 // ParseMTU parses an MTU message of MTULen or MTULenOld bytes: an ASCII
 // digit from 1 to 5 and a NUL (the rest of a 4-byte message is ignored,
 // since perftest leaves it uninitialised).
-func ParseMTU(b []byte) (MTU, error) {
+func ParseMTU(b []byte) (bth.MTU, error) {
 	const step = "parse MTU"
 	if len(b) != MTULen && len(b) != MTULenOld {
 		return 0, formatError(step, expectedMTU, b, strconv.Itoa(len(b))+" bytes")
 	}
-	m := MTU(b[0] - '0')
+	m := bth.MTU(b[0] - '0')
 	if b[0] < '0' || b[0] > '9' || b[1] != 0 || !m.Valid() {
 		return 0, formatError(step, expectedMTU, b, "")
 	}

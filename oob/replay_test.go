@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // testTimeout bounds every exchange in the tests; nothing should come near it.
@@ -158,7 +160,7 @@ func replay(t *testing.T, c *oobCapture, steps []step, msgs [][]byte, ours Role,
 type planResult struct {
 	compat   Compat
 	sys      SysData
-	mtu      MTU
+	mtu      bth.MTU
 	dests    []PerftestDest // every remote entry returned, in order
 	report   BWReport
 	reported bool
@@ -232,7 +234,7 @@ func TestReplayPerftest(t *testing.T) {
 					if got.compat.Version != PerftestVersion || !got.compat.Iters64 || got.compat.MTULen != MTULen {
 						t.Errorf("peer compat %+v", got.compat)
 					}
-					if got.sys != DefaultSysData || got.mtu != MTU1024 {
+					if got.sys != DefaultSysData || got.mtu != bth.MTU1024 {
 						t.Errorf("agreed sys %+v MTU %v", got.sys, got.mtu)
 					}
 					for i, d := range got.dests {

@@ -38,7 +38,7 @@ const (
 
 type advOpts struct {
 	typ       verbs.QPType
-	mtu       verbs.MTU    // MTU256 when 0
+	mtu       bth.MTU      // MTU256 when 0
 	access    verbs.Access // every remote right when 0
 	noDestRD  bool         // max_dest_rd_atomic 0 (4 otherwise)
 	srq       bool
@@ -78,7 +78,7 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 		o.typ = verbs.RC
 	}
 	if o.mtu == 0 {
-		o.mtu = verbs.MTU256
+		o.mtu = bth.MTU256
 	}
 	if o.access == 0 {
 		o.access = verbs.LocalWrite | verbs.RemoteAccess

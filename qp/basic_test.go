@@ -3,8 +3,10 @@ package qp
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/goroce/goroce/verbs"
 	"testing"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
 
 func TestSendRecv(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSendRecv(t *testing.T) {
 }
 
 func TestWriteReadAtomic(t *testing.T) {
-	p := newPair(t, pairOpts{mtu: verbs.MTU4096})
+	p := newPair(t, pairOpts{mtu: bth.MTU4096})
 	const size = 100000
 	local := p.a.reg(t, 2*size)
 	remote := p.b.reg(t, size)

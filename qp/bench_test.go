@@ -15,7 +15,7 @@ import (
 
 // benchStream keeps depth requests of size bytes in flight from A to B over
 // the simulated link and reports throughput and cost per packet.
-func benchStream(b *testing.B, op verbs.WROpcode, size int, mtu verbs.MTU) {
+func benchStream(b *testing.B, op verbs.WROpcode, size int, mtu bth.MTU) {
 	const depth = 16
 	p := newPair(b, pairOpts{mtu: mtu, cap: verbs.QPCap{MaxSendWR: depth * 2, MaxRecvWR: depth * 2,
 		MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -85,13 +85,13 @@ func BenchmarkStream(b *testing.B) {
 	for _, c := range []struct {
 		op   verbs.WROpcode
 		size int
-		mtu  verbs.MTU
+		mtu  bth.MTU
 	}{
-		{verbs.OpWrite, 64 << 10, verbs.MTU4096},
-		{verbs.OpRead, 64 << 10, verbs.MTU4096},
-		{verbs.OpSend, 64 << 10, verbs.MTU4096},
-		{verbs.OpWrite, 64 << 10, verbs.MTU1024},
-		{verbs.OpWrite, 2, verbs.MTU4096},
+		{verbs.OpWrite, 64 << 10, bth.MTU4096},
+		{verbs.OpRead, 64 << 10, bth.MTU4096},
+		{verbs.OpSend, 64 << 10, bth.MTU4096},
+		{verbs.OpWrite, 64 << 10, bth.MTU1024},
+		{verbs.OpWrite, 2, bth.MTU4096},
 	} {
 		b.Run(fmt.Sprintf("%v/%d/mtu%v", c.op, c.size, c.mtu), func(b *testing.B) {
 			benchStream(b, c.op, c.size, c.mtu)
@@ -106,7 +106,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 		t.Skip("allocation counts are noisy under -short runs with other tests")
 	}
 	for _, op := range []verbs.WROpcode{verbs.OpWrite, verbs.OpRead, verbs.OpSend} {
-		p := newPair(t, pairOpts{mtu: verbs.MTU4096})
+		p := newPair(t, pairOpts{mtu: bth.MTU4096})
 		local := p.a.reg(t, 64<<10)
 		remote := p.b.reg(t, 64<<10)
 		wr := []verbs.SendWR{{Opcode: op, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, 64<<10)},
@@ -179,7 +179,7 @@ func benchResponder(b *testing.B, size int) (*discardLink, *QP, *mr.MR) {
 	}{
 		{verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: verbs.RemoteWrite},
 			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
-		{verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU4096, DestQPN: 0x99, MaxDestRDAtomic: 1, MinRNRTimer: 1,
+		{verbs.QPAttr{State: verbs.StateRTR, PathMTU: bth.MTU4096, DestQPN: 0x99, MaxDestRDAtomic: 1, MinRNRTimer: 1,
 			AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(addrA)}}, verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU |
 			verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer},
 		{verbs.QPAttr{State: verbs.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 1},

@@ -167,7 +167,7 @@ func replayRequester(t *testing.T, name string) {
 	must(t, err)
 	local, err := pd.pd.Register(make([]byte, 1<<20), verbs.LocalWrite)
 	must(t, err)
-	mtuEnum, _ := verbs.MTUFromBytes(mtu)
+	mtuEnum, _ := bth.MTUAtMost(mtu)
 	first := reqs[0].pkt.BTH.PSN()
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: verbs.LocalWrite | verbs.RemoteAccess},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))

@@ -232,7 +232,7 @@ func replayResponder(t *testing.T, name string) {
 	must(t, err)
 	recvBuf, err := pd.pd.Register(make([]byte, 1<<17), verbs.LocalWrite)
 	must(t, err)
-	mtuEnum, _ := verbs.MTUFromBytes(mtu)
+	mtuEnum, _ := bth.MTUAtMost(mtu)
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: verbs.LocalWrite | verbs.RemoteAccess},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateRTR, PathMTU: mtuEnum, DestQPN: clientQPN,

@@ -122,7 +122,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if p, ok := t.(transport.Poller); ok && cfg.BusyPoll {
 		d.poller = p
 	}
-	if need := bth.RCWriteFirst.HeaderLen() + verbs.MTU256.Bytes() + bth.ICRCLen; d.maxPacket < need {
+	if need := bth.RCWriteFirst.HeaderLen() + bth.MTU256.Bytes() + bth.ICRCLen; d.maxPacket < need {
 		return nil, fmt.Errorf("%w: the transport carries packets of %d bytes, and a 256-byte path MTU needs %d: "+
 			"raise its MaxPacket", verbs.ErrInvalidCap, d.maxPacket, need)
 	}
@@ -240,11 +240,11 @@ func (d *Device) GID(index int) ([16]byte, error) {
 }
 
 // ActiveMTU returns the largest path MTU the transport carries.
-func (d *Device) ActiveMTU() verbs.MTU {
+func (d *Device) ActiveMTU() bth.MTU {
 	if !d.ok() {
 		return 0
 	}
-	m, _ := verbs.MTUFromBytes(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
+	m, _ := bth.MTUAtMost(d.maxPacket - bth.RCWriteFirst.HeaderLen() - bth.ICRCLen - 3)
 	return m
 }
 

@@ -109,7 +109,7 @@ func TestFailFastSendMidMessage(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, tap := tapPair(t, pairOpts{mtu: verbs.MTU256, timeout: timeout})
+			p, tap := tapPair(t, pairOpts{mtu: bth.MTU256, timeout: timeout})
 			src, dst := p.a.reg(t, 1024), p.b.reg(t, 3*4096)
 			must(t, p.b.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{sge(dst, 0, c.recvLen)}},
 				{ID: 2, SGL: []verbs.SGE{sge(dst, 4096, 4096)}}, {ID: 3, SGL: []verbs.SGE{sge(dst, 8192, 4096)}}}))
@@ -187,7 +187,7 @@ func TestFailFastReadResponseAbuse(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, tap := tapPair(t, pairOpts{mtu: verbs.MTU256})
+			p, tap := tapPair(t, pairOpts{mtu: bth.MTU256})
 			local, remote := p.a.reg(t, 4*mtu), p.b.reg(t, 4*mtu)
 			fill(remote.Bytes(), 5)
 			before := slices.Clone(local.Bytes())

@@ -3,10 +3,12 @@ package qp
 import (
 	"bytes"
 	"fmt"
-	"github.com/goroce/goroce/verbs"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 
 	"github.com/goroce/goroce/transport/mem"
 )
@@ -43,7 +45,7 @@ func TestFaultMatrix(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			seed := uint64(1000 + i)
-			p := newPair(t, pairOpts{mtu: verbs.MTU4096, faults: c.f, seed: seed, retry: 7, timeout: 12})
+			p := newPair(t, pairOpts{mtu: bth.MTU4096, faults: c.f, seed: seed, retry: 7, timeout: 12})
 			moved, failed := stream(t, p, total, 64<<10, c.mayFail)
 			ca, cb := p.a.qp.Counters(), p.b.qp.Counters()
 			t.Logf("seed %d: %d MiB verified; A: %s; B: %s; net %+v", seed, moved>>20, &ca, &cb, p.net.Stats())
@@ -163,7 +165,7 @@ func stream(t *testing.T, p *pair, total, msg int, mayFail bool) (int, *verbs.WC
 func TestFaultMatrixReplays(t *testing.T) {
 	// The same seed gives the same run: counters match exactly.
 	run := func() string {
-		p := newPair(t, pairOpts{mtu: verbs.MTU1024, faults: mem.Faults{Drop: 0.05, Reorder: 0.05}, seed: 99})
+		p := newPair(t, pairOpts{mtu: bth.MTU1024, faults: mem.Faults{Drop: 0.05, Reorder: 0.05}, seed: 99})
 		stream(t, p, 2<<20, 16<<10, false)
 		ca, cb := p.a.qp.Counters(), p.b.qp.Counters()
 		return fmt.Sprint(&ca, &cb, p.net.Stats())

@@ -2,13 +2,14 @@ package qp
 
 import (
 	"fmt"
-	"github.com/goroce/goroce/verbs"
 	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/verbs"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mr"
@@ -34,7 +35,7 @@ type pair struct {
 
 type pairOpts struct {
 	typ       verbs.QPType
-	mtu       verbs.MTU
+	mtu       bth.MTU
 	faults    mem.Faults
 	seed      uint64
 	cap       verbs.QPCap
@@ -59,7 +60,7 @@ func (o *pairOpts) defaults() {
 		o.typ = verbs.RC
 	}
 	if o.mtu == 0 {
-		o.mtu = verbs.MTU1024
+		o.mtu = bth.MTU1024
 	}
 	if o.cap.MaxSendWR == 0 {
 		o.cap = verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}

@@ -3,8 +3,10 @@ package qp
 import (
 	"bytes"
 	"fmt"
-	"github.com/goroce/goroce/verbs"
 	"testing"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestOpcodeSizes runs every data operation at the sizes around the path
@@ -25,7 +27,7 @@ func TestOpcodeSizes(t *testing.T) {
 		{verbs.OpRead, []verbs.QPType{verbs.RC}},
 	}
 	for _, typ := range []verbs.QPType{verbs.RC, verbs.UC} {
-		p := newPair(t, pairOpts{typ: typ, mtu: verbs.MTU1024})
+		p := newPair(t, pairOpts{typ: typ, mtu: bth.MTU1024})
 		for _, oc := range ops {
 			if !hasType(oc.types, typ) {
 				continue

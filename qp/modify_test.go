@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -12,7 +13,7 @@ import (
 // with one it does not allow, or to a state it cannot reach, it fails and
 // leaves the QP as it was.
 func TestModifyRules(t *testing.T) {
-	full := verbs.QPAttr{Port: 1, Access: verbs.LocalWrite, QKey: 7, PathMTU: verbs.MTU1024, DestQPN: 0x20,
+	full := verbs.QPAttr{Port: 1, Access: verbs.LocalWrite, QKey: 7, PathMTU: bth.MTU1024, DestQPN: 0x20,
 		RQPSN: 5, SQPSN: 9, MaxDestRDAtomic: 4, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
 		MaxRDAtomic: 4, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(addrB)}}
 	steps := map[verbs.QPType][]struct {
@@ -126,7 +127,7 @@ func TestModifyRefusals(t *testing.T) {
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1}, init))
 	rtr := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
 		verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer
-	ok := verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU1024, DestQPN: 5, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(addrB)}}
+	ok := verbs.QPAttr{State: verbs.StateRTR, PathMTU: bth.MTU1024, DestQPN: 5, AH: verbs.AHAttr{DGID: verbs.GIDFromAddr(addrB)}}
 	for _, c := range []struct {
 		name string
 		edit func(a *verbs.QPAttr)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/internal/apitest"
 	"github.com/goroce/goroce/transport/mem"
@@ -317,7 +318,7 @@ func (e *nilEnv) modify(t *testing.T) {
 	apitest.Err(t, q.Modify(nil, verbs.AttrState), verbs.ErrNil, "needs a *QPAttr")
 	init := verbs.QPAttr{State: verbs.StateInit, Port: 1}
 	must(t, q.Modify(&init, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
-	rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU1024}
+	rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: bth.MTU1024}
 	err := q.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
 		verbs.AttrMaxDestRDAtomic|verbs.AttrMinRNRTimer)
 	apitest.Err(t, err, verbs.ErrInvalidAttr, "no destination GID", "QPAttr.AH.DGID")

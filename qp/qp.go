@@ -518,8 +518,8 @@ func (q *QP) reset() {
 		q.attr.PathMTU = q.dev.ActiveMTU()
 		q.mtu = q.attr.PathMTU.Bytes()
 	case q.mtu == 0:
-		q.mtu = verbs.MTU256.Bytes() // rxe starts new QPs at 256 until modified
-		q.attr.PathMTU = verbs.MTU256
+		q.mtu = bth.MTU256.Bytes() // rxe starts new QPs at 256 until modified
+		q.attr.PathMTU = bth.MTU256
 	}
 	if q.typ == verbs.GSI {
 		q.attr.QKey = GSIQKey

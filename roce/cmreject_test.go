@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
@@ -113,7 +114,7 @@ func TestNoAgentRejects(t *testing.T) {
 	b := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: addrB})
 	peer := newGSIPeer(t, b, addrA)
 	req := &mad.REQ{LocalCommID: 77, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7174), LocalQPN: 0x11,
-		TransportServiceType: mad.TransportRC, PathMTU: mad.MTU(verbs.MTU1024), RetryCount: 7, RNRRetryCount: 7,
+		TransportServiceType: mad.TransportRC, PathMTU: bth.MTU1024, RetryCount: 7, RNRRetryCount: 7,
 		MaxCMRetries: 15, PKey: 0xFFFF}
 	start := time.Now()
 	rej, ok := peer.ask(req, 5*time.Second).(*mad.REJ)

@@ -22,7 +22,7 @@ type Remote struct {
 // minimum RNR timer 12, one outstanding READ or atomic each way, every
 // remote right. It is plain data, safe to share once filled.
 type ConnParams struct {
-	MTU verbs.MTU
+	MTU bth.MTU
 	// PSN is the PSN this side starts sending with.
 	PSN uint32
 	// Access is what the peer may do to this side's memory through the
@@ -49,7 +49,7 @@ func (p *ConnParams) withDefaults() ConnParams {
 		c = *p
 	}
 	if c.MTU == 0 {
-		c.MTU = verbs.MTU1024
+		c.MTU = bth.MTU1024
 	}
 	if c.Access == 0 && !c.NoAccess {
 		c.Access = verbs.LocalWrite | verbs.RemoteAccess

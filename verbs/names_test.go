@@ -1,6 +1,8 @@
 package verbs
 
-import "testing"
+import (
+	"testing"
+)
 
 func TestNames(t *testing.T) {
 	for s, want := range []string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"} {
@@ -13,18 +15,12 @@ func TestNames(t *testing.T) {
 	}{
 		{RC.String(), "RC"}, {UD.String(), "UD"}, {OpWriteImm.String(), "RDMA_WRITE_WITH_IMM"},
 		{RemAccessErr.String(), "REM_ACCESS_ERR"}, {WRFlushErr.String(), "WR_FLUSH_ERR"},
-		{WCRecvRDMAWithIm.String(), "RECV_RDMA_WITH_IMM"}, {MTU4096.String(), "4096"},
+		{WCRecvRDMAWithIm.String(), "RECV_RDMA_WITH_IMM"},
 		{(AttrState | AttrSQPSN).String(), "STATE|SQ_PSN"}, {(LocalWrite | RemoteRead).String(), "LOCAL_WRITE|REMOTE_READ"},
 		{EventCommEstablished.String(), "COMM_EST"},
 	} {
 		if c.got != c.want {
 			t.Errorf("%q, want %q", c.got, c.want)
 		}
-	}
-	if m, ok := MTUFromBytes(1500); !ok || m != MTU1024 {
-		t.Errorf("MTUFromBytes(1500) = %v %v", m, ok)
-	}
-	if _, ok := MTUFromBytes(200); ok {
-		t.Error("MTUFromBytes(200) ok")
 	}
 }

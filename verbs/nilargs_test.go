@@ -42,19 +42,8 @@ func TestNilArgs(t *testing.T) {
 				t.Error(err)
 			}
 		},
-		"QPType.String":  func(t *testing.T) { wantString(t, QPType(0).String(), "QPType(0)") },
-		"QPState.String": func(t *testing.T) { wantString(t, QPState(99).String(), "QPState(99)") },
-		"MTU.Bytes": func(t *testing.T) {
-			if MTU(0).Bytes() != 0 || MTU(6).Bytes() != 0 {
-				t.Error("an invalid MTU has bytes")
-			}
-		},
-		"MTUFromBytes": func(t *testing.T) {
-			if m, ok := MTUFromBytes(-1); ok || m != 0 {
-				t.Errorf("MTUFromBytes(-1) = %v, %v", m, ok)
-			}
-		},
-		"MTU.String":      func(t *testing.T) { wantString(t, MTU(0).String(), "MTU(0)") },
+		"QPType.String":   func(t *testing.T) { wantString(t, QPType(0).String(), "QPType(0)") },
+		"QPState.String":  func(t *testing.T) { wantString(t, QPState(99).String(), "QPState(99)") },
 		"WROpcode.String": func(t *testing.T) { wantString(t, WROpcode(8).String(), "WROpcode(8)") },
 		"WROpcode.IsAtomic": func(t *testing.T) {
 			if WROpcode(0xFF).IsAtomic() {

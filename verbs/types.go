@@ -59,45 +59,6 @@ func (s QPState) String() string {
 	return fmt.Sprintf("QPState(%d)", uint8(s))
 }
 
-// MTU is a path MTU, numbered as ibv_mtu: 1 is 256 bytes, 5 is 4096.
-type MTU uint8
-
-// Path MTUs.
-const (
-	MTU256 MTU = iota + 1
-	MTU512
-	MTU1024
-	MTU2048
-	MTU4096
-)
-
-// Bytes returns the MTU in bytes, or 0 when invalid.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-// MTUFromBytes returns the largest MTU not above n bytes, and false when n
-// is below 256.
-func MTUFromBytes(n int) (MTU, bool) {
-	for m := MTU4096; m >= MTU256; m-- {
-		if m.Bytes() <= n {
-			return m, true
-		}
-	}
-	return 0, false
-}
-
-// String returns the MTU in bytes ("1024"), or MTU(n) when it is invalid.
-func (m MTU) String() string {
-	if b := m.Bytes(); b != 0 {
-		return fmt.Sprint(b)
-	}
-	return fmt.Sprintf("MTU(%d)", uint8(m))
-}
-
 // WROpcode is the operation of a send work request, numbered as
 // ibv_wr_opcode.
 type WROpcode uint8
@@ -373,7 +334,7 @@ func GIDFromAddr(a netip.Addr) [16]byte { return a.As16() }
 type QPAttr struct {
 	State           QPState
 	CurState        QPState
-	PathMTU         MTU
+	PathMTU         bth.MTU
 	QKey            uint32
 	RQPSN           bth.PSN
 	SQPSN           bth.PSN

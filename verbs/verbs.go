@@ -7,7 +7,11 @@
 // with it.
 package verbs
 
-import "context"
+import (
+	"context"
+
+	"github.com/goroce/goroce/bth"
+)
 
 // Device is an RDMA device: an RNIC, kernel rxe through libibverbs, or
 // goroce's software engine. Implementations are safe for concurrent use.
@@ -18,7 +22,7 @@ type Device interface {
 	GID(index int) ([16]byte, error)
 	// ActiveMTU is the port's active MTU: the largest path MTU, and the
 	// message limit of UD.
-	ActiveMTU() MTU
+	ActiveMTU() bth.MTU
 	AllocPD() (PD, error)
 	// CreateCQ returns a completion queue of at least cqe entries.
 	CreateCQ(cqe int) (CQ, error)

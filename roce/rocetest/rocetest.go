@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
@@ -91,7 +92,7 @@ func Wait(t testing.TB, cq verbs.CQ) verbs.WC {
 func EveryOperation(t testing.TB, da, db verbs.Device) {
 	t.Helper()
 	a, b := NewSide(t, da, verbs.RC), NewSide(t, db, verbs.RC)
-	p := &roce.ConnParams{MTU: verbs.MTU1024, MaxRDAtomic: 4, MaxDestRDAtomic: 4, PSN: 0xFFFFFE}
+	p := &roce.ConnParams{MTU: bth.MTU1024, MaxRDAtomic: 4, MaxDestRDAtomic: 4, PSN: 0xFFFFFE}
 	if err := roce.Connect(a.qp, b.Remote(t, 0xFFFFFE), p); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func Stream(b *testing.B, da, db verbs.Device, op verbs.WROpcode, size, depth in
 		b.Fatalf("rocetest: Stream of %d requests of %d bytes: want at least one of one byte", depth, size)
 	}
 	a, z := NewSide(b, da, verbs.RC), NewSide(b, db, verbs.RC)
-	p := &roce.ConnParams{MTU: verbs.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
+	p := &roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	if err := roce.Connect(a.qp, z.Remote(b, 0), p); err != nil {
 		b.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func Stream(b *testing.B, da, db verbs.Device, op verbs.WROpcode, size, depth in
 func Transfer(t testing.TB, da, db verbs.Device, rounds int) {
 	t.Helper()
 	a, z := NewSide(t, da, verbs.RC), NewSide(t, db, verbs.RC)
-	p := &roce.ConnParams{MTU: verbs.MTU1024, MaxRDAtomic: 16, MaxDestRDAtomic: 16, PSN: 0xFFF000}
+	p := &roce.ConnParams{MTU: bth.MTU1024, MaxRDAtomic: 16, MaxDestRDAtomic: 16, PSN: 0xFFF000}
 	if err := roce.Connect(a.qp, z.Remote(t, 0xFFF000), p); err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +341,7 @@ func PingPong(b *testing.B, da, db verbs.Device, size int) {
 		b.Fatalf("rocetest: PingPong of %d bytes: want 0 to 4096", size)
 	}
 	a, z := NewSide(b, da, verbs.RC), NewSide(b, db, verbs.RC)
-	p := &roce.ConnParams{MTU: verbs.MTU4096}
+	p := &roce.ConnParams{MTU: bth.MTU4096}
 	if err := roce.Connect(a.qp, z.Remote(b, 0), p); err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
@@ -86,7 +87,7 @@ func (c *config) register(fs *cli.FlagSet) {
 	fs.Duration(&c.timeout, 2*time.Minute, "give up after this long", "timeout")
 }
 
-func (c *config) check() ([]op, verbs.MTU, error) {
+func (c *config) check() ([]op, bth.MTU, error) {
 	var sel []op
 	for _, name := range strings.Split(c.ops, ",") {
 		name = strings.TrimSpace(strings.ToLower(name))
@@ -101,7 +102,7 @@ func (c *config) check() ([]op, verbs.MTU, error) {
 			return nil, 0, cli.Usagef("--ops: unknown operation %q (want send, send_imm, write, write_imm, read, fetch_add, cmp_swap or all)", name)
 		}
 	}
-	mtu, ok := verbs.MTUFromBytes(c.mtu)
+	mtu, ok := bth.MTUAtMost(c.mtu)
 	if !ok || mtu.Bytes() != c.mtu {
 		return nil, 0, cli.Usagef("--mtu must be 256, 512, 1024, 2048 or 4096, not %d", c.mtu)
 	}
@@ -301,7 +302,7 @@ func (c *config) openSide(name string, cfg *roce.Config, log *slog.Logger) (*sid
 
 // connect moves both QPs to RTS towards each other, exchanging their
 // QPN, PSN and GID in process.
-func connect(server, client *side, mtu verbs.MTU, log *slog.Logger) error {
+func connect(server, client *side, mtu bth.MTU, log *slog.Logger) error {
 	params := func(psn uint32) *roce.ConnParams {
 		return &roce.ConnParams{MTU: mtu, PSN: psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	}

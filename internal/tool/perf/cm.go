@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/cqwait"
@@ -30,7 +31,7 @@ import (
 type exchanger interface {
 	ExchangeVersions(ctx context.Context) (oob.Compat, error)
 	CheckSysData(ctx context.Context, local oob.SysData) (oob.SysData, error)
-	CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error)
+	CheckMTU(ctx context.Context, local bth.MTU) (bth.MTU, error)
 	HandShake(ctx context.Context, local oob.PerftestDest) (oob.PerftestDest, error)
 	ExchangeDests(ctx context.Context, local []oob.PerftestDest) ([]oob.PerftestDest, error)
 	Barrier(ctx context.Context) error
@@ -417,7 +418,7 @@ func (c *cmExchange) CheckSysData(ctx context.Context, local oob.SysData) (oob.S
 }
 
 // CheckMTU is check_mtu over the comm connection.
-func (c *cmExchange) CheckMTU(ctx context.Context, local oob.MTU) (oob.MTU, error) {
+func (c *cmExchange) CheckMTU(ctx context.Context, local bth.MTU) (bth.MTU, error) {
 	n := c.compat.MTULen
 	if n == 0 {
 		return local, nil

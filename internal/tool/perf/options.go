@@ -3,9 +3,9 @@ package perf
 import (
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/perfstat"
-	"github.com/goroce/goroce/verbs"
 )
 
 // check reads the test and the server from args, then applies perftest's
@@ -131,7 +131,7 @@ func (o *options) checkRanges(fs *cli.FlagSet) error {
 		return cli.Usagef("-x should be between 0 and 64")
 	}
 	if o.mtu != 0 {
-		if m, ok := verbs.MTUFromBytes(o.mtu); !ok || m.Bytes() != o.mtu {
+		if _, ok := bth.MTUFromBytes(o.mtu); !ok {
 			return cli.Usagef("-m must be 256, 512, 1024, 2048 or 4096, not %d", o.mtu)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hwverbs"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/oob"
@@ -36,7 +37,7 @@ type session struct {
 	mr     verbs.MR
 	buf    []byte
 	bufSz  int // BUFF_SIZE: each QP's send area and receive area
-	mtu    verbs.MTU
+	mtu    bth.MTU
 	sys    oob.SysData
 	gidIdx int
 	spin   time.Duration
@@ -108,15 +109,15 @@ func (r *session) run() error {
 	}
 	mtu := r.dev.ActiveMTU()
 	if o.mtu != 0 {
-		if m, _ := verbs.MTUFromBytes(o.mtu); m < mtu {
+		if m, _ := bth.MTUAtMost(o.mtu); m < mtu {
 			mtu = m
 		}
 	}
-	agreed, err := r.pt.CheckMTU(r.ctx, oob.MTU(mtu))
+	agreed, err := r.pt.CheckMTU(r.ctx, mtu)
 	if err != nil {
 		return err
 	}
-	r.mtu = verbs.MTU(agreed)
+	r.mtu = agreed
 	if err := r.setup(); err != nil {
 		return err
 	}

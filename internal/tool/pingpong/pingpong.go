@@ -9,8 +9,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/verbs"
 )
 
 // Cmd is roce pingpong.
@@ -87,7 +87,7 @@ type options struct {
 	timeout  time.Duration
 	dev      cli.DeviceFlags
 	server   string
-	mtuValue verbs.MTU
+	mtuValue bth.MTU
 }
 
 func (o *options) register(fs *cli.FlagSet) {
@@ -116,7 +116,7 @@ func (o *options) check(fs *cli.FlagSet, args []string) error {
 	if err := o.checkMode(fs, args); err != nil {
 		return err
 	}
-	m, ok := verbs.MTUFromBytes(o.mtu)
+	m, ok := bth.MTUAtMost(o.mtu)
 	if !ok || m.Bytes() != o.mtu {
 		return cli.Usagef("-m must be 256, 512, 1024, 2048 or 4096, not %d", o.mtu)
 	}

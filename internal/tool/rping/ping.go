@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
@@ -145,8 +146,8 @@ func (r *rpinger) runServer(ctx context.Context, addr netip.Addr) error {
 	return r.runTest(ctx, "server", r.testServer)
 }
 
-func (r *rpinger) pathMTU() verbs.MTU {
-	m, _ := verbs.MTUFromBytes(r.o.mtu)
+func (r *rpinger) pathMTU() bth.MTU {
+	m, _ := bth.MTUAtMost(r.o.mtu)
 	return m
 }
 

@@ -30,9 +30,9 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
-	"github.com/goroce/goroce/mad"
 )
 
 // Cmd is roce rping.
@@ -152,7 +152,7 @@ func (o *options) check(args []string) error {
 	case o.timeout <= 0:
 		return cli.Usagef("--timeout %v: want a positive duration such as 30s", o.timeout)
 	case o.mtu != 0:
-		if _, ok := mad.MTUFromBytes(o.mtu); !ok {
+		if _, ok := bth.MTUFromBytes(o.mtu); !ok {
 			return cli.Usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 		}
 	}

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/verbs"
 )
 
 // Over rdma_cm the two sides say what the TCP hello says in the private
@@ -78,7 +78,7 @@ func parsePrivateData(pd []byte) (*hello, error) {
 }
 
 func (c *sessionConfig) cmParams(s *session, pd []byte) *cm.Params {
-	mtu, _ := verbs.MTUFromBytes(c.mtu)
+	mtu, _ := bth.MTUAtMost(c.mtu)
 	depth := uint8(16)
 	if seed := cmSeeds[c.mode]; seed != nil && seed.depth != 0 {
 		depth = seed.depth // what the seed program offers

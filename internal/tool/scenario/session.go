@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
@@ -230,7 +231,7 @@ func (s *session) hello(mode string, mtu int, extra map[string]string) *hello {
 
 // connect moves the QP to RTS towards the peer of the exchange.
 func (s *session) connect(mine, theirs *hello) error {
-	mtu, _ := verbs.MTUFromBytes(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
+	mtu, _ := bth.MTUAtMost(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
 	p := &roce.ConnParams{MTU: mtu, PSN: mine.psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	cli.Step(s.log, roce.StepControl, "connect QP %d to the peer's QP %d (path MTU %d)", s.qp.QPN(), theirs.qpn, mtu.Bytes())
 	if err := roce.Connect(s.qp, &roce.Remote{QPN: theirs.qpn, PSN: theirs.psn, GID: theirs.gid}, p); err != nil {
