@@ -28,6 +28,14 @@ const MaxQPN = 1<<24 - 1
 // partition.
 const DefaultPKey = 0xFFFF
 
+// The General Services Interface: QP 1, where management datagrams (the
+// CM's among them) are sent, with its well-known Q_Key (IBTA Vol. 1
+// §13.5.1, §10.2.4).
+const (
+	GSIQPN  = 1
+	GSIQKey = 0x80010000
+)
+
 func get24(b []byte) uint32 { return uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2]) }
 
 // put24 writes v, which the caller checked fits in 24 bits.

@@ -293,7 +293,7 @@ func (a *Agent) openGSI() error {
 		attr verbs.QPAttr
 		mask verbs.AttrMask
 	}{
-		{verbs.QPAttr{State: verbs.StateInit, QKey: mad.GSIQKey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrQKey},
+		{verbs.QPAttr{State: verbs.StateInit, QKey: bth.GSIQKey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrQKey},
 		{verbs.QPAttr{State: verbs.StateRTR}, verbs.AttrState},
 		{verbs.QPAttr{State: verbs.StateRTS}, verbs.AttrState | verbs.AttrSQPSN},
 	}
@@ -475,7 +475,7 @@ func (a *Agent) completion(wc *verbs.WC) {
 		return
 	}
 	buf := a.rmr.Bytes()[slot*recvLen : (slot+1)*recvLen]
-	if wc.ByteLen != recvLen || wc.SrcQP != mad.GSIQPN {
+	if wc.ByteLen != recvLen || wc.SrcQP != bth.GSIQPN {
 		a.ctr.malformed.Add(1)
 	} else {
 		a.receive(srcFromGRH(buf[:grhLen]), buf[grhLen:])
@@ -554,7 +554,7 @@ func (a *Agent) sendRaw(dst netip.Addr, b []byte) {
 	ah, err := a.ah(dst)
 	if err == nil {
 		err = a.gsi.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: b,
-			AH: ah, RemoteQPN: mad.GSIQPN, RemoteQKey: mad.GSIQKey}})
+			AH: ah, RemoteQPN: bth.GSIQPN, RemoteQKey: bth.GSIQKey}})
 	}
 	if err != nil {
 		a.ctr.sendErr.Add(1)

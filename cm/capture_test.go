@@ -55,7 +55,7 @@ func captureMADs(tb testing.TB, name string) []capMAD {
 			continue
 		}
 		var p bth.Packet
-		if p.Parse(fr.Payload) != nil || p.BTH.Opcode() != bth.UDSendOnly || p.BTH.DestQP() != mad.GSIQPN {
+		if p.Parse(fr.Payload) != nil || p.BTH.Opcode() != bth.UDSendOnly || p.BTH.DestQP() != bth.GSIQPN {
 			continue
 		}
 		h, m, err := mad.Decode(p.Payload)
@@ -126,10 +126,10 @@ func (f *fakePeer) send(dst netip.Addr, h mad.Header, m mad.Message) {
 	}
 	buf := make([]byte, bth.Len(bth.UDSendOnly, mad.Len))
 	var p bth.Packet
-	n := p.Build(buf, &bth.BTHFields{Opcode: bth.UDSendOnly, PKey: 0xFFFF, DestQP: mad.GSIQPN, AckReq: true,
+	n := p.Build(buf, &bth.BTHFields{Opcode: bth.UDSendOnly, PKey: 0xFFFF, DestQP: bth.GSIQPN, AckReq: true,
 		PSN: bth.PSN(f.psn)}, mad.Len)
 	f.psn++
-	p.DETH.Encode(&bth.DETHFields{QKey: mad.GSIQKey, SrcQP: mad.GSIQPN})
+	p.DETH.Encode(&bth.DETHFields{QKey: bth.GSIQKey, SrcQP: bth.GSIQPN})
 	copy(p.Payload, b[:])
 	if err := f.ep.Send([]transport.Packet{{Data: buf[:n], Src: f.ep.LocalAddr(), Dst: dst}}); err != nil {
 		f.t.Fatal(err)

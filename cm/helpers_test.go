@@ -180,7 +180,7 @@ func (f *faultLink) count(attr uint16) int {
 // QP 1, and false for other packets.
 func madAttr(data []byte) (uint16, bool) {
 	var p bth.Packet
-	if p.Parse(data) != nil || p.BTH.Opcode() != bth.UDSendOnly || p.BTH.DestQP() != mad.GSIQPN ||
+	if p.Parse(data) != nil || p.BTH.Opcode() != bth.UDSendOnly || p.BTH.DestQP() != bth.GSIQPN ||
 		len(p.Payload) != mad.Len || p.Payload[1] != mad.ClassCM {
 		return 0, false
 	}

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
 )
@@ -40,7 +39,7 @@ func (a *Agent) watchUnreachable(dev verbs.Device) func() {
 // notice about a packet that was not a MAD (quoted with its BTH) is
 // ignored.
 func (a *Agent) unreachable(u transport.Unreachable) {
-	if len(u.Packet) >= bth.BTHLen && bth.BTH(u.Packet).DestQP() != mad.GSIQPN {
+	if len(u.Packet) >= bth.BTHLen && bth.BTH(u.Packet).DestQP() != bth.GSIQPN {
 		return
 	}
 	dst := u.Dst.Unmap()

@@ -152,15 +152,11 @@ func (r *RoCE) NextLayerType() gopacket.LayerType {
 	if r == nil {
 		return gopacket.LayerTypeZero
 	}
-	if r.BTH.Opcode.Transport() == bth.TransportUD && r.BTH.DestQP == GSIQP {
+	if r.BTH.Opcode.Transport() == bth.TransportUD && r.BTH.DestQP == bth.GSIQPN {
 		return LayerTypeMAD
 	}
 	return gopacket.LayerTypePayload
 }
-
-// GSIQP is the queue pair of the general services interface, to which
-// MADs (connection management among them) are sent.
-const GSIQP = 1
 
 // DecodeFromBytes decodes a RoCE packet, BTH through ICRC, from data. When
 // df reports that the capture truncated the packet (gopacket sets this from

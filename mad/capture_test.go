@@ -85,7 +85,7 @@ func loadCapture(tb testing.TB, name string) captureContents {
 			tb.Fatalf("%s frame %d: bad ICRC", name, i)
 		}
 		bf := p.BTH.Fields()
-		if bf.Opcode == bth.UDSendOnly && bf.DestQP == GSIQPN {
+		if bf.Opcode == bth.UDSendOnly && bf.DestQP == bth.GSIQPN {
 			cc.mads = append(cc.mads, capturedMAD{
 				file: name, index: i, flow: fr.Flow, bth: bf, deth: p.DETH.Fields(), mad: p.Payload,
 			})
@@ -138,7 +138,7 @@ func TestCaptureConnections(t *testing.T) {
 			var order []uint32
 			for _, cm := range cc.mads {
 				// The GSI framing of every MAD.
-				if cm.bth.PKey != 0xFFFF || cm.deth.QKey != GSIQKey || cm.deth.SrcQP != GSIQPN || len(cm.mad) != Len {
+				if cm.bth.PKey != 0xFFFF || cm.deth.QKey != bth.GSIQKey || cm.deth.SrcQP != bth.GSIQPN || len(cm.mad) != Len {
 					t.Errorf("frame %d: P_Key %#x Q_Key %#x source QP %d length %d", cm.index, cm.bth.PKey, cm.deth.QKey, cm.deth.SrcQP, len(cm.mad))
 				}
 				h, m, err := Decode(cm.mad)

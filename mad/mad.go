@@ -18,10 +18,6 @@ const (
 	BaseVersion = 1
 	// CMClassVersion is the CM class version rdma_cm uses.
 	CMClassVersion = 2
-	// GSIQKey is the Q_Key of QP 1, the General Services Interface.
-	GSIQKey = 0x80010000
-	// GSIQPN is the queue pair number of the General Services Interface.
-	GSIQPN = 1
 )
 
 // Management classes (IBTA Vol. 1 §13.4).

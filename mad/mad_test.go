@@ -151,9 +151,9 @@ func newClassPortInfo() *ClassPortInfo {
 	return &ClassPortInfo{
 		BaseVersion: 1, ClassVersion: 2, CapabilityMask: 0x0304, CapabilityMask2: 0x5abcdef, RespTimeValue: 0x13,
 		RedirectGID: gid("2001:db8::7"), RedirectTC: 0x81, RedirectSL: 0xa, RedirectFL: 0xbcdef,
-		RedirectLID: 0x1234, RedirectPKey: 0xffff, RedirectQP: 0x010203, RedirectQKey: GSIQKey,
+		RedirectLID: 0x1234, RedirectPKey: 0xffff, RedirectQP: 0x010203, RedirectQKey: bth.GSIQKey,
 		TrapGID: gid("2001:db8::8"), TrapTC: 0x42, TrapSL: 5, TrapFL: 0x6789a, TrapLID: 0x5678,
-		TrapPKey: 0x7fff, TrapHL: 0x40, TrapQP: 0x040506, TrapQKey: GSIQKey,
+		TrapPKey: 0x7fff, TrapHL: 0x40, TrapQP: 0x040506, TrapQKey: bth.GSIQKey,
 	}
 }
 

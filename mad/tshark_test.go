@@ -472,8 +472,8 @@ func madFrame(mad []byte, v6 bool) []byte {
 	hl := ff.HeaderLen()
 	frame := make([]byte, hl+bth.Len(bth.UDSendOnly, len(mad)))
 	var p bth.Packet
-	p.Build(frame[hl:], &bth.BTHFields{Opcode: bth.UDSendOnly, PKey: 0xFFFF, DestQP: GSIQPN}, len(mad))
-	p.DETH.Encode(&bth.DETHFields{QKey: GSIQKey, SrcQP: GSIQPN})
+	p.Build(frame[hl:], &bth.BTHFields{Opcode: bth.UDSendOnly, PKey: 0xFFFF, DestQP: bth.GSIQPN}, len(mad))
+	p.DETH.Encode(&bth.DETHFields{QKey: bth.GSIQKey, SrcQP: bth.GSIQPN})
 	copy(p.Payload, mad)
 	ff.Flow.Seal(p.Raw)
 	bth.EncodeFrame(frame, &ff)

@@ -12,9 +12,6 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// GSIQKey is the Q_Key of the general services QP (QP 1).
-const GSIQKey = 0x80010000
-
 // QP is a queue pair. Its methods are safe for concurrent use: one mutex
 // covers the QP's requester, completer and responder, so packets of one QP
 // are handled, and sent, in order.
@@ -522,7 +519,7 @@ func (q *QP) reset() {
 		q.attr.PathMTU = bth.MTU256
 	}
 	if q.typ == verbs.GSI {
-		q.attr.QKey = GSIQKey
+		q.attr.QKey = bth.GSIQKey
 	}
 }
 

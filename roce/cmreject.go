@@ -91,7 +91,7 @@ func (r *cmRejecter) Start(h transport.Handler) error {
 // answer replies to p when it is a CM request to QP 1.
 func (r *cmRejecter) answer(p *transport.Packet) {
 	var pkt bth.Packet
-	if pkt.Parse(p.Data) != nil || pkt.BTH.DestQP() != mad.GSIQPN || pkt.DETH.QKey() != mad.GSIQKey ||
+	if pkt.Parse(p.Data) != nil || pkt.BTH.DestQP() != bth.GSIQPN || pkt.DETH.QKey() != bth.GSIQKey ||
 		len(pkt.Payload) != mad.Len || !p.Src.IsValid() {
 		return
 	}
@@ -120,10 +120,10 @@ func (r *cmRejecter) send(src, dst netip.Addr, h mad.Header, m mad.Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var pkt bth.Packet
-	n := pkt.Build(r.buf[:], &bth.BTHFields{Opcode: bth.UDSendOnly, PKey: bth.DefaultPKey, DestQP: mad.GSIQPN,
+	n := pkt.Build(r.buf[:], &bth.BTHFields{Opcode: bth.UDSendOnly, PKey: bth.DefaultPKey, DestQP: bth.GSIQPN,
 		PSN: r.psn, AckReq: true}, mad.Len)
 	r.psn = r.psn.Add(1)
-	pkt.DETH.Encode(&bth.DETHFields{QKey: mad.GSIQKey, SrcQP: mad.GSIQPN})
+	pkt.DETH.Encode(&bth.DETHFields{QKey: bth.GSIQKey, SrcQP: bth.GSIQPN})
 	if mad.Encode(h, m, pkt.Payload) != nil {
 		return
 	}
@@ -135,4 +135,4 @@ func (r *cmRejecter) send(src, dst netip.Addr, h mad.Header, m mad.Message) {
 
 // gsiSourcePort is the UDP source port rxe gives QP 1's packets (0xC000
 // plus a 14-bit hash of the QPN), which raw transports follow.
-const gsiSourcePort = 0xC000 | uint16(mad.GSIQPN*0x61C88647>>18)
+const gsiSourcePort = 0xC000 | uint16(bth.GSIQPN*0x61C88647>>18)

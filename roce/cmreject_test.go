@@ -41,7 +41,7 @@ func newGSIPeer(t *testing.T, d verbs.Device, to netip.Addr) *gsiPeer {
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: mad.Len}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []verbs.QPAttr{{State: verbs.StateInit, QKey: mad.GSIQKey}, {State: verbs.StateRTR}, {State: verbs.StateRTS}} {
+	for _, a := range []verbs.QPAttr{{State: verbs.StateInit, QKey: bth.GSIQKey}, {State: verbs.StateRTR}, {State: verbs.StateRTS}} {
 		mask := verbs.AttrState
 		if a.State == verbs.StateInit {
 			mask |= verbs.AttrPKeyIndex | verbs.AttrQKey
@@ -74,7 +74,7 @@ func (g *gsiPeer) ask(m mad.Message, wait time.Duration) mad.Message {
 		g.t.Fatal(err)
 	}
 	if err := g.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Inline | verbs.Signaled, InlineData: out,
-		AH: g.ah, RemoteQPN: mad.GSIQPN, RemoteQKey: mad.GSIQKey}}); err != nil {
+		AH: g.ah, RemoteQPN: bth.GSIQPN, RemoteQKey: bth.GSIQKey}}); err != nil {
 		g.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)

@@ -13,7 +13,6 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/mad"
 )
 
 // MaxPackets bounds the RoCE packets FromCapture keeps: past it, the
@@ -215,7 +214,7 @@ func (d *frameDecoder) decode(data []byte, lt gplayers.LinkType, rec *Record) (o
 	}
 	rec.PayloadLen = len(p.Payload)
 	rec.ICRCOK = bth.FrameICRC(fr.IP) == p.ICRCValue()
-	if p.BTH.DestQP() == mad.GSIQPN && p.Info.Transport == bth.TransportUD {
+	if p.BTH.DestQP() == bth.GSIQPN && p.Info.Transport == bth.TransportUD {
 		rec.MAD = DecodeMAD(p.Payload)
 	}
 	return true, nil

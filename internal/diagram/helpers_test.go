@@ -152,7 +152,7 @@ func cmMAD(tb testing.TB, m mad.Message) []byte {
 // madPkt is a UD SEND to QP 1 carrying m.
 func madPkt(src, dst string, m []byte) pkt {
 	return pkt{src: src, dst: dst, bth: bth.BTHFields{Opcode: bth.UDSendOnly, PKey: 0xFFFF, DestQP: 1, AckReq: true},
-		deth: bth.DETHFields{QKey: mad.GSIQKey, SrcQP: 1}, mad: m}
+		deth: bth.DETHFields{QKey: bth.GSIQKey, SrcQP: 1}, mad: m}
 }
 
 // rc is an RC packet of opcode op from src to dst's QP qp.
