@@ -16,7 +16,7 @@ import (
 // Layer type numbers. gopacket leaves numbers of 2000 and up to
 // applications; these follow the RoCEv2 port.
 const (
-	layerNumRoCE = 4791
+	layerNumRoCE = bth.UDPPort
 	layerNumMAD  = 4792
 )
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/pcapfile"
 	"github.com/goroce/goroce/qp"
@@ -148,7 +149,7 @@ func (c *Config) transport() (transport.Transport, error) {
 		}
 		port := c.Port
 		if port == 0 {
-			port = 4791
+			port = bth.UDPPort
 		}
 		uc := &udp.Config{Addr: netip.AddrPortFrom(addr, port), PeerPort: c.PeerPort, Logger: c.Logger, BusyPoll: c.BusyPoll}
 		if c.NoOffload {

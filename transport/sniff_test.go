@@ -210,7 +210,7 @@ func (f *fake) Send(p []transport.Packet) error {
 		if !p[i].Src.IsValid() {
 			p[i].Src = f.LocalAddr()
 		}
-		fl := bth.Flow{Src: p[i].Src, Dst: p[i].Dst, SrcPort: p[i].SrcPort, DstPort: 4791, ID: 7, DF: true}
+		fl := bth.Flow{Src: p[i].Src, Dst: p[i].Dst, SrcPort: p[i].SrcPort, DstPort: bth.UDPPort, ID: 7, DF: true}
 		fl.Seal(p[i].Data)
 		p[i].IPID = 7
 	}
@@ -264,7 +264,7 @@ func TestSniffFake(t *testing.T) {
 		if err := bth.ParseFrame(&fr, r, bth.LinkIP); err != nil {
 			t.Fatal(err)
 		}
-		if fr.IPv4 == nil || fr.Flow.ID != 7 || fr.Flow.DstPort != 4791 {
+		if fr.IPv4 == nil || fr.Flow.ID != 7 || fr.Flow.DstPort != bth.UDPPort {
 			t.Errorf("record %d: %+v", i, fr.Flow)
 		}
 		if bth.FrameICRC(fr.IP) != binary.LittleEndian.Uint32(fr.Payload[len(fr.Payload)-4:]) {

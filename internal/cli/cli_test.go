@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // echo is a test command: it prints its flags and arguments, or fails as
@@ -131,10 +133,10 @@ func TestDeviceConfig(t *testing.T) {
 		def  string
 		want string // error text, or the address
 	}{
-		{DeviceFlags{Transport: "udp", Port: 4791}, "127.0.0.1", "127.0.0.1"},
-		{DeviceFlags{Transport: "udp", Port: 4791, Bind: "::ffff:10.0.0.1"}, "127.0.0.1", "10.0.0.1"},
-		{DeviceFlags{Transport: "udp", Port: 4791}, "", "invalid IP"},
-		{DeviceFlags{Transport: "x", Port: 4791}, "", `--transport must be udp, afpacket or mem, not "x"`},
+		{DeviceFlags{Transport: "udp", Port: bth.UDPPort}, "127.0.0.1", "127.0.0.1"},
+		{DeviceFlags{Transport: "udp", Port: bth.UDPPort, Bind: "::ffff:10.0.0.1"}, "127.0.0.1", "10.0.0.1"},
+		{DeviceFlags{Transport: "udp", Port: bth.UDPPort}, "", "invalid IP"},
+		{DeviceFlags{Transport: "x", Port: bth.UDPPort}, "", `--transport must be udp, afpacket or mem, not "x"`},
 		{DeviceFlags{Transport: "udp", Port: 0}, "", "--roce-port must be 1-65535"},
 		{DeviceFlags{Transport: "mem", Port: 1}, "", "--transport mem joins ends in one process only"},
 		{DeviceFlags{Transport: "udp", Port: 1, Bind: "no such host.invalid"}, "", "--bind: \"no such host.invalid\" is not an IP address"},

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hwverbs"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
@@ -42,7 +43,7 @@ func (d *DeviceFlags) Register(fs *FlagSet) {
 	fs.String(&d.Transport, "udp", "how RoCEv2 packets travel: udp (no privileges), afpacket (raw frames, CAP_NET_RAW) or mem (in-process)", "transport")
 	fs.String(&d.Bind, "", "local IP `address`: the source of every packet and the GID", "bind")
 	fs.String(&d.Dev, "", "network `interface` of the afpacket transport", "dev")
-	fs.Uint(&d.Port, 4791, "local and peer UDP `port` for RoCEv2", "roce-port")
+	fs.Uint(&d.Port, bth.UDPPort, "local and peer UDP `port` for RoCEv2", "roce-port")
 	fs.String(&d.Pcap, "", "write every packet sent and received to this pcap `file`", "pcap")
 	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions (same as --trace)", "v")
 	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions", "trace")

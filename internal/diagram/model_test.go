@@ -51,7 +51,7 @@ func TestSenderQP(t *testing.T) {
 	})
 	t.Run("only flow back", func(t *testing.T) {
 		d := diagramOf(t,
-			rc(hostA, hostB, 4791, bth.RCSendOnly, 18, 100, 8),
+			rc(hostA, hostB, bth.UDPPort, bth.RCSendOnly, 18, 100, 8),
 			ack(hostB, hostA, 53760, 256, 100, bth.ACKSyndrome(bth.NoCredits)))
 		checkArrows(t, d, hostA+" QP 256->"+hostB+" QP 18", hostB+" QP 18->"+hostA+" QP 256")
 	})

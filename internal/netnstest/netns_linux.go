@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/goroce/goroce/bth"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,10 +83,10 @@ func Loss(t testing.TB, ns, dev string, pct int) (dropped func() int) {
 	rules := fmt.Sprintf(`table netdev goroce_loss {
 	chain egress {
 		type filter hook egress device %q priority 0; policy accept;
-		udp dport 4791 numgen random mod 100 < %d counter drop
+		udp dport %d numgen random mod 100 < %d counter drop
 	}
 }
-`, dev, pct)
+`, dev, bth.UDPPort, pct)
 	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -102,7 +102,7 @@ func TestVeth(t *testing.T) {
 				netnstest.In(t, nsA, func() { a = mustNew(t, &Config{Interface: "vA", Addr: addrA}) })
 				netnstest.In(t, nsB, func() {
 					var err error
-					b, err = udp.New(&udp.Config{Addr: netip.AddrPortFrom(addrB, 4791), GSO: gso, GRO: gso})
+					b, err = udp.New(&udp.Config{Addr: netip.AddrPortFrom(addrB, bth.UDPPort), GSO: gso, GRO: gso})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -127,7 +127,7 @@ func TestVethDrops(t *testing.T) {
 	netnstest.In(t, nsB, func() { b = mustNew(t, &Config{Interface: "vB"}) })
 	netnstest.In(t, nsA, func() {
 		var err error
-		c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 1, 1), Port: 4791})
+		c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 1, 1), Port: bth.UDPPort})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,12 +143,12 @@ func TestVethDrops(t *testing.T) {
 	defer c.Close()
 	cb := start(t, b)
 	rng := rand.New(rand.NewPCG(3, 3))
-	flow := bth.Flow{Src: netip.MustParseAddr("198.18.1.1"), Dst: b.LocalAddr(), SrcPort: 4791, DstPort: 4791, DF: true}
+	flow := bth.Flow{Src: netip.MustParseAddr("198.18.1.1"), Dst: b.LocalAddr(), SrcPort: bth.UDPPort, DstPort: bth.UDPPort, DF: true}
 	good := transporttest.BuildPacket(rng, 0x04, 200, 1)
 	flow.Seal(good) // Linux sends ID 0 with DF from an unconnected socket
 	bad := append([]byte(nil), good...)
 	bad[30] ^= 4
-	dst := &net.UDPAddr{IP: net.IPv4(198, 18, 1, 2), Port: 4791}
+	dst := &net.UDPAddr{IP: net.IPv4(198, 18, 1, 2), Port: bth.UDPPort}
 	for _, d := range [][]byte{bad, []byte("not roce"), good} {
 		if _, err := c.WriteToUDP(d, dst); err != nil {
 			t.Fatal(err)

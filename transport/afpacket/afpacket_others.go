@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -46,7 +47,7 @@ func (t *Transport) Stats() transport.Stats { return transport.Stats{} }
 func (t *Transport) Close() error { return nil }
 
 // LocalPort returns 4791.
-func (t *Transport) LocalPort() uint16 { return 4791 }
+func (t *Transport) LocalPort() uint16 { return bth.UDPPort }
 
 // PeerPort returns 4791.
-func (t *Transport) PeerPort() uint16 { return 4791 }
+func (t *Transport) PeerPort() uint16 { return bth.UDPPort }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Defaults for a zero Config field.
@@ -86,10 +88,10 @@ func (c *Config) withDefaults() (Config, error) {
 		r.Addr = r.Addr.Unmap()
 	}
 	if r.Port == 0 {
-		r.Port = 4791
+		r.Port = bth.UDPPort
 	}
 	if r.PeerPort == 0 {
-		r.PeerPort = 4791
+		r.PeerPort = bth.UDPPort
 	}
 	if r.BatchSize == 0 {
 		r.BatchSize = DefaultBatchSize

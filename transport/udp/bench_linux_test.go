@@ -48,8 +48,8 @@ func BenchmarkThroughput(b *testing.B) {
 		off  Offload
 	}{{"gso+gro", OffloadOn}, {"plain", OffloadOff}} {
 		b.Run(mode.name, func(b *testing.B) {
-			tx := mustNew(b, &Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, 40, byte(2*i + 1)}), 4791), GSO: mode.off, GRO: mode.off})
-			rx := mustNew(b, &Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, 40, byte(2*i + 2)}), 4791), GSO: mode.off, GRO: mode.off})
+			tx := mustNew(b, &Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, 40, byte(2*i + 1)}), bth.UDPPort), GSO: mode.off, GRO: mode.off})
+			rx := mustNew(b, &Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, 40, byte(2*i + 2)}), bth.UDPPort), GSO: mode.off, GRO: mode.off})
 			var got atomic.Int64
 			if err := rx.Start(func(p []transport.Packet) { got.Add(int64(len(p))) }); err != nil {
 				b.Fatal(err)

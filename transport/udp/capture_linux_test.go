@@ -45,7 +45,7 @@ func TestWireICRC(t *testing.T) {
 			cb := &Config{Addr: netip.MustParseAddrPort("127.0.0.2:4791")}
 			if tc.ipv6 {
 				ca = &Config{Addr: netip.MustParseAddrPort("[::1]:4791"), PeerPort: 4792, GSO: tc.gso}
-				cb = &Config{Addr: netip.MustParseAddrPort("[::1]:4792"), PeerPort: 4791}
+				cb = &Config{Addr: netip.MustParseAddrPort("[::1]:4792"), PeerPort: bth.UDPPort}
 			}
 			var a, b *Transport
 			var fd int

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Offload says whether the transport uses a kernel offload (UDP GSO or GRO).
@@ -147,13 +149,13 @@ func (c *Config) resolve() (resolved, error) {
 	}
 	port := r.Addr.Port()
 	if port == 0 {
-		port = 4791
+		port = bth.UDPPort
 	}
 	r.Addr = netip.AddrPortFrom(ip, port)
 	r.ipv4 = ip.Is4()
 	r.wildcard = ip.IsUnspecified()
 	if r.PeerPort == 0 {
-		r.PeerPort = 4791
+		r.PeerPort = bth.UDPPort
 	}
 	if r.BatchSize == 0 {
 		r.BatchSize = DefaultBatchSize

@@ -65,10 +65,10 @@ func TestInteropRCPingpong(t *testing.T) {
 		open func() (transport.Transport, error)
 	}{
 		{"udp/gso=on", func() (transport.Transport, error) {
-			return udp.New(&udp.Config{Addr: netip.AddrPortFrom(local, 4791), GSO: udp.OffloadOn, GRO: udp.OffloadOn})
+			return udp.New(&udp.Config{Addr: netip.AddrPortFrom(local, bth.UDPPort), GSO: udp.OffloadOn, GRO: udp.OffloadOn})
 		}},
 		{"udp/gso=off", func() (transport.Transport, error) {
-			return udp.New(&udp.Config{Addr: netip.AddrPortFrom(local, 4791), GSO: udp.OffloadOff, GRO: udp.OffloadOff})
+			return udp.New(&udp.Config{Addr: netip.AddrPortFrom(local, bth.UDPPort), GSO: udp.OffloadOff, GRO: udp.OffloadOff})
 		}},
 		{"afpacket", func() (transport.Transport, error) {
 			return afpacket.New(&afpacket.Config{Interface: env("GOROCE_INTEROP_IFACE", "vhost0"), Addr: local})

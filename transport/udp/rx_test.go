@@ -97,7 +97,7 @@ func TestReceiverGRO(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	src := netip.MustParseAddrPort("198.18.0.11:49153")
 	dst := netip.MustParseAddr("198.18.0.1")
-	flow := bth.Flow{Src: src.Addr(), Dst: dst, SrcPort: src.Port(), DstPort: 4791, DF: true}
+	flow := bth.Flow{Src: src.Addr(), Dst: dst, SrcPort: src.Port(), DstPort: bth.UDPPort, DF: true}
 	var train []byte
 	const seg, n = 1040, 5
 	for i := range n {
@@ -128,7 +128,7 @@ func TestReceiverGRO(t *testing.T) {
 			}
 			psns = append(psns, q.Parsed.BTH.PSN())
 		}
-	}, 2, 4791, &counts)
+	}, 2, bth.UDPPort, &counts)
 	rcv.datagram(train, src, dst, 0, seg)
 	rcv.flush()
 	want := []uint16{0x1000, 0x1001, 0x1003, 0x1004, 0x1005}
@@ -154,7 +154,7 @@ func TestReceiverGRO(t *testing.T) {
 func FuzzDatagram(f *testing.F) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	good := transporttest.BuildPacket(rng, 0x04, 64, 1)
-	flow := bth.Flow{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 4791, DstPort: 4791, DF: true}
+	flow := bth.Flow{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: bth.UDPPort, DstPort: bth.UDPPort, DF: true}
 	flow.Seal(good)
 	f.Add(good, 0, false)
 	f.Add(append(append([]byte(nil), good...), good...), len(good), false)
@@ -170,7 +170,7 @@ func FuzzDatagram(f *testing.F) {
 		rcv := newReceiver(func(p []transport.Packet) {
 			for _, q := range p {
 				delivered++
-				fl := bth.Flow{Src: q.Src, Dst: q.Dst, SrcPort: q.SrcPort, DstPort: 4791, ID: q.IPID, DF: !v6}
+				fl := bth.Flow{Src: q.Src, Dst: q.Dst, SrcPort: q.SrcPort, DstPort: bth.UDPPort, ID: q.IPID, DF: !v6}
 				if !fl.Verify(q.Data) {
 					t.Fatalf("delivered a packet that does not verify")
 				}
@@ -178,7 +178,7 @@ func FuzzDatagram(f *testing.F) {
 					t.Fatal(err)
 				}
 			}
-		}, 3, 4791, &counts)
+		}, 3, bth.UDPPort, &counts)
 		rcv.maxPacket = 4224
 		rcv.datagram(data, src, dst, 0, seg)
 		rcv.flush()

@@ -49,8 +49,8 @@ func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transpo
 		ca1 = Config{Addr: netip.AddrPortFrom(lo, pa), PeerPort: pb}
 		cb1 = Config{Addr: netip.AddrPortFrom(lo, pb), PeerPort: pa}
 	} else {
-		ca1 = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, subnet, 1}), 4791)}
-		cb1 = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, subnet, 2}), 4791)}
+		ca1 = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, subnet, 1}), bth.UDPPort)}
+		cb1 = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, subnet, 2}), bth.UDPPort)}
 	}
 	ca1.GSO, ca1.GRO, cb1.GSO, cb1.GRO = gso, gro, gso, gro
 	a, b = mustNew(t, &ca1), mustNew(t, &cb1)
@@ -355,7 +355,7 @@ func TestConfig(t *testing.T) {
 func TestCloseWaits(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for i, busy := range []time.Duration{0, time.Hour} {
-		a, err := New(&Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, 35, byte(i + 1)}), 4791), BusyPoll: busy})
+		a, err := New(&Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, 35, byte(i + 1)}), bth.UDPPort), BusyPoll: busy})
 		if err != nil {
 			t.Fatal(err)
 		}

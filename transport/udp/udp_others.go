@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -52,13 +53,13 @@ func (t *Transport) Close() error { return nil }
 func (t *Transport) LocalAddrPort() netip.AddrPort { return netip.AddrPort{} }
 
 // LocalPort returns 4791.
-func (t *Transport) LocalPort() uint16 { return 4791 }
+func (t *Transport) LocalPort() uint16 { return bth.UDPPort }
 
 // SendPort returns 0: nothing is sent on this system.
 func (t *Transport) SendPort() uint16 { return 0 }
 
 // PeerPort returns 4791.
-func (t *Transport) PeerPort() uint16 { return 4791 }
+func (t *Transport) PeerPort() uint16 { return bth.UDPPort }
 
 // GSO reports false.
 func (t *Transport) GSO() bool { return false }

@@ -122,7 +122,7 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.String(&o.transport, "udp", "udp (default; no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("T")
 	fs.String(&o.iface, "", "network interface of the afpacket transport", "dev").Arg("IFACE")
 	fs.String(&o.pcap, "", "record every RoCE packet sent and received", "pcap").Arg("FILE")
-	fs.Int(&o.rocePort, 4791, "UDP port of RoCEv2 on both sides (default 4791)", "roce-port").Arg("N")
+	fs.Int(&o.rocePort, bth.UDPPort, "UDP port of RoCEv2 on both sides (default 4791)", "roce-port").Arg("N")
 	fs.Int(&o.mtu, 0, "largest path MTU to ask for (default: the device's)", "mtu").Arg("BYTES")
 	fs.Duration(&o.timeout, 2*time.Minute, "bound on every wait: for a client, a connection, a completion (default 2m)", "timeout").Arg("D")
 	fs.Section("Exit status: 0 success, 255 failure (as rping), 2 bad flags, 130 interrupted.")
