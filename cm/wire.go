@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Values rdma_cm and the kernel's IB CM put in their messages, as the
@@ -104,7 +105,7 @@ func cmTimeout(t uint8) time.Duration { return mad.Timeout(t) }
 // gidAddr returns the IP address behind a RoCEv2 GID, unmapped; it is
 // invalid for the zero GID.
 func gidAddr(g [16]byte) netip.Addr {
-	a := netip.AddrFrom16(g).Unmap()
+	a := verbs.AddrFromGID(g)
 	if a.IsUnspecified() {
 		return netip.Addr{}
 	}

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
 
 var (
-	benchDest = Dest{LID: 0x12, QPN: 0x2d, PSN: 0x8e97c0, GID: GIDFromAddr(netip.MustParseAddr("198.18.0.12"))}
+	benchDest = Dest{LID: 0x12, QPN: 0x2d, PSN: 0x8e97c0, GID: verbs.GIDFromAddr(netip.MustParseAddr("198.18.0.12"))}
 	benchPD   = PerftestDest{OutReads: 1, QPN: 0x2d, PSN: 0x8e97c0, RKey: 0x1f73, VAddr: 0x557572c0e000,
-		GID: GIDFromAddr(netip.MustParseAddr("198.18.0.12"))}
+		GID: verbs.GIDFromAddr(netip.MustParseAddr("198.18.0.12"))}
 )
 
 // The codecs allocate nothing on the success path.

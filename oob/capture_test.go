@@ -15,6 +15,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/pcapfile"
+	"github.com/goroce/goroce/verbs"
 )
 
 // The lab's addresses: VM1 (.11) is always the server, VM2 (.12) the client.
@@ -434,8 +435,8 @@ func TestCapturePerftestDecode(t *testing.T) {
 				}
 			}
 			c0, s0 := cl.dests[0], sv.dests[0]
-			if AddrFromGID(c0.GID) != clientAddr || AddrFromGID(s0.GID) != serverAddr {
-				t.Errorf("GIDs client %v server %v", AddrFromGID(c0.GID), AddrFromGID(s0.GID))
+			if verbs.AddrFromGID(c0.GID) != clientAddr || verbs.AddrFromGID(s0.GID) != serverAddr {
+				t.Errorf("GIDs client %v server %v", verbs.AddrFromGID(c0.GID), verbs.AddrFromGID(s0.GID))
 			}
 			wantReads := uint16(1)
 			if name == "rxe_read_bw" || name == "rxe_atomic" || name == "rxe_read_lat" {
@@ -499,8 +500,8 @@ func TestCapturePingpongDecode(t *testing.T) {
 					}
 					continue
 				}
-				if AddrFromGID(ce.GID) != clientAddr || AddrFromGID(se.GID) != serverAddr {
-					t.Errorf("entry %d GIDs %v / %v", i, AddrFromGID(ce.GID), AddrFromGID(se.GID))
+				if verbs.AddrFromGID(ce.GID) != clientAddr || verbs.AddrFromGID(se.GID) != serverAddr {
+					t.Errorf("entry %d GIDs %v / %v", i, verbs.AddrFromGID(ce.GID), verbs.AddrFromGID(se.GID))
 				}
 				if ce.LID != 0 || se.LID != 0 {
 					t.Errorf("entry %d LIDs %d / %d", i, ce.LID, se.LID)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/pcapfile"
+	"github.com/goroce/goroce/verbs"
 )
 
 // cmMessage is one 56-byte handshake of perftest -R, as an RC SEND.
@@ -88,7 +89,7 @@ func TestCapturePerftestCM(t *testing.T) {
 		if m.src == serverAddr {
 			side, want = 1, serverAddr
 		}
-		if AddrFromGID(d.GID) != want || gidIndex != 1 || d.OutReads != 1 || d.LID != 0 || d.QPN == 0 || d.RKey == 0 || d.VAddr == 0 {
+		if verbs.AddrFromGID(d.GID) != want || gidIndex != 1 || d.OutReads != 1 || d.LID != 0 || d.QPN == 0 || d.RKey == 0 || d.VAddr == 0 {
 			t.Errorf("handshake %d from %v: %+v gid index %d", i, m.src, d, gidIndex)
 		}
 		if !slices.Contains(qpn[side], d.QPN) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Both sides of ibv_rc_pingpong's exchange over loopback. A real server
@@ -36,9 +37,9 @@ func Example_pingpong() {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("server: client QP %#x at %v\n", client[0].QPN, oob.AddrFromGID(client[0].GID))
+		fmt.Printf("server: client QP %#x at %v\n", client[0].QPN, verbs.AddrFromGID(client[0].GID))
 		// ... bring the local QP to RTR with client[0] here, then:
-		local := oob.Dest{QPN: 0x11, PSN: 0xc91f32, GID: oob.GIDFromAddr(netip.MustParseAddr("198.18.0.11"))}
+		local := oob.Dest{QPN: 0x11, PSN: 0xc91f32, GID: verbs.GIDFromAddr(netip.MustParseAddr("198.18.0.11"))}
 		if err := s.Reply(ctx, []oob.Dest{local}); err != nil {
 			panic(err)
 		}
@@ -49,12 +50,12 @@ func Example_pingpong() {
 		panic(err)
 	}
 	defer conn.Close()
-	local := oob.Dest{QPN: 0x12, PSN: 0x14ac03, GID: oob.GIDFromAddr(netip.MustParseAddr("198.18.0.12"))}
+	local := oob.Dest{QPN: 0x12, PSN: 0x14ac03, GID: verbs.GIDFromAddr(netip.MustParseAddr("198.18.0.12"))}
 	server, err := oob.PingpongClient(ctx, conn, []oob.Dest{local}, 1, nil)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("client: server QP %#x PSN %#x at %v\n", server[0].QPN, server[0].PSN, oob.AddrFromGID(server[0].GID))
+	fmt.Printf("client: server QP %#x PSN %#x at %v\n", server[0].QPN, server[0].PSN, verbs.AddrFromGID(server[0].GID))
 	<-served
 	// Output:
 	// server: client QP 0x12 at 198.18.0.12

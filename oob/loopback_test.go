@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/verbs"
 )
 
 // runPair runs client and server on the two ends of a loopback TCP
@@ -38,7 +39,7 @@ func runPair(t *testing.T, client, server func(ctx context.Context, conn net.Con
 func randomDest(r *rand.Rand, ip string) Dest {
 	return Dest{
 		LID: uint16(r.Uint32()), QPN: r.Uint32() & maxQPN, PSN: r.Uint32() & maxQPN,
-		GID: GIDFromAddr(netip.MustParseAddr(ip)),
+		GID: verbs.GIDFromAddr(netip.MustParseAddr(ip)),
 	}
 }
 
@@ -104,7 +105,7 @@ func TestPerftestLoopback(t *testing.T) {
 						d.dests = append(d.dests, PerftestDest{
 							LID: uint16(r.Uint32()), OutReads: uint16(r.Uint32()), QPN: r.Uint32() & maxQPN,
 							PSN: r.Uint32() & maxQPN, RKey: r.Uint32(), VAddr: r.Uint64(),
-							GID: GIDFromAddr(netip.MustParseAddr(ip)), SRQN: r.Uint32(),
+							GID: verbs.GIDFromAddr(netip.MustParseAddr(ip)), SRQN: r.Uint32(),
 						})
 					}
 					return d

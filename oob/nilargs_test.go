@@ -3,7 +3,6 @@ package oob
 import (
 	"context"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -35,8 +34,6 @@ func TestNilArgs(t *testing.T) {
 				t.Error("a nil Error wraps")
 			}
 		},
-		"GIDFromAddr": func(t *testing.T) { want(t, GIDFromAddr(netip.Addr{}), [16]byte{}) },
-		"AddrFromGID": func(t *testing.T) { want(t, AddrFromGID([16]byte{}), netip.IPv6Unspecified()) },
 		"Role.String": func(t *testing.T) { want(t, Role(0).String(), "Role(0)") },
 		"NewPerftest": func(t *testing.T) {
 			p := NewPerftest(nil, Client, nil)

@@ -28,7 +28,7 @@ const expectedDest = `"%04x:%06x:%06x:%032x\0" (lid:qpn:psn:gid, 52 bytes)`
 
 // Dest is one pingpong entry: the address of a QP as the rdma-core examples
 // announce it. GID holds the 16 raw bytes; for RoCEv2 it is the IPv4-mapped
-// or IPv6 address of the QP (see GIDFromAddr). A Dest is a plain value.
+// or IPv6 address of the QP (see verbs.GIDFromAddr). A Dest is a plain value.
 type Dest struct {
 	LID uint16
 	QPN uint32 // 24 bits

@@ -137,7 +137,7 @@ func resolve(ctx context.Context, dev verbs.Device, network, address string) (ne
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("rsocket: the device's GID: %w", err)
 	}
-	want4 := netip.AddrFrom16(gid).Unmap().Is4()
+	want4 := verbs.AddrFromGID(gid).Is4()
 	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return netip.AddrPort{}, err

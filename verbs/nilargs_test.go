@@ -81,6 +81,11 @@ func TestNilArgs(t *testing.T) {
 				t.Errorf("GID of the zero Addr: %x", g)
 			}
 		},
+		"AddrFromGID": func(t *testing.T) {
+			if a := AddrFromGID([16]byte{}); a != netip.IPv6Unspecified() {
+				t.Errorf("address of the zero GID: %v", a)
+			}
+		},
 		"AttrMask.String": func(t *testing.T) { wantString(t, AttrMask(0).String(), "0") },
 		"PostError.Error": func(t *testing.T) {
 			wantString(t, (*PostError)(nil).Error(), "<nil>")

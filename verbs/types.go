@@ -323,12 +323,19 @@ type AHAttr struct {
 	Port         uint8
 }
 
-// DestAddr returns the IP address of the destination GID.
-func (a AHAttr) DestAddr() netip.Addr { return netip.AddrFrom16(a.DGID).Unmap() }
+// DestAddr returns the IP address of the destination GID (AddrFromGID).
+func (a AHAttr) DestAddr() netip.Addr { return AddrFromGID(a.DGID) }
 
-// GIDFromAddr returns the RoCEv2 GID of an IP address: the address itself
-// for IPv6, the IPv4-mapped address for IPv4.
+// GIDFromAddr returns the RoCEv2 GID of an IP address: an IPv6 address as
+// is, an IPv4 address as the IPv4-mapped IPv6 address ::ffff:a.b.c.d (the
+// form rxe and every RoCEv2 device use). A zone is dropped; the zero Addr
+// gives the zero GID.
 func GIDFromAddr(a netip.Addr) [16]byte { return a.As16() }
+
+// AddrFromGID returns the IP address of a RoCEv2 GID: an IPv4-mapped GID
+// (::ffff:a.b.c.d) as the IPv4 address a.b.c.d, any other as an IPv6
+// address.
+func AddrFromGID(gid [16]byte) netip.Addr { return netip.AddrFrom16(gid).Unmap() }
 
 // QPAttr holds a queue pair's attributes (ibv_qp_attr).
 type QPAttr struct {

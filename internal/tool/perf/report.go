@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/verbs"
 )
 
 // bwResult is a bandwidth test's result: perftest's bw_report_data. Rates
@@ -212,7 +213,7 @@ func jsonDests(ds []oob.PerftestDest) []jsonDest {
 	out := make([]jsonDest, len(ds))
 	for i, d := range ds {
 		out[i] = jsonDest{QPN: d.QPN, PSN: d.PSN, RKey: d.RKey, VAddr: "0x" + strconv.FormatUint(d.VAddr, 16),
-			GID: oob.AddrFromGID(d.GID).String()}
+			GID: verbs.AddrFromGID(d.GID).String()}
 	}
 	return out
 }

@@ -1,22 +1,5 @@
 package oob
 
-import "net/netip"
-
-// GIDFromAddr returns the RoCEv2 GID of an IP address: an IPv6 address as
-// is, an IPv4 address as the IPv4-mapped IPv6 address ::ffff:a.b.c.d (the
-// form rxe and every RoCEv2 device use). A zone is dropped; the zero Addr
-// gives the zero GID.
-func GIDFromAddr(a netip.Addr) [16]byte {
-	return a.As16()
-}
-
-// AddrFromGID returns the IP address of a RoCEv2 GID: an IPv4-mapped GID
-// (::ffff:a.b.c.d) as the IPv4 address a.b.c.d, any other as an IPv6
-// address.
-func AddrFromGID(gid [16]byte) netip.Addr {
-	return netip.AddrFrom16(gid).Unmap()
-}
-
 const hexDigits = "0123456789abcdef"
 
 // putHex writes v as len(b) lowercase hex digits, most significant first.
