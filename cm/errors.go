@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 
 	"github.com/goroce/goroce/mad"
@@ -44,8 +45,12 @@ var (
 	// the QP's completions say more. Close the connection.
 	ErrQPError = errors.New("cm: the connection's QP is in the error state")
 	// ErrClosed means the connection, listener or agent was closed
-	// locally.
-	ErrClosed = errors.New("cm: closed")
+	// locally. It matches net.ErrClosed, as package net's connections
+	// and listeners do once closed (and verbs.ErrClosed, a closed
+	// device): errors.Is(err, net.ErrClosed) is the one check for
+	// "closed on this side" across goroce. A peer that hung up is
+	// ErrDisconnected instead, which matches io.EOF.
+	ErrClosed = fmt.Errorf("cm: closed (%w)", net.ErrClosed)
 	// ErrStale means the connection was torn down because the peer
 	// connected again from the same QP (a stale connection, IBTA Vol. 1
 	// §12.4).

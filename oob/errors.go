@@ -13,7 +13,9 @@ var (
 	// protocol expects at that point (wrong characters, wrong layout).
 	ErrFormat = errors.New("oob: malformed message")
 	// ErrClosed means the connection ended (EOF, reset, closed) before a
-	// whole message was read or written.
+	// whole message was read or written, at either end. When this side
+	// closed it, the error also matches net.ErrClosed, as the closed
+	// errors of verbs and cm do; a peer's end does not.
 	ErrClosed = errors.New("oob: connection closed")
 	// ErrTimeout means a step did not finish before its deadline: the
 	// context's, or Config.Timeout when the context has none.

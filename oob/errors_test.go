@@ -365,3 +365,25 @@ func TestAcceptDial(t *testing.T) {
 }
 
 type noDeadlineListener struct{ net.Listener }
+
+// TestClosedErrors pins what ErrClosed is linked to: a connection this
+// side closed also matches net.ErrClosed (the closed errors of verbs and
+// cm match it too); one the peer closed does not.
+func TestClosedErrors(t *testing.T) {
+	ctx := context.Background()
+	cfg := &Config{Timeout: shortTimeout}
+	c, s := connPair(t)
+	c.Close()
+	err := pingpongClient(ctx, c, cfg)
+	if !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("exchange on a connection closed here: %v, want ErrClosed and net.ErrClosed", err)
+	}
+	s.Close()
+	c, s = connPair(t)
+	defer c.Close()
+	s.Close()
+	err = pingpongClient(ctx, c, cfg)
+	if !errors.Is(err, ErrClosed) || errors.Is(err, net.ErrClosed) {
+		t.Errorf("exchange on a connection the peer closed: %v, want ErrClosed, not net.ErrClosed", err)
+	}
+}

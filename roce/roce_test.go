@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -85,5 +86,28 @@ func TestEveryOperation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClosedDevice checks that what a closed device refuses says so in
+// the terms of Go's network packages: verbs.ErrClosed, which matches
+// net.ErrClosed.
+func TestClosedDevice(t *testing.T) {
+	n := mem.NewNetwork(nil)
+	t.Cleanup(n.Close)
+	d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.AllocPD()
+	if !errors.Is(err, verbs.ErrClosed) || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("AllocPD on a closed device: %v, want verbs.ErrClosed and net.ErrClosed", err)
+	}
+	_, err = d.CreateCQ(1)
+	if !errors.Is(err, verbs.ErrClosed) || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("CreateCQ on a closed device: %v, want verbs.ErrClosed and net.ErrClosed", err)
 	}
 }

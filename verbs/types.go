@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
@@ -426,10 +427,14 @@ var (
 	ErrInvalidCap        = errors.New("verbs: queue size or capability out of range")
 	ErrDestroyed         = errors.New("verbs: object destroyed")
 	ErrBusy              = errors.New("verbs: object in use")
-	ErrClosed            = errors.New("verbs: device closed")
-	ErrNoQPN             = errors.New("verbs: no free QP number")
-	ErrGSIExists         = errors.New("verbs: the device already has a GSI QP")
-	ErrForeign           = errors.New("verbs: object belongs to another device or backend")
+	// ErrClosed means the device was closed. It matches net.ErrClosed,
+	// as a closed net.Conn's errors do (and cm.ErrClosed, a closed
+	// connection manager): errors.Is(err, net.ErrClosed) is the one check
+	// for "closed on this side" across goroce.
+	ErrClosed    = fmt.Errorf("verbs: device closed (%w)", net.ErrClosed)
+	ErrNoQPN     = errors.New("verbs: no free QP number")
+	ErrGSIExists = errors.New("verbs: the device already has a GSI QP")
+	ErrForeign   = errors.New("verbs: object belongs to another device or backend")
 	// ErrNil means a required argument is nil, or a method was called on
 	// a nil object (or on a zero value its constructor did not make).
 	ErrNil = errors.New("verbs: nil argument")
