@@ -151,14 +151,6 @@ type counters struct {
 	unmatched, backlog, sendErr atomic.Uint64
 }
 
-// softDevice is what the agent needs of a device beyond verbs.Device:
-// goroce's software device has them, hardware devices do not.
-type softDevice interface {
-	verbs.Device
-	Addr() netip.Addr
-	Clock() clock.Clock
-}
-
 // NewAgent starts the connection manager of dev, which must be goroce's
 // software device (roce.Open's, possibly wrapped by roce.Trace): it
 // creates the device's GSI QP and a goroutine that serves it until Close.
@@ -229,17 +221,16 @@ func NewAgent(dev verbs.Device, cfg *Config) (*Agent, error) {
 
 // checkDevice returns dev as the software device the agent needs, or why
 // it cannot serve.
-func checkDevice(dev verbs.Device) (softDevice, error) {
+func checkDevice(dev verbs.Device) (*roce.Device, error) {
 	if isNil(dev) || isNil(roce.Untrace(dev)) {
 		return nil, invalid("nil device: open one with roce.Open")
 	}
-	u := roce.Untrace(dev)
-	if s, ok := u.(*roce.SoftDevice); ok && s.Device == nil {
-		return nil, invalid("a roce.SoftDevice that roce.Open did not make")
-	}
-	sd, ok := u.(softDevice)
+	sd, ok := roce.Untrace(dev).(*roce.Device)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrNotSoftware, dev.Name())
+	}
+	if !sd.Addr().IsValid() {
+		return nil, invalid("a roce.Device that roce.Open did not make")
 	}
 	return sd, nil
 }

@@ -19,8 +19,8 @@ import (
 func ExampleBufferData() {
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	defer n.Close()
-	open := func(addr string) *roce.SoftDevice {
-		d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr(addr)})
+	open := func(addr string) *roce.Device {
+		d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr(addr)}})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -20,8 +20,8 @@ import (
 func Example() {
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	defer n.Close()
-	open := func(addr string) (*roce.SoftDevice, *cm.Agent) {
-		d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr(addr)})
+	open := func(addr string) (*roce.Device, *cm.Agent) {
+		d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr(addr)}})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func ExampleRejectError() {
 	defer n.Close()
 	var agents []*cm.Agent
 	for _, addr := range []string{"198.18.0.11", "198.18.0.12"} {
-		d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr(addr)})
+		d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr(addr)}})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func ExampleRejectError() {
 func ExampleDial_unreachable() {
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	defer n.Close()
-	d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.12")})
+	d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.12")}})
 	if err != nil {
 		log.Fatal(err)
 	}

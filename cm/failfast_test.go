@@ -40,14 +40,14 @@ func TestNilArguments(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	ha, _ := memPair(t, fastConfig(), fastConfig())
 	addr := netip.MustParseAddrPort("198.18.0.2:7174")
-	var nilSoft *roce.SoftDevice
+	var nilSoft *roce.Device
 	devices := []struct {
 		name string
 		dev  verbs.Device
 	}{
 		{"nil", nil},
 		{"typed nil", nilSoft},
-		{"zero SoftDevice", &roce.SoftDevice{}},
+		{"zero Device", &roce.Device{}},
 		{"traced nil", roce.Trace(nil, nil)},
 	}
 	for _, d := range devices {
@@ -294,7 +294,7 @@ func newVNet(t *testing.T, ca, cb *Config) *vnet {
 			t.Fatal(err)
 		}
 		fl := &faultLink{Transport: ep}
-		d, err := roce.Open(&roce.Config{Link: fl, Clock: v.clk})
+		d, err := roce.Open(&roce.Config{Transport: fl, Clock: v.clk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -508,7 +508,7 @@ func TestDialRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bare, err := roce.Open(&roce.Config{Link: ep})
+	bare, err := roce.Open(&roce.Config{Transport: ep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +531,7 @@ func TestDialRefused(t *testing.T) {
 // again only after 6.4 s. The caller's QP is left in ERR.
 func TestDialUnreachable(t *testing.T) {
 	type target struct {
-		dev  *roce.SoftDevice
+		dev  *roce.Device
 		addr netip.AddrPort
 	}
 	cases := []struct {
@@ -541,7 +541,7 @@ func TestDialUnreachable(t *testing.T) {
 		{"mem no endpoint", func(t *testing.T) target {
 			n := mem.NewNetwork(&mem.Config{Live: true})
 			t.Cleanup(n.Close)
-			d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.1")})
+			d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.1")}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -549,7 +549,7 @@ func TestDialUnreachable(t *testing.T) {
 		}},
 		{"udp 127.0.0.2 no socket", func(t *testing.T) target {
 			port := freePort(t)
-			d, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
+			d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port}})
 			if err != nil {
 				t.Skipf("udp: %v", err)
 			}
@@ -557,7 +557,7 @@ func TestDialUnreachable(t *testing.T) {
 		}},
 		{"udp 127.0.0.1 other port", func(t *testing.T) target {
 			port, other := freePort(t), freePort(t)
-			d, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: other})
+			d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: other}})
 			if err != nil {
 				t.Skipf("udp: %v", err)
 			}

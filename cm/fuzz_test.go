@@ -42,7 +42,7 @@ func FuzzReceive(f *testing.F) {
 	f.Add(sidr[:])
 
 	link := &nullLink{addr: netip.MustParseAddr("198.18.0.11")}
-	d, err := roce.Open(&roce.Config{Link: link})
+	d, err := roce.Open(&roce.Config{Transport: link})
 	if err != nil {
 		f.Fatal(err)
 	}

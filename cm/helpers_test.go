@@ -29,7 +29,7 @@ func fastConfig() *Config {
 
 // host is one side of a test: a software device and its agent.
 type host struct {
-	dev   *roce.SoftDevice
+	dev   *roce.Device
 	agent *Agent
 	link  *faultLink
 }
@@ -69,7 +69,7 @@ func udpPair(t testing.TB, ca, cb *Config) (*host, *host) {
 	t.Helper()
 	port := freePort(t)
 	mk := func(addr string, cfg *Config) *host {
-		d, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr(addr), Port: port, PeerPort: port})
+		d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr(addr), Port: port, PeerPort: port}})
 		if err != nil {
 			t.Skipf("udp transport: %v", err)
 		}
@@ -81,14 +81,14 @@ func udpPair(t testing.TB, ca, cb *Config) (*host, *host) {
 func newHost(t testing.TB, tr transport.Transport, cfg *Config) *host {
 	t.Helper()
 	fl := &faultLink{Transport: tr}
-	d, err := roce.Open(&roce.Config{Link: fl})
+	d, err := roce.Open(&roce.Config{Transport: fl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return newHostDev(t, d, fl, cfg)
 }
 
-func newHostDev(t testing.TB, d *roce.SoftDevice, fl *faultLink, cfg *Config) *host {
+func newHostDev(t testing.TB, d *roce.Device, fl *faultLink, cfg *Config) *host {
 	t.Helper()
 	a, err := NewAgent(d, cfg)
 	if err != nil {

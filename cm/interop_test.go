@@ -65,7 +65,7 @@ func vmJob(t *testing.T, lab, cmd string) (wait func() string) {
 
 func interopHost(t testing.TB, local netip.Addr) *host {
 	t.Helper()
-	d, err := roce.Open(&roce.Config{Addr: local})
+	d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: local}})
 	if err != nil {
 		t.Skipf("open %v:4791 (held by another program?): %v", local, err)
 	}

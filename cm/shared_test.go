@@ -20,12 +20,12 @@ func TestSharedAgent(t *testing.T) {
 	checkNoLeak(t)
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	t.Cleanup(n.Close)
-	open := func(addr string) *roce.SoftDevice {
+	open := func(addr string) *roce.Device {
 		ep, err := n.Endpoint(netip.MustParseAddr(addr))
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := roce.Open(&roce.Config{Link: ep})
+		d, err := roce.Open(&roce.Config{Transport: ep})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,26 +5,16 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
-	"github.com/goroce/goroce/verbs"
 )
-
-// unreachableNotifier is what the agent asks of a device that can tell
-// when a destination is unreachable (roce.SoftDevice).
-type unreachableNotifier interface {
-	NotifyUnreachable(f func(transport.Unreachable)) (stop func())
-}
 
 // watchUnreachable has the device's notices that a destination is
 // unreachable handed to the agent's goroutine; a notice that finds the
 // agent's queue full is dropped (the retries still decide). It returns
 // the function that stops them.
-func (a *Agent) watchUnreachable(dev verbs.Device) func() {
-	n, ok := dev.(unreachableNotifier)
-	if !ok {
-		return func() {}
-	}
-	return n.NotifyUnreachable(func(u transport.Unreachable) {
+func (a *Agent) watchUnreachable(dev *roce.Device) func() {
+	return dev.NotifyUnreachable(func(u transport.Unreachable) {
 		select {
 		case a.unreach <- u:
 		default:

@@ -139,7 +139,7 @@ func crossConn(t *testing.T) net.Conn {
 func crossDevice(t *testing.T) (verbs.Device, []byte) {
 	switch *crossRole {
 	case "soft":
-		d, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr(*crossAddr)})
+		d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr(*crossAddr)}})
 		if err != nil {
 			t.Fatal(err)
 		}

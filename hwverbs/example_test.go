@@ -20,7 +20,7 @@ func ExampleOpen() {
 		dev = hw
 	} else {
 		log.Printf("no hardware: %v", err)
-		if dev, err = roce.Open(&roce.Config{Addr: netip.MustParseAddr("127.0.0.1")}); err != nil {
+		if dev, err = roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1")}}); err != nil {
 			log.Fatal(err)
 		}
 	}

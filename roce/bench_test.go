@@ -24,8 +24,8 @@ func BenchmarkUDPStream(b *testing.B) {
 	} {
 		b.Run(fmt.Sprintf("%v/%d", c.op, c.size), func(b *testing.B) {
 			port := freePortB(b)
-			da := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
-			db := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port})
+			da := openB(b, &roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port}})
+			db := openB(b, &roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port}})
 			rocetest.Stream(b, da, db, c.op, c.size, 16)
 		})
 	}
@@ -60,8 +60,8 @@ func BenchmarkUDPPingPong(b *testing.B) {
 			if busy {
 				bp = time.Microsecond
 			}
-			da := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port, BusyPoll: bp})
-			db := openB(b, &roce.Config{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port, BusyPoll: bp})
+			da := openB(b, &roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port}, BusyPoll: bp})
+			db := openB(b, &roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.2"), Port: port, PeerPort: port}, BusyPoll: bp})
 			rocetest.PingPong(b, da, db, 2)
 		})
 	}

@@ -110,8 +110,8 @@ func TestNoAgentRejects(t *testing.T) {
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	t.Cleanup(n.Close)
 	addrA, addrB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-	a := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: addrA})
-	b := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: addrB})
+	a := openT(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: addrA}})
+	b := openT(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: addrB}})
 	peer := newGSIPeer(t, b, addrA)
 	req := &mad.REQ{LocalCommID: 77, ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7174), LocalQPN: 0x11,
 		TransportServiceType: mad.TransportRC, PathMTU: bth.MTU1024, RetryCount: 7, RNRRetryCount: 7,
@@ -145,33 +145,14 @@ func TestNoAgentRejects(t *testing.T) {
 	}
 }
 
-// TestBusyPollThroughRejecter checks that the device still finds its
-// link's Poller under the rejecter, and only where the link has one.
-func TestBusyPollThroughRejecter(t *testing.T) {
-	port := freePort(t)
-	d := openT(t, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, BusyPoll: time.Millisecond})
-	if _, ok := d.(*roce.SoftDevice).Transport().(transport.Poller); !ok {
-		t.Error("the udp link's Poller is hidden")
-	}
-	n := mem.NewNetwork(nil)
-	m := openT(t, &roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.1")})
-	if _, ok := m.(*roce.SoftDevice).Transport().(transport.Poller); ok {
-		t.Error("the mem link has no Poller, but the device sees one")
-	}
-	if !transport.SendsPayload(m.(*roce.SoftDevice).Transport()) {
-		t.Error("the mem link takes payloads apart, but the device no longer sees it")
-	}
-}
-
 // TestNotifyUnreachable checks that an ICMP port unreachable the udp link
 // gets reaches the device's watcher: a datagram to a loopback address
 // where nothing listens.
 func TestNotifyUnreachable(t *testing.T) {
 	port := freePort(t)
-	d := openT(t, &roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port})
-	sd := d.(*roce.SoftDevice)
+	d := openT(t, &roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: port, PeerPort: port}})
 	got := make(chan transport.Unreachable, 8)
-	defer sd.NotifyUnreachable(func(u transport.Unreachable) {
+	defer d.NotifyUnreachable(func(u transport.Unreachable) {
 		select {
 		case got <- u:
 		default:
@@ -188,13 +169,13 @@ func TestNotifyUnreachable(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("no notice within 3 s")
 	}
-	// A link that has no notices (here a Config.Link that hides them)
+	// A link that has no notices (here a Config.Transport that hides them)
 	// never calls the watcher, and stopping does nothing.
 	n := mem.NewNetwork(nil)
 	ep, err := n.Endpoint(netip.MustParseAddr("198.18.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := openT(t, &roce.Config{Link: struct{ transport.Transport }{ep}})
-	m.(*roce.SoftDevice).NotifyUnreachable(func(transport.Unreachable) { t.Error("called") })()
+	m := openT(t, &roce.Config{Transport: struct{ transport.Transport }{ep}})
+	m.NotifyUnreachable(func(transport.Unreachable) { t.Error("called") })()
 }

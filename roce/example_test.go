@@ -5,18 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/transport/mem"
 	"github.com/goroce/goroce/verbs"
 )
 
 // endpoint is one side of the examples: a device, a PD, a CQ, an RC QP
 // and a registered buffer.
 type endpoint struct {
-	dev verbs.Device
+	dev *roce.Device
 	pd  verbs.PD
 	cq  verbs.CQ
 	qp  verbs.QP
@@ -25,7 +28,7 @@ type endpoint struct {
 
 // open makes an endpoint on addr, sending to peers on the same UDP port.
 func open(addr string, port uint16) *endpoint {
-	dev, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr(addr), Port: port, PeerPort: port})
+	dev, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr(addr), Port: port, PeerPort: port}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,10 +114,54 @@ func ExampleConnect() {
 	// Output: RTS 1024 true
 }
 
+// Open a device: RoCEv2 over UDP sockets on a local address (Config's
+// Link), with the engine's and the tracing settings next to it. A nil
+// *Config is UDP on 127.0.0.1, port 4791.
+func ExampleOpen() {
+	dev, err := roce.Open(&roce.Config{
+		Link:     &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(examplePort())},
+		BusyPoll: 0, // no busy polling: completions wake the program
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	gid, _ := dev.GID(0)
+	fmt.Println(dev.Name(), dev.Addr(), verbs.AddrFromGID(gid), dev.ActiveMTU())
+	// Output: goroce:127.0.0.1 127.0.0.1 127.0.0.1 4096
+}
+
+// Trace a device: each verb the program calls is narrated, numbered, in
+// the words of the tutorials (here on an in-memory network).
+func ExampleTrace() {
+	n := mem.NewNetwork(nil)
+	defer n.Close()
+	quiet := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey || a.Key == slog.LevelKey {
+			return slog.Attr{}
+		}
+		return a
+	}
+	dev, err := roce.Open(&roce.Config{
+		Link:  &roce.Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.1")},
+		Trace: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: quiet})),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	dev.AllocPD()
+	dev.CreateCQ(16)
+	dev.Close()
+	// Output:
+	// msg="alloc PD on goroce:198.18.0.1" step=1 kind=SLOW
+	// msg="create CQ cqe=16" step=2 kind=SLOW
+	// msg="close device goroce:198.18.0.1" step=3 kind=SLOW
+}
+
 // Register memory: the region's address and keys are what a peer needs
 // to reach it with RDMA WRITE and READ.
-func ExamplePD_regMR() {
-	dev, err := roce.Open(&roce.Config{Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(examplePort())})
+func Example_registerMemory() {
+	dev, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(examplePort())}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -140,7 +187,7 @@ func ExamplePD_regMR() {
 
 // SEND and RECV: the server posts a receive first; the client's SEND
 // fills it, and both sides get a completion.
-func ExampleQP_sendRecv() {
+func Example_sendRecv() {
 	client, server := pair()
 	defer client.close()
 	defer server.close()
@@ -165,7 +212,7 @@ func ExampleQP_sendRecv() {
 
 // RDMA WRITE and READ: one-sided operations on the server's memory, named
 // by its address and rkey; the server's CPU is not involved.
-func ExampleQP_writeRead() {
+func Example_writeRead() {
 	client, server := pair()
 	defer client.close()
 	defer server.close()
@@ -191,7 +238,7 @@ func ExampleQP_writeRead() {
 
 // Completion handling: a failed request completes with a status, not a Go
 // error, and the QP goes to ERR, flushing what was posted after it.
-func ExampleCQ_errors() {
+func Example_completionErrors() {
 	client, server := pair()
 	defer client.close()
 	defer server.close()

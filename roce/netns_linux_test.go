@@ -22,11 +22,15 @@ func TestNetnsLoss(t *testing.T) {
 			nsA, nsB := netnstest.Veth(t, byte(20+i))
 			droppedA := netnstest.Loss(t, nsA, "vA", 3)
 			droppedB := netnstest.Loss(t, nsB, "vB", 3)
-			open := func(ns, dev, addr string) *roce.SoftDevice {
-				var d *roce.SoftDevice
+			open := func(ns, dev, addr string) *roce.Device {
+				var d *roce.Device
 				netnstest.In(t, ns, func() {
 					var err error
-					d, err = roce.Open(&roce.Config{Transport: tr, Interface: dev, Addr: netip.MustParseAddr(addr)})
+					var l roce.Link = &roce.UDP{Addr: netip.MustParseAddr(addr)}
+					if tr == "afpacket" {
+						l = &roce.AFPacket{Interface: dev, Addr: netip.MustParseAddr(addr)}
+					}
+					d, err = roce.Open(&roce.Config{Link: l})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -41,9 +45,9 @@ func TestNetnsLoss(t *testing.T) {
 			dropped := droppedA() + droppedB()
 			sa, sb := da.Stats(), db.Stats()
 			t.Logf("%s: nftables dropped %d datagrams; A retransmitted %d packets, B sent %d sequence NAKs",
-				tr, dropped, sa.Retransmits, sb.SendSeqErr)
-			if dropped == 0 || sa.Retransmits == 0 {
-				t.Errorf("no loss was recovered from: dropped %d, retransmitted %d", dropped, sa.Retransmits)
+				tr, dropped, sa.Engine.Retransmits, sb.Engine.SendSeqErr)
+			if dropped == 0 || sa.Engine.Retransmits == 0 {
+				t.Errorf("no loss was recovered from: dropped %d, retransmitted %d", dropped, sa.Engine.Retransmits)
 			}
 		})
 	}

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/clock"
 	"github.com/goroce/goroce/internal/apitest"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
@@ -38,7 +40,7 @@ func newNilEnv(t *testing.T) *nilEnv {
 	n := mem.NewNetwork(nil)
 	t.Cleanup(n.Close)
 	addr := netip.MustParseAddr("198.18.0.1")
-	sd, err := Open(&Config{Transport: "mem", Network: n, Addr: addr})
+	sd, err := Open(&Config{Link: &Mem{Network: n, Addr: addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,33 +127,91 @@ func TestNilArgs(t *testing.T) {
 			}
 		},
 		"Open": func(t *testing.T) {
+			n := mem.NewNetwork(nil)
+			defer n.Close()
+			ep, err := n.Endpoint(netip.MustParseAddr("198.18.0.8"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ep.Close()
 			for _, c := range []struct {
 				cfg    Config
 				target error
-				words  string
+				words  []string
 			}{
-				{Config{Transport: "tcp"}, ErrUnknownTransport, `"tcp"`},
-				{Config{Transport: "mem"}, verbs.ErrNil, "Config.Network"},
-				{Config{Transport: "mem", Network: mem.NewNetwork(nil)}, verbs.ErrInvalidAttr, "Config.Addr"},
-				{Config{Transport: "mem", Network: mem.NewNetwork(nil), Addr: netip.MustParseAddr("198.18.0.9"),
-					MaxUnackedPSNs: -1}, verbs.ErrInvalidAttr, "MaxUnackedPSNs"},
+				{Config{Link: &Mem{}}, verbs.ErrNil, []string{"Mem link needs a Network"}},
+				{Config{Link: (*Mem)(nil)}, verbs.ErrNil, []string{"Mem link needs a Network"}},
+				{Config{Link: &Mem{Network: n}}, verbs.ErrInvalidAttr, []string{"Mem link needs an Addr"}},
+				{Config{Link: &Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.9")}, MaxUnackedPSNs: -1},
+					verbs.ErrInvalidAttr, []string{"MaxUnackedPSNs"}},
+				{Config{Link: &Mem{Network: n}, Transport: ep}, verbs.ErrInvalidAttr, []string{"both a Link", "set one"}},
+				{Config{Link: &UDP{Addr: netip.MustParseAddr("192.0.2.1")}}, syscall.EADDRNOTAVAIL, nil},
 			} {
 				_, err := Open(&c.cfg)
-				apitest.Err(t, err, c.target, c.words)
+				apitest.Err(t, err, c.target, c.words...)
 			}
 		},
-		"SoftDevice.Close": func(t *testing.T) {
-			apitest.Err(t, (*SoftDevice)(nil).Close(), verbs.ErrNil, "nil *SoftDevice", "Open")
-			apitest.Err(t, (&SoftDevice{}).Close(), verbs.ErrNil, "qp.New")
+		"Device.Name":      func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Name(), "") }) },
+		"Device.ActiveMTU": func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.ActiveMTU(), 0) }) },
+		"Device.Addr":      func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Addr(), netip.Addr{}) }) },
+		"Device.Progress":  func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Progress(), 0) }) },
+		"Device.Events":    func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Events(), nil) }) },
+		"Device.Clock": func(t *testing.T) {
+			nilDevices(t, func(d *Device) { want[clock.Clock](t, d.Clock(), clock.Real{}) })
 		},
-		"SoftDevice.TransportStats": func(t *testing.T) {
-			if s := (&SoftDevice{}).TransportStats(); s.RxPackets != 0 {
-				t.Errorf("stats of no device: %+v", s)
+		"Device.Stats": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				if s := d.Stats(); s != (Stats{}) {
+					t.Errorf("stats of no device: %+v", s)
+				}
+			})
+		},
+		"Device.GID": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				_, err := d.GID(0)
+				apitest.Err(t, err, verbs.ErrNil, "nil *Device", "open one with Open")
+			})
+		},
+		"Device.AllocPD": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				_, err := d.AllocPD()
+				apitest.Err(t, err, verbs.ErrNil, "nil *Device")
+			})
+		},
+		"Device.CreateCQ": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				_, err := d.CreateCQ(1)
+				apitest.Err(t, err, verbs.ErrNil, "nil *Device")
+			})
+			_, err := e.dev.CreateCQ(0)
+			apitest.Err(t, err, verbs.ErrInvalidCap, "want 1 to")
+			if !strings.Contains(e.log.String(), "create CQ failed") {
+				t.Error("the trace does not show the failure")
 			}
 		},
-		"SoftDevice.NotifyUnreachable": func(t *testing.T) {
-			(*SoftDevice)(nil).NotifyUnreachable(func(transport.Unreachable) { t.Error("a nil device's link spoke") })()
-			(&SoftDevice{}).NotifyUnreachable(nil)()
+		"Device.Close": func(t *testing.T) {
+			nilDevices(t, func(d *Device) { apitest.Err(t, d.Close(), verbs.ErrNil, "nil *Device", "Open") })
+		},
+		"Device.Linger": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				apitest.Err(t, d.Linger(context.Background(), time.Millisecond), verbs.ErrNil, "nil *Device")
+			})
+		},
+		"Device.OnClose": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				if d.OnClose(func() { t.Error("a nil device closed") })() {
+					t.Error("stop of a nil device's hook reports a stop")
+				}
+			})
+			if e.dev.(*Device).OnClose(nil)() {
+				t.Error("stop of a nil hook reports a stop")
+			}
+		},
+		"Device.NotifyUnreachable": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				d.NotifyUnreachable(func(transport.Unreachable) { t.Error("a nil device's link spoke") })()
+			})
+			e.dev.(*Device).NotifyUnreachable(nil)()
 		},
 		"OnQPExit": func(t *testing.T) {
 			if stop, ok := OnQPExit(nil, func(qp.Exit) {}); ok || stop() {
@@ -181,11 +241,6 @@ func TestNilArgs(t *testing.T) {
 				t.Errorf("polled %d packets, want the transport's 3", n)
 			}
 		},
-		"SoftDevice.FaultStats": func(t *testing.T) {
-			if s := (*SoftDevice)(nil).FaultStats(); s.Dropped != 0 {
-				t.Errorf("fault stats of no device: %+v", s)
-			}
-		},
 		"Trace": func(t *testing.T) {
 			if Trace(nil, nil) != nil {
 				t.Error("Trace(nil) is not nil")
@@ -194,25 +249,32 @@ func TestNilArgs(t *testing.T) {
 			if _, err := d.AllocPD(); !errors.Is(err, verbs.ErrNil) {
 				t.Errorf("AllocPD of a traced nil device: %v", err)
 			}
+			nilDevices(t, func(d *Device) {
+				if got := Trace(d, nil); got != verbs.Device(d) {
+					t.Errorf("Trace(%#v) = %#v, want it unchanged", d, got)
+				}
+			})
 		},
 		"Untrace": func(t *testing.T) {
 			if Untrace(nil) != nil {
 				t.Error("Untrace(nil) is not nil")
 			}
+			nilDevices(t, func(d *Device) {
+				if got := Untrace(d); got != verbs.Device(d) {
+					t.Errorf("Untrace(%#v) = %#v, want it unchanged", d, got)
+				}
+			})
 		},
 		"traceDevice.AllocPD": func(t *testing.T) {
-			_, err := Trace(&SoftDevice{}, nil).AllocPD()
+			_, err := Trace((*qp.Device)(nil), nil).AllocPD()
 			apitest.Err(t, err, verbs.ErrNil, "nil *Device")
 		},
 		"traceDevice.CreateCQ": func(t *testing.T) {
-			_, err := e.dev.CreateCQ(0)
-			apitest.Err(t, err, verbs.ErrInvalidCap, "want 1 to")
-			if !strings.Contains(e.log.String(), "create CQ failed") {
-				t.Error("the trace does not show the failure")
-			}
+			_, err := Trace((*qp.Device)(nil), nil).CreateCQ(1)
+			apitest.Err(t, err, verbs.ErrNil, "nil *Device")
 		},
 		"traceDevice.Close": func(t *testing.T) {
-			apitest.Err(t, Trace(&SoftDevice{}, nil).Close(), verbs.ErrNil)
+			apitest.Err(t, Trace((*qp.Device)(nil), nil).Close(), verbs.ErrNil)
 		},
 		"tracePD.RegMR": func(t *testing.T) {
 			_, err := e.pd.RegMR(nil, verbs.LocalWrite)
@@ -257,5 +319,20 @@ func TestNilArgs(t *testing.T) {
 			apitest.Err(t, e.srq.PostRecv([]verbs.RecvWR{{SGL: make([]verbs.SGE, 2)}}), verbs.ErrTooManySGE, "2 SGEs")
 		},
 	})
-	apitest.NilReceivers(t, ".", (*SoftDevice)(nil))
+	apitest.NilReceivers(t, ".", (*Device)(nil))
+}
+
+// nilDevices calls f with a nil *Device and with a zero one, which Open
+// did not make.
+func nilDevices(t *testing.T, f func(d *Device)) {
+	t.Helper()
+	f(nil)
+	f(&Device{})
+}
+
+func want[T comparable](t *testing.T, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
 }

@@ -21,26 +21,41 @@ const (
 	StepDetail = "INFO"
 )
 
-// Trace returns d wrapped so that every verb the program calls, and every
-// completion it polls, is logged to log at Info level, numbered, with the
+// Trace returns d with every verb the program calls on it, and every
+// completion it polls, logged to log at Info level, numbered, with the
 // attributes "step" (the number) and "kind" (StepControl, StepData or
-// StepDetail). Objects made through the wrapper are wrapped too; they work
+// StepDetail). Objects made through the result are traced too; they work
 // with the backend as the originals do. An empty poll is not logged. A
-// nil log discards. Trace of a nil Device is nil.
+// nil log discards.
+//
+// Trace of goroce's *Device is a *Device (roce.Trace(dev, log).(*Device)):
+// another view of the same device, with all it offers, whose steps are
+// logged; Config.Trace opens a device traced from the start. Any other
+// verbs.Device (hwverbs's) is wrapped. Trace of a nil Device is nil.
 func Trace(d verbs.Device, log *slog.Logger) verbs.Device {
 	if d == nil {
 		return nil
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if rd, ok := d.(*Device); ok {
+		if !rd.ok() {
+			return rd
+		}
+		return rd.traced(log)
 	}
-	return &traceDevice{Device: d, t: &tracer{log: log}}
+	return &traceDevice{Device: d, t: newTracer(log)}
 }
 
-// Untrace returns the device inside a Trace wrapper, or d itself.
+// Untrace returns the device under Trace: for a *Device, the untraced
+// view Open made (the same pointer for every view of one device); for a
+// wrapped device, the one wrapped; otherwise d itself.
 func Untrace(d verbs.Device) verbs.Device {
-	if td, ok := d.(*traceDevice); ok {
-		return td.Device
+	switch t := d.(type) {
+	case *Device:
+		if t.ok() {
+			return t.dev.self
+		}
+	case *traceDevice:
+		return t.Device
 	}
 	return d
 }
@@ -48,6 +63,14 @@ func Untrace(d verbs.Device) verbs.Device {
 type tracer struct {
 	log  *slog.Logger
 	step atomic.Uint64
+}
+
+// newTracer returns a tracer that logs to log (nil: discards).
+func newTracer(log *slog.Logger) *tracer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &tracer{log: log}
 }
 
 func (t *tracer) logf(kind, format string, args ...any) {
@@ -58,30 +81,37 @@ func (t *tracer) logf(kind, format string, args ...any) {
 		slog.Uint64("step", t.step.Add(1)), slog.String("kind", kind))
 }
 
+// allocPD allocates a PD on d and traces it.
+func (t *tracer) allocPD(d verbs.Device) (verbs.PD, error) {
+	t.logf(StepControl, "alloc PD on %s", d.Name())
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.logf(StepDetail, "alloc PD failed: %v", err)
+		return nil, err
+	}
+	return &tracePD{PD: pd, t: t}, nil
+}
+
+// createCQ creates a CQ on d and traces it.
+func (t *tracer) createCQ(d verbs.Device, cqe int) (verbs.CQ, error) {
+	t.logf(StepControl, "create CQ cqe=%d", cqe)
+	cq, err := d.CreateCQ(cqe)
+	if err != nil {
+		t.logf(StepDetail, "create CQ failed: %v", err)
+		return nil, err
+	}
+	return &traceCQ{CQ: cq, t: t}, nil
+}
+
+// traceDevice traces a verbs.Device of another backend than goroce's.
 type traceDevice struct {
 	verbs.Device
 	t *tracer
 }
 
-func (d *traceDevice) AllocPD() (verbs.PD, error) {
-	d.t.logf(StepControl, "alloc PD on %s", d.Name())
-	pd, err := d.Device.AllocPD()
-	if err != nil {
-		d.t.logf(StepDetail, "alloc PD failed: %v", err)
-		return nil, err
-	}
-	return &tracePD{PD: pd, t: d.t}, nil
-}
+func (d *traceDevice) AllocPD() (verbs.PD, error) { return d.t.allocPD(d.Device) }
 
-func (d *traceDevice) CreateCQ(cqe int) (verbs.CQ, error) {
-	d.t.logf(StepControl, "create CQ cqe=%d", cqe)
-	cq, err := d.Device.CreateCQ(cqe)
-	if err != nil {
-		d.t.logf(StepDetail, "create CQ failed: %v", err)
-		return nil, err
-	}
-	return &traceCQ{CQ: cq, t: d.t}, nil
-}
+func (d *traceDevice) CreateCQ(cqe int) (verbs.CQ, error) { return d.t.createCQ(d.Device, cqe) }
 
 func (d *traceDevice) Close() error {
 	d.t.logf(StepControl, "close device %s", d.Name())

@@ -53,7 +53,7 @@ func TestBulk(t *testing.T) {
 			if want := <-sent; n != size || sum.Sum64() != want {
 				t.Fatalf("read %d bytes with CRC-64 %#x, wrote %d with %#x", n, sum.Sum64(), size, want)
 			}
-			sa, sb := h.a.Stats(), h.b.Stats()
+			sa, sb := h.a.Stats().Engine, h.b.Stats().Engine
 			if c.faults.Drop > 0 && sa.Retransmits == 0 {
 				t.Error("no retransmission on a lossy link")
 			}

@@ -46,8 +46,8 @@ func Example() {
 }
 
 // open returns a software device on the in-memory network n.
-func open(n *mem.Network, addr string) *roce.SoftDevice {
-	d, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr(addr)})
+func open(n *mem.Network, addr string) *roce.Device {
+	d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr(addr)}})
 	if err != nil {
 		log.Fatal(err)
 	}

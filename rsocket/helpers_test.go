@@ -21,7 +21,7 @@ import (
 // hosts are two software devices that reach each other, with an agent
 // each whose CM timers are short (a lost MAD is retried in milliseconds).
 type hosts struct {
-	a, b    *roce.SoftDevice
+	a, b    *roce.Device
 	aa, ab  *cm.Agent
 	addrA   netip.Addr
 	addrB   netip.Addr
@@ -59,8 +59,8 @@ func memHostsAt(t testing.TB, f transport.Faults, a, b netip.Addr) *hosts {
 			return h.cut.Load() || m != nil && *m == src
 		}})
 	t.Cleanup(n.Close)
-	h.a = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrA})
-	h.b = openDev(t, &roce.Config{Transport: "mem", Network: n, Addr: h.addrB})
+	h.a = openDev(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrA}})
+	h.b = openDev(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrB}})
 	h.agents(t)
 	return h
 }
@@ -77,8 +77,8 @@ func udpHostsBusy(t testing.TB, f transport.Faults, busy time.Duration) *hosts {
 	port := freePort(t)
 	h := &hosts{backend: "udp", addrA: netip.MustParseAddr("127.0.0.1"), addrB: netip.MustParseAddr("127.0.0.2")}
 	if !f.Any() {
-		h.a = openDev(t, &roce.Config{Addr: h.addrA, Port: port, PeerPort: port, BusyPoll: busy})
-		h.b = openDev(t, &roce.Config{Addr: h.addrB, Port: port, PeerPort: port, BusyPoll: busy})
+		h.a = openDev(t, &roce.Config{Link: &roce.UDP{Addr: h.addrA, Port: port, PeerPort: port}, BusyPoll: busy})
+		h.b = openDev(t, &roce.Config{Link: &roce.UDP{Addr: h.addrB, Port: port, PeerPort: port}, BusyPoll: busy})
 		h.agents(t)
 		return h
 	}
@@ -90,7 +90,7 @@ func udpHostsBusy(t testing.TB, f transport.Faults, busy time.Duration) *hosts {
 		if err != nil {
 			t.Skipf("udp transport: %v", err)
 		}
-		d := openDev(t, &roce.Config{Link: newLossyLink(u, f.Drop, uint64(i+1))})
+		d := openDev(t, &roce.Config{Transport: newLossyLink(u, f.Drop, uint64(i+1))})
 		if i == 0 {
 			h.a = d
 		} else {
@@ -149,7 +149,7 @@ func (h *hosts) agents(t testing.TB) {
 	})
 }
 
-func openDev(t testing.TB, c *roce.Config) *roce.SoftDevice {
+func openDev(t testing.TB, c *roce.Config) *roce.Device {
 	t.Helper()
 	d, err := roce.Open(c)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/roce"
 )
 
 // echo is a test command: it prints its flags and arguments, or fails as
@@ -150,14 +151,14 @@ func TestDeviceConfig(t *testing.T) {
 				t.Errorf("%+v: %T is not a usage error", tc.d, err)
 			}
 		} else {
-			got = cfg.Addr.String()
+			got = cfg.Link.(*roce.UDP).Addr.String()
 		}
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("%+v %q: got %q, want %q", tc.d, tc.def, got, tc.want)
 		}
 	}
 	var d DeviceFlags
-	if _, _, err := d.Open(nil, false, nil); err == nil {
+	if _, err := d.Open(nil, false, nil); err == nil {
 		t.Error("Open(nil) succeeded")
 	}
 	if LocalAddr(nil).IsValid() {
@@ -193,15 +194,15 @@ func TestOpenLoopbackClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dev, soft, err := d.Open(cfg, true, nil)
+		dev, err := d.Open(cfg, true, nil)
 		if err != nil {
 			t.Fatalf("client %d: %v", len(got), err)
 		}
 		defer dev.Close()
-		if soft == nil || soft.Addr() != cfg.Addr {
-			t.Errorf("device at %v, config says %v", soft.Addr(), cfg.Addr)
+		if a := cfg.Link.(*roce.UDP).Addr; a != netip.MustParseAddr("127.0.0.1") {
+			t.Errorf("Open changed the caller's configuration to %v", a)
 		}
-		got = append(got, cfg.Addr)
+		got = append(got, dev.Addr())
 	}
 	if got[0] != netip.MustParseAddr("127.0.0.2") || got[1] != netip.MustParseAddr("127.0.0.3") {
 		t.Errorf("clients at %v, want 127.0.0.2 and 127.0.0.3", got)

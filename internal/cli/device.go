@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,8 +53,8 @@ func (d *DeviceFlags) Register(fs *FlagSet) {
 }
 
 // Config turns the flags into the configuration of a device at --bind, or
-// at def when --bind is not set (def may be empty: no address yet). Bad
-// values are *UsageError.
+// at def when --bind is not set (def may be empty: no address yet, which
+// the link's defaults fill). Bad values are *UsageError.
 func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 	switch d.Transport {
 	case "udp", "afpacket", "mem":
@@ -63,8 +64,6 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 	if d.Port == 0 || d.Port > 65535 {
 		return nil, Usagef("--roce-port must be 1-65535")
 	}
-	c := &roce.Config{Transport: d.Transport, Interface: d.Dev, Port: uint16(d.Port), PeerPort: uint16(d.Port),
-		Pcap: d.Pcap, BusyPoll: d.BusyPoll, NoOffload: d.NoOffload, Network: d.Net, Logger: d.Logger}
 	if d.Transport == "mem" && d.Net == nil {
 		return nil, Usagef("--transport mem joins ends in one process only (roce demo); between processes use udp or afpacket")
 	}
@@ -72,14 +71,29 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 	if addr == "" {
 		addr = def
 	}
+	var a netip.Addr
 	if addr != "" {
-		a, err := ResolveAddr(addr)
-		if err != nil {
+		var err error
+		if a, err = ResolveAddr(addr); err != nil {
 			return nil, Usagef("--bind: %w", err)
 		}
-		c.Addr = a
 	}
-	return c, nil
+	return &roce.Config{Link: d.Link(a), Pcap: d.Pcap, BusyPoll: d.BusyPoll, Logger: d.Logger}, nil
+}
+
+// Link returns the link of --transport with the local address a (the
+// zero Addr: the link's default), --roce-port on both sides, and --dev or
+// --no-offload where they apply. It expects a valid --transport (Config
+// checks it); any other is the udp link.
+func (d *DeviceFlags) Link(a netip.Addr) roce.Link {
+	p := uint16(d.Port)
+	switch d.Transport {
+	case "afpacket":
+		return &roce.AFPacket{Interface: d.Dev, Addr: a, Port: p, PeerPort: p}
+	case "mem":
+		return &roce.Mem{Network: d.Net, Addr: a}
+	}
+	return &roce.UDP{Addr: a, Port: p, PeerPort: p, NoOffload: d.NoOffload}
 }
 
 // Open opens the software RoCE device cfg describes (from Config), traced
@@ -87,41 +101,43 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 // a client's udp device (client true) without --bind whose address would
 // be an IPv4 loopback one takes the first free one of 127.0.0.2 to
 // 127.0.0.63 instead (the whole of 127.0.0.0/8 is loopback), leaving
-// 127.0.0.1 to servers; cfg.Addr says which it took. Errors say what to
-// do about a port in use or an address not of this host.
-func (d *DeviceFlags) Open(cfg *roce.Config, client bool, log *slog.Logger) (verbs.Device, *roce.SoftDevice, error) {
+// 127.0.0.1 to servers; the device's Addr says which it took. Errors say
+// what to do about a port in use or an address not of this host.
+func (d *DeviceFlags) Open(cfg *roce.Config, client bool, log *slog.Logger) (*roce.Device, error) {
 	if cfg == nil {
-		return nil, nil, errors.New("no device configuration (DeviceFlags.Config makes one)")
+		return nil, errors.New("no device configuration (DeviceFlags.Config makes one)")
 	}
-	var soft *roce.SoftDevice
+	c := *cfg
+	if d.Trace {
+		c.Trace = log
+	}
+	var dev *roce.Device
 	var err error
-	if client && cfg.Transport == "udp" && d.Bind == "" && cfg.Addr.Is4() && cfg.Addr.IsLoopback() {
-		soft, err = openLoopbackClient(cfg)
+	if u, ok := c.Link.(*roce.UDP); ok && u != nil && client && d.Bind == "" && u.Addr.Is4() && u.Addr.IsLoopback() {
+		dev, err = openLoopbackClient(&c, *u)
 	} else {
-		soft, err = roce.Open(cfg)
+		dev, err = roce.Open(&c)
 	}
 	if err != nil {
-		return nil, nil, explainOpen(cfg, err)
+		return nil, explainOpen(&c, err)
 	}
-	if d.Trace {
-		return roce.Trace(soft, log), soft, nil
-	}
-	return soft, soft, nil
+	return dev, nil
 }
 
-// openLoopbackClient opens cfg's device at the first free address of
-// 127.0.0.2 to 127.0.0.63 other than cfg.Addr (the server's).
-func openLoopbackClient(cfg *roce.Config) (*roce.SoftDevice, error) {
-	taken := cfg.Addr
+// openLoopbackClient opens cfg's device with the link u at the first free
+// address of 127.0.0.2 to 127.0.0.63 other than u.Addr (the server's).
+func openLoopbackClient(cfg *roce.Config, u roce.UDP) (*roce.Device, error) {
+	taken := u.Addr
 	var err error
 	for a := netip.MustParseAddr("127.0.0.2"); a.As4()[3] < 64; a = a.Next() {
 		if a == taken {
 			continue
 		}
-		cfg.Addr = a
-		var soft *roce.SoftDevice
-		if soft, err = roce.Open(cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			return soft, err
+		u.Addr = a
+		cfg.Link = &u
+		var dev *roce.Device
+		if dev, err = roce.Open(cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return dev, err
 		}
 	}
 	return nil, err
@@ -150,12 +166,24 @@ func (d *DeviceFlags) OpenHW(name string, gidIndex int, addr netip.Addr, log *sl
 
 // explainOpen adds what to do to the errors users meet opening a device.
 func explainOpen(cfg *roce.Config, err error) error {
+	var addr netip.Addr
+	port := uint16(bth.UDPPort)
+	switch l := cfg.Link.(type) {
+	case *roce.UDP:
+		if l != nil {
+			addr, port = l.Addr, cmp.Or(l.Port, port)
+		}
+	case *roce.AFPacket:
+		if l != nil {
+			addr, port = l.Addr, cmp.Or(l.Port, port)
+		}
+	}
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
 		return fmt.Errorf("%w (another RoCE stack or goroce holds UDP port %d on %v; try --roce-port or another --bind address)",
-			err, cfg.Port, cfg.Addr)
+			err, port, addr)
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return fmt.Errorf("%w (%v is not an address of this host; see --bind)", err, cfg.Addr)
+		return fmt.Errorf("%w (%v is not an address of this host; see --bind)", err, addr)
 	}
 	return err
 }
@@ -166,7 +194,7 @@ func explainOpen(cfg *roce.Config, err error) error {
 // the link has been quiet for four of the tools' transport timeouts
 // (timeout 14: 67 ms), and after eight such periods when traffic goes on.
 // A libibverbs device (soft nil) closes at once, as the real tools do.
-func Linger(ctx context.Context, soft *roce.SoftDevice) {
+func Linger(ctx context.Context, soft *roce.Device) {
 	if soft == nil || ctx == nil {
 		return
 	}

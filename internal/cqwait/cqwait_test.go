@@ -19,7 +19,7 @@ func flushCQ(t *testing.T) (verbs.CQ, func(time.Duration)) {
 	t.Helper()
 	n := mem.NewNetwork(&mem.Config{Live: true})
 	t.Cleanup(func() { n.Close() })
-	dev, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr("198.18.0.1")})
+	dev, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.1")}})
 	if err != nil {
 		t.Fatal(err)
 	}

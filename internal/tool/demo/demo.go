@@ -125,9 +125,7 @@ func (c *config) check() ([]op, bth.MTU, error) {
 // side is one end of the demo connection.
 type side struct {
 	name string
-	addr netip.Addr
-	dev  verbs.Device
-	soft *roce.SoftDevice
+	dev  *roce.Device
 	pd   verbs.PD
 	cq   verbs.CQ
 	qp   verbs.QP
@@ -154,7 +152,7 @@ func (c *config) run(ctx context.Context, portSet bool, stdout, stderr io.Writer
 		return err
 	}
 	fmt.Fprintf(stdout, "goroce demo: server %v QP %d, client %v QP %d, over %s (port %d), path MTU %d, %d x %d B per operation\n",
-		server.addr, server.qp.QPN(), client.addr, client.qp.QPN(), c.dev.Transport, c.dev.Port, mtu.Bytes(), c.count, c.size)
+		server.dev.Addr(), server.qp.QPN(), client.dev.Addr(), client.qp.QPN(), c.dev.Transport, c.dev.Port, mtu.Bytes(), c.count, c.size)
 	if c.loss > 0 || c.dup > 0 || c.reorder > 0 {
 		fmt.Fprintf(stdout, "faults: %.1f%% loss, %.1f%% duplicates, %.1f%% reordering (seed %d)\n",
 			c.loss*100, c.dup*100, c.reorder*100, c.seed)
@@ -180,7 +178,7 @@ func (c *config) run(ctx context.Context, portSet bool, stdout, stderr io.Writer
 	}
 	var retrans, naks uint64
 	for _, s := range []*side{server, client} {
-		st := s.soft.Stats()
+		st := s.dev.Stats().Engine
 		retrans += st.Retransmits
 		naks += st.RcvdSeqErr + st.RcvdRNRErr + st.RcvdInvReqNAK + st.RcvdRemAccessNAK + st.RcvdRemOpNAK
 	}
@@ -236,7 +234,6 @@ func (c *config) configs(portSet bool, faults transport.Faults) (*roce.Config, *
 	cfgC := *cfgS
 	switch c.dev.Transport {
 	case "udp":
-		cfgS.Addr, cfgC.Addr = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 		if c.dev.Bind != "" {
 			return nil, nil, cli.Usagef("--bind does not apply to the udp demo: it uses 127.0.0.1 and 127.0.0.2")
 		}
@@ -245,19 +242,22 @@ func (c *config) configs(portSet bool, faults transport.Faults) (*roce.Config, *
 			if err != nil {
 				return nil, nil, err
 			}
-			cfgS.Port, cfgS.PeerPort, cfgC.Port, cfgC.PeerPort = p, p, p, p
 			c.dev.Port = uint(p)
 		}
+		cfgS.Link, cfgC.Link = c.dev.Link(netip.MustParseAddr("127.0.0.1")), c.dev.Link(netip.MustParseAddr("127.0.0.2"))
 	case "mem":
-		cfgS.Addr, cfgC.Addr = netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+		cfgS.Link, cfgC.Link = c.dev.Link(netip.MustParseAddr("198.18.0.1")), c.dev.Link(netip.MustParseAddr("198.18.0.2"))
 	case "afpacket":
 		if c.dev.Dev == "" {
-			cfgS.Interface, cfgC.Interface = "lo", "lo"
+			c.dev.Dev = "lo"
 		}
-		if !cfgS.Addr.IsValid() {
-			cfgS.Addr = netip.MustParseAddr("127.0.0.1")
+		srv := netip.MustParseAddr("127.0.0.1")
+		if c.dev.Bind != "" {
+			if srv, err = cli.ResolveAddr(c.dev.Bind); err != nil {
+				return nil, nil, cli.Usagef("--bind: %w", err)
+			}
 		}
-		cfgC.Addr = cfgS.Addr.Next()
+		cfgS.Link, cfgC.Link = c.dev.Link(srv), c.dev.Link(srv.Next())
 	}
 	cfgS.Faults, cfgS.FaultSeed = faults, c.seed
 	cfgC.Faults, cfgC.FaultSeed = faults, c.seed+1
@@ -270,12 +270,12 @@ func (c *config) configs(portSet bool, faults transport.Faults) (*roce.Config, *
 // openSide opens one side's device and makes its PD, CQ, QP and memory
 // region.
 func (c *config) openSide(name string, cfg *roce.Config, log *slog.Logger) (*side, error) {
-	s := &side{name: name, addr: cfg.Addr}
+	s := &side{name: name}
 	if log != nil {
 		log = log.With("who", name)
 	}
 	var err error
-	if s.dev, s.soft, err = c.dev.Open(cfg, false, log); err != nil {
+	if s.dev, err = c.dev.Open(cfg, false, log); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	fail := func(err error) (*side, error) {

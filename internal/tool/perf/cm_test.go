@@ -49,7 +49,7 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 	}})
 	t.Cleanup(func() { n.Close() })
 	open := func(addr netip.Addr, role oob.Role) *cmExchange {
-		dev, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: addr})
+		dev, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: addr}})
 		if err != nil {
 			t.Fatal(err)
 		}

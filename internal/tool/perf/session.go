@@ -28,7 +28,7 @@ type session struct {
 	role oob.Role
 
 	dev    verbs.Device
-	soft   *roce.SoftDevice // nil on a libibverbs device
+	soft   *roce.Device // nil on a libibverbs device
 	devNm  string
 	pd     verbs.PD
 	sendCQ verbs.CQ
@@ -215,11 +215,11 @@ func (r *session) openDevice(conn net.Conn) error {
 	if err != nil {
 		return err
 	}
-	dev, soft, err := o.dev.Open(cfg, r.role == oob.Client, r.log)
+	soft, err := o.dev.Open(cfg, r.role == oob.Client, r.log)
 	if err != nil {
 		return err
 	}
-	r.dev, r.soft, r.devNm, r.spin = dev, soft, soft.Name(), o.dev.BusyPoll
+	r.dev, r.soft, r.devNm, r.spin = soft, soft, soft.Name(), o.dev.BusyPoll
 	if r.spin != 0 {
 		r.progress = soft.Progress
 	}

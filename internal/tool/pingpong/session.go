@@ -22,18 +22,17 @@ import (
 
 // session is one run of the command.
 type session struct {
-	o    *options
-	out  io.Writer
-	log  *slog.Logger
-	dev  verbs.Device
-	soft *roce.SoftDevice
-	pd   verbs.PD
-	cq   verbs.CQ
-	srq  verbs.SRQ
-	qps  []verbs.QP
-	mr   verbs.MR
-	buf  []byte
-	ah   verbs.AH
+	o   *options
+	out io.Writer
+	log *slog.Logger
+	dev *roce.Device
+	pd  verbs.PD
+	cq  verbs.CQ
+	srq verbs.SRQ
+	qps []verbs.QP
+	mr  verbs.MR
+	buf []byte
+	ah  verbs.AH
 
 	local   []oob.Dest
 	remote  []oob.Dest
@@ -181,7 +180,7 @@ func (p *session) setup(addr netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	if p.dev, p.soft, err = o.dev.Open(cfg, o.server != "", p.log); err != nil {
+	if p.dev, err = o.dev.Open(cfg, o.server != "", p.log); err != nil {
 		return err
 	}
 	if o.mode == modeUD {
@@ -396,7 +395,7 @@ func (p *session) traffic(ctx context.Context) error {
 	}
 	p.report(time.Since(start))
 	if o.mode == modeRC || o.mode == modeSRQ {
-		cli.Linger(ctx, p.soft)
+		cli.Linger(ctx, p.dev)
 	}
 	if o.server == "" && o.chk {
 		// The server checks what the client sent.

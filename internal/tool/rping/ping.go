@@ -21,7 +21,7 @@ type rpinger struct {
 	o              *options
 	stdout, stderr io.Writer
 
-	dev   *roce.SoftDevice
+	dev   *roce.Device
 	agent *cm.Agent
 	conn  *cm.Conn
 	pd    verbs.PD

@@ -216,7 +216,7 @@ func (r *rpinger) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, r.dev, err = dev.Open(cfg, o.client, nil); err != nil {
+	if r.dev, err = dev.Open(cfg, o.client, nil); err != nil {
 		return fmt.Errorf("open the RoCE device: %w", err)
 	}
 	defer r.dev.Close()

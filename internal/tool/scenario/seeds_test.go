@@ -44,7 +44,7 @@ type seedPeer struct {
 
 func newSeedPeer(t *testing.T, n *mem.Network, addr string, bufLen int) *seedPeer {
 	t.Helper()
-	dev, err := roce.Open(&roce.Config{Transport: "mem", Network: n, Addr: netip.MustParseAddr(addr)})
+	dev, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr(addr)}})
 	if err != nil {
 		t.Fatal(err)
 	}

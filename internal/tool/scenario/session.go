@@ -164,8 +164,8 @@ type sessionConfig struct {
 // openPD opens the device cfg describes (a client's moves to a free
 // loopback address, see cli.DeviceFlags.Open) and allocates its
 // protection domain; it closes the device when that fails.
-func (c *sessionConfig) openPD(cfg *roce.Config, client bool, log *slog.Logger) (verbs.Device, verbs.PD, error) {
-	dev, _, err := c.dev.Open(cfg, client, log)
+func (c *sessionConfig) openPD(cfg *roce.Config, client bool, log *slog.Logger) (*roce.Device, verbs.PD, error) {
+	dev, err := c.dev.Open(cfg, client, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -475,24 +475,24 @@ func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error)
 	if c.dev.Transport == "udp" {
 		def = "127.0.0.1"
 	}
+	if def == "" && c.dev.Bind == "" {
+		return nil, cli.Usagef("--bind is needed with --transport %s (the address clients reach)", c.dev.Transport)
+	}
 	cfg, err := c.dev.Config(def)
 	if err != nil {
 		return nil, err
-	}
-	if !cfg.Addr.IsValid() {
-		return nil, cli.Usagef("--bind is needed with --transport %s (the address clients reach)", c.dev.Transport)
 	}
 	dev, pd, err := c.openPD(cfg, false, log)
 	if err != nil {
 		return nil, err
 	}
-	host := cfg.Addr.String()
+	host := dev.Addr().String()
 	if c.dev.Transport == "mem" {
 		host = "127.0.0.1" // the in-process network's addresses are not the host's
 	}
 	l := &sessionListener{cfg: c, dev: dev, pd: pd, log: log}
 	if c.cm == "rdmacm" {
-		if err := l.listenCM(context.Background(), cfg.Addr); err != nil {
+		if err := l.listenCM(context.Background(), dev.Addr()); err != nil {
 			dev.Close()
 			return nil, err
 		}

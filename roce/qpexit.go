@@ -2,25 +2,8 @@ package roce
 
 import (
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
 )
-
-// NotifyUnreachable calls f with every notice the device's link gives
-// that a destination is unreachable, from a goroutine of the link's, until
-// stop is called or the device closes; f must return quickly. The udp
-// transport learns of them from ICMP errors, the in-memory network from
-// addresses without an endpoint; afpacket, or a Config.Link that is no
-// transport.UnreachableNotifier (or a nil SoftDevice), never calls f.
-func (d *SoftDevice) NotifyUnreachable(f func(transport.Unreachable)) (stop func()) {
-	if d == nil {
-		return func() {}
-	}
-	if n, ok := d.link.(transport.UnreachableNotifier); ok && f != nil {
-		return n.NotifyUnreachable(f)
-	}
-	return func() {}
-}
 
 // OnQPExit arranges for f to be called, in its own goroutine and once,
 // when q next enters the error state or is destroyed (at once when it is
