@@ -89,9 +89,10 @@ type Stats struct {
 
 // Agent is the connection manager of one device: it owns the device's GSI
 // QP (QP 1) and runs every listener and connection made through it. It is
-// safe for concurrent use. Close it before the device.
+// safe for concurrent use. It stops with Close, or when its device closes.
 type Agent struct {
-	dev  verbs.Device
+	dev  verbs.Device // the device as NewAgent (or Listen, Dial) got it
+	key  *roce.Device // the device as roce.Open made it, under any view
 	addr netip.Addr
 	gid  [16]byte
 	guid uint64
@@ -126,6 +127,7 @@ type Agent struct {
 
 	unreach chan transport.Unreachable // the device's notices, for loop
 	unwatch func()                     // stops them
+	unhook  func() bool                // stops the device's closing from closing the agent
 	done    chan struct{}
 	wg      sync.WaitGroup
 	ctr     counters
@@ -152,20 +154,40 @@ type counters struct {
 }
 
 // NewAgent starts the connection manager of dev, which must be goroce's
-// software device (roce.Open's, possibly wrapped by roce.Trace): it
-// creates the device's GSI QP and a goroutine that serves it until Close.
-// A device has at most one agent.
+// software device (roce.Open's, or a view of it from roce.Trace): it
+// creates the device's GSI QP and a goroutine that serves it until Close,
+// or until the device closes. A device has one agent: the package-level
+// Listen and Dial use this one too, and NewAgent fails (with an error
+// matching verbs.ErrGSIExists) on a device that has one already, whether
+// NewAgent made it or Listen or Dial started it.
 func NewAgent(dev verbs.Device, cfg *Config) (*Agent, error) {
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
 	sd, err := checkDevice(dev)
 	if err != nil {
 		return nil, err
 	}
+	agents.mu.Lock()
+	defer agents.mu.Unlock()
+	if agents.m[sd] != nil {
+		return nil, fmt.Errorf("cm: device %s already has a CM agent (its own, or the one cm.Listen or cm.Dial started; "+
+			"they use the device's own agent, so make it before them): %w", dev.Name(), verbs.ErrGSIExists)
+	}
+	a, err := newAgent(dev, sd, cfg)
+	if err != nil {
+		return nil, err
+	}
+	register(sd, a, true)
+	return a, nil
+}
+
+// newAgent makes and starts an agent on dev, whose device as Open made it
+// is sd; the caller holds agents.mu and registers it.
+func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
 	a := &Agent{
-		dev: dev, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
+		dev: dev, key: sd, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
 		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait, connectTimeout: c.ConnectTimeout,
 		ahs: make(map[netip.Addr]verbs.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
@@ -177,6 +199,26 @@ func NewAgent(dev verbs.Device, cfg *Config) (*Agent, error) {
 	if a.clk == nil {
 		a.clk = sd.Clock()
 	}
+	if err := a.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := a.openGSI(); err != nil {
+		a.release()
+		return nil, err
+	}
+	a.unwatch = a.watchUnreachable(sd)
+	a.wg.Add(1)
+	go a.loop()
+	// The agent goes with the device (at once, in its own goroutine,
+	// when the device closed meanwhile).
+	a.unhook = sd.OnClose(func() { a.Close() })
+	a.log.Debug("cm agent started", "dev", dev.Name(), "addr", a.addr, "guid", fmt.Sprintf("%#016x", a.guid))
+	return a, nil
+}
+
+// setDefaults fills the settings Config left zero with rdma_cm's values,
+// and checks the others.
+func (a *Agent) setDefaults() error {
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -205,18 +247,10 @@ func NewAgent(dev verbs.Device, cfg *Config) (*Agent, error) {
 		a.connectTimeout = DefaultConnectTimeout
 	}
 	if a.respTimeout > mad.MaxTimeout || a.lifeTime > mad.MaxTimeout || a.maxRetries > 15 {
-		return nil, invalid("config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
+		return invalid("config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
 			a.respTimeout, a.lifeTime, a.maxRetries)
 	}
-	if err := a.openGSI(); err != nil {
-		a.release()
-		return nil, err
-	}
-	a.unwatch = a.watchUnreachable(sd)
-	a.wg.Add(1)
-	go a.loop()
-	a.log.Debug("cm agent started", "dev", dev.Name(), "addr", a.addr, "guid", fmt.Sprintf("%#016x", a.guid))
-	return a, nil
+	return nil
 }
 
 // checkDevice returns dev as the software device the agent needs, or why
@@ -387,6 +421,10 @@ func (a *Agent) Close() error {
 	a.mu.Unlock()
 	a.wg.Wait()
 	a.unwatch()
+	if a.unhook != nil {
+		a.unhook()
+	}
+	unregister(a)
 	a.mu.Lock()
 	clear(a.conns)
 	clear(a.remote)

@@ -155,7 +155,7 @@ type Conn struct {
 	req      *mad.REQ // passive side: the REQ, until answered
 	listener *Listener
 	params   Params
-	unshare  func() // gives back the hold on a shared agent (Listen, Dial)
+	unshare  func() // gives back the hold on the device's agent (Listen, Dial)
 
 	// Under a.mu.
 	state    connState

@@ -20,11 +20,17 @@
 //	// either side: DREQ out, DREP in
 //	err = conn.Close()
 //
-// The package-level Listen and Dial do the same with an agent the device
-// shares, started by the first of them and stopped by the last close:
+// The package-level Listen and Dial do the same through the device's
+// agent: the one the program made with NewAgent, or else one the first of
+// them starts and the last close stops:
 //
 //	ln, err := cm.Listen(ctx, dev, netip.MustParseAddrPort("198.18.0.1:7174"), nil)
 //	conn, err := cm.Dial(ctx, dev, netip.MustParseAddrPort("198.18.0.11:7174"), &cm.Params{QP: qp})
+//
+// A device has one agent however it is reached: the device and its
+// traced views (roce.Trace) share it. The agent stops when its device
+// closes: listeners stop, connections end (the peers get a DREQ), and its
+// goroutine returns.
 //
 // The exchange, as rdma_cm does it over RoCE (and as the captures of
 // kernel rxe in testdata/captures show it):

@@ -65,7 +65,7 @@ type Listener struct {
 	closed  bool // under a.mu
 	// shared and release are set by the package-level Listen: the agent
 	// its accepted connections hold, and the listener's own hold on it.
-	shared  *sharedAgent
+	shared  *deviceAgent
 	release func()
 }
 

@@ -3,118 +3,130 @@ package cm
 import (
 	"context"
 	"net/netip"
-	"reflect"
 	"sync"
 
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
 
-// Listen and Dial are Agent.Listen and Agent.Dial on the device's shared
-// agent, shaped like net.Listen and net.Dial: the first of them on a
-// device starts its agent (with the default Config), and the last
-// listener or connection they made to be closed stops it. A program that
-// sets the agent's Config makes its own with NewAgent instead; a device
-// has one agent either way.
+// A device has one agent, however its program reaches the device: the
+// agents registry keys each agent by the device as roce.Open made it, so
+// that the device and every traced view of it (roce.Trace) find the same
+// one, whether NewAgent made it or the package-level Listen or Dial
+// started it. An agent leaves the registry when it closes, which it does
+// when its device closes.
 
-// sharedAgents are the agents Listen and Dial started, by device.
-var sharedAgents struct {
+// agents are the devices' agents.
+var agents struct {
 	mu sync.Mutex
-	m  map[verbs.Device]*sharedAgent
+	m  map[*roce.Device]*deviceAgent
 }
 
-// sharedAgent counts the open listeners and connections of one agent.
-type sharedAgent struct {
-	dev  verbs.Device
-	a    *Agent
-	refs int // under sharedAgents.mu
+// deviceAgent is a device's agent and the holds Listen and Dial have on
+// it.
+type deviceAgent struct {
+	a     *Agent
+	owned bool // made by NewAgent: the program closes it, not the last hold
+	refs  int  // listeners and connections Listen and Dial made, under agents.mu
 }
 
-// acquireAgent returns dev's shared agent, started if need be, with a
-// reference taken.
-func acquireAgent(dev verbs.Device) (*sharedAgent, error) {
-	if _, err := checkDevice(dev); err != nil {
+// register records a as the agent of sd; the caller holds agents.mu.
+func register(sd *roce.Device, a *Agent, owned bool) *deviceAgent {
+	e := &deviceAgent{a: a, owned: owned}
+	if agents.m == nil {
+		agents.m = make(map[*roce.Device]*deviceAgent)
+	}
+	agents.m[sd] = e
+	return e
+}
+
+// unregister forgets a, which is closing.
+func unregister(a *Agent) {
+	agents.mu.Lock()
+	defer agents.mu.Unlock()
+	if e := agents.m[a.key]; e != nil && e.a == a {
+		delete(agents.m, a.key)
+	}
+}
+
+// acquireAgent returns dev's agent, started if need be, with a hold taken.
+func acquireAgent(dev verbs.Device) (*deviceAgent, error) {
+	sd, err := checkDevice(dev)
+	if err != nil {
 		return nil, err
 	}
-	if !reflect.TypeOf(dev).Comparable() {
-		return nil, invalid("a device of type %T cannot key the shared agents; use NewAgent", dev)
-	}
-	sharedAgents.mu.Lock()
-	defer sharedAgents.mu.Unlock()
-	s := sharedAgents.m[dev]
-	if s == nil {
-		a, err := NewAgent(dev, nil)
+	agents.mu.Lock()
+	defer agents.mu.Unlock()
+	e := agents.m[sd]
+	if e == nil {
+		a, err := newAgent(dev, sd, nil)
 		if err != nil {
 			return nil, err
 		}
-		s = &sharedAgent{dev: dev, a: a}
-		if sharedAgents.m == nil {
-			sharedAgents.m = make(map[verbs.Device]*sharedAgent)
-		}
-		sharedAgents.m[dev] = s
+		e = register(sd, a, false)
 	}
-	s.refs++
-	return s, nil
+	e.refs++
+	return e, nil
 }
 
-// ref takes one more reference and returns the function that gives it
-// back; it must be called while another reference is held.
-func (s *sharedAgent) ref() func() {
-	sharedAgents.mu.Lock()
-	s.refs++
-	sharedAgents.mu.Unlock()
-	return s.unref()
+// ref takes one more hold and returns the function that gives it back; it
+// must be called while another hold is taken.
+func (e *deviceAgent) ref() func() {
+	agents.mu.Lock()
+	e.refs++
+	agents.mu.Unlock()
+	return e.unref()
 }
 
-// unref returns the function that gives back one reference, once; the
-// last one closes the agent.
-func (s *sharedAgent) unref() func() {
+// unref returns the function that gives back one hold, once; the last one
+// closes an agent Listen or Dial started.
+func (e *deviceAgent) unref() func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			sharedAgents.mu.Lock()
-			s.refs--
-			last := s.refs == 0
-			if last && sharedAgents.m[s.dev] == s {
-				delete(sharedAgents.m, s.dev)
-			}
-			sharedAgents.mu.Unlock()
+			agents.mu.Lock()
+			e.refs--
+			last := e.refs == 0 && !e.owned
+			agents.mu.Unlock()
 			if last {
-				s.a.Close()
+				e.a.Close()
 			}
 		})
 	}
 }
 
 // Listen starts accepting connection requests for addr on dev (see
-// Agent.Listen), through dev's shared agent. The connections it accepts
-// keep the agent running after the listener is closed, until they are
-// closed in turn.
+// Agent.Listen), through dev's agent: the one the program made with
+// NewAgent, or else one Listen starts. An agent Listen or Dial started
+// stops when the last listener or connection they made on it is closed;
+// the connections a listener accepted keep it running after the listener
+// is closed. Any agent stops when its device closes.
 func Listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort, cfg *ListenConfig) (*Listener, error) {
-	s, err := acquireAgent(dev)
+	e, err := acquireAgent(dev)
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.a.Listen(ctx, addr, cfg)
+	l, err := e.a.Listen(ctx, addr, cfg)
 	if err != nil {
-		s.unref()()
+		e.unref()()
 		return nil, err
 	}
-	l.shared, l.release = s, s.unref()
+	l.shared, l.release = e, e.unref()
 	return l, nil
 }
 
 // Dial connects to a listener at addr from dev (see Agent.Dial), through
-// dev's shared agent.
+// dev's agent, as Listen finds or starts it.
 func Dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort, p *Params) (*Conn, error) {
-	s, err := acquireAgent(dev)
+	e, err := acquireAgent(dev)
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.a.Dial(ctx, addr, p)
+	c, err := e.a.Dial(ctx, addr, p)
 	if err != nil {
-		s.unref()()
+		e.unref()()
 		return nil, err
 	}
-	c.unshare = s.unref()
+	c.unshare = e.unref()
 	return c, nil
 }

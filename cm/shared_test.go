@@ -3,6 +3,7 @@ package cm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -97,4 +98,156 @@ func TestSharedAgent(t *testing.T) {
 		t.Fatalf("NewAgent after the last listener closed: %v", err)
 	}
 	a.Close()
+}
+
+// openMem opens a device on n at addr, closed when the test ends.
+func openMem(t *testing.T, n *mem.Network, addr string) *roce.Device {
+	t.Helper()
+	d, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr(addr)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestAgentFollowsDevice checks that a device has one agent however it is
+// reached: Listen on the device and on a traced view of it share one, and
+// so do an agent of the program's own (NewAgent) and Listen and Dial on
+// the device, traced or not; the program's agent outlives what Listen and
+// Dial made on it.
+func TestAgentFollowsDevice(t *testing.T) {
+	checkNoLeak(t)
+	n := mem.NewNetwork(&mem.Config{Live: true})
+	t.Cleanup(n.Close)
+	da, db := openMem(t, n, "198.18.0.1"), openMem(t, n, "198.18.0.2")
+	ctx := ctxT(t, 20*time.Second)
+
+	l1, err := Listen(ctx, db, netip.AddrPortFrom(db.Addr(), 7174), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l1.Close()
+	l2, err := Listen(ctx, roce.Trace(db, nil), netip.AddrPortFrom(db.Addr(), 7175), nil)
+	if err != nil {
+		t.Fatalf("Listen on the traced device after Listen on the device: %v", err)
+	}
+	defer l2.Close()
+	if l1.a != l2.a {
+		t.Error("the device and its traced view have two agents")
+	}
+
+	own, err := NewAgent(da, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	for _, dev := range []verbs.Device{da, roce.Trace(da, nil)} {
+		accepted := make(chan *Conn, 1)
+		go func() {
+			s, err := l2.Accept(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- s
+		}()
+		c, err := Dial(ctx, dev, netip.AddrPortFrom(db.Addr(), 7175), nil)
+		if err != nil {
+			t.Fatalf("Dial on a device with an agent of its own: %v", err)
+		}
+		if c.a != own {
+			t.Error("Dial did not use the device's own agent")
+		}
+		if s := <-accepted; s != nil {
+			s.Close()
+		}
+		c.Close()
+	}
+	l3, err := Listen(ctx, roce.Trace(da, nil), netip.AddrPortFrom(da.Addr(), 7176), nil)
+	if err != nil {
+		t.Fatalf("Listen on a device with an agent of its own: %v", err)
+	}
+	if l3.a != own {
+		t.Error("Listen did not use the device's own agent")
+	}
+	l3.Close()
+	// What Listen and Dial made on it is closed: the program's agent
+	// still serves.
+	l4, err := own.Listen(ctx, netip.AddrPortFrom(da.Addr(), 7176), nil)
+	if err != nil {
+		t.Fatalf("the device's own agent after Listen's and Dial's closed: %v", err)
+	}
+	l4.Close()
+	if a, err := NewAgent(roce.Trace(da, nil), nil); err == nil || !errors.Is(err, verbs.ErrGSIExists) {
+		a.Close()
+		t.Errorf("a second agent on a traced view: %v, want verbs.ErrGSIExists", err)
+	}
+}
+
+// TestDeviceCloseStopsAgent checks that closing a device stops its agent,
+// whether the program made it or Listen did: listeners stop, connections
+// end, the peer is told, and no goroutine is left.
+func TestDeviceCloseStopsAgent(t *testing.T) {
+	checkNoLeak(t)
+	n := mem.NewNetwork(&mem.Config{Live: true})
+	t.Cleanup(n.Close)
+	ctx := ctxT(t, 20*time.Second)
+	for _, own := range []bool{false, true} {
+		da, db := openMem(t, n, "198.18.0.1"), openMem(t, n, "198.18.0.2")
+		var a *Agent
+		if own {
+			var err error
+			if a, err = NewAgent(db, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l, err := Listen(ctx, roce.Trace(db, nil), netip.AddrPortFrom(db.Addr(), 7174), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := make(chan *Conn, 1)
+		go func() {
+			s, _ := l.Accept(ctx)
+			accepted <- s
+		}()
+		c, err := Dial(ctx, da, netip.AddrPortFrom(db.Addr(), 7174), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		if s == nil {
+			t.FailNow()
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Accept(ctx); !errors.Is(err, ErrClosed) {
+			t.Errorf("own agent %v: Accept after the device closed: %v", own, err)
+		}
+		if err := s.Err(); !errors.Is(err, ErrClosed) {
+			t.Errorf("own agent %v: the connection after the device closed: %v", own, err)
+		}
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			t.Fatalf("own agent %v: the peer was not told", own)
+		}
+		if a != nil {
+			if _, err := a.Listen(ctx, netip.AddrPortFrom(db.Addr(), 7175), nil); !errors.Is(err, ErrClosed) {
+				t.Errorf("the program's agent after its device closed: %v", err)
+			}
+			a.Close()
+		}
+		l.Close()
+		s.Close()
+		c.Close()
+		if err := da.Close(); err != nil {
+			t.Fatal(err)
+		}
+		agents.mu.Lock()
+		if k := len(agents.m); k != 0 {
+			t.Errorf("own agent %v: %d agents left behind", own, k)
+		}
+		agents.mu.Unlock()
+	}
 }

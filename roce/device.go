@@ -160,13 +160,15 @@ func (dc *device) closePcap() error {
 	return err
 }
 
-// OnClose arranges for f to be called when the device is closed, on the
-// goroutine that closes it, before its queue pairs are destroyed and its
-// link is closed, so that f may still use the device (package cm closes
-// the device's connection manager so, which tells the peers). Close
-// returns once every f has. stop cancels the call and reports whether it
-// did: false once the device has started closing. On a closed device (or
-// a nil f) f is never called and stop returns false.
+// OnClose arranges for f to be called once when the device closes, on
+// the goroutine that closes it, before its queue pairs are destroyed and
+// its link is closed, so that f may still use the device (package cm
+// closes the device's connection manager so, which tells its peers); Close
+// returns once each such f has. On a device that is closing or closed
+// already, f is called at once, in its own goroutine, as
+// context.AfterFunc does for a context that is done. stop cancels the call
+// and reports whether it did: false once f has been started. A nil f is
+// never called.
 func (d *Device) OnClose(f func()) (stop func() bool) {
 	if !d.ok() || f == nil {
 		return func() bool { return false }
@@ -175,6 +177,7 @@ func (d *Device) OnClose(f func()) (stop func() bool) {
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
 	if dc.closing {
+		go f()
 		return func() bool { return false }
 	}
 	if dc.hooks == nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/roce/rocetest"
@@ -159,8 +160,8 @@ func TestTraceKeepsDevice(t *testing.T) {
 }
 
 // TestOnClose checks that the functions OnClose arranged run once when
-// the device closes, through any view, while the device still works; and
-// that one stopped does not.
+// the device closes, through any view, while the device still works; that
+// one stopped does not; and that one arranged too late runs at once.
 func TestOnClose(t *testing.T) {
 	n := mem.NewNetwork(nil)
 	t.Cleanup(n.Close)
@@ -182,9 +183,18 @@ func TestOnClose(t *testing.T) {
 		t.Error("stop after Close reports a stop")
 	}
 	d.Close()
-	d.OnClose(func() { calls = append(calls, "after Close") })
 	slices.Sort(calls)
 	if want := []string{"first, AllocPD: <nil>", "late"}; !slices.Equal(calls, want) {
 		t.Errorf("calls %q, want %q", calls, want)
+	}
+	// On a closed device, f runs at once, in its own goroutine.
+	after := make(chan struct{})
+	if d.OnClose(func() { close(after) })() {
+		t.Error("stop of a function arranged after Close reports a stop")
+	}
+	select {
+	case <-after:
+	case <-time.After(5 * time.Second):
+		t.Error("a function arranged after Close was not called")
 	}
 }

@@ -66,8 +66,8 @@ type Options struct {
 	// (DREQ/DREP); 0 means 2 s.
 	Linger time.Duration
 	// Agent is the connection manager to connect through; nil means the
-	// device's shared agent (cm.Dial, cm.Listen). A device has one agent:
-	// a program that made its own with cm.NewAgent passes it here.
+	// device's agent, as cm.Dial and cm.Listen find it (the program's own,
+	// from cm.NewAgent, or one they start).
 	Agent *cm.Agent
 	// Logger receives connection state changes at Debug level; nil
 	// discards them.
