@@ -37,7 +37,7 @@ type ConnParams struct {
 	TrafficClass    uint8
 	HopLimit        uint8
 	SGIDIndex       uint8
-	// QKey is a UD QP's Q_Key; 0 means DefaultQKey.
+	// QKey is a UD QP's Q_Key; 0 means verbs.DefaultQKey.
 	QKey uint32
 	// NoAccess gives the peer no remote rights (Access 0 means all).
 	NoAccess bool

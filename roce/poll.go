@@ -106,9 +106,9 @@ func spinPoll(ctx context.Context, cq verbs.CQ, wc []verbs.WC, spin time.Duratio
 
 // PollOne waits for the next completion on cq (as Poll does) and returns
 // it with its error: ctx's error (and a zero WC) when ctx ended first,
-// otherwise the completion's own (WC.Err: nil when it succeeded, a
-// *WCError that matches its Status with errors.Is when it did not). It is
-// the way to wait for the request just posted:
+// otherwise the completion's own (verbs.WC.Err: nil when it succeeded, a
+// *verbs.WCError that matches its Status with errors.Is when it did not).
+// It is the way to wait for the request just posted:
 //
 //	if err := qp.PostSend(wrs); err != nil {
 //		return err
