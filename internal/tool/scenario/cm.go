@@ -22,7 +22,7 @@ import (
 // buffer, and the scenario's parameters, as "key=value" words. The QPNs,
 // PSNs and GIDs travel in the CM messages themselves. The modes of seed
 // programs with a protocol of their own on rdma_cm speak that instead
-// (cmSeeds, seeds_cm.go).
+// (cmSeeds, seeds.go).
 
 // privateData is the private data of a REQ or REP.
 func (h *hello) privateData(limit int) ([]byte, error) {
@@ -80,7 +80,7 @@ func parsePrivateData(pd []byte) (*hello, error) {
 func (c *sessionConfig) cmParams(s *session, pd []byte) *cm.Params {
 	mtu, _ := bth.MTUAtMost(c.mtu)
 	depth := uint8(16)
-	if seed := cmSeeds[c.mode]; seed != nil && seed.depth != 0 {
+	if seed := c.cmSeed(); seed != nil && seed.depth != 0 {
 		depth = seed.depth // what the seed program offers
 	}
 	return &cm.Params{QP: s.qp, PrivateData: pd, ResponderResources: depth, InitiatorDepth: depth, PathMTU: mtu}
@@ -127,7 +127,7 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 		}
 		return fail(fmt.Errorf("cannot connect: %w", err))
 	}
-	if seed := cmSeeds[c.mode]; seed != nil {
+	if seed := c.cmSeed(); seed != nil {
 		// The seed program's protocol: what the REP carries, and what
 		// follows the connection, are its own.
 		s.done, s.remote = conn.Done(), conn.RemoteAddr().String()
@@ -173,7 +173,7 @@ func (l *sessionListener) listenCM(ctx context.Context, addr netip.Addr) error {
 // REP goes out. A mode that speaks a seed program's protocol takes a
 // request without goroce's private data as that program's client.
 func (l *sessionListener) onRequest(ctx context.Context, r *cm.Request) (*cm.Params, error) {
-	seed := cmSeeds[l.cfg.mode]
+	seed := l.cfg.cmSeed()
 	theirs, err := parsePrivateData(r.PrivateData)
 	if err != nil && seed != nil {
 		cli.Step(l.log, roce.StepControl, "a request from %v without goroce's private data: the %s seed's client", r.Remote, l.cfg.mode)
@@ -191,7 +191,7 @@ func (l *sessionListener) onRequest(ctx context.Context, r *cm.Request) (*cm.Par
 		}
 		return nil, cm.Reject([]byte(err.Error()))
 	}
-	s, err := newSession(l.cfg, "server", l.dev, l.pd, l.log)
+	s, err := l.newSession()
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func (l *sessionListener) acceptCM(ctx context.Context) (*session, error) {
 	l.pending = nil
 	s.done, s.remote = conn.Done(), conn.RemoteAddr().String()
 	s.hangup = func() { conn.Close() }
-	if seed := cmSeeds[l.cfg.mode]; seed != nil && seed.accepted != nil {
+	if seed := l.cfg.cmSeed(); seed != nil && seed.accepted != nil {
 		ectx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 		err := seed.accepted(ectx, s, l.cfg)
 		cancel()

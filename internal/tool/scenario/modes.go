@@ -27,6 +27,7 @@ type modeOpts struct {
 	n       int     // requests, messages or iterations
 	str     string  // the string to send or write
 	imm     uint    // immediate value of write-imm
+	immSet  bool    // --imm was given
 	text    string  // the text the read server stores
 	fn      string  // lambda: the function to call
 	dim     int     // params: number of weights
@@ -38,10 +39,16 @@ type modeOpts struct {
 	prompt  bool // print prompts (stdin is a terminal)
 }
 
-// mode is one client/server scenario from the seed documents.
+// mode is one client/server scenario from the seed documents, as goroce
+// runs it (modes) or as its published program does (seedModes).
 type mode struct {
 	name    string
 	summary string
+	// program is the published program whose protocol the mode speaks,
+	// or nil for goroce's session protocol.
+	program *program
+	// refuseClient, when set, is why the mode's client does not run.
+	refuseClient error
 	// setup runs once on the server before clients come; it may add
 	// fields to the server's hello and return state shared by sessions.
 	setup func(l *sessionListener, o *modeOpts) (any, error)
@@ -58,20 +65,20 @@ type mode struct {
 var modes = []*mode{
 	{name: "reqresp", summary: "request/response: the client SENDs requests, the server answers each with a SEND (the sequence diagram)",
 		serverRecv: recvAt(0, slotLen), server: reqrespServer, client: reqrespClient},
-	{name: "writeread", summary: "the client RDMA WRITEs -s STRING into the server's buffer, READs it back and compares (rdma-example; its protocol over rdma_cm)",
+	{name: "writeread", summary: "the client RDMA WRITEs -s STRING into the server's buffer, READs it back and compares (rdma-example)",
 		serverRecv: rdmaexRecv, clientRecv: rdmaexRecv, server: writereadServer, client: writereadClient},
 	{name: "minimal", summary: "the server shares its buffer's address and rkey when it accepts; the client WRITEs -s STRING (client-wrote-this), READs the buffer back and prints it (the minimal sample)",
 		prepare: minimalPrepare, server: minimalServer, client: minimalClient},
-	{name: "write-imm", summary: "RDMA WRITE with immediate: the payload lands, the server's RECV is notified with the value (modular samples, example 2)",
+	{name: "write-imm", summary: "RDMA WRITE with immediate: the payload lands, the server's RECV is notified with the value (rdma-roce-lab's Example 2)",
 		serverRecv: recvAt(0, 0), server: writeImmServer, client: writeImmClient},
-	{name: "send", summary: "lines from stdin are SENT; the server prints each and acknowledges it",
+	{name: "send", summary: "lines from stdin are SENT; the server prints each and acknowledges it (rdma-lib)",
 		serverRecv: recvAt(0, lineSlot), server: sendServer, client: sendClient},
-	{name: "write", summary: "lines from stdin are RDMA WRITTEN into the server's memory with immediate data; the server prints them",
+	{name: "write", summary: "lines from stdin are RDMA WRITTEN into the server's memory with immediate data; the server prints them (rdma-lib)",
 		serverRecv: recvAt(0, 0), server: writeServer, client: writeClient},
-	{name: "read", summary: "the server stores a text; the client READs the byte ranges START END it is given",
+	{name: "read", summary: "the server stores a text; the client READs the byte ranges START END it is given (rdma-lib)",
 		setup: readSetup, prepare: func(s *session, text any) { copy(s.mr.Bytes(), text.(string)) },
 		server: waitServer, client: readClient},
-	{name: "lambda", summary: "remote execution of the server's registered functions (checksum, wordcount, upper, sum) over RDMA",
+	{name: "lambda", summary: "remote execution (rdma-lib): goroce never runs code from the wire, so with rdma-lib's protocol its server answers every call with an error and its client does not call; with --proto goroce, the server's registered functions (checksum, wordcount, upper, sum)",
 		setup: lambdaSetup, serverRecv: func(c *sessionConfig, _ *modeOpts) [][2]int { return [][2]int{{c.bufSize / 2, c.bufSize / 2}} }, server: lambdaServer, client: lambdaClient},
 	{name: "params", summary: "parameter server: clients WRITE gradients and READ back the updated weights",
 		setup: paramsSetup, serverRecv: func(_ *sessionConfig, o *modeOpts) [][2]int { return [][2]int{{8 * o.dim, 64}} }, server: paramsServer, client: paramsClient},
@@ -460,6 +467,18 @@ func writeClient(ctx context.Context, s *session, o *modeOpts) error {
 // --- read ------------------------------------------------------------
 
 func readSetup(l *sessionListener, o *modeOpts) (any, error) {
+	text, err := readText(o, l.cfg.bufSize)
+	if err != nil {
+		return nil, err
+	}
+	l.cfg.extra["textlen"] = strconv.Itoa(len(text))
+	fmt.Fprintf(o.out, "Stored %d bytes; waiting for a client\n", len(text))
+	return text, nil
+}
+
+// readText is the read server's text: --text, or the first line of the
+// input; at most limit bytes.
+func readText(o *modeOpts, limit int) (string, error) {
 	text := o.text
 	if text == "" {
 		if o.prompt {
@@ -471,13 +490,11 @@ func readSetup(l *sessionListener, o *modeOpts) (any, error) {
 		}
 	}
 	if text == "" {
-		return nil, cli.Usagef("the read server needs a text: --text TEXT or a line on stdin")
+		return "", cli.Usagef("the read server needs a text: --text TEXT or a line on stdin")
 	}
-	if len(text) > l.cfg.bufSize {
-		return nil, cli.Usagef("the text is %d bytes; the buffer holds %d (--buf)", len(text), l.cfg.bufSize)
+	if len(text) > limit {
+		return "", cli.Usagef("the text is %d bytes; the server holds at most %d (--buf)", len(text), limit)
 	}
-	l.cfg.extra["textlen"] = strconv.Itoa(len(text))
-	fmt.Fprintf(o.out, "Stored %d bytes; waiting for a client\n", len(text))
 	return text, nil
 }
 

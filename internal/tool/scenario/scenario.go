@@ -52,7 +52,8 @@ var Client = &cli.Command{
 	},
 }
 
-// modesHelp is the help's list of the scenarios.
+// modesHelp is the help's list of the scenarios and of the programs
+// they speak the protocols of.
 func modesHelp() string {
 	var b strings.Builder
 	b.WriteString("Scenarios:\n")
@@ -60,6 +61,7 @@ func modesHelp() string {
 		fmt.Fprintf(&b, "  %-10s %s\n", m.name, m.summary)
 	}
 	b.WriteString("\n")
+	b.WriteString(programsHelp())
 	return b.String()
 }
 
@@ -83,24 +85,32 @@ func declare(fs *cli.FlagSet, side func(ctx context.Context, f *flags, m *mode, 
 
 // flags are the flags roce server and roce client share.
 type flags struct {
+	fs   *cli.FlagSet
 	sc   sessionConfig
 	opts modeOpts
 }
 
 func (f *flags) register(fs *cli.FlagSet) {
+	f.fs = fs
 	f.sc.dev.Register(fs)
 	fs.String(&f.sc.mode, "", "the scenario: "+modeNames(), "mode")
-	fs.String(&f.sc.cm, "rdmacm", "how the sides connect: rdmacm (IB CM on QP1, as librdmacm does) or tcp (an exchange on TCP -p)", "cm")
-	fs.Int(&f.sc.port, 7471, "`port` of the connection: rdma_cm's port space, or TCP with --cm tcp", "p", "port")
-	fs.Int(&f.sc.mtu, 4096, "path MTU in bytes (the smaller of the two sides wins)", "mtu")
+	fs.String(&f.sc.proto, protoSeed, "the protocol: seed (the mode's published program's, so that either end can be the program) "+
+		"or goroce (goroce's session protocol: the mode in the connection's private data, checked by both sides)", "proto")
+	fs.String(&f.sc.cm, "", "how the sides connect: rdmacm (IB CM on QP1, as librdmacm does) or tcp (an exchange on TCP -p); "+
+		"default: the program's (tcp for send, write, read and lambda), else rdmacm", "cm")
+	fs.Int(&f.sc.port, 0, "`port` of the connection: rdma_cm's port space, or TCP with --cm tcp; default: the program's "+
+		"(writeread 20886, minimal 7471, write-imm 7472, send, write, read and lambda 18515), else 7471", "p", "port")
+	fs.Int(&f.sc.mtu, 0, "path MTU in `bytes`; default: a client asks for 1024 (the seed programs' on a 1500-byte link), "+
+		"a server takes the client's", "mtu")
 	fs.Int(&f.sc.bufSize, 4096, "size of the registered buffer in `bytes`", "buf")
 	fs.Duration(&f.sc.timeout, 30*time.Second, "bound on the connection exchange and on each wait", "timeout")
 	fs.Duration(&f.sc.spin, 50*time.Microsecond, "busy-poll the CQ this long before blocking", "spin")
-	fs.Int(&f.opts.n, 1, "requests (reqresp), messages (write-imm) or iterations (params)", "n")
-	fs.String(&f.opts.str, "", "the string to send, write (writeread, write-imm, reqresp) or pass to a lambda function", "s")
-	fs.Uint(&f.opts.imm, 0xC0FFEE, "immediate value of write-imm", "imm")
+	fs.Int(&f.opts.n, 1, "requests (reqresp), messages (write-imm with --proto goroce) or iterations (params)", "n")
+	fs.String(&f.opts.str, "", "the string to send, write (writeread, minimal, write-imm, reqresp) or pass to a lambda function", "s")
+	fs.Uint(&f.opts.imm, 0, "immediate value of write-imm; default: the length written, as Example 2 sends "+
+		"(0xC0FFEE with --proto goroce)", "imm")
 	fs.String(&f.opts.text, "", "read: the text the server stores (else read from stdin)", "text")
-	fs.String(&f.opts.fn, "checksum", "lambda: the function to call ("+lambdaNames()+")", "fn")
+	fs.String(&f.opts.fn, "checksum", "lambda with --proto goroce: the function to call ("+lambdaNames()+")", "fn")
 	fs.Int(&f.opts.dim, 8, "params: number of weights", "dim")
 	fs.Float64(&f.opts.lr, 0.1, "params: learning rate", "lr")
 	fs.Int(&f.opts.clients, 1, "server: serve this many clients, then exit (0: forever)", "clients")
@@ -115,15 +125,24 @@ func modeNames() string {
 	return strings.Join(n, ", ")
 }
 
-// check finds the mode and checks the values.
+// isSet reports whether the command line set the flag of any of names.
+func (f *flags) isSet(names ...string) bool { return f.fs != nil && f.fs.IsSet(names...) }
+
+// check finds the mode, fills in the defaults that depend on it, and
+// checks the values.
 func (f *flags) check() (*mode, error) {
 	m, err := findMode(f.sc.mode)
 	if err != nil {
 		return nil, err
 	}
+	if m, err = f.protocol(m); err != nil {
+		return nil, err
+	}
 	switch {
 	case f.sc.port < 1 || f.sc.port > 65535:
 		return nil, cli.Usagef("-p must be 1-65535")
+	case f.isSet("mtu") && f.sc.mtu < 256:
+		return nil, cli.Usagef("--mtu must be a path MTU of 256 to 4096 bytes (256, 512, 1024, 2048 or 4096)")
 	case f.sc.bufSize < 64 || f.sc.bufSize > 1<<30:
 		return nil, cli.Usagef("--buf must be 64 bytes to 1 GiB")
 	case f.opts.n < 1:
@@ -132,13 +151,49 @@ func (f *flags) check() (*mode, error) {
 		return nil, cli.Usagef("--dim must be 1 to %d for a %d-byte --buf", (f.sc.bufSize-128)/16, f.sc.bufSize)
 	case f.sc.timeout <= 0:
 		return nil, cli.Usagef("--timeout must be positive")
-	case f.sc.cm != "rdmacm" && f.sc.cm != "tcp":
-		return nil, cli.Usagef("--cm must be rdmacm or tcp, not %q", f.sc.cm)
+	case m.program == rdmaLabImm && f.opts.n != 1:
+		return nil, cli.Usagef("-n: Example 2 writes one message (its server takes one); -n needs --proto goroce")
 	}
+	if !f.isSet("imm") && m.program == nil {
+		f.opts.imm = 0xC0FFEE
+	}
+	f.opts.immSet = f.isSet("imm")
 	f.sc.extra = map[string]string{"strlen": strconv.Itoa(len(f.opts.str))}
 	if f.sc.mode != "writeread" {
 		delete(f.sc.extra, "strlen")
 	}
+	return m, nil
+}
+
+// protocol picks the mode's protocol (--proto) and the defaults that go
+// with it: the published program's way of connecting and port, or
+// goroce's (rdma_cm, 7471).
+func (f *flags) protocol(m *mode) (*mode, error) {
+	switch f.sc.proto {
+	case protoSeed:
+		if sm := seedModes[m.name]; sm != nil {
+			m = sm
+		}
+	case protoGoroce:
+	default:
+		return nil, cli.Usagef("--proto must be seed or goroce, not %q", f.sc.proto)
+	}
+	cm, port := "rdmacm", goroceDefaultPort
+	if p := m.program; p != nil {
+		cm, port = p.cm, p.port
+	}
+	switch {
+	case f.sc.cm == "":
+		f.sc.cm = cm
+	case f.sc.cm != "rdmacm" && f.sc.cm != "tcp":
+		return nil, cli.Usagef("--cm must be rdmacm or tcp, not %q", f.sc.cm)
+	case m.program != nil && f.sc.cm != cm:
+		return nil, cli.Usagef("--cm %s: %s connects over %s; --cm %s needs --proto goroce", f.sc.cm, m.program.name, cmName(cm), f.sc.cm)
+	}
+	if !f.isSet("p", "port") {
+		f.sc.port = port
+	}
+	f.sc.program = m.program
 	return m, nil
 }
 
@@ -147,6 +202,10 @@ func (f *flags) check() (*mode, error) {
 func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr io.Writer) error {
 	o := &f.opts
 	o.in, o.out, o.prompt = in, stdout, isTerminal(in)
+	f.sc.warn = stderr
+	if f.sc.mtu == 0 && f.sc.program == rdmaLib {
+		f.sc.mtu = seedMTU // its exchange says nothing of MTUs
+	}
 	if m.serverRecv != nil {
 		f.sc.recvs = m.serverRecv(&f.sc, o)
 	}
@@ -213,6 +272,13 @@ func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr 
 func dial(ctx context.Context, f *flags, m *mode, server string, in io.Reader, stdout, stderr io.Writer) error {
 	o := &f.opts
 	o.in, o.out, o.prompt = in, stdout, isTerminal(in)
+	if m.refuseClient != nil {
+		return m.refuseClient
+	}
+	f.sc.warn = stderr
+	if f.sc.mtu == 0 {
+		f.sc.mtu = seedMTU
+	}
 	if m.clientRecv != nil {
 		f.sc.recvs = m.clientRecv(&f.sc, o)
 	}

@@ -51,7 +51,9 @@ func parseT(t testing.TB, args ...string) (*flags, *mode) {
 	return f, m
 }
 
-func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
+// runScenario runs sc over transport, with proto (flags such as --proto
+// and --cm) on both sides.
+func runScenario(t *testing.T, transport string, proto []string, sc scenario) result {
 	t.Helper()
 	port := clitest.FreeTCPPort(t)
 	rport := clitest.LoopbackUDPPort(t)
@@ -61,8 +63,9 @@ func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 		defer memNet.Close()
 	}
 	flagsOf := func(extra ...string) *flags {
-		f, m := parseT(t, append([]string{"--mode", sc.mode, "-p", fmt.Sprint(port), "--transport", transport,
-			"--roce-port", fmt.Sprint(rport), "--timeout", "20s", "--cm", cmMode}, extra...)...)
+		args := append([]string{"--mode", sc.mode, "-p", fmt.Sprint(port), "--transport", transport,
+			"--roce-port", fmt.Sprint(rport), "--timeout", "20s"}, proto...)
+		f, m := parseT(t, append(args, extra...)...)
 		if m.name != sc.mode {
 			t.Fatal(m.name)
 		}
@@ -76,7 +79,7 @@ func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 	defer cancel()
 	var res result
 	sf := flagsOf(append([]string{"--clients", fmt.Sprint(len(sc.clients))}, sc.server...)...)
-	m, _ := findMode(sc.mode)
+	_, m := parseT(t, append([]string{"--mode", sc.mode}, proto...)...)
 	var sout, serr bytes.Buffer
 	souts := &lockedBuffer{b: &sout}
 	done := make(chan struct{})
@@ -86,7 +89,7 @@ func runScenario(t *testing.T, transport, cmMode string, sc scenario) result {
 	}()
 	waitFor(t, souts, "Server is listening", done)
 	server := "127.0.0.1"
-	if transport == "mem" && cmMode == "rdmacm" {
+	if transport == "mem" && sf.sc.cm == "rdmacm" {
 		server = "198.18.0.1" // the server's device address on the in-process network
 	}
 	res.clientOut = make([]string, len(sc.clients))
@@ -148,13 +151,18 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
-func TestScenarios(t *testing.T) {
-	cases := []struct {
-		sc        scenario
-		client    []string // in the client's output, in order
-		server    []string // in the server's output
-		clientErr string   // an error the client must end with
-	}{
+// scenarioCase is one scenario and what its sides must print.
+type scenarioCase struct {
+	sc        scenario
+	client    []string // in the client's output, in order
+	server    []string // in the server's output
+	clientErr string   // an error the client must end with
+}
+
+// TestScenariosGoroce runs every mode with goroce's session protocol,
+// over rdma_cm and the TCP exchange.
+func TestScenariosGoroce(t *testing.T) {
+	cases := []scenarioCase{
 		{scenario{mode: "reqresp", clients: []client{{args: []string{"-n", "50", "-s", "ping"}}}},
 			[]string{"50 requests answered; round trip µs: min"}, []string{"served 50 requests"}, ""},
 		{scenario{mode: "writeread", clients: []client{{args: []string{"-s", "hello world 789"}}}},
@@ -201,28 +209,75 @@ func TestScenarios(t *testing.T) {
 			[]string{"iteration 2: weights"}, []string{"final weights after 6 steps: [0.9910 0.9820 0.9730 0.9640]"}, ""},
 	}
 	for _, link := range [][2]string{{"mem", "rdmacm"}, {"udp", "rdmacm"}, {"mem", "tcp"}, {"udp", "tcp"}} {
-		for _, c := range cases {
-			name := c.sc.mode
-			if c.clientErr != "" {
-				name += "/refused"
-			}
-			t.Run(link[0]+"/"+link[1]+"/"+name, func(t *testing.T) {
-				res := runScenario(t, link[0], link[1], c.sc)
-				out := res.clientOut[0]
-				if c.clientErr != "" {
-					if res.clientErr[0] == nil || !strings.Contains(res.clientErr[0].Error(), c.clientErr) {
-						t.Fatalf("client error %v, want %q\n%s", res.clientErr[0], c.clientErr, out)
-					}
-				} else if res.clientErr[0] != nil {
-					t.Fatalf("client: %v\n%s\nserver: %v\n%s%s", res.clientErr[0], out, res.serverErrV, res.serverOut, res.serverErr)
-				}
-				if res.serverErrV != nil && c.clientErr == "" {
-					t.Fatalf("server: %v\n%s%s", res.serverErrV, res.serverOut, res.serverErr)
-				}
-				containsInOrder(t, "client", out, c.client)
-				containsInOrder(t, "server", res.serverOut, c.server)
-			})
+		runScenarioCases(t, link[0], link[0]+"/"+link[1], []string{"--proto", "goroce", "--cm", link[1]}, cases)
+	}
+}
+
+// runScenarioCases runs cases over transport with proto, as subtests
+// named prefix/mode.
+func runScenarioCases(t *testing.T, transport, prefix string, proto []string, cases []scenarioCase) {
+	for _, c := range cases {
+		name := c.sc.mode
+		if c.clientErr != "" {
+			name += "/refused"
 		}
+		t.Run(prefix+"/"+name, func(t *testing.T) {
+			res := runScenario(t, transport, proto, c.sc)
+			out := res.clientOut[0]
+			if c.clientErr != "" {
+				if res.clientErr[0] == nil || !strings.Contains(res.clientErr[0].Error(), c.clientErr) {
+					t.Fatalf("client error %v, want %q\n%s", res.clientErr[0], c.clientErr, out)
+				}
+			} else if res.clientErr[0] != nil {
+				t.Fatalf("client: %v\n%s\nserver: %v\n%s%s", res.clientErr[0], out, res.serverErrV, res.serverOut, res.serverErr)
+			}
+			if res.serverErrV != nil && c.clientErr == "" {
+				t.Fatalf("server: %v\n%s%s", res.serverErrV, res.serverOut, res.serverErr)
+			}
+			containsInOrder(t, "client", out, c.client)
+			containsInOrder(t, "server", res.serverOut, c.server)
+		})
+	}
+}
+
+// TestScenariosSeed runs every mode with its defaults: the published
+// program's protocol, goroce on both ends.
+func TestScenariosSeed(t *testing.T) {
+	cases := []scenarioCase{
+		{scenario{mode: "reqresp", clients: []client{{args: []string{"-n", "5", "-s", "ping"}}}},
+			[]string{"5 requests answered; round trip µs: min"}, []string{"served 5 requests"}, ""},
+		{scenario{mode: "writeread", clients: []client{{args: []string{"-s", "hello world 789"}}}},
+			[]string{"Passed string is : hello world 789 , with count 15", "buffer attr, addr: 0x", " , len: 15 , stag : 0x",
+				"...\nSUCCESS, source and destination buffers match"},
+			[]string{"The client has requested buffer length of : 15 bytes", "A disconnect event is received from the client..."}, ""},
+		{scenario{mode: "minimal", clients: []client{{}}},
+			[]string{"Client read back: 'client-wrote-this'"}, []string{"Server buffer after client ops: 'client-wrote-this'"}, ""},
+		{scenario{mode: "write-imm", clients: []client{{}}},
+			[]string{"post RDMA_WRITE_WITH_IMM len=22\n", "  imm_data host=22\n", "  imm_data net=0x16000000\n", "RDMA_WRITE_WITH_IMM completed\n"},
+			[]string{"got RECV with IMM\n", "  imm_data net=0x16000000\n", "  imm_data host=22\n",
+				"after WRITE_WITH_IMM, buf='client-wrote-with-imm'\n", "Server shut-down is complete"}, ""},
+		{scenario{mode: "write-imm", clients: []client{{args: []string{"-s", "notify me", "--imm", "0x1234"}}}},
+			[]string{"post RDMA_WRITE_WITH_IMM len=10\n", "  imm_data host=4660\n", "RDMA_WRITE_WITH_IMM completed"},
+			[]string{"  imm_data host=4660\n", "after WRITE_WITH_IMM, buf='notify me'\n"}, ""},
+		{scenario{mode: "send", clients: []client{{stdin: "Hello, RDMA!\n\nsecond\n"}}},
+			[]string{"Connected to server. Enter messages (Ctrl+D to stop):\n", "Server acknowledged\nServer acknowledged\nClient"},
+			[]string{"Send-Receive Server ready.\n", "Received: Hello, RDMA!\nReceived: second\n"}, ""},
+		{scenario{mode: "write", clients: []client{{stdin: "Writing directly to server memory\nmore\n"}}},
+			[]string{"Message sent successfully\nMessage sent successfully\n"},
+			[]string{"Write Server ready.\n", "Received (34 bytes): Writing directly to server memory\nReceived (5 bytes): more\n"}, ""},
+		{scenario{mode: "read", server: []string{"--text", "Hello from server memory!"},
+			clients: []client{{stdin: "0 4\n11 16\n20 100\n3 1\nx\n0 4096\n"}}},
+			[]string{"Connected to server.\n", "Read data (5 bytes from position 0): Hello\n", "Read data (6 bytes from position 11): server\n",
+				"Read data (81 bytes from position 20): mory!\n",
+				"Invalid range. start must be >= 0, end must be >= start and < 4096\n",
+				"Invalid input. Please enter two numbers: start_pos end_pos\n",
+				"Invalid range. start must be >= 0, end must be >= start and < 4096\n"},
+			[]string{"Read Server ready.\n", "Waiting for client read requests...\n", "Server shut-down is complete"}, ""},
+		{scenario{mode: "params", server: []string{"--dim", "2"}, clients: []client{{args: []string{"-n", "2", "--dim", "2"}}}},
+			[]string{"iteration 1: weights"}, []string{"final weights after 2 steps"}, ""},
+	}
+	for _, transport := range []string{"mem", "udp"} {
+		runScenarioCases(t, transport, transport, nil, cases)
 	}
 }
 
@@ -238,30 +293,42 @@ func containsInOrder(t *testing.T, who, out string, want []string) {
 	}
 }
 
+// TestScenarioModeMismatch: a client of another mode is refused, and
+// both sides say why: over rdma_cm (the REJ's private data), goroce's TCP
+// hello, and rdma-lib's exchange (goroce's mark in its padding).
 func TestScenarioModeMismatch(t *testing.T) {
-	for _, cmMode := range []string{"rdmacm", "tcp"} {
-		t.Run(cmMode, func(t *testing.T) { modeMismatch(t, cmMode) })
+	for _, c := range []struct {
+		name           string
+		proto          []string
+		server, client string
+	}{
+		{"goroce/rdmacm", []string{"--proto", "goroce", "--cm", "rdmacm"}, "read", "send"},
+		{"goroce/tcp", []string{"--proto", "goroce", "--cm", "tcp"}, "read", "send"},
+		{"seed/rdmacm", nil, "minimal", "writeread"},
+		{"seed/rdma-lib", nil, "read", "send"},
+	} {
+		t.Run(c.name, func(t *testing.T) { modeMismatch(t, c.proto, c.server, c.client) })
 	}
 }
 
-func modeMismatch(t *testing.T, cmMode string) {
+func modeMismatch(t *testing.T, proto []string, serverMode, clientMode string) {
 	port := clitest.FreeTCPPort(t)
 	rport := clitest.LoopbackUDPPort(t)
 	mk := func(mode string, extra ...string) (*flags, *mode) {
-		return parseT(t, append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport),
-			"--cm", cmMode}, extra...)...)
+		return parseT(t, append(append([]string{"--mode", mode, "-p", fmt.Sprint(port), "--roce-port", fmt.Sprint(rport),
+			"--timeout", "10s"}, proto...), extra...)...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sf, sm := mk("read", "--text", "x")
+	sf, sm := mk(serverMode, "--text", "x")
 	errc := make(chan error, 1)
 	out := &lockedBuffer{b: &bytes.Buffer{}}
 	done := make(chan struct{})
 	go func() { defer close(done); errc <- serve(ctx, sf, sm, strings.NewReader(""), out, &bytes.Buffer{}) }()
 	waitFor(t, out, "Server is listening", done)
-	cf, cm := mk("send")
+	cf, cm := mk(clientMode, "-s", "x")
 	err := dial(ctx, cf, cm, "127.0.0.1", strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
-	want := "mode mismatch: the server runs --mode read, the client asked for --mode send"
+	want := fmt.Sprintf("mode mismatch: the server runs --mode %s, the client asked for --mode %s", serverMode, clientMode)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("client: %v", err)
 	}

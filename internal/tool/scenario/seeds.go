@@ -6,15 +6,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
+	"strings"
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
 
-// Two seed programs have their own protocol on top of rdma_cm, and their
-// modes speak it over rdma_cm instead of goroce's "m=MODE a=HEX ..."
+// Three seed programs have their own protocol on top of rdma_cm, and
+// their modes speak it over rdma_cm instead of goroce's "m=MODE a=HEX ..."
 // private data, so that either end can be the real program:
 //
 //   - writeread is rdma-example (rdma_server, rdma_client). The client
@@ -30,6 +32,12 @@ import (
 //     rdma_min_client). The client connects without private data; the
 //     server accepts with 12 bytes of private data, its buffer's address
 //     (8 bytes) and rkey (4), big-endian, and 1 outstanding READ each way.
+//   - write-imm is rdma-roce-lab's Example 2 (rdma_server_imm,
+//     rdma_client_imm): the server's accept is the minimal sample's, with
+//     one 64-byte receive posted; the client RDMA WRITEs its string and
+//     NUL to the start of the server's buffer WITH_IMM, the immediate the
+//     length; the server prints the immediate and its buffer and
+//     disconnects.
 //
 // A goroce client still puts its mode in the REQ (the seeds' servers
 // ignore private data), so a goroce server refuses a goroce client of
@@ -57,6 +65,7 @@ type cmSeed struct {
 var cmSeeds = map[string]*cmSeed{
 	"writeread": {depth: rdmaexDepth, dialed: rdmaexDialed, accepted: rdmaexAccepted},
 	"minimal":   {depth: 1, repData: minimalRepData, dialed: minimalDialed},
+	"write-imm": {depth: 1, repData: minimalRepData, dialed: minimalDialed},
 }
 
 // --- rdma-example ----------------------------------------------------
@@ -75,10 +84,10 @@ func rdmaexSlots(bufLen int) (recv, send int) {
 	return bufLen - rdmaexCtrl, bufLen - rdmaexCtrl/2
 }
 
-// rdmaexRecv is the receive writeread posts before connecting over
-// rdma_cm, for the peer's description (none over --cm tcp).
+// rdmaexRecv is the receive writeread posts before connecting with
+// rdma-example's protocol, for the peer's description (none with goroce's).
 func rdmaexRecv(c *sessionConfig, _ *modeOpts) [][2]int {
-	if c.cm != "rdmacm" {
+	if c.cmSeed() == nil {
 		return nil
 	}
 	recv, _ := rdmaexSlots(max(c.bufSize, 64))
@@ -186,16 +195,80 @@ func minimalRepData(s *session) []byte {
 }
 
 // errNoBufInfo means the server's accept did not carry a buffer.
-var errNoBufInfo = errors.New("no or short private_data: the server's accept carries no buffer address and rkey (is it the minimal sample's server?)")
+var errNoBufInfo = errors.New("no or short private_data: the server's accept carries no buffer address and rkey")
 
-// minimalDialed reads the buffer the server offers from its REP. The
-// sample's buffer is minimalBufLen bytes; the private data does not say.
-func minimalDialed(_ context.Context, s *session, _ *sessionConfig, rep []byte) error {
+// minimalDialed reads the buffer the server offers from its REP (the
+// minimal sample's and Example 2's). The samples' buffer is minimalBufLen
+// bytes; the private data does not say.
+func minimalDialed(_ context.Context, s *session, c *sessionConfig, rep []byte) error {
 	if len(rep) < minimalInfoLen || bytes.Count(rep[:minimalInfoLen], []byte{0}) == minimalInfoLen {
-		return errNoBufInfo
+		return fmt.Errorf("%w (is it %s's server?)", errNoBufInfo, c.program.name)
 	}
 	s.peer = bufInfo{addr: binary.BigEndian.Uint64(rep), rkey: binary.BigEndian.Uint32(rep[8:]), len: minimalBufLen}
 	s.extra = map[string]string{}
 	cli.Step(s.log, roce.StepControl, "read private_data: remote addr=%#x rkey=%#x", s.peer.addr, s.peer.rkey)
+	return nil
+}
+
+// --- Example 2: WRITE_WITH_IMM --------------------------------------
+
+const (
+	immWrite   = "client-wrote-with-imm" // what Example 2's client writes (its server's buffer holds minimalInitial first)
+	immNoteLen = 64                      // its server's receive, which only the immediate completes
+)
+
+// immRecv is the receive Example 2's server posts before it accepts: at
+// the end of the buffer, away from the data the WRITE puts at its start.
+func immRecv(c *sessionConfig, _ *modeOpts) [][2]int {
+	n := max(c.bufSize, 64)
+	return [][2]int{{n - immNoteLen, immNoteLen}}
+}
+
+// immServer is rdma_server_imm once connected: the receive's completion,
+// the immediate, the buffer; then the session ends, which disconnects.
+func immServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
+	wc, err := s.expectAny(ctx)
+	if err != nil {
+		return fmt.Errorf("waiting for the WRITE_WITH_IMM: %w", err)
+	}
+	cli.SyncMR(s.mr)
+	if wc.Opcode != verbs.WCRecvRDMAWithIm && wc.Flags&verbs.WithImm == 0 {
+		fmt.Fprintf(o.out, "got RECV without IMM: opcode=%d\n", wc.Opcode)
+		fmt.Fprintf(o.out, "after WRITE_WITH_IMM, buf='%s'\n", cString(s.mr.Bytes()))
+		return fmt.Errorf("the client's message came as %v, not RDMA_WRITE_WITH_IMM", wc.Opcode)
+	}
+	fmt.Fprintln(o.out, "got RECV with IMM")
+	fmt.Fprintf(o.out, "  imm_data net=%#x\n", bits.ReverseBytes32(wc.Imm)) // as x86 prints the big-endian field
+	fmt.Fprintf(o.out, "  imm_data host=%d\n", wc.Imm)
+	fmt.Fprintf(o.out, "after WRITE_WITH_IMM, buf='%s'\n", cString(s.mr.Bytes()))
+	return nil
+}
+
+// immClient is rdma_client_imm once connected: -s (client-wrote-with-imm)
+// and its NUL RDMA WRITTEN to the start of the server's buffer WITH_IMM,
+// the immediate the length unless --imm says otherwise.
+func immClient(ctx context.Context, s *session, o *modeOpts) error {
+	str := o.str
+	if str == "" {
+		str = immWrite
+	}
+	n := len(str) + 1
+	if n > int(s.peer.len) || n > s.mr.Len() || strings.IndexByte(str, 0) >= 0 {
+		return cli.Usagef("-s takes at most %d bytes without NUL", min(int(s.peer.len), s.mr.Len())-1)
+	}
+	imm := uint32(n)
+	if o.immSet {
+		imm = uint32(o.imm)
+	}
+	copy(s.mr.Bytes(), str)
+	s.mr.Bytes()[n-1] = 0
+	fmt.Fprintf(o.out, "post RDMA_WRITE_WITH_IMM len=%d\n", n)
+	fmt.Fprintf(o.out, "  imm_data host=%d\n", imm)
+	fmt.Fprintf(o.out, "  imm_data net=%#x\n", bits.ReverseBytes32(imm))
+	if err := s.do(ctx, verbs.SendWR{ID: 1, Opcode: verbs.OpWriteImm, Imm: imm, SGL: s.sge(0, n),
+		RemoteAddr: s.peer.addr, RKey: s.peer.rkey}, verbs.WCWrite); err != nil {
+		return err
+	}
+	fmt.Fprintln(o.out, "RDMA_WRITE_WITH_IMM completed")
 	return nil
 }

@@ -109,7 +109,15 @@ func (p *seedPeer) complete(ctx context.Context, done <-chan struct{}, n int) ([
 		case <-ctx.Done():
 			return out, ctx.Err()
 		case <-done:
-			return out, errors.New("the peer disconnected")
+			// What came before the disconnect is in the CQ by now.
+			if p.cq.Poll(wc[:1]) == 0 {
+				return out, errors.New("the peer disconnected")
+			}
+			if wc[0].Status != verbs.Success {
+				return out, fmt.Errorf("%v", &wc[0])
+			}
+			out = append(out, wc[0])
+			continue
 		default:
 		}
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -473,4 +481,107 @@ func TestSeedWritereadServerTooLong(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the client asks for a 5000-byte buffer; this server offers 1 to 4032") {
 		t.Fatalf("server: %v\n%s", err, out)
 	}
+}
+
+// immSeedServer is rdma_server_imm: a 64-byte receive posted, then the
+// minimal sample's accept ({addr, rkey} big-endian, depths 1) of a buffer
+// holding "server-initial". It listens, then serve returns the receive's
+// completion and the buffer.
+func immSeedServer(t *testing.T, ctx context.Context, p *seedPeer, port int) (serve func() (verbs.WC, string, error)) {
+	copy(p.mr.Bytes(), "server-initial\x00")
+	cli.SyncMR(p.mr)
+	info := make([]byte, 12)
+	binary.BigEndian.PutUint64(info, p.mr.Addr())
+	binary.BigEndian.PutUint32(info[8:], p.mr.RKey())
+	ln, err := p.agent.Listen(ctx, netip.AddrPortFrom(netip.MustParseAddr(seedServerAddr), uint16(port)),
+		&cm.ListenConfig{OnRequest: func(context.Context, *cm.Request) (*cm.Params, error) {
+			if err := p.recv(p.mr.Len()-64, 64); err != nil {
+				return nil, err
+			}
+			return &cm.Params{QP: p.qp, ResponderResources: 1, InitiatorDepth: 1, PrivateData: info}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return func() (verbs.WC, string, error) {
+		conn, err := ln.Accept(ctx)
+		if err != nil {
+			return verbs.WC{}, "", err
+		}
+		defer conn.Close()
+		wcs, err := p.complete(ctx, conn.Done(), 1)
+		if err != nil {
+			return verbs.WC{}, "", err
+		}
+		cli.SyncMR(p.mr)
+		return wcs[0], cString(p.mr.Bytes()), nil
+	}
+}
+
+// immSeedClient is rdma_client_imm: no private data, depths 0, the
+// buffer from the REP's private data, "client-wrote-with-imm" and its NUL
+// written WITH_IMM, the immediate the length.
+func immSeedClient(ctx context.Context, p *seedPeer, port int) error {
+	conn, err := p.agent.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(seedServerAddr), uint16(port)), &cm.Params{QP: p.qp})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rep := conn.PrivateData()
+	if len(rep) < 12 {
+		return fmt.Errorf("No private_data (%d bytes)", len(rep))
+	}
+	addr, rkey := binary.BigEndian.Uint64(rep), binary.BigEndian.Uint32(rep[8:])
+	copy(p.mr.Bytes(), "client-wrote-with-imm\x00")
+	if err := p.post(verbs.SendWR{Opcode: verbs.OpWriteImm, Imm: 22, SGL: p.sge(0, 22), RemoteAddr: addr, RKey: rkey}); err != nil {
+		return err
+	}
+	_, err = p.complete(ctx, conn.Done(), 1)
+	return err
+}
+
+// TestSeedImmClient runs roce client --mode write-imm against Example 2's
+// server: the REP's {be64 addr, be32 rkey} says where to write.
+func TestSeedImmClient(t *testing.T) {
+	ctx, n, port := seedTest(t)
+	p := newSeedPeer(t, n, seedServerAddr, 4096)
+	type res struct {
+		wc  verbs.WC
+		buf string
+		err error
+	}
+	rc := make(chan res, 1)
+	serve := immSeedServer(t, ctx, p, port)
+	go func() { wc, buf, err := serve(); rc <- res{wc, buf, err} }()
+	out, err := goroceClient(t, ctx, n, "write-imm", port)
+	if err != nil {
+		t.Fatalf("client: %v\n%s", err, out)
+	}
+	r := <-rc
+	if r.err != nil || r.wc.Opcode != verbs.WCRecvRDMAWithIm || r.wc.Flags&verbs.WithImm == 0 || r.wc.Imm != 22 {
+		t.Fatalf("rdma_server_imm: %v, %v", &r.wc, r.err)
+	}
+	if r.buf != "client-wrote-with-imm" {
+		t.Fatalf("rdma_server_imm's buffer holds %q", r.buf)
+	}
+	containsInOrder(t, "client", out, []string{"post RDMA_WRITE_WITH_IMM len=22\n", "RDMA_WRITE_WITH_IMM completed\n"})
+}
+
+// TestSeedImmServer runs Example 2's client, whose REQ carries no private
+// data, against roce server --mode write-imm.
+func TestSeedImmServer(t *testing.T) {
+	ctx, n, port := seedTest(t)
+	wait := goroceServer(t, ctx, n, "write-imm", port)
+	p := newSeedPeer(t, n, seedClientAddr, 4096)
+	if err := immSeedClient(ctx, p, port); err != nil {
+		out, serr := wait()
+		t.Fatalf("rdma_client_imm: %v\nserver: %v\n%s", err, serr, out)
+	}
+	out, err := wait()
+	if err != nil {
+		t.Fatalf("server: %v\n%s", err, out)
+	}
+	containsInOrder(t, "server", out, []string{"got RECV with IMM\n", "  imm_data net=0x16000000\n", "  imm_data host=22\n",
+		"after WRITE_WITH_IMM, buf='client-wrote-with-imm'\n", "Server shut-down is complete"})
 }

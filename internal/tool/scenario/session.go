@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,16 @@ type session struct {
 	// ownDev: the session opened the device and closes it (the client);
 	// a server's sessions share the listener's.
 	ownDev bool
+	// rdev is dev as roce.Open made it, for its counters.
+	rdev *roce.Device
+	// idle is rdma-lib's first QP pair, set up and never used; it goes
+	// with the session.
+	idle *session
+	// warn is where the session warns of trouble it sees; watch follows
+	// the work request being waited for (see mtu.go).
+	warn    io.Writer
+	watch   *mtuWatch
+	pathMTU int // the QP's, once read (0: not yet)
 }
 
 // bufInfo is a registered buffer as the peer may address it.
@@ -159,7 +170,32 @@ type sessionConfig struct {
 	recvs   [][2]int          // receives (offset, length) posted before the exchange
 	prepare func(*session)    // runs on a server session before the client hears back
 	cm      string            // how the sides connect: rdmacm or tcp
+	proto   string            // --proto: seed or goroce
+	program *program          // the published program whose protocol the sides speak, or nil
+	warn    io.Writer         // where a session warns of trouble it sees (standard error)
 }
+
+// cmSeed returns how the mode's published program connects over rdma_cm,
+// or nil for goroce's private data.
+func (c *sessionConfig) cmSeed() *cmSeed {
+	if c.program == nil || c.program.cm != "rdmacm" {
+		return nil
+	}
+	return cmSeeds[c.mode]
+}
+
+// bufLen is the size of a session's buffer: --buf, and for rdma-lib's
+// protocol room for the program's 4096 bytes and the replies after them.
+func (c *sessionConfig) bufLen() int {
+	if c.rdmalib() {
+		return max(c.bufSize, 2*rdmalibBuf)
+	}
+	return max(c.bufSize, 64)
+}
+
+// rdmalib reports whether the sides set up their connection with
+// rdma-lib's TCP exchange.
+func (c *sessionConfig) rdmalib() bool { return c.program == rdmaLib }
 
 // openPD opens the device cfg describes (a client's moves to a free
 // loopback address, see cli.DeviceFlags.Open) and allocates its
@@ -188,13 +224,16 @@ func openSession(c *sessionConfig, role string, cfg *roce.Config, log *slog.Logg
 		dev.Close()
 		return nil, err
 	}
-	s.ownDev = true
+	s.ownDev, s.rdev = true, dev
 	return s, nil
 }
 
 // newSession makes the CQ, QP and buffer of a session on dev and pd.
 func newSession(c *sessionConfig, role string, dev verbs.Device, pd verbs.PD, log *slog.Logger) (*session, error) {
-	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin}
+	s := &session{role: role, dev: dev, pd: pd, log: log, spin: c.spin, warn: c.warn}
+	if s.warn == nil {
+		s.warn = io.Discard
+	}
 	cli.Step(log, roce.StepControl, "set up CQ, QP and a %d-byte buffer", c.bufSize)
 	var err error
 	if s.cq, err = dev.CreateCQ(256); err != nil {
@@ -205,7 +244,7 @@ func newSession(c *sessionConfig, role string, dev verbs.Device, pd verbs.PD, lo
 		s.cq.Destroy()
 		return nil, err
 	}
-	if s.mr, err = s.pd.RegMR(make([]byte, max(c.bufSize, 64)), verbs.LocalWrite|verbs.RemoteAccess); err != nil {
+	if s.mr, err = s.pd.RegMR(make([]byte, c.bufLen()), verbs.LocalWrite|verbs.RemoteAccess); err != nil {
 		s.qp.Destroy()
 		s.cq.Destroy()
 		return nil, err
@@ -223,7 +262,12 @@ func newSession(c *sessionConfig, role string, dev verbs.Device, pd verbs.PD, lo
 	return s, nil
 }
 
+// hello is what this side tells the peer: its QP, a random first PSN,
+// its buffer, and its path MTU (--mtu, or the device's active MTU).
 func (s *session) hello(mode string, mtu int, extra map[string]string) *hello {
+	if mtu <= 0 {
+		mtu = s.dev.ActiveMTU().Bytes()
+	}
 	gid, _ := s.dev.GID(0)
 	return &hello{mode: mode, qpn: s.qp.QPN(), psn: rand.Uint32() & 0xFFFFFF, gid: gid,
 		buf: bufInfo{s.mr.Addr(), s.mr.RKey(), uint32(s.mr.Len())}, mtu: mtu, extra: extra}
@@ -231,7 +275,14 @@ func (s *session) hello(mode string, mtu int, extra map[string]string) *hello {
 
 // connect moves the QP to RTS towards the peer of the exchange.
 func (s *session) connect(mine, theirs *hello) error {
-	mtu, _ := bth.MTUAtMost(min(mine.mtu, theirs.mtu, s.dev.ActiveMTU().Bytes()))
+	active := s.dev.ActiveMTU().Bytes()
+	limit := func(n int) int { // 0: an older peer's "no limit"
+		if n <= 0 {
+			return active
+		}
+		return n
+	}
+	mtu, _ := bth.MTUAtMost(min(limit(mine.mtu), limit(theirs.mtu), active))
 	p := &roce.ConnParams{MTU: mtu, PSN: mine.psn, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	cli.Step(s.log, roce.StepControl, "connect QP %d to the peer's QP %d (path MTU %d)", s.qp.QPN(), theirs.qpn, mtu.Bytes())
 	if err := roce.Connect(s.qp, &roce.Remote{QPN: theirs.qpn, PSN: theirs.psn, GID: theirs.gid}, p); err != nil {
@@ -266,6 +317,9 @@ func (s *session) close() {
 	if s.ownDev {
 		s.dev.Close()
 		return
+	}
+	if s.idle != nil {
+		s.idle.freeResources()
 	}
 	s.freeResources()
 }
@@ -320,6 +374,7 @@ func (s *session) wait(ctx context.Context) (verbs.WC, error) {
 				return verbs.WC{}, ctx.Err()
 			default:
 			}
+			s.look(false)
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 			s.cq.Wait(wctx)
 			cancel()
@@ -352,7 +407,7 @@ func (s *session) expectAny(ctx context.Context) (verbs.WC, error) {
 		}
 	}
 	if wc.Status != verbs.Success {
-		return wc, fmt.Errorf("%v completed with %v", wc.Opcode, wc.Status)
+		return wc, fmt.Errorf("%v completed with %w", wc.Opcode, wc.Status)
 	}
 	return wc, nil
 }
@@ -369,12 +424,42 @@ func (s *session) postRecv(id uint64, off, n int) error {
 
 // do posts one signaled work request and waits for its completion.
 func (s *session) do(ctx context.Context, wr verbs.SendWR, op verbs.WCOpcode) error {
-	wr.Flags |= verbs.Signaled
-	if err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	if err := s.postSend(wr); err != nil {
 		return err
 	}
 	_, err := s.expect(ctx, op)
-	return err
+	return s.settle(err)
+}
+
+// postSend posts one signaled work request, watched for the path-MTU trap
+// (mtu.go) until settle.
+func (s *session) postSend(wr verbs.SendWR) error {
+	wr.Flags |= verbs.Signaled
+	s.watch = s.watchMTU(&wr)
+	if err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		s.watch = nil
+		return err
+	}
+	return nil
+}
+
+// expectBoth waits for one successful completion of each of ops, in
+// whichever order they come.
+func (s *session) expectBoth(ctx context.Context, ops ...verbs.WCOpcode) ([]verbs.WC, error) {
+	got := make([]verbs.WC, len(ops))
+	seen := make([]bool, len(ops))
+	for range ops {
+		wc, err := s.expectAny(ctx)
+		if err != nil {
+			return got, err
+		}
+		i := slices.Index(ops, wc.Opcode)
+		if i < 0 || seen[i] {
+			return got, fmt.Errorf("unexpected %v", &wc)
+		}
+		got[i], seen[i] = wc, true
+	}
+	return got, nil
 }
 
 // sendBytes SENDs b from off in the local buffer (after copying it there).
@@ -387,11 +472,14 @@ func (s *session) sendBytes(ctx context.Context, off int, b []byte, imm *uint32)
 	return s.do(ctx, wr, verbs.WCSend)
 }
 
-// dialSession connects a client to the server, over rdma_cm or the TCP
-// exchange.
+// dialSession connects a client to the server, over rdma_cm, rdma-lib's
+// TCP exchange or goroce's.
 func dialSession(ctx context.Context, c *sessionConfig, server string, log *slog.Logger) (*session, error) {
-	if c.cm == "rdmacm" {
+	switch {
+	case c.cm == "rdmacm":
 		return dialSessionCM(ctx, c, server, log)
+	case c.rdmalib():
+		return dialRdmalib(ctx, c, server, log)
 	}
 	return dialSessionTCP(ctx, c, server, log)
 }
@@ -453,11 +541,12 @@ func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *s
 // sessionListener is the server's side of the exchange. It owns the
 // device; each accepted client gets a session (CQ, QP, buffer) on it.
 type sessionListener struct {
-	ln  net.Listener // the TCP exchange's, or nil over rdma_cm
-	cfg *sessionConfig
-	dev verbs.Device
-	pd  verbs.PD
-	log *slog.Logger
+	ln   net.Listener // the TCP exchange's, or nil over rdma_cm
+	cfg  *sessionConfig
+	dev  verbs.Device
+	rdev *roce.Device
+	pd   verbs.PD
+	log  *slog.Logger
 
 	// Over rdma_cm.
 	agent     *cm.Agent
@@ -490,7 +579,7 @@ func listenSession(c *sessionConfig, log *slog.Logger) (*sessionListener, error)
 	if c.dev.Transport == "mem" {
 		host = "127.0.0.1" // the in-process network's addresses are not the host's
 	}
-	l := &sessionListener{cfg: c, dev: dev, pd: pd, log: log}
+	l := &sessionListener{cfg: c, dev: dev, rdev: dev, pd: pd, log: log}
 	if c.cm == "rdmacm" {
 		if err := l.listenCM(context.Background(), dev.Addr()); err != nil {
 			dev.Close()
@@ -525,7 +614,13 @@ func (l *sessionListener) accept(ctx context.Context) (*session, error) {
 	if l.cmln != nil {
 		return l.acceptCM(ctx)
 	}
-	s, err := l.accept1(ctx)
+	var s *session
+	var err error
+	if l.cfg.rdmalib() {
+		s, err = l.acceptRdmalib(ctx)
+	} else {
+		s, err = l.accept1(ctx)
+	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 		var ee *exchangeError
 		if !errors.As(err, &ee) {
@@ -536,27 +631,14 @@ func (l *sessionListener) accept(ctx context.Context) (*session, error) {
 }
 
 func (l *sessionListener) accept1(ctx context.Context) (*session, error) {
-	type res struct {
-		c   net.Conn
-		err error
-	}
 	var conn net.Conn
 	var line string
 	for conn == nil {
-		ch := make(chan res, 1)
-		go func() { c, err := l.ln.Accept(); ch <- res{c, err} }()
-		select {
-		case r := <-ch:
-			if r.err != nil {
-				return nil, fmt.Errorf("accept: %w", net.ErrClosed)
-			}
-			conn = r.c
-		case <-ctx.Done():
-			l.ln.Close()
-			return nil, ctx.Err()
+		var err error
+		if conn, err = l.acceptTCP(ctx, 0); err != nil {
+			return nil, err
 		}
 		conn.SetDeadline(time.Now().Add(l.cfg.timeout))
-		var err error
 		line, err = bufio.NewReader(conn).ReadString('\n')
 		if errors.Is(err, io.EOF) && line == "" {
 			// A connection that closed without a word (a port probe):
@@ -582,7 +664,7 @@ func (l *sessionListener) accept1(ctx context.Context) (*session, error) {
 		conn.Close()
 		return nil, errors.New(msg)
 	}
-	s, err := newSession(l.cfg, "server", l.dev, l.pd, l.log)
+	s, err := l.newSession()
 	if err != nil {
 		fmt.Fprintf(conn, "error the server could not set up a QP: %v\n", err)
 		conn.Close()
@@ -605,6 +687,41 @@ func (l *sessionListener) accept1(ctx context.Context) (*session, error) {
 	conn.SetDeadline(time.Time{})
 	s.watchTCP(conn)
 	return s, nil
+}
+
+// newSession makes a server session on the listener's device.
+func (l *sessionListener) newSession() (*session, error) {
+	s, err := newSession(l.cfg, "server", l.dev, l.pd, l.log)
+	if err != nil {
+		return nil, err
+	}
+	s.rdev = l.rdev
+	return s, nil
+}
+
+// acceptTCP waits for the next TCP connection, for at most limit (0: no
+// limit). The end of ctx closes the listener.
+func (l *sessionListener) acceptTCP(ctx context.Context, limit time.Duration) (net.Conn, error) {
+	if tl, ok := l.ln.(*net.TCPListener); ok {
+		var d time.Time
+		if limit > 0 {
+			d = time.Now().Add(limit)
+		}
+		tl.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { l.ln.Close() })
+	defer stop()
+	conn, err := l.ln.Accept()
+	var ne net.Error
+	switch {
+	case err == nil:
+		return conn, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, fmt.Errorf("no connection within %v", limit)
+	}
+	return nil, fmt.Errorf("accept: %w", net.ErrClosed)
 }
 
 func (l *sessionListener) close() {
