@@ -222,7 +222,10 @@ func (r *rpinger) runClient(ctx context.Context, addr netip.Addr) error {
 		switch {
 		case errors.As(err, &rej):
 			fmt.Fprintf(r.stderr, "cma event RDMA_CM_EVENT_REJECTED, error %d\n", rej.Reason)
-		case errors.Is(err, cm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, cm.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, cm.ErrUnreachable):
+			// A kernel's CM does not act on ICMP errors: where goroce
+			// hears one at once, rping on a kernel device waits for its
+			// REQ to time out, and prints this line.
 			fmt.Fprintf(r.stderr, "cma event RDMA_CM_EVENT_UNREACHABLE, error -110\n")
 		}
 		return fmt.Errorf("connect error: %w", err)

@@ -143,6 +143,30 @@ func TestRpingRefused(t *testing.T) {
 	}
 }
 
+// TestRpingUnreachable connects to an address where nothing receives
+// RoCEv2: the ICMP port unreachable ends the connect, and the client says
+// RDMA_CM_EVENT_UNREACHABLE as for a peer that never answers, and exits
+// 255.
+func TestRpingUnreachable(t *testing.T) {
+	rp := strconv.Itoa(clitest.LoopbackUDPPort(t))
+	start := time.Now()
+	cli, cliDone := startRping([]string{"-c", "-a", "127.0.0.2", "--bind", "127.0.0.1", "-C", "1", "--roce-port", rp,
+		"--timeout", "20s"}, "")
+	waitRping(t, "client", cliDone)
+	if cli.code != exitFailure {
+		t.Errorf("client exit %d", cli.code)
+	}
+	got := cli.stderr.String()
+	for _, want := range []string{"cma event RDMA_CM_EVENT_UNREACHABLE, error -110\n", "peer unreachable"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("client stderr %q lacks %q", got, want)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the failure took %v to surface (the connect's limit is 20 s)", d)
+	}
+}
+
 func TestRpingFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
