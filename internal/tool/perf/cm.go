@@ -158,7 +158,12 @@ func newCMExchange(dev verbs.Device, role oob.Role, spin time.Duration) (*cmExch
 
 // retryRefused calls dial until it connects, fails other than by a
 // refusal, or has been refused for limit, calling reset and waiting gap
-// between tries.
+// between tries. A refusal (cm.ErrConnRefused: the server's CM answered,
+// but does not listen on the data port yet) is worth waiting out; an
+// unreachable server (cm.ErrUnreachable: an ICMP error, its address no
+// longer receives RoCEv2 or has no route) is not: the comm connection to
+// the same device has just worked, so the server has gone, and the error
+// is returned at once with what to check.
 func retryRefused(ctx context.Context, gap, limit time.Duration, dial func() (*cm.Conn, error), reset func() error) (*cm.Conn, error) {
 	giveUp := time.Now().Add(limit)
 	for {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,10 +115,11 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 
 // TestRetryRefused: refused data connections are retried for a time, not
 // a count (a server may start listening seconds late under loss), and
-// other errors end the retries at once.
+// other errors end the retries at once, an unreachable server's too.
 func TestRetryRefused(t *testing.T) {
 	refused := fmt.Errorf("dial: %w", cm.ErrConnRefused)
 	other := errors.New("timed out")
+	unreachable := fmt.Errorf("cm: connect to 198.18.0.11:18515: %w: %w; nothing receives RoCEv2 at 198.18.0.11", cm.ErrUnreachable, syscall.ECONNREFUSED)
 	ctx := context.Background()
 	cases := []struct {
 		name      string
@@ -130,6 +132,7 @@ func TestRetryRefused(t *testing.T) {
 		{"late listener", 30, nil, time.Minute, 31, nil},
 		{"other error", 3, other, time.Minute, 4, other},
 		{"refused for good", 1 << 30, nil, 30 * time.Millisecond, -1, cm.ErrConnRefused},
+		{"unreachable", 2, unreachable, time.Minute, 3, cm.ErrUnreachable},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
