@@ -75,11 +75,19 @@ func (w *mtuWatch) symptom(rnr, retx uint64) string {
 	case w.read && rnr > w.rnr0:
 		// A READ needs no receive: rxe answers one with RNR NAKs when it
 		// cannot send the response.
-		return fmt.Sprintf("was answered with %d RNR NAKs and no data", rnr-w.rnr0)
+		return fmt.Sprintf("was answered with %s and no data", count(rnr-w.rnr0, "RNR NAK"))
 	case retx > w.retx0:
-		return fmt.Sprintf("was sent again %d times without an answer", retx-w.retx0)
+		return fmt.Sprintf("was sent again %s without an answer", count(retx-w.retx0, "time"))
 	}
 	return ""
+}
+
+// count says n things.
+func count(n uint64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // look reads the counters when it is time (or now, with force) and warns

@@ -108,9 +108,11 @@ func TestPathMTUSymptom(t *testing.T) {
 	}{
 		{true, 0, 0, ""},
 		{true, 7, 0, "was answered with 7 RNR NAKs and no data"},
+		{true, 1, 0, "was answered with 1 RNR NAK and no data"},
 		{false, 7, 0, ""}, // a SEND or WRITE_WITH_IMM may meet RNR NAKs for want of a receive
 		{false, 0, 3, "was sent again 3 times without an answer"},
 		{true, 0, 2, "was sent again 2 times without an answer"},
+		{false, 0, 1, "was sent again 1 time without an answer"},
 	} {
 		w := &mtuWatch{read: c.read, rnr0: 10, retx0: 20}
 		if got := w.symptom(10+c.rnr, 20+c.retx); got != c.want {
