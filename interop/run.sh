@@ -50,6 +50,7 @@ afpacket  srv-afp-1024   host:goroce  vm1:tool     1024  0     afp   4
 loss      cli-udp-loss   vm1:tool     host:goroce  1024  L     udp   4
 loss      srv-udp-loss   host:goroce  vm1:tool     1024  L     udp   4
 cliloss   cli-udp-loss   vm1:tool     host:goroce  1024  L     udp   4
+cli       cli-udp-1024   vm1:tool     host:goroce  1024  0     udp   4
 ref6      ref6-1024      vm1:tool     vm2:tool     1024  0     -     6
 udp6      cli-udp6-1024  vm1:tool     host:goroce  1024  0     udp   6
 udp6      srv-udp6-1024  host:goroce  vm1:tool     1024  0     udp   6
@@ -100,7 +101,7 @@ trim() {
 # ---------------------------------------------------------------------------- case list
 # Each case is one line of fields separated by \x1f:
 #   id tool variant mtu loss check expect wait timeout client_rc cexpect sexpect srv_where srv_cmd
-#   cli_where cli_cmd uses_goroce uses_peers
+#   cli_where cli_cmd uses_goroce uses_peers host_mtu
 US=$'\x1f'
 declare -a CASE_LIST=() TOOLS=() VCOLS=()
 
@@ -159,7 +160,7 @@ load_cases() {
         tl+=("$name") tm+=("$modes") to+=("$opts") tv+=("$vmc") tg+=("$gc")
     done < "$CASES"
     local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug up o
-    local crc cexp sexp lm cl ipv gid addr4 addr6
+    local crc cexp sexp lm cl ipv gid addr4 addr6 hm
     while read -r mode variant srv cli mtu loss hopts ipv; do
         [ -z "$mode" ] || [ "${mode:0:1}" = "#" ] && continue
         [ "$loss" = L ] && loss=$LOSS
@@ -172,7 +173,7 @@ load_cases() {
             [[ "${tm[$i]}" == *" $mode "* ]] || continue
             id="${tl[$i]}/$variant"
             selected "$id" || continue
-            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6 hm=""
             for o in ${to[$i]}; do
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
@@ -181,6 +182,7 @@ load_cases() {
                 cexpect=*) cexp="${cexp:+$cexp }${o#*=}" ;; sexpect=*) sexp="${sexp:+$sexp }${o#*=}" ;;
                 loss=requests) lm=r ;;
                 addr4) addr=$addr4 ;;
+                hostmtu=*) hm=${o#*=} ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
             done
@@ -196,7 +198,7 @@ load_cases() {
             up=0 cl=$loss
             [ "$loss" != 0 ] && cl=$loss$lm
             if { [ "$sw" != host ] && is_peer "$scmd"; } || { [ "$cw" != host ] && is_peer "$ccmd"; }; then up=1; fi
-            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$cl$US$check$US$expect$US$wait$US$tmo$US$crc$US$cexp$US$sexp$US$sw$US$scmd$US$cw$US$ccmd$US$ug$US$up")
+            CASE_LIST+=("$id$US${tl[$i]}$US$variant$US$mtu$US$cl$US$check$US$expect$US$wait$US$tmo$US$crc$US$cexp$US$sexp$US$sw$US$scmd$US$cw$US$ccmd$US$ug$US$up$US$hm")
             [[ " ${TOOLS[*]} " == *" ${tl[$i]} "* ]] || TOOLS+=("${tl[$i]}")
             [[ " ${VCOLS[*]} " == *" $variant "* ]] || VCOLS+=("$variant")
         done
@@ -210,9 +212,10 @@ load_cases() {
 load_cases
 if [ "$LIST" = 1 ]; then
     for c in "${CASE_LIST[@]}"; do
-        IFS=$US read -r id _ _ mtu loss _ _ _ _ _ _ _ sw scmd cw ccmd _ <<< "$c"
+        IFS=$US read -r id _ _ mtu loss _ _ _ _ _ _ _ sw scmd cw ccmd _ _ hm <<< "$c"
         lm=""; [ "${loss%r}" != "$loss" ] && lm=" (requests only)"
-        printf '%-27s mtu=%s loss=%s%%%s\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "${loss%r}" "$lm" "$sw" "$scmd" "$cw" "$ccmd"
+        printf '%-27s mtu=%s loss=%s%%%s%s\n    server %-5s %s\n    client %-5s %s\n' "$id" "$mtu" "${loss%r}" "$lm" \
+            "${hm:+ host-mtu=$hm}" "$sw" "$scmd" "$cw" "$ccmd"
     done
     echo "${#CASE_LIST[@]} cases"
     exit 0
@@ -247,7 +250,7 @@ trap 'echo "interrupted" >&2; exit 130' INT TERM
 # goroce and the C peers, when a selected case needs them
 NEED_GOROCE=0 NEED_PEERS=0
 for c in "${CASE_LIST[@]}"; do
-    IFS=$US read -r _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ ug up <<< "$c"
+    IFS=$US read -r _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ ug up _ <<< "$c"
     [ "$ug" = 1 ] && NEED_GOROCE=1
     [ "$up" = 1 ] && NEED_PEERS=1
 done
@@ -448,8 +451,8 @@ restart_lab() {
 
 # run_case RECORD: run one case; sets RES/WHY/DUR for its id and writes its log.
 run_case() {
-    local id variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up res
-    IFS=$US read -r id _ variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up <<< "$1"
+    local id variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up hm res
+    IFS=$US read -r id _ variant mtu loss check expect wait tmo crc cexp sexp sw scmd cw ccmd ug up hm <<< "$1"
     local L="$OUT/logs/${id//\//.}.log" t0 left srv_rc cli_rc why="" ethmtu drops="" r srv_stopped=0
     t0=$(now)
     left=$((BUDGET - (SECONDS - START)))
@@ -470,13 +473,19 @@ run_case() {
     [ "${loss%r}" != "$loss" ] && ldesc=" (requests only)"
     {
         echo "case    $id"
-        echo "mtu     $mtu   loss ${loss%r} %${ldesc}   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
+        echo "mtu     $mtu${hm:+ (host $HOSTIF MTU $hm)}   loss ${loss%r} %${ldesc}   timeout ${tmo}s   check $check ${expect:+expect $expect}${crc:+ client_rc $crc}${cexp:+ cexpect $cexp}${sexp:+ sexpect $sexp}"
         echo "server  $sw: $scmd"
         echo "client  $cw: $ccmd"
     } > "$L"
     ethmtu=1500; [ "$mtu" -gt 1024 ] && ethmtu=9000
     if [ "$CUR_MTU" != "$ethmtu" ]; then
         if set_mtu "$ethmtu" >> "$L" 2>&1; then CUR_MTU=$ethmtu; else why="cannot set eth0 MTU $ethmtu"; fi
+    fi
+    if [ -z "$why" ] && [ -n "$hm" ]; then
+        # hostmtu=N: the host's end alone gets MTU N, the guests keep the variant's (ends that
+        # disagree); the next case sets both again.
+        CUR_MTU=""
+        nsip link set "$HOSTIF" mtu "$hm" >> "$L" 2>&1 || why="cannot set $HOSTIF MTU $hm"
     fi
     if [ -z "$why" ] && [ "$loss" != 0 ]; then
         loss_on "$loss" tap1 >> "$L" 2>&1 || why="cannot install the loss rules"
