@@ -143,6 +143,9 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 	theirs, err := parsePrivateData(conn.PrivateData())
 	if err != nil {
 		conn.Close()
+		if sm := seedModes[c.mode]; sm != nil {
+			err = fmt.Errorf("%w (if the server is %s, leave --proto goroce out: its protocol is the default)", err, sm.program.name)
+		}
 		return fail(err)
 	}
 	cli.Step(log, roce.StepControl, "connected: the server's buffer is %v", theirs.buf)

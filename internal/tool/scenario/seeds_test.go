@@ -585,3 +585,18 @@ func TestSeedImmServer(t *testing.T) {
 	containsInOrder(t, "server", out, []string{"got RECV with IMM\n", "  imm_data net=0x16000000\n", "  imm_data host=22\n",
 		"after WRITE_WITH_IMM, buf='client-wrote-with-imm'\n", "Server shut-down is complete"})
 }
+
+// TestSeedGoroceProtoHint: a client with --proto goroce that meets the
+// published program's server says to leave the flag out.
+func TestSeedGoroceProtoHint(t *testing.T) {
+	ctx, n, port := seedTest(t)
+	p := newSeedPeer(t, n, seedServerAddr, 4096)
+	serve := immSeedServer(t, ctx, p, port)
+	go serve()
+	out, err := goroceClient(t, ctx, n, "write-imm", port, "--proto", "goroce")
+	want := "the peer's private data is not a goroce session's"
+	hint := "(if the server is rdma-roce-lab's Example 2 (github.com/montybeatnik/rdma-roce-lab), leave --proto goroce out"
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), hint) {
+		t.Fatalf("client: %v\n%s", err, out)
+	}
+}
