@@ -109,7 +109,9 @@ func programsHelp() string {
 	}
 	b.WriteString("  reqresp and params have no published program: they speak goroce's session protocol.\n" +
 		"A seed-mode client asks for path MTU 1024, as the programs use; a server over rdma_cm takes what the\n" +
-		"client asks for (--mtu bounds it). --proto goroce speaks goroce's session protocol in every mode:\n" +
+		"client asks for (--mtu bounds it). When packets of more than 1024 bytes go unanswered on a larger path\n" +
+		"MTU (a peer whose link carries less), roce says so and what to try.\n" +
+		"--proto goroce speaks goroce's session protocol in every mode:\n" +
 		"the mode in the connection's private data (or TCP hello) and checked by both sides, rdma_cm on\n" +
 		"port 7471 (or --cm tcp), write-imm's -n and --imm, and the lambda server's registered functions.\n\n")
 	return b.String()

@@ -101,7 +101,7 @@ func (f *flags) register(fs *cli.FlagSet) {
 	fs.Int(&f.sc.port, 0, "`port` of the connection: rdma_cm's port space, or TCP with --cm tcp; default: the program's "+
 		"(writeread 20886, minimal 7471, write-imm 7472, send, write, read and lambda 18515), else 7471", "p", "port")
 	fs.Int(&f.sc.mtu, 0, "path MTU in `bytes`; default: a client asks for 1024 (the seed programs' on a 1500-byte link), "+
-		"a server takes the client's", "mtu")
+		"a server takes what the client asks for (1024 with rdma-lib's exchange, which has no MTU in it)", "mtu")
 	fs.Int(&f.sc.bufSize, 4096, "size of the registered buffer in `bytes`", "buf")
 	fs.Duration(&f.sc.timeout, 30*time.Second, "bound on the connection exchange and on each wait", "timeout")
 	fs.Duration(&f.sc.spin, 50*time.Microsecond, "busy-poll the CQ this long before blocking", "spin")
