@@ -38,11 +38,13 @@ lint:
 
 race:
 	$(GO) test -race -timeout 20m $(PKGS)
-	@# The cgo backend too, where libibverbs' headers are installed (its
-	@# device tests skip without a device; make interop runs them on rxe).
+	@# The cgo backend too, where libibverbs' headers are installed, and
+	@# its rdma_cm (hwverbs/rdmacm) where librdmacm's are too (their device
+	@# tests skip without a device; make interop runs them on rxe).
 	@if [ -e /usr/include/infiniband/verbs.h ]; then \
-	  echo "$(GO) vet -tags hwverbs ./hwverbs"; $(GO) vet -tags hwverbs ./hwverbs || exit 1; \
-	  echo "$(GO) test -race -tags hwverbs ./hwverbs"; $(GO) test -race -tags hwverbs ./hwverbs; \
+	  p=./hwverbs; [ -e /usr/include/rdma/rdma_cma.h ] && p=./hwverbs/...; \
+	  echo "$(GO) vet -tags hwverbs $$p"; $(GO) vet -tags hwverbs $$p || exit 1; \
+	  echo "$(GO) test -race -tags hwverbs $$p"; $(GO) test -race -tags hwverbs $$p; \
 	else echo "skipping -tags hwverbs: no libibverbs-dev"; fi
 
 # The Go benchmarks, then the end-to-end comparison: roce perf between two
