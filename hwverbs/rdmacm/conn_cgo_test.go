@@ -309,3 +309,23 @@ func TestConnCloseWait(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// DEVICE_REMOVAL ends a connection with ErrDeviceRemoved, its QP in ERR,
+// and a listener, whose Accept then returns it.
+func TestDeviceRemoval(t *testing.T) {
+	c := upConn(t, true)
+	c.mu.Lock()
+	c.establishLocked()
+	c.mu.Unlock()
+	c.onEvent(event{typ: evDeviceRemoval})
+	if !errors.Is(c.Err(), ErrDeviceRemoved) || errors.Is(c.Err(), cm.ErrDisconnected) || qpState(t, c) != verbs.StateErr {
+		t.Errorf("Err %v, QP %v", c.Err(), qpState(t, c))
+	}
+	c.Close()
+
+	l := &Listener{done: make(chan struct{}), pending: make(chan *Conn, 1)}
+	l.onEvent(event{typ: evDeviceRemoval})
+	if _, err := l.Accept(t.Context()); !errors.Is(err, ErrDeviceRemoved) {
+		t.Errorf("Accept: %v", err)
+	}
+}

@@ -465,3 +465,58 @@ func TestCloseWhileTraffic(t *testing.T) {
 		t.Errorf("the receive posted on the disconnected side: %v, want flushed", wc)
 	}
 }
+
+// addr6 returns an IPv6 address of dev's GID table other than the
+// link-local one, if any: rdma_cm then uses another table entry than the
+// device's own (the IPv4 one), which the QP's address vector must name.
+func addr6(t *testing.T, dev *hwverbs.Device) netip.Addr {
+	for i := 1; i < 16; i++ {
+		g, err := dev.GID(i)
+		if err != nil {
+			continue
+		}
+		if a := netip.AddrFrom16(g); !a.Is4In6() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
+			return a
+		}
+	}
+	t.Skipf("%s has no IPv6 GID", dev.Name())
+	return netip.Addr{}
+}
+
+// The same connection over IPv6: WRITE and READ through the QPs'
+// address vectors with GID entry of the IPv6 address.
+func TestConnectIPv6(t *testing.T) {
+	noLeak(t)
+	dev := openT(t)
+	a6 := addr6(t, dev)
+	srv := newEP(t, dev, false)
+	l, err := Listen(t.Context(), dev, netip.AddrPortFrom(a6, 0), &ListenConfig{
+		OnRequest: func(ctx context.Context, r *Request) (*Params, error) {
+			return &Params{QP: srv.qp, PrivateData: srv.info()}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	acc := serve(t, l)
+	cli := newEP(t, dev, false)
+	cli.recv(0, 64)
+	c, err := Dial(dialCtx(t), dev, l.Addr(), &Params{QP: cli.qp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := next(t, acc)
+	if c.RemoteAddr() != l.Addr() || s.RemoteAddr().Addr() != a6 || !c.LocalAddr().Addr().Is6() {
+		t.Errorf("addresses: %v -> %v, listener sees %v", c.LocalAddr(), c.RemoteAddr(), s.RemoteAddr())
+	}
+	a, err := cli.qp.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.AH.DestAddr() != a6 || a.AH.SGIDIndex == 0 {
+		t.Errorf("the QP's path: to %v from GID index %d", a.AH.DestAddr(), a.AH.SGIDIndex)
+	}
+	t.Logf("%v -> %v: GID index %d, %+v", c.LocalAddr(), c.RemoteAddr(), a.AH.SGIDIndex, c.Info())
+	traffic(t, cli, srv, parseInfo(c.PrivateData()))
+}
