@@ -10,10 +10,11 @@
 // install and how to build. The libibverbs backend is built with
 //
 //	apt-get install libibverbs-dev rdma-core   # headers, libibverbs, providers
+//	apt-get install librdmacm-dev              # for hwverbs/rdmacm
 //	go build -tags hwverbs ./...               # cgo must be enabled
 //
 // and needs libibverbs1 and the provider of the device (ibverbs-providers
-// on Debian) where it runs. The C code is in ibverbs.c, declared in
+// on Debian) where it runs, and librdmacm1 for hwverbs/rdmacm. The C code is in ibverbs.c, declared in
 // ibverbs.h; the Go that calls it is in one *_cgo.go file per object
 // (device_cgo.go, events_cgo.go, mr_cgo.go for PDs and MRs, cq_cgo.go,
 // qp_cgo.go, post_cgo.go for the work request batches, srq_cgo.go for
@@ -70,6 +71,13 @@
 // one fits, the verbs sentinel error (verbs.ErrQueueFull for a full
 // queue, verbs.ErrBusy for a PD still in use, …), so errors.Is works with
 // both.
+//
+// # Connections
+//
+// Package hwverbs/rdmacm connects RC QPs of a Device through librdmacm
+// (the kernel's rdma_cm), with the API of package cm: Listen, Accept,
+// Dial, Close. Otherwise a program exchanges QPNs, PSNs and GIDs itself
+// (as rdma-core's pingpong examples do over TCP) and calls roce.Connect.
 //
 // # UD
 //
