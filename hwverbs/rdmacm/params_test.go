@@ -113,23 +113,36 @@ func TestNilDevice(t *testing.T) {
 			t.Errorf("Listen(%v): %v, want %v", dev, err, want)
 		}
 	}
-	var c *Conn
-	var l *Listener
-	if err := c.Close(); err == nil {
-		t.Error("nil Conn's Close: no error")
+	// Conns and Listeners that Dial, Accept or Listen did not make.
+	for _, c := range []*Conn{nil, {}} {
+		if err := c.Close(); err == nil {
+			t.Errorf("%#v.Close: no error", c)
+		}
+		if err := c.CloseContext(t.Context()); err == nil {
+			t.Errorf("%#v.CloseContext: no error", c)
+		}
+		if c.QP() != nil || c.PD() != nil || c.PrivateData() != nil || c.Info() != (ConnInfo{}) || c.Err() == nil ||
+			c.LocalAddr().IsValid() || c.RemoteAddr().IsValid() {
+			t.Errorf("%#v: not empty", c)
+		}
+		if s, r := c.CQs(); s != nil || r != nil {
+			t.Errorf("%#v: CQs", c)
+		}
+		select {
+		case <-c.Done():
+		default:
+			t.Errorf("%#v: Done is open", c)
+		}
 	}
-	if _, err := l.Accept(t.Context()); err == nil {
-		t.Error("nil Listener's Accept: no error")
-	}
-	if err := l.Close(); err == nil {
-		t.Error("nil Listener's Close: no error")
-	}
-	if c.QP() != nil || c.PrivateData() != nil || c.Info() != (ConnInfo{}) || c.Err() == nil {
-		t.Error("nil Conn: not empty")
-	}
-	select {
-	case <-c.Done():
-	default:
-		t.Error("nil Conn's Done is open")
+	for _, l := range []*Listener{nil, {}} {
+		if _, err := l.Accept(t.Context()); err == nil {
+			t.Errorf("%#v.Accept: no error", l)
+		}
+		if err := l.Close(); err == nil {
+			t.Errorf("%#v.Close: no error", l)
+		}
+		if l.Addr().IsValid() {
+			t.Errorf("%#v.Addr: %v", l, l.Addr())
+		}
 	}
 }
