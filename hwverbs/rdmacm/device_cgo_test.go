@@ -520,3 +520,34 @@ func TestConnectIPv6(t *testing.T) {
 	t.Logf("%v -> %v: GID index %d, %+v", c.LocalAddr(), c.RemoteAddr(), a.AH.SGIDIndex, c.Info())
 	traffic(t, cli, srv, parseInfo(c.PrivateData()))
 }
+
+// A listener on every address (the zero AddrPort: 0.0.0.0 and a port
+// rdma_cm picks) takes a request to the device's address, and the
+// request says which address the peer asked for.
+func TestListenAny(t *testing.T) {
+	noLeak(t)
+	dev := openT(t)
+	var local netip.AddrPort
+	l, err := Listen(t.Context(), dev, netip.AddrPort{}, &ListenConfig{OnRequest: func(ctx context.Context, r *Request) (*Params, error) {
+		local = r.Local
+		return nil, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !l.Addr().Addr().IsUnspecified() || l.Addr().Port() == 0 {
+		t.Fatalf("listening on %v", l.Addr())
+	}
+	acc := serve(t, l)
+	to := netip.AddrPortFrom(dev.Addr(), l.Addr().Port())
+	c, err := Dial(dialCtx(t), dev, to, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := next(t, acc)
+	if local != to || s.LocalAddr() != to {
+		t.Errorf("request to %v, connection's local address %v; want %v", local, s.LocalAddr(), to)
+	}
+}
