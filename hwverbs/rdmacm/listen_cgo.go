@@ -176,7 +176,10 @@ func (l *Listener) accept(ctx context.Context, c *Conn) (*Conn, error) {
 		return l.refuse(c, err)
 	}
 	if p.Logger != nil {
+		// The request's goroutine may log (under c.mu) meanwhile.
+		c.mu.Lock()
 		c.log = p.Logger
+		c.mu.Unlock()
 	}
 	if err := c.acceptReq(ctx, p); err != nil {
 		c.teardown()
