@@ -2,10 +2,16 @@
 // caller-owned memory, the lkey/rkey table, and the bounds, access and
 // protection-domain checks every local and remote access goes through.
 //
-// A key is a 24-bit table index and an 8-bit key chosen at random for each
-// registration (and again for each Rekey), so keys are not predictable and
-// a stale key does not reach a newer region at the same index. Lookups
-// take O(1) and no lock on the table.
+// Keys are 32 bits that look random in all their bits: each registration
+// (and each Rekey) takes the next number of a counter through a keyed
+// pseudo-random permutation whose secret comes from crypto/rand, per
+// table. Knowing keys tells nothing about other keys, so a guesser who
+// knows a valid address range still needs 2^32 / (live regions) tries on
+// average; and since the permutation never repeats a value, a key is
+// never issued twice until 2^32 keys have been (a stale key reaches no
+// newer region). Lookups hash the key into a table searched without a
+// lock: a few loads and the region's read lock, as with the sequential
+// index keys were before.
 //
 // Deregistration and invalidation take effect at once: an access holds the
 // region's read lock while it copies, and Dereg takes the write lock,
@@ -13,10 +19,8 @@
 package mr
 
 import (
-	crand "crypto/rand"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -42,8 +46,8 @@ var (
 	// ErrInvalidAccess: remote write or remote atomic without local
 	// write, or an unknown flag (ibv_reg_mr's EINVAL).
 	ErrInvalidAccess = errors.New("mr: remote write and remote atomic need local write")
-	// ErrTableFull: every index is in use.
-	ErrTableFull = errors.New("mr: no free memory region index")
+	// ErrTableFull: the table holds as many regions as it may.
+	ErrTableFull = errors.New("mr: too many memory regions")
 	// ErrDeregistered: the region was deregistered already.
 	ErrDeregistered = errors.New("mr: memory region deregistered")
 	// ErrPDBusy: the protection domain still has regions or queue pairs.
@@ -99,38 +103,70 @@ func nilError(what, make string) error {
 // The zero Table is ready to use; NewTable seeds its keys from
 // crypto/rand at once.
 type Table struct {
-	mu   sync.Mutex // serializes registration and deregistration
-	dir  [1 << dirBits]atomic.Pointer[chunk]
-	next uint32   // next never-used index
-	free []uint32 // keys of deregistered regions, whose indices are free
-	rnd  *rand.Rand
+	mu   sync.Mutex // serializes registration, deregistration and rekeying
+	keys keyTable
+	gen  keyGen // its secret made at the first registration of a zero Table
+	max  int    // the most regions at once; 0 means DefaultMaxRegions
 	pds  atomic.Uint32
 }
 
 const (
-	chunkBits = 10
-	dirBits   = 24 - chunkBits
-	// MaxRegions is how many regions a table holds.
-	MaxRegions = 1<<24 - 1
+	// MaxRegions is the most regions a table can be configured for.
+	MaxRegions = 1 << 24
+	// DefaultMaxRegions is how many regions a table holds at once unless
+	// NewTableMax says otherwise: rxe's long-standing RXE_MAX_MR.
+	DefaultMaxRegions = 1 << 18
 )
 
-type chunk [1 << chunkBits]atomic.Pointer[MR]
+// NewTable returns an empty table that holds up to DefaultMaxRegions
+// regions at once.
+func NewTable() *Table { return NewTableMax(0) }
 
-// NewTable returns an empty table.
-func NewTable() *Table {
-	return &Table{next: 1, rnd: newRand()}
+// NewTableMax returns an empty table that holds up to n regions at once;
+// n <= 0 means DefaultMaxRegions, and more than MaxRegions means
+// MaxRegions. Registering more fails with ErrTableFull.
+func NewTableMax(n int) *Table {
+	t := &Table{gen: newKeyGen()}
+	if n > 0 {
+		t.max = min(n, MaxRegions)
+	}
+	return t
 }
 
-func newRand() *rand.Rand {
-	var seed [32]byte
-	crand.Read(seed[:])
-	return rand.New(rand.NewChaCha8(seed))
+// Limit returns how many regions the table holds at once (0 for a nil
+// Table).
+func (t *Table) Limit() int {
+	switch {
+	case t == nil:
+		return 0
+	case t.max == 0:
+		return DefaultMaxRegions
+	}
+	return t.max
 }
 
-// init readies a zero Table; the caller holds t.mu.
-func (t *Table) init() {
-	if t.rnd == nil {
-		t.next, t.rnd = 1, newRand()
+// Len returns how many regions are registered (0 for a nil Table).
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.keys.live
+}
+
+// newKey returns a key no live region has, and never 0; the caller holds
+// t.mu.
+func (t *Table) newKey() uint32 {
+	if t.gen.block == nil {
+		t.gen = newKeyGen()
+	}
+	for {
+		// After 2^32 keys the permutation starts over: skip those still
+		// in use.
+		if k := t.gen.next(); k != 0 && t.keys.get(k) == nil {
+			return k
+		}
 	}
 }
 
@@ -196,10 +232,9 @@ type MR struct {
 	buf    []byte
 	iova   uint64
 	access Access
-	index  uint32
 
 	mu    sync.RWMutex // held for reading during every access
-	key   uint32       // index << 8 | random 8 bits
+	key   uint32       // from Table.newKey
 	valid bool         // false once invalidated or deregistered
 	gone  bool         // deregistered
 }
@@ -227,32 +262,13 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	t := pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.init()
-	var idx, r uint32
-	if n := len(t.free); n > 0 {
-		var old uint32
-		old, t.free = t.free[n-1], t.free[:n-1]
-		// A reused index never gets the key it had: a stale rkey must
-		// not reach the new region.
-		idx, r = old>>8, uint32(t.rnd.IntN(255))
-		if r >= old&0xFF {
-			r++
-		}
-	} else {
-		if t.next > MaxRegions {
-			return nil, fmt.Errorf("%w: all %d are in use: deregister regions first", ErrTableFull, MaxRegions)
-		}
-		idx, r = t.next, uint32(t.rnd.IntN(256))
-		t.next++
+	if t.keys.live >= t.Limit() {
+		return nil, fmt.Errorf("%w: %d regions are registered, the most the device allows "+
+			"(deregister some, or raise its MaxMRs)", ErrTableFull, t.keys.live)
 	}
-	m := &MR{pd: pd, buf: buf, iova: iova, access: access, index: idx, valid: true}
-	m.key = idx<<8 | r
-	c := t.dir[idx>>chunkBits].Load()
-	if c == nil {
-		c = new(chunk)
-		t.dir[idx>>chunkBits].Store(c)
-	}
-	c[idx&(1<<chunkBits-1)].Store(m)
+	m := &MR{pd: pd, buf: buf, iova: iova, access: access, valid: true}
+	m.key = t.newKey()
+	t.keys.put(m.key, m)
 	pd.Hold()
 	return m, nil
 }
@@ -289,8 +305,7 @@ func (m *MR) Dereg() error {
 	m.mu.Unlock()
 	t := m.pd.t
 	t.mu.Lock()
-	t.dir[m.index>>chunkBits].Load()[m.index&(1<<chunkBits-1)].Store(nil)
-	t.free = append(t.free, m.key)
+	t.keys.remove(m.key)
 	t.mu.Unlock()
 	m.pd.Drop()
 	return nil
@@ -307,27 +322,24 @@ func (m *MR) Invalidate() {
 	m.mu.Unlock()
 }
 
-// Rekey gives a region a new key (a new random 8-bit part) and makes it
-// valid again, as a fast registration does after an invalidation. It
-// returns the new key.
+// Rekey gives a region a new key and makes it valid again, as a fast
+// registration does after an invalidation. It returns the new key; the
+// old one is never accepted again.
 func (m *MR) Rekey() (uint32, error) {
 	if m == nil || m.pd == nil {
 		return 0, nilError("Rekey of a nil *MR", "PD.Register")
 	}
 	t := m.pd.t
 	t.mu.Lock()
-	t.init()
-	r := uint32(t.rnd.IntN(255))
-	t.mu.Unlock()
+	defer t.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.gone {
 		return 0, fmt.Errorf("%w: Rekey after Dereg: register the memory again", ErrDeregistered)
 	}
-	if r >= m.key&0xFF {
-		r++ // never the same key twice in a row
-	}
-	m.key = m.index<<8 | r
+	t.keys.remove(m.key)
+	m.key = t.newKey()
+	t.keys.put(m.key, m)
 	m.valid = true
 	return m.key, nil
 }
@@ -415,12 +427,7 @@ func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (
 	if t == nil {
 		return nil, nil, nilError("Lookup on a nil *Table", "NewTable")
 	}
-	idx := key >> 8
-	c := t.dir[idx>>chunkBits].Load()
-	if c == nil {
-		return nil, nil, ErrKey
-	}
-	m := c[idx&(1<<chunkBits-1)].Load()
+	m := t.keys.get(key)
 	if m == nil {
 		return nil, nil, ErrKey
 	}
@@ -459,12 +466,7 @@ func (t *Table) Find(pd *PD, key uint32) (*MR, error) {
 	if t == nil {
 		return nil, nilError("Find on a nil *Table", "NewTable")
 	}
-	idx := key >> 8
-	c := t.dir[idx>>chunkBits].Load()
-	if c == nil {
-		return nil, ErrKey
-	}
-	m := c[idx&(1<<chunkBits-1)].Load()
+	m := t.keys.get(key)
 	if m == nil || m.LKey() != key {
 		return nil, ErrKey
 	}

@@ -7,28 +7,221 @@ import (
 	"testing"
 )
 
+// TestKeys: keys are never 0, never issued twice, and every one of their
+// 32 bits varies from registration to registration.
 func TestKeys(t *testing.T) {
 	tab := NewTable()
 	pd := tab.AllocPD()
-	low := map[uint32]int{}
-	var prev uint32
-	for range 2000 {
+	seen := map[uint32]bool{}
+	var ones [32]int
+	const n = 20000
+	live := make([]*MR, 0, 16)
+	for i := range n {
 		m, err := pd.Register(make([]byte, 64), LocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		k := m.LKey()
-		if k == prev || m.RKey() != k || k>>8 == 0 {
-			t.Fatalf("key %#x: same as the last at its index, zero index, or rkey %#x", k, m.RKey())
+		if k == 0 || seen[k] || m.RKey() != k {
+			t.Fatalf("registration %d: key %#x is zero or was issued before (rkey %#x)", i, k, m.RKey())
+		}
+		seen[k] = true
+		for b := range ones {
+			ones[b] += int(k >> b & 1)
+		}
+		// Keep a few regions live and free the rest, so slots are reused.
+		if live = append(live, m); len(live) == cap(live) {
+			for _, m := range live {
+				must(t, m.Dereg())
+			}
+			live = live[:0]
+		}
+	}
+	for b, c := range ones {
+		if c < n*45/100 || c > n*55/100 {
+			t.Errorf("bit %d of the keys is set in %d of %d registrations", b, c, n)
+		}
+	}
+}
+
+// TestKeysNotSequential: a key says nothing about the next one. (Keys
+// were a sequential 24-bit index and 8 random bits: the next region's
+// key was the last one's index + 1, found in at most 256 guesses.)
+func TestKeysNotSequential(t *testing.T) {
+	tab := NewTable()
+	pd := tab.AllocPD()
+	var prev uint32
+	near := 0
+	const n = 2000
+	for i := range n {
+		m, err := pd.Register(make([]byte, 8), LocalWrite)
+		must(t, err)
+		k := m.LKey()
+		if d := k>>8 - prev>>8; i > 0 && d < 4 {
+			near++
 		}
 		prev = k
-		low[k&0xFF]++
+	}
+	if near > n/100 {
+		t.Errorf("%d of %d keys are within 4 of the previous one in their upper 24 bits", near, n)
+	}
+}
+
+// TestStaleKey: a deregistered region's key is never accepted again, however
+// many regions come after it. (A reused index used to get a new random low
+// byte, which could be the stale key's again after a few reuses.)
+func TestStaleKey(t *testing.T) {
+	tab := NewTable()
+	pd := tab.AllocPD()
+	old, err := pd.Register(make([]byte, 64), LocalWrite|RemoteWrite)
+	must(t, err)
+	stale := old.RKey()
+	must(t, old.Dereg())
+	for i := range 5000 {
+		m, err := pd.Register(make([]byte, 64), LocalWrite|RemoteWrite)
+		must(t, err)
+		if _, _, err := tab.Lookup(pd, stale, m.Addr(), 1, RemoteWrite); !errors.Is(err, ErrKey) {
+			t.Fatalf("registration %d: the stale key %#x reaches a new region (%v)", i, stale, err)
+		}
 		must(t, m.Dereg())
 	}
-	// Indices are reused, so the random low byte is what tells regions
-	// apart: all 256 values should appear.
-	if len(low) < 200 {
-		t.Fatalf("only %d distinct 8-bit keys in 2000 registrations", len(low))
+}
+
+// TestLimit: a table holds at most its limit of regions; a refusal says
+// so and wraps ErrTableFull, and a freed slot can be used again.
+func TestLimit(t *testing.T) {
+	tab := NewTableMax(10)
+	pd := tab.AllocPD()
+	var ms []*MR
+	for range 10 {
+		m, err := pd.Register(make([]byte, 8), LocalWrite)
+		must(t, err)
+		ms = append(ms, m)
+	}
+	if _, err := pd.Register(make([]byte, 8), LocalWrite); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("the 11th region of a table of 10: %v", err)
+	}
+	if tab.Len() != 10 || tab.Limit() != 10 {
+		t.Fatalf("Len %d, Limit %d", tab.Len(), tab.Limit())
+	}
+	must(t, ms[3].Dereg())
+	if _, err := pd.Register(make([]byte, 8), LocalWrite); err != nil {
+		t.Fatalf("after a deregistration: %v", err)
+	}
+	if NewTable().Limit() != DefaultMaxRegions || NewTableMax(MaxRegions+5).Limit() != MaxRegions {
+		t.Fatal("default or capped limit")
+	}
+}
+
+// TestTableShrinks: the key table's memory follows the live regions, not
+// the most there ever were.
+func TestTableShrinks(t *testing.T) {
+	tab := NewTable()
+	pd := tab.AllocPD()
+	ms := make([]*MR, 50000)
+	for i := range ms {
+		var err error
+		ms[i], err = pd.Register(make([]byte, 1), LocalWrite)
+		must(t, err)
+	}
+	big := len(tab.keys.slots.Load().keys)
+	for _, m := range ms[1:] {
+		must(t, m.Dereg())
+	}
+	if n := len(tab.keys.slots.Load().keys); n > minSlots || big < 2*len(ms) {
+		t.Fatalf("%d slots for 50000 regions, %d left for 1", big, n)
+	}
+	got, _, err := tab.Lookup(pd, ms[0].LKey(), ms[0].Addr(), 1, 0)
+	must(t, err)
+	got.Release()
+}
+
+// TestPermutation: the key permutation is one (it has an inverse, and
+// distinct inputs give distinct keys), and another secret gives other
+// keys.
+func TestPermutation(t *testing.T) {
+	g, h := newKeyGen(), newKeyGen()
+	seen := make(map[uint32]bool, 1<<16)
+	same := 0
+	for x := range uint32(1 << 16) {
+		k := g.permute(x * 65521)
+		if seen[k] {
+			t.Fatalf("two inputs give the key %#x", k)
+		}
+		seen[k] = true
+		if inverse(&g, k) != x*65521 {
+			t.Fatalf("permute(%#x) = %#x does not invert", x*65521, k)
+		}
+		if h.permute(x*65521) == k {
+			same++
+		}
+	}
+	if same > 4 {
+		t.Errorf("two secrets agree on %d of 65536 keys", same)
+	}
+}
+
+// inverse undoes keyGen.permute.
+func inverse(g *keyGen, k uint32) uint32 {
+	l, r := uint16(k>>16), uint16(k)
+	for i := feistelRounds - 1; i >= 0; i-- {
+		l, r = r^g.round(uint8(i), l), l
+	}
+	return uint32(l)<<16 | uint32(r)
+}
+
+// TestConcurrentChurn: lookups of live keys succeed and of dead ones fail
+// while other goroutines register, deregister and rekey (and the table
+// grows, shrinks and is rebuilt under them); run it with -race.
+func TestConcurrentChurn(t *testing.T) {
+	tab := NewTable()
+	pd := tab.AllocPD()
+	fixed, err := pd.Register(make([]byte, 64), LocalWrite|RemoteRead)
+	must(t, err)
+	key := fixed.RKey()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var misses, hits atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := uint32(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, _, err := tab.Lookup(pd, key, fixed.Addr(), 64, RemoteRead)
+				if err != nil {
+					misses.Add(1)
+				} else {
+					r.Release()
+					hits.Add(1)
+				}
+				if _, _, err := tab.Lookup(pd, i*0x9E3779B9|1, 0, 1, 0); err == nil {
+					misses.Add(1 << 20) // a guess hit: counted as a failure below
+				}
+			}
+		}()
+	}
+	for round := range 20 {
+		ms := make([]*MR, 1000*(round%4+1))
+		for i := range ms {
+			ms[i], err = pd.Register(make([]byte, 8), LocalWrite)
+			must(t, err)
+		}
+		for i, m := range ms {
+			if i%3 == 0 {
+				m.Invalidate()
+				_, err := m.Rekey()
+				must(t, err)
+			}
+			must(t, m.Dereg())
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if misses.Load() != 0 || hits.Load() == 0 {
+		t.Fatalf("%d failed lookups of a live key (or hits of guesses, in units of 2^20), %d good", misses.Load(), hits.Load())
 	}
 }
 
@@ -62,8 +255,9 @@ func TestLookupChecks(t *testing.T) {
 		{"before", pd, k, 0xFFF, 1, 0, ErrBounds},
 		{"too long", pd, k, 0x1000, 101, 0, ErrBounds},
 		{"wrapping", pd, k, ^uint64(0) - 2, 10, 0, ErrBounds},
-		{"wrong key byte", pd, k ^ 1, 0x1000, 1, 0, ErrKey},
-		{"unknown index", pd, k + 0x100, 0x1000, 1, 0, ErrKey},
+		{"wrong low bit", pd, k ^ 1, 0x1000, 1, 0, ErrKey},
+		{"wrong high bit", pd, k ^ 1<<31, 0x1000, 1, 0, ErrKey},
+		{"zero key", pd, 0, 0x1000, 1, 0, ErrKey},
 		{"other PD", other, k, 0x1000, 1, 0, ErrPD},
 		{"no remote write", pd, k, 0x1000, 1, RemoteWrite, ErrAccessRights},
 	} {
@@ -107,7 +301,7 @@ func TestInvalidateRekey(t *testing.T) {
 	}
 	k2, err := m.Rekey()
 	must(t, err)
-	if k2 == k || k2>>8 != k>>8 {
+	if k2 == k {
 		t.Fatalf("rekey %#x -> %#x", k, k2)
 	}
 	if _, _, err := tab.Lookup(pd, k, m.Addr(), 1, 0); !errors.Is(err, ErrKey) {

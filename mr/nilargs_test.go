@@ -28,6 +28,25 @@ func TestNilArgs(t *testing.T) {
 				t.Error("NewTable returned nil, or one table twice")
 			}
 		},
+		"NewTableMax": func(t *testing.T) {
+			for n, want := range map[int]int{-1: DefaultMaxRegions, 0: DefaultMaxRegions, 5: 5, MaxRegions + 1: MaxRegions} {
+				if tab := NewTableMax(n); tab == nil || tab.Limit() != want {
+					t.Errorf("NewTableMax(%d): limit %d, want %d", n, tab.Limit(), want)
+				}
+			}
+		},
+		"Table.Len": func(t *testing.T) {
+			zero(t, (*Table)(nil).Len())
+			var z Table
+			zero(t, z.Len())
+		},
+		"Table.Limit": func(t *testing.T) {
+			zero(t, (*Table)(nil).Limit())
+			var z Table
+			if z.Limit() != DefaultMaxRegions {
+				t.Errorf("the zero Table's limit is %d", z.Limit())
+			}
+		},
 		"Table.AllocPD": func(t *testing.T) {
 			if (*Table)(nil).AllocPD() != nil {
 				t.Error("a nil table made a PD")
@@ -35,7 +54,7 @@ func TestNilArgs(t *testing.T) {
 			// The zero Table works.
 			var z Table
 			m, err := z.AllocPD().Register(make([]byte, 8), LocalWrite)
-			if err != nil || m.LKey()>>8 == 0 {
+			if err != nil || m.LKey() == 0 {
 				t.Fatalf("zero Table: key %#x, %v", m.LKey(), err)
 			}
 			if _, b, err := z.Lookup(m.PD(), m.LKey(), m.Addr(), 8, 0); err != nil || len(b) != 8 {
