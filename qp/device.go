@@ -291,9 +291,19 @@ func (d *Device) event(e verbs.Event) {
 	}
 }
 
-// qpTable maps 24-bit QP numbers to queue pairs without a lock on lookup.
+// qpTable maps 24-bit QP numbers to queue pairs without a lock on lookup:
+// a directory of pages of 1,024 numbers, a page allocated when its first
+// QP comes and freed when its last one goes, so that its memory follows
+// the QPs that exist, not the numbers ever used.
 type qpTable struct {
-	dir [1 << 14]atomic.Pointer[[1 << 10]atomic.Pointer[QP]]
+	dir  [1 << 14]atomic.Pointer[qpPage]
+	live int // QPs in the table, under Device.qpMu
+}
+
+// qpPage holds the QPs of 1,024 consecutive numbers.
+type qpPage struct {
+	n  int // QPs in the page, under Device.qpMu
+	qp [1 << 10]atomic.Pointer[QP]
 }
 
 func (t *qpTable) get(qpn uint32) *QP {
@@ -301,17 +311,46 @@ func (t *qpTable) get(qpn uint32) *QP {
 	if c == nil {
 		return nil
 	}
-	return c[qpn&(1<<10-1)].Load()
+	return c.qp[qpn&(1<<10-1)].Load()
 }
 
-// set stores q at qpn; the caller holds Device.qpMu.
+// set stores q at qpn, or removes the QP there when q is nil; the caller
+// holds Device.qpMu. A reader that found the page before it was freed
+// sees it empty.
 func (t *qpTable) set(qpn uint32, q *QP) {
-	c := t.dir[qpn>>10].Load()
+	d := &t.dir[qpn>>10&(1<<14-1)]
+	c := d.Load()
 	if c == nil {
-		c = new([1 << 10]atomic.Pointer[QP])
-		t.dir[qpn>>10].Store(c)
+		if q == nil {
+			return
+		}
+		c = new(qpPage)
+		d.Store(c)
 	}
-	c[qpn&(1<<10-1)].Store(q)
+	slot := &c.qp[qpn&(1<<10-1)]
+	switch old := slot.Swap(q); {
+	case old == nil && q != nil:
+		c.n++
+		t.live++
+	case old != nil && q == nil:
+		c.n--
+		t.live--
+	}
+	if c.n == 0 {
+		d.Store(nil)
+	}
+}
+
+// pages returns how many pages are allocated; the caller holds
+// Device.qpMu.
+func (t *qpTable) pages() int {
+	n := 0
+	for i := range t.dir {
+		if t.dir[i].Load() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // each calls f for every QP; the caller holds Device.qpMu.
@@ -321,8 +360,8 @@ func (t *qpTable) each(f func(*QP)) {
 		if c == nil {
 			continue
 		}
-		for j := range c {
-			if q := c[j].Load(); q != nil {
+		for j := range c.qp {
+			if q := c.qp[j].Load(); q != nil {
 				f(q)
 			}
 		}
