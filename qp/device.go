@@ -33,6 +33,14 @@ type Config struct {
 	// AckReqEvery sets AckReq on at least every so many packets of a long
 	// message, besides the last (rxe: 64). 0 means 64.
 	AckReqEvery int
+	// MaxQPs bounds the queue pairs the device has at once; CreateQP
+	// beyond it fails with an error wrapping verbs.ErrNoQPN. 0 means
+	// DefaultMaxQPs.
+	MaxQPs int
+	// MaxMRs bounds the memory regions registered at once; RegMR beyond
+	// it fails with an error wrapping mr.ErrTableFull. 0 means
+	// mr.DefaultMaxRegions.
+	MaxMRs int
 	// BusyPoll makes a CQ.Poll that finds the CQ empty receive from the
 	// transport on the caller's goroutine first (when the transport is a
 	// transport.Poller): a program that spins on its completions then
@@ -70,6 +78,7 @@ type Device struct {
 	qpMu    sync.Mutex // serializes QP creation and destruction
 	qps     qpTable
 	nextQPN uint32
+	maxQPs  int
 	gsi     *QP
 
 	atomicMu sync.Mutex // makes responder atomics atomic against each other
@@ -95,7 +104,8 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		clk:         cfg.Clock,
 		log:         cfg.Logger,
 		gid:         t.LocalAddr(),
-		mrs:         mr.NewTable(),
+		mrs:         mr.NewTableMax(cfg.MaxMRs),
+		maxQPs:      cfg.MaxQPs,
 		maxUnacked:  uint32(cfg.MaxUnackedPSNs),
 		ackReqEvery: uint32(cfg.AckReqEvery),
 		maxPacket:   t.MaxPacket(),
@@ -110,6 +120,9 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	}
 	if d.maxUnacked == 0 {
 		d.maxUnacked = 512
+	}
+	if d.maxQPs <= 0 {
+		d.maxQPs = DefaultMaxQPs
 	}
 	d.sharedUnacked = uint32(cfg.SharedUnackedPSNs)
 	if d.sharedUnacked == 0 {
@@ -370,6 +383,10 @@ func (t *qpTable) each(f func(*QP)) {
 
 // allocQPN returns a free QP number; the caller holds qpMu.
 func (d *Device) allocQPN() (uint32, error) {
+	if d.qps.live >= d.maxQPs {
+		return 0, fmt.Errorf("%w: %d queue pairs exist, the most this device allows: destroy some, or raise "+
+			"its MaxQPs", verbs.ErrNoQPN, d.qps.live)
+	}
 	for range bth.MaxQPN {
 		n := d.nextQPN
 		d.nextQPN++

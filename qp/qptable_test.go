@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/goroce/goroce/transport/mem"
@@ -67,5 +68,41 @@ func TestQPTablePagesFreed(t *testing.T) {
 	d.qpMu.Unlock()
 	if pages != 0 {
 		t.Fatalf("%d pages with no QP", pages)
+	}
+}
+
+// TestMaxQPs: a device has at most Config.MaxQPs queue pairs; one more is
+// refused with ErrNoQPN, and destroying one makes room.
+func TestMaxQPs(t *testing.T) {
+	_, pd, cq := newTestDevice(t, &Config{MaxQPs: 3})
+	var qps []verbs.QP
+	for range 3 {
+		q, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, q)
+	}
+	_, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq})
+	if !errors.Is(err, verbs.ErrNoQPN) {
+		t.Fatalf("a fourth QP of three: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	qps[1].Destroy()
+	if _, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq}); err != nil {
+		t.Fatalf("after a destroy: %v", err)
+	}
+}
+
+// TestMaxMRs: Config.MaxMRs bounds the device's memory regions.
+func TestMaxMRs(t *testing.T) {
+	_, pd, _ := newTestDevice(t, &Config{MaxMRs: 2})
+	for range 2 {
+		if _, err := pd.RegMR(make([]byte, 8), verbs.LocalWrite); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pd.RegMR(make([]byte, 8), verbs.LocalWrite); err == nil {
+		t.Fatal("a third region of two was registered")
 	}
 }
