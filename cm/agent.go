@@ -59,6 +59,17 @@ type Config struct {
 	// background (as rdma_disconnect does not wait at all); 0 means
 	// DefaultCloseWait, a negative value not to wait.
 	CloseWait time.Duration
+	// MaxConns bounds the connections the agent tracks at once, in every
+	// state from the REQ to the end of the time-wait; past it Dial fails
+	// with ErrLimit and a peer's REQ is rejected ("no resources"), both
+	// counted in Stats.Refused. 0 means DefaultMaxConns.
+	MaxConns int
+	// MaxHalfOpen bounds, per listener, the handshakes whose REP went out
+	// and whose RTU has not come (with those ended that Accept has not
+	// returned yet); past it Accept gives the oldest up (REJ "timeout",
+	// counted in Stats.Evicted), so that peers that never finish their
+	// handshakes cannot keep others out. 0 means DefaultMaxHalfOpen.
+	MaxHalfOpen int
 }
 
 // Stats counts what an agent did. Fields are cumulative. It is a copy,
@@ -85,6 +96,13 @@ type Stats struct {
 	BacklogFull uint64
 	// SendErrors counts MADs the GSI QP refused or failed to send.
 	SendErrors uint64
+	// Refused counts REQs rejected and Dials failed because the agent
+	// tracked Config.MaxConns connections; Evicted counts handshakes
+	// given up for newer ones (Config.MaxHalfOpen).
+	Refused, Evicted uint64
+	// Conns is how many connections the agent tracks now, in every state
+	// (not cumulative).
+	Conns int
 }
 
 // Agent is the connection manager of one device: it owns the device's GSI
@@ -102,6 +120,8 @@ type Agent struct {
 
 	respTimeout    uint8
 	maxRetries     uint8
+	maxConns       int
+	maxHalfOpen    int
 	lifeTime       uint8
 	agentID        uint32
 	closeWait      time.Duration
@@ -151,6 +171,7 @@ type counters struct {
 	retransmits, duplicates     atomic.Uint64
 	timeouts, malformed         atomic.Uint64
 	unmatched, backlog, sendErr atomic.Uint64
+	refused, evicted            atomic.Uint64
 }
 
 // NewAgent starts the connection manager of dev, which must be goroce's
@@ -190,6 +211,7 @@ func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
 		dev: dev, key: sd, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
 		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait, connectTimeout: c.ConnectTimeout,
+		maxConns: c.MaxConns, maxHalfOpen: c.MaxHalfOpen,
 		ahs: make(map[netip.Addr]verbs.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
 		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
 		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
@@ -245,6 +267,12 @@ func (a *Agent) setDefaults() error {
 	}
 	if a.connectTimeout <= 0 {
 		a.connectTimeout = DefaultConnectTimeout
+	}
+	if a.maxConns <= 0 {
+		a.maxConns = DefaultMaxConns
+	}
+	if a.maxHalfOpen <= 0 {
+		a.maxHalfOpen = DefaultMaxHalfOpen
 	}
 	if a.respTimeout > mad.MaxTimeout || a.lifeTime > mad.MaxTimeout || a.maxRetries > 15 {
 		return invalid("config out of range: response timeout %d, packet life time %d (at most 31), max retries %d (at most 15)",
@@ -364,7 +392,10 @@ func (a *Agent) Stats() Stats {
 	s := Stats{Sent: map[string]uint64{}, Received: map[string]uint64{},
 		Retransmits: a.ctr.retransmits.Load(), Duplicates: a.ctr.duplicates.Load(), Timeouts: a.ctr.timeouts.Load(),
 		Malformed: a.ctr.malformed.Load(), Unmatched: a.ctr.unmatched.Load(), BacklogFull: a.ctr.backlog.Load(),
-		SendErrors: a.ctr.sendErr.Load()}
+		SendErrors: a.ctr.sendErr.Load(), Refused: a.ctr.refused.Load(), Evicted: a.ctr.evicted.Load()}
+	a.mu.Lock()
+	s.Conns = len(a.conns)
+	a.mu.Unlock()
 	for id := range a.ctr.sent {
 		if n := a.ctr.sent[id].Load(); n != 0 {
 			s.Sent[mad.AttrName(uint16(id))] = n

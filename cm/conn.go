@@ -173,6 +173,8 @@ type Conn struct {
 	err      error
 	closeErr error
 
+	inflight bool // a listener's handshake waiting for its RTU (handshake.go), under a.mu
+
 	ready  chan struct{} // closed when the handshake ends, either way
 	done   chan struct{} // closed when the connection ends
 	closed chan struct{} // closed when the disconnect exchange ends
@@ -403,6 +405,9 @@ func (c *Conn) markReady(err error) {
 	c.flags.ready = true
 	c.hsErr = err
 	close(c.ready)
+	if c.inflight {
+		c.a.handshakeEnded(c)
+	}
 }
 
 // endLocked ends the connection with err; the caller holds a.mu.
@@ -498,6 +503,11 @@ func (a *Agent) sendREQ(c *Conn) error {
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrClosed
+	}
+	if len(a.conns) >= a.maxConns {
+		a.ctr.refused.Add(1)
+		return fmt.Errorf("%w: the agent tracks %d connections, the most it may (Config.MaxConns): close some, "+
+			"or raise it", ErrLimit, len(a.conns))
 	}
 	sport := a.newPort()
 	c.local = netip.AddrPortFrom(a.addr, sport)
@@ -800,7 +810,9 @@ func (a *Agent) timeWait(c *Conn) {
 	c.state = stTimeWait
 	c.pending = nil
 	delete(a.qpns, remoteQP{c.peerGID, c.info.RemoteQPN})
-	a.arm(c, cmTimeout(c.pathACK))
+	// The path's ACK timeout, which a peer's REQ may make hours long:
+	// the agent's response timeout bounds it.
+	a.arm(c, min(cmTimeout(c.pathACK), cmTimeout(a.respTimeout)))
 }
 
 // forget drops a connection from the agent's tables; the caller holds

@@ -19,6 +19,10 @@ var (
 	// exchange, each waiting a CM response timeout), or, for a REQ or
 	// SIDR_REQ, within Config.ConnectTimeout.
 	ErrTimeout = errors.New("cm: no answer from the peer")
+	// ErrLimit means the agent's table of connections is full
+	// (Config.MaxConns): Dial fails with it, and a peer's REQ is
+	// rejected with "no resources".
+	ErrLimit = errors.New("cm: too many connections")
 	// ErrRejected matches every *RejectError: the peer sent a REJ (or a
 	// SIDR_REP that was not valid).
 	ErrRejected = errors.New("cm: connection rejected")

@@ -63,6 +63,11 @@ type Listener struct {
 	pending chan *Conn
 	done    chan struct{}
 	closed  bool // under a.mu
+	// ended holds the handshakes whose REP went out and that ended,
+	// either way, for Accept to return; inflight (under a.mu) those still
+	// waiting for their RTU, oldest first, at most Config.MaxHalfOpen.
+	ended    chan *Conn
+	inflight []*Conn
 	// shared and release are set by the package-level Listen: the agent
 	// its accepted connections hold, and the listener's own hold on it.
 	shared  *deviceAgent
@@ -96,6 +101,7 @@ func (a *Agent) Listen(ctx context.Context, addr netip.AddrPort, cfg *ListenConf
 		l.cfg.Backlog = 16
 	}
 	l.pending = make(chan *Conn, l.cfg.Backlog)
+	l.ended = make(chan *Conn, 2*a.maxHalfOpen)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -174,6 +180,7 @@ func (a *Agent) closeListenerLocked(l *Listener) {
 	} else {
 		a.listeners[port] = ls
 	}
+	a.closeHandshakesLocked(l)
 	for {
 		select {
 		case c := <-l.pending:
@@ -190,51 +197,65 @@ func (a *Agent) closeListenerLocked(l *Listener) {
 }
 
 // Accept waits for a connection request, has ListenConfig.OnRequest
-// decide it, and for an accepted one sends the REP and waits for the RTU.
-// It returns the connection, or an error: ErrClosed once the listener is
-// closed, ctx's error, a *RejectError when the peer rejected the REP,
-// ErrTimeout when the peer never answered it, or OnRequest's own error.
+// decide it, and for an accepted one sends the REP; it returns the next
+// connection whose RTU came, or the next failure: ErrClosed once the
+// listener is closed, ctx's error, OnRequest's own error, a *RejectError
+// when a peer rejected its REP, ErrTimeout when a peer never answered it.
+// A handshake does not hold Accept up: while one waits for its RTU,
+// Accept takes the next request, so a peer that never finishes its
+// handshakes cannot stall a listener; past Config.MaxHalfOpen waiting
+// handshakes, the oldest is given up to make room (counted in
+// Stats.Evicted; its QP goes to ERR, and one OnRequest gave is the
+// program's again). The errors of a peer's handshake say which request
+// failed; a server goes on accepting after them. When ctx ends, the
+// handshakes this call started that still wait for their RTU are
+// rejected.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	if err := l.ok(); err != nil {
 		return nil, err
 	}
+	var mine []*Conn // handshakes this call started
 	for {
 		select {
+		case c := <-l.ended:
+			return l.finish(c)
+		default:
+		}
+		select {
+		case c := <-l.ended:
+			return l.finish(c)
 		case c := <-l.pending:
-			conn, err := l.accept(ctx, c)
-			if conn == nil && err == nil {
-				continue
+			switch err := l.accept(ctx, c); {
+			case err == nil:
+				mine = append(mine, c)
+			case err != errGone:
+				return nil, err
 			}
-			if conn != nil && l.shared != nil {
-				conn.unshare = l.shared.ref()
-			}
-			return conn, err
 		case <-l.done:
 			return nil, ErrClosed
 		case <-ctx.Done():
+			l.abort(mine, ctx.Err())
 			return nil, fmt.Errorf("cm: accept on %v: %w", l.addr, ctx.Err())
 		}
 	}
 }
 
-// accept completes one request. It returns nil, nil when the request went
-// away or was rejected by OnRequest.
-func (l *Listener) accept(ctx context.Context, c *Conn) (*Conn, error) {
+// accept answers one request: it returns nil once the REP is sent,
+// errGone when the request went away or OnRequest rejected it, and
+// OnRequest's other errors.
+func (l *Listener) accept(ctx context.Context, c *Conn) error {
 	r, ok := l.request(c)
 	if !ok {
-		return nil, nil
+		return errGone
 	}
 	p, err := l.decide(ctx, c, r)
 	if err != nil {
-		return l.refuse(c, err)
+		if _, err := l.refuse(c, err); err != nil {
+			return err
+		}
+		return errGone
 	}
-	switch err := l.sendREP(c, p); {
-	case err == errGone:
-		return nil, nil
-	case err != nil:
-		return nil, err
-	}
-	return l.awaitRTU(ctx, c)
+	return l.sendREP(c, p)
 }
 
 // request returns the Request OnRequest sees for c, and false when c is no
@@ -350,50 +371,35 @@ func (l *Listener) sendREP(c *Conn, p *Params) error {
 		}
 		return errGone
 	}
-	defer a.mu.Unlock()
+	gone := l.makeRoomLocked()
+	defer func() {
+		a.mu.Unlock()
+		for _, g := range gone {
+			g.release()
+		}
+	}()
 	m, i := c.req, &c.info
 	rep := &mad.REP{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID, LocalQPN: i.LocalQPN,
 		StartingPSN: i.RecvPSN, ResponderResources: i.ResponderResources, InitiatorDepth: i.InitiatorDepth,
 		TargetACKDelay: caACKDelay, RNRRetryCount: count(p.RNRRetryCount), LocalCAGUID: a.guid}
 	copy(rep.PrivateData[:], p.PrivateData)
 	c.state = stREPSent
-	c.maxTries = int(m.MaxCMRetries)
+	// The REQ says how long to wait for the RTU, and how often to send
+	// the REP again; a peer may ask for hours: the agent's own response
+	// timeout and retries bound it (rdma_cm's values by default).
+	c.maxTries = int(min(m.MaxCMRetries, a.maxRetries))
 	a.qpns[remoteQP{c.peerGID, i.RemoteQPN}] = c
+	c.inflight = true
+	l.inflight = append(l.inflight, c)
 	a.log.Debug("cm: send REP", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID, "qpn", i.LocalQPN,
 		"psn", i.RecvPSN)
-	a.startExchange(c, a.send(c.peer, c.tid, rep), cmTimeout(m.LocalCMResponseTimeout))
+	a.startExchange(c, a.send(c.peer, c.tid, rep), min(cmTimeout(m.LocalCMResponseTimeout), cmTimeout(a.respTimeout)))
 	return nil
 }
 
 // errGone is sendREP's word for a request that went away; Accept goes on
 // to the next one.
 var errGone = errors.New("cm: the request went away")
-
-// awaitRTU waits for the RTU that makes the connection, until ctx ends.
-func (l *Listener) awaitRTU(ctx context.Context, c *Conn) (*Conn, error) {
-	a := l.a
-	select {
-	case <-c.ready:
-	case <-ctx.Done():
-		a.mu.Lock()
-		if c.state == stREPSent || c.state == stMRARepRcvd {
-			a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
-				MessageRejected: mad.RejectedOther, Reason: mad.RejConsumerDefined})
-			a.toErr(c)
-			c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, ctx.Err()))
-			a.forget(c)
-		}
-		a.mu.Unlock()
-	}
-	a.mu.Lock()
-	err := c.hsErr
-	a.mu.Unlock()
-	if err != nil {
-		c.release()
-		return nil, err
-	}
-	return c, nil
-}
 
 // onREQ handles a REQ: a duplicate is answered from the connection's
 // state; a new one goes to its listener's backlog, or is rejected.
@@ -403,6 +409,10 @@ func (a *Agent) onREQ(src netip.Addr, h *mad.Header, m *mad.REQ) {
 		return
 	}
 	l, cma, reason, ari := a.matchREQ(m)
+	if reason == 0 && len(a.conns) >= a.maxConns {
+		a.ctr.refused.Add(1)
+		reason = mad.RejNoResources
+	}
 	if reason != 0 {
 		a.rejectREQ(src, h, m, reason, ari)
 		return

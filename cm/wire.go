@@ -31,6 +31,14 @@ const (
 	// (Config.CloseWait): a peer that is up answers in a round trip; one
 	// that is not gets the DREQ again in the background.
 	DefaultCloseWait = time.Second
+	// DefaultMaxConns is Config.MaxConns's default: as many connections
+	// as a device has QPs by default (qp.DefaultMaxQPs).
+	DefaultMaxConns = 1 << 16
+	// DefaultMaxHalfOpen is Config.MaxHalfOpen's default. A handshake
+	// takes a round trip; to push a peer's out before its RTU comes, a
+	// flood would need this many REQs a round trip (256,000 a second at
+	// 1 ms), far more than the agent takes.
+	DefaultMaxHalfOpen = 256
 	// caACKDelay is the CA ACK delay the agent announces as the REP's
 	// target ACK delay (rxe's value).
 	caACKDelay = 15
