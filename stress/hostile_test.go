@@ -59,10 +59,12 @@ type pkt struct {
 	reth    *bth.RETHFields
 	atomic  *bth.AtomicETHFields
 	aeth    *bth.AETHFields
+	deth    *bth.DETHFields
 	payload int
+	data    []byte // the payload, when set (else 0xEE bytes)
 }
 
-// build returns the sealed packet p describes, its payload filled with
+// build returns the sealed packet p describes, its payload p.data or
 // 0xEE bytes.
 func (h *hostile) build(p pkt) []byte {
 	b := make([]byte, bth.Len(p.op, p.payload))
@@ -78,9 +80,13 @@ func (h *hostile) build(p pkt) []byte {
 	if p.aeth != nil && v.AETH != nil {
 		v.AETH.Encode(p.aeth)
 	}
+	if p.deth != nil && v.DETH != nil {
+		v.DETH.Encode(p.deth)
+	}
 	for i := range v.Payload {
 		v.Payload[i] = 0xEE
 	}
+	copy(v.Payload, p.data)
 	h.flow.Seal(b)
 	return b
 }
