@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/bth"
 )
@@ -95,24 +94,6 @@ func (h *hostile) build(p pkt) []byte {
 func (h *hostile) send(b []byte) bool {
 	_, err := h.conn.WriteToUDPAddrPort(b, h.dst)
 	return err == nil
-}
-
-// blast sends the packets of set round-robin, as fast as one goroutine
-// can, until n packets went or d passed; it returns how many of each it
-// sent.
-func (h *hostile) blast(set [][]byte, n int, d time.Duration) []int {
-	sent := make([]int, len(set))
-	end := time.Now().Add(d)
-	for i := 0; i < n; i++ {
-		if i%256 == 0 && time.Now().After(end) {
-			break
-		}
-		j := i % len(set)
-		if h.send(set[j]) {
-			sent[j]++
-		}
-	}
-	return sent
 }
 
 // garbage returns n random bytes.
