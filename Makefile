@@ -5,7 +5,7 @@ PKGS     := ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test vet vet-cross lint fmt-check race bench fuzz interop vmbench clean
+.PHONY: all build run test vet vet-cross lint fmt-check race bench fuzz interop vmbench soak clean
 
 all: build
 
@@ -53,6 +53,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) build -o bin/roce ./cmd/roce
 	bin/roce bench -json bin/bench.json
+
+# The long versions of the stress suite (stress/, RELIABILITY.md): the
+# soak for SOAK (an hour; SOAK=15m for less), a third of it at each fault
+# level, and the flood, key-guessing and exhaustion cases at their long
+# sizes. make test runs the short versions.
+SOAK ?= 1h
+soak:
+	@mkdir -p bin
+	GOROCE_SOAK=$(SOAK) $(GO) test -v -count=1 -timeout 0 ./stress | tee bin/soak.log
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:
