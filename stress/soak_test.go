@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -433,6 +434,8 @@ func soakLevelRun(t *testing.T, lv soakLevel, d time.Duration) {
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
+	lag := watchLag()
+	defer lag.stop()
 	start := time.Now()
 	for _, c := range conns {
 		wg.Add(1)
@@ -441,11 +444,12 @@ func soakLevelRun(t *testing.T, lv soakLevel, d time.Duration) {
 			for !stop.Load() && time.Since(start) < d {
 				err := c.one()
 				if err == errRetryExc && lv.faults.Drop >= 0.05 {
-					t.Logf("connection %d ran out of retries at %v; made again", c.id, time.Since(start).Round(time.Second))
+					t.Logf("connection %d ran out of retries at %v (%s); made again", c.id,
+						time.Since(start).Round(time.Second), c.diagnose(lag))
 					err = c.recover()
 				}
 				if err != nil {
-					t.Errorf("seed %#x: %v", seed, err)
+					t.Errorf("seed %#x: %v (%s)", seed, err, c.diagnose(lag))
 					stop.Store(true)
 					return
 				}
@@ -453,7 +457,7 @@ func soakLevelRun(t *testing.T, lv soakLevel, d time.Duration) {
 		}()
 	}
 	samples := sampleUntil(&wg, d)
-	soakReport(t, lv, conns, a, b, samples, time.Since(start))
+	soakReport(t, lv, conns, a, b, port, samples, time.Since(start), lag)
 }
 
 // sampleUntil looks at the process every d/40 while the connections run
@@ -481,7 +485,8 @@ func sampleUntil(wg *sync.WaitGroup, d time.Duration) []soakSample {
 }
 
 // soakReport checks the end state of a level and sums it up.
-func soakReport(t *testing.T, lv soakLevel, conns []*soakConn, a, b *side, samples []soakSample, el time.Duration) {
+func soakReport(t *testing.T, lv soakLevel, conns []*soakConn, a, b *side, port uint16, samples []soakSample,
+	el time.Duration, lag *lagWatch) {
 	var ops [soakOps]int
 	var bytes int64
 	var ctr qp.Counters
@@ -519,8 +524,11 @@ func soakReport(t *testing.T, lv soakLevel, conns []*soakConn, a, b *side, sampl
 	fa, fb := a.dev.FaultStats(), b.dev.FaultStats()
 	summary(t, "%d connections, %v: %d operations (%s), %.1f GB, %.0f MB/s; every byte and completion checked; "+
 		"%d packets retransmitted, %d retries, %d connections out of retries and made again; faults A->B %+v, "+
-		"B->A %+v; %s", soakConns, el.Round(time.Second), sum(ops[:]), opsLine[1:], float64(bytes)/1e9,
-		float64(bytes)/el.Seconds()/1e6, ctr.Retransmits, ctr.CompleterRetryErr, lost, fa, fb, flat)
+		"B->A %+v; datagrams the kernel dropped at the sockets of A and B: %d, %d; the process's longest stall "+
+		"(a 10 ms sleep that took longer): %v; %s", soakConns, el.Round(time.Second), sum(ops[:]), opsLine[1:],
+		float64(bytes)/1e9, float64(bytes)/el.Seconds()/1e6, ctr.Retransmits, ctr.CompleterRetryErr, lost, fa, fb,
+		socketDrops(netip.AddrPortFrom(a.dev.Addr(), port)), socketDrops(netip.AddrPortFrom(b.dev.Addr(), port)),
+		lag.worst(0).Round(time.Millisecond), flat)
 }
 
 func sum(s []int) int {
@@ -569,4 +577,72 @@ func checkFlat(t *testing.T, s []soakSample) string {
 	return fmt.Sprintf("after the warm-up, resident memory %.1f MiB (slope %+.2f MiB/min), heap %.1f MiB "+
 		"(slope %+.2f MiB/min), goroutines %d to %d", float64(last.rss)/(1<<20), slope(xs, rs)/(1<<20),
 		float64(last.heap)/(1<<20), slope(xs, hs)/(1<<20), gmin, gmax)
+}
+
+// diagnose says what a failed connection's QPs and the process looked like.
+func (c *soakConn) diagnose(lag *lagWatch) string {
+	ca, cb := c.qa.(*qp.QP).Counters(), c.qb.(*qp.QP).Counters()
+	return fmt.Sprintf("A's QP %d in %v: %v; B's QP %d in %v: %v; the process's longest stall in the last 5 s: %v",
+		c.qa.QPN(), stateOf(c.qa), ca.String(), c.qb.QPN(), stateOf(c.qb), cb.String(),
+		lag.worst(5*time.Second).Round(time.Millisecond))
+}
+
+// lagWatch measures how late a goroutine that sleeps 10 ms at a time
+// wakes: how long the process, or the Go scheduler, was kept from
+// running.
+type lagWatch struct {
+	mu    sync.Mutex
+	lags  []lagMark // the lates of more than 50 ms, and when
+	most  time.Duration
+	quit  chan struct{}
+	ended chan struct{}
+}
+
+type lagMark struct {
+	at  time.Time
+	lag time.Duration
+}
+
+func watchLag() *lagWatch {
+	w := &lagWatch{quit: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(w.ended)
+		for {
+			t0 := time.Now()
+			select {
+			case <-w.quit:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			late := time.Since(t0) - 10*time.Millisecond
+			w.mu.Lock()
+			w.most = max(w.most, late)
+			if late > 50*time.Millisecond {
+				w.lags = append(w.lags, lagMark{time.Now(), late})
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *lagWatch) stop() {
+	close(w.quit)
+	<-w.ended
+}
+
+// worst returns the longest late in the last d, or ever when d is 0.
+func (w *lagWatch) worst(d time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d == 0 {
+		return w.most
+	}
+	var m time.Duration
+	for _, l := range w.lags {
+		if time.Since(l.at) < d {
+			m = max(m, l.lag)
+		}
+	}
+	return m
 }
