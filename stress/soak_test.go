@@ -74,11 +74,16 @@ type soakConn struct {
 	bytes  int64
 	lost   int // connections given up with RETRY_EXC_ERR and made again
 	p      roce.ConnParams
+	pool   []byte // random bytes fill copies from, shared, read only
 }
 
-func newSoakConn(t *testing.T, id int, a, b *side, seed uint64) *soakConn {
+func newSoakConn(t *testing.T, id int, a, b *side, seed uint64, pool []byte) *soakConn {
+	// ACK timeout 16 (268 ms, eight tries 2.1 s): the process may be kept
+	// from running for more than half a second on a loaded machine (the
+	// soak measures it), longer than eight tries of 67 ms (timeout 14).
 	c := &soakConn{t: t, id: id, a: a, b: b, rng: rand.New(rand.NewPCG(seed, uint64(id))),
-		p: roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 1, MaxDestRDAtomic: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7}}
+		p:    roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 1, MaxDestRDAtomic: 1, Timeout: 16, RetryCnt: 7, RNRRetry: 7},
+		pool: pool}
 	c.abuf = a.reg(t, soakBuf, roce.LocalWrite)
 	c.bbuf = b.reg(t, soakBuf, roce.LocalWrite|roce.RemoteAccess)
 	c.connect()
@@ -170,14 +175,21 @@ func differs(a []byte, ar [][2]int, b []byte, br [][2]int, n int) int {
 	return bad
 }
 
-// fill writes fresh random bytes into b's ranges.
+// fill writes fresh bytes into b's ranges: random bytes from the
+// connection's pool, from a random place, with the operation's number
+// every 512 bytes, so that no two operations write the same bytes (a
+// stale message cannot pass for the next) at the cost of a copy.
 func (c *soakConn) fill(b []byte, ranges [][2]int) {
+	from := c.rng.IntN(len(c.pool) - soakBuf)
+	k := 0
 	for _, r := range ranges {
-		for i := r[0]; i < r[1]; i += 8 {
-			var w [8]byte
-			binary.LittleEndian.PutUint64(w[:], c.rng.Uint64())
-			copy(b[i:r[1]], w[:])
+		copy(b[r[0]:r[1]], c.pool[from+k:])
+		var id [8]byte
+		binary.LittleEndian.PutUint64(id[:], c.next)
+		for i := r[0]; i < r[1]; i += 512 {
+			copy(b[i:r[1]], id[:])
 		}
+		k += r[1] - r[0]
 	}
 }
 
@@ -428,9 +440,13 @@ func soakLevelRun(t *testing.T, lv soakLevel, d time.Duration) {
 	mod := func(c *roce.Config) { c.Faults, c.FaultSeed = lv.faults, seed }
 	da, db := openDev(t, ips[0], port, mod), openDev(t, ips[1], port, mod)
 	a, b := newSide(t, da, 16), newSide(t, db, 16)
+	pool := make([]byte, 2*soakBuf)
+	for i := 0; i < len(pool); i += 8 {
+		binary.LittleEndian.PutUint64(pool[i:], rand.Uint64())
+	}
 	conns := make([]*soakConn, soakConns)
 	for i := range conns {
-		conns[i] = newSoakConn(t, i, a, b, seed)
+		conns[i] = newSoakConn(t, i, a, b, seed, pool)
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
