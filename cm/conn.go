@@ -174,6 +174,7 @@ type Conn struct {
 	closeErr error
 
 	inflight bool // a listener's handshake waiting for its RTU (handshake.go), under a.mu
+	awaited  bool // and the Accept that sent the REP waits for it
 
 	ready  chan struct{} // closed when the handshake ends, either way
 	done   chan struct{} // closed when the connection ends

@@ -1,26 +1,79 @@
 package cm
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/goroce/goroce/mad"
 )
 
 // A listener's handshakes: once Accept has sent a REP, the connection
-// waits for its RTU in the agent (Listener.inflight) while Accept goes on
-// with the next request; when the handshake ends, either way, markReady
-// hands the connection to the listener (Listener.ended), and an Accept
-// returns it. At most Config.MaxHalfOpen handshakes wait per listener:
-// to start one more, Accept gives the oldest up.
+// waits for its RTU (Listener.inflight) and the Accept that sent it waits
+// with it (Conn.awaited); when another request waits after RTUPatience,
+// or half the backlog does, Accept leaves it: when the handshake ends,
+// either way, markReady hands the connection to the listener
+// (Listener.ended), and a later Accept returns it. At most Config.MaxHalfOpen handshakes wait per
+// listener: to start one more, Accept gives the oldest up.
 
-// handshakeEnded hands a listener's handshake that ended to Accept; the
-// caller holds a.mu. The channel has room for twice as many as may wait,
-// and Accept empties it before it starts another handshake.
+// RTUPatience is how long Accept waits for the RTU of the handshake it
+// started before it takes the next request, if one waits: a peer
+// answers in a round trip, and one that has not answered by then may
+// never do.
+const RTUPatience = 50 * time.Millisecond
+
+// await waits for the end of c's handshake, which this Accept started,
+// and returns what Accept returns for it; done is false when it left the
+// handshake to finish in the background: because its RTU took longer
+// than RTUPatience and another request waits, or at once while half the
+// backlog waits (a flood of requests that never finish must not fill it,
+// and a peer answers well within the time the next request takes). When
+// ctx ends first, the handshake is rejected.
+func (l *Listener) await(ctx context.Context, c *Conn) (conn *Conn, err error, done bool) {
+	start := time.Now()
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		if n := len(l.pending); (n >= max(1, cap(l.pending)/2) || n > 0 && time.Since(start) >= RTUPatience) && l.leave(c) {
+			return nil, nil, false
+		}
+		select {
+		case <-c.ready:
+			conn, err = l.finish(c)
+			return conn, err, true
+		case <-ctx.Done():
+			l.abort(c, ctx.Err())
+			return nil, fmt.Errorf("cm: accept on %v: %w", l.addr, ctx.Err()), true
+		case <-t.C:
+		}
+	}
+}
+
+// leave hands c's handshake to the background; it reports false when
+// the handshake has ended already (c.ready is closed).
+func (l *Listener) leave(c *Conn) bool {
+	a := l.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c.flags.ready {
+		return false
+	}
+	c.awaited = false
+	return true
+}
+
+// handshakeEnded hands a listener's handshake that ended to Accept,
+// unless an Accept waits for it; the caller holds a.mu. The channel has
+// room for twice as many as may wait, and Accept empties it before it
+// starts another handshake.
 func (a *Agent) handshakeEnded(c *Conn) {
 	c.inflight = false
 	l := c.listener
 	l.inflight = slices.DeleteFunc(l.inflight, func(x *Conn) bool { return x == c })
+	if c.awaited {
+		return
+	}
 	select {
 	case l.ended <- c:
 	default:
@@ -75,30 +128,25 @@ func (l *Listener) makeRoomLocked() []*Conn {
 	return gone
 }
 
-// abort rejects the handshakes in cs that still wait for their RTU, as an
-// Accept whose ctx ended leaves them; it releases what the agent made for
-// them.
-func (l *Listener) abort(cs []*Conn, why error) {
+// abort rejects c's handshake if it still waits for its RTU, as an
+// Accept whose ctx ended leaves it, and releases what the agent made for
+// it.
+func (l *Listener) abort(c *Conn, why error) {
 	a := l.a
 	a.mu.Lock()
-	var gone []*Conn
-	for _, c := range cs {
-		if !c.inflight {
-			continue
-		}
-		c.inflight = false
-		l.inflight = slices.DeleteFunc(l.inflight, func(x *Conn) bool { return x == c })
-		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
-			MessageRejected: mad.RejectedOther, Reason: mad.RejConsumerDefined})
-		a.toErr(c)
-		c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, why))
-		a.forget(c)
-		gone = append(gone, c)
+	if !c.inflight {
+		a.mu.Unlock()
+		return
 	}
+	c.inflight = false
+	l.inflight = slices.DeleteFunc(l.inflight, func(x *Conn) bool { return x == c })
+	a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+		MessageRejected: mad.RejectedOther, Reason: mad.RejConsumerDefined})
+	a.toErr(c)
+	c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, why))
+	a.forget(c)
 	a.mu.Unlock()
-	for _, c := range gone {
-		c.release()
-	}
+	c.release()
 }
 
 // closeHandshakesLocked ends the handshakes of a listener that closes:

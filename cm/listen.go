@@ -197,24 +197,24 @@ func (a *Agent) closeListenerLocked(l *Listener) {
 }
 
 // Accept waits for a connection request, has ListenConfig.OnRequest
-// decide it, and for an accepted one sends the REP; it returns the next
-// connection whose RTU came, or the next failure: ErrClosed once the
-// listener is closed, ctx's error, OnRequest's own error, a *RejectError
-// when a peer rejected its REP, ErrTimeout when a peer never answered it.
-// A handshake does not hold Accept up: while one waits for its RTU,
-// Accept takes the next request, so a peer that never finishes its
-// handshakes cannot stall a listener; past Config.MaxHalfOpen waiting
-// handshakes, the oldest is given up to make room (counted in
-// Stats.Evicted; its QP goes to ERR, and one OnRequest gave is the
-// program's again). The errors of a peer's handshake say which request
-// failed; a server goes on accepting after them. When ctx ends, the
-// handshakes this call started that still wait for their RTU are
-// rejected.
+// decide it, and for an accepted one sends the REP and waits for the RTU.
+// It returns the connection, or an error: ErrClosed once the listener is
+// closed, ctx's error (the handshake it waited for is then rejected),
+// OnRequest's own error, a *RejectError when the peer rejected the REP,
+// ErrTimeout when the peer never answered it.
+//
+// A peer that never finishes its handshake cannot hold the listener up:
+// when an RTU has not come within RTUPatience and another request waits,
+// or at once while half the backlog waits, Accept leaves the handshake to
+// finish in the background and takes the next request; a later Accept
+// returns what became of it (the connection, or its error). Past Config.MaxHalfOpen such handshakes, the oldest is
+// given up to make room (counted in Stats.Evicted; its QP goes to ERR,
+// and one OnRequest gave is the program's again). A handshake's error
+// says which request failed; a server goes on accepting after one.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	if err := l.ok(); err != nil {
 		return nil, err
 	}
-	var mine []*Conn // handshakes this call started
 	for {
 		select {
 		case c := <-l.ended:
@@ -226,15 +226,17 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 			return l.finish(c)
 		case c := <-l.pending:
 			switch err := l.accept(ctx, c); {
-			case err == nil:
-				mine = append(mine, c)
-			case err != errGone:
+			case err == errGone:
+				continue
+			case err != nil:
 				return nil, err
+			}
+			if conn, err, done := l.await(ctx, c); done {
+				return conn, err
 			}
 		case <-l.done:
 			return nil, ErrClosed
 		case <-ctx.Done():
-			l.abort(mine, ctx.Err())
 			return nil, fmt.Errorf("cm: accept on %v: %w", l.addr, ctx.Err())
 		}
 	}
@@ -389,7 +391,7 @@ func (l *Listener) sendREP(c *Conn, p *Params) error {
 	// timeout and retries bound it (rdma_cm's values by default).
 	c.maxTries = int(min(m.MaxCMRetries, a.maxRetries))
 	a.qpns[remoteQP{c.peerGID, i.RemoteQPN}] = c
-	c.inflight = true
+	c.inflight, c.awaited = true, true
 	l.inflight = append(l.inflight, c)
 	a.log.Debug("cm: send REP", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID, "qpn", i.LocalQPN,
 		"psn", i.RecvPSN)
