@@ -24,6 +24,9 @@
 //     rkeys; the rate the engine absorbs them and the expected time to a
 //     hit are reported.
 //
+// The suite runs on Linux (its sockets' options, /proc for the kernel's
+// drops and the process's memory); elsewhere the package is empty.
+//
 // Each case logs its figures (go test -v) and ends with a summary line.
 // `go test ./stress` runs the short versions (part of make test); with
 // GOROCE_SOAK set to a duration (make soak sets 1h) the soak runs that
