@@ -16,6 +16,7 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // cmRig is a server device with a CM agent and a listener whose Accept
@@ -25,8 +26,8 @@ type cmRig struct {
 	t        *testing.T
 	ips      []netip.Addr // server, client, attacker
 	port     uint16
-	server   *roce.SoftDevice
-	client   *roce.SoftDevice
+	server   *roce.Device
+	client   *roce.Device
 	agent    *cm.Agent
 	lis      *cm.Listener
 	service  uint16 // the listener's rdma_cm port
@@ -85,9 +86,9 @@ func (r *cmRig) req(id uint32) []byte {
 	m := &mad.REQ{LocalCommID: id, ServiceID: mad.ServiceID(mad.PortSpaceTCP, r.service), LocalCAGUID: 0xBAD0000 + uint64(id),
 		LocalQPN: id & 0xFFFFFF, ResponderResources: 1, InitiatorDepth: 1, RemoteCMResponseTimeout: 31,
 		TransportServiceType: mad.TransportRC, StartingPSN: id & 0xFFFFFF, LocalCMResponseTimeout: 31, RetryCount: 7,
-		PKey: 0xFFFF, PathMTU: mad.MTU1024, RNRRetryCount: 7, MaxCMRetries: 15,
-		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: roce.GIDFromAddr(r.ips[2]),
-			RemoteGID: roce.GIDFromAddr(r.ips[0]), HopLimit: 64, LocalACKTimeout: 31}}
+		PKey: 0xFFFF, PathMTU: bth.MTU1024, RNRRetryCount: 7, MaxCMRetries: 15,
+		Primary: mad.Path{LocalLID: 0xFFFF, RemoteLID: 0xFFFF, LocalGID: verbs.GIDFromAddr(r.ips[2]),
+			RemoteGID: verbs.GIDFromAddr(r.ips[0]), HopLimit: 64, LocalACKTimeout: 31}}
 	h := mad.CMAHeader{SrcPort: uint16(id), Src: r.ips[2], Dst: r.ips[0]}
 	if err := h.Marshal(m.PrivateData[:]); err != nil {
 		r.t.Fatal(err)
@@ -119,8 +120,8 @@ func TestREQFlood(t *testing.T) {
 	go func() {
 		defer flood.Done()
 		for i := range n {
-			h.send(h.build(pkt{op: bth.UDSendOnly, qpn: mad.GSIQPN, psn: bth.PSN(i), data: r.req(base + uint32(i)),
-				payload: mad.Len, deth: &bth.DETHFields{QKey: mad.GSIQKey, SrcQP: mad.GSIQPN}}))
+			h.send(h.build(pkt{op: bth.UDSendOnly, qpn: bth.GSIQPN, psn: bth.PSN(i), data: r.req(base + uint32(i)),
+				payload: mad.Len, deth: &bth.DETHFields{QKey: bth.GSIQKey, SrcQP: bth.GSIQPN}}))
 			time.Sleep(d / time.Duration(n))
 		}
 	}()

@@ -15,6 +15,7 @@ import (
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestREADsBeyondResources: a peer with a connection of its own sends
@@ -27,11 +28,11 @@ func TestREADsBeyondResources(t *testing.T) {
 	ips := loopbacks(2)
 	port := freePort(t, ips...)
 	v := newSide(t, openDev(t, ips[0], port, nil), 64)
-	src := v.reg(t, 64<<10, roce.RemoteRead)
-	q := v.qp(t, roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	src := v.reg(t, 64<<10, verbs.RemoteRead)
+	q := v.qp(t, verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	psn := bth.PSN(0x123456)
-	if err := roce.Connect(q, &roce.Remote{QPN: 0x999, PSN: uint32(psn), GID: roce.GIDFromAddr(ips[1])},
-		&roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 2, MaxDestRDAtomic: 2}); err != nil {
+	if err := roce.Connect(q, &roce.Remote{QPN: 0x999, PSN: uint32(psn), GID: verbs.GIDFromAddr(ips[1])},
+		&roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 2, MaxDestRDAtomic: 2}); err != nil {
 		t.Fatal(err)
 	}
 	answers, err := net.ListenPacket("udp4", netip.AddrPortFrom(ips[1], port).String())
@@ -68,7 +69,7 @@ func TestREADsBeyondResources(t *testing.T) {
 	answered := <-got
 	grew := int64(heap()) - int64(h0)
 	c := q.(*qp.QP).Counters()
-	if st := state(t, q); st != roce.StateRTS {
+	if st := state(t, q); st != verbs.StateRTS {
 		t.Errorf("the responder's QP is in %v", st)
 	}
 	// Each READ of one MTU is one response; the peer's socket may lose
@@ -91,26 +92,26 @@ func TestSilentPeerREADs(t *testing.T) {
 	a := newSide(t, openDev(t, ips[0], port, nil), 1024)
 	bdev := openDev(t, ips[1], port, nil)
 	b := newSide(t, bdev, 64)
-	dst := a.reg(t, 256*4096, roce.LocalWrite)
-	src := b.reg(t, 256*4096, roce.RemoteRead)
-	qa := a.qp(t, roce.QPCap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
-	qb := b.qp(t, roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	dst := a.reg(t, 256*4096, verbs.LocalWrite)
+	src := b.reg(t, 256*4096, verbs.RemoteRead)
+	qa := a.qp(t, verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+	qb := b.qp(t, verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	// ACK timeout 10: 4.2 ms, 7 retries: the QP gives up about 34 ms
 	// after the peer's last answer.
-	connect(t, a, b, qa, qb, roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Timeout: 10})
+	connect(t, a, b, qa, qb, roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Timeout: 10})
 	g0 := runtime.NumGoroutine()
 	bdev.Close() // the peer dies
-	var wrs []roce.SendWR
+	var wrs []verbs.SendWR
 	for i := range 256 {
-		wrs = append(wrs, roce.SendWR{ID: uint64(i), Opcode: roce.OpRead, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: dst.Addr() + uint64(i)*4096, Length: 4096, LKey: dst.LKey()}},
+		wrs = append(wrs, verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRead, Flags: verbs.Signaled,
+			SGL:        []verbs.SGE{{Addr: dst.Addr() + uint64(i)*4096, Length: 4096, LKey: dst.LKey()}},
 			RemoteAddr: src.Addr() + uint64(i)*4096, RKey: src.RKey()})
 	}
 	t0 := time.Now()
 	if err := qa.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[uint64]roce.Status{}
+	seen := map[uint64]verbs.Status{}
 	for len(seen) < len(wrs) {
 		wc, ok := waitWC(t, a.cq, 10*time.Second)
 		if !ok {
@@ -122,11 +123,11 @@ func TestSilentPeerREADs(t *testing.T) {
 		seen[wc.ID] = wc.Status
 	}
 	el := time.Since(t0)
-	if seen[0] != roce.RetryExcErr {
+	if seen[0] != verbs.RetryExcErr {
 		t.Errorf("the first READ completed %v, want RETRY_EXC_ERR", seen[0])
 	}
 	for id, st := range seen {
-		if id > 0 && st != roce.WRFlushErr {
+		if id > 0 && st != verbs.WRFlushErr {
 			t.Errorf("READ %d completed %v, want WR_FLUSH_ERR", id, st)
 		}
 	}
@@ -193,19 +194,19 @@ func TestSilentPeerWRITE(t *testing.T) {
 	a := newSide(t, openDev(t, ips[0], port, nil), 16)
 	bdev := openDev(t, ips[1], port, nil)
 	b := newSide(t, bdev, 16)
-	src := a.reg(t, 1<<20, roce.LocalWrite)
-	dst := b.reg(t, 1<<20, roce.LocalWrite|roce.RemoteWrite)
-	c := roce.QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	src := a.reg(t, 1<<20, verbs.LocalWrite)
+	dst := b.reg(t, 1<<20, verbs.LocalWrite|verbs.RemoteWrite)
+	c := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
 	qa, qb := a.qp(t, c), b.qp(t, c)
-	connect(t, a, b, qa, qb, roce.ConnParams{MTU: roce.MTU4096, Timeout: 10})
+	connect(t, a, b, qa, qb, roce.ConnParams{MTU: bth.MTU4096, Timeout: 10})
 	bdev.Close()
-	if err := qa.PostSend([]roce.SendWR{{ID: 1, Opcode: roce.OpWrite, Flags: roce.Signaled,
-		SGL:        []roce.SGE{{Addr: src.Addr(), Length: 1 << 20, LKey: src.LKey()}},
+	if err := qa.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+		SGL:        []verbs.SGE{{Addr: src.Addr(), Length: 1 << 20, LKey: src.LKey()}},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
 	wc, ok := waitWC(t, a.cq, 10*time.Second)
-	if !ok || wc.ID != 1 || wc.Status != roce.RetryExcErr {
+	if !ok || wc.ID != 1 || wc.Status != verbs.RetryExcErr {
 		ctr := qa.(*qp.QP).Counters()
 		t.Fatalf("a 1 MiB WRITE to a dead peer completed %v (%v), want RETRY_EXC_ERR; counters %v", &wc, ok, ctr.String())
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/udp"
+	"github.com/goroce/goroce/verbs"
 )
 
 // floodRig is the scene of the flood: a victim device V serving a
@@ -30,29 +32,29 @@ type floodRig struct {
 	port    uint16
 	v, l    *side
 	stream  *stream
-	streamV roce.QP // V's end of the stream's connection
-	idleV   roce.QP // V's end of the idle bystander connection
-	idleL   roce.QP
+	streamV verbs.QP // V's end of the stream's connection
+	idleV   verbs.QP // V's end of the idle bystander connection
+	idleL   verbs.QP
 	idlePSN uint32 // the PSN V expects on the idle connection
 	psnL    uint32 // the PSN the stream started from
 
 	// V's memory the attacker goes after, and what it must hold.
-	target                       roce.MR // the stream's destination
-	readonly, writeonly, atomics roce.MR
-	private                      roce.MR
-	want                         map[roce.MR][]byte
+	target                       verbs.MR // the stream's destination
+	readonly, writeonly, atomics verbs.MR
+	private                      verbs.MR
+	want                         map[verbs.MR][]byte
 
 	naks net.PacketConn // the attacker's socket on H:port: what V answers it
-	dead []roce.QP      // V's ends of the attacker's own connections, killed
+	dead []verbs.QP     // V's ends of the attacker's own connections, killed
 }
 
 // protectedMRs are the regions whose bytes the attacker must not change.
-func (r *floodRig) protectedMRs() []roce.MR {
-	return []roce.MR{r.readonly, r.writeonly, r.atomics, r.private}
+func (r *floodRig) protectedMRs() []verbs.MR {
+	return []verbs.MR{r.readonly, r.writeonly, r.atomics, r.private}
 }
 
 func newFloodRig(t *testing.T) *floodRig {
-	r := &floodRig{t: t, ips: loopbacks(3), want: map[roce.MR][]byte{}}
+	r := &floodRig{t: t, ips: loopbacks(3), want: map[verbs.MR][]byte{}}
 	r.port = freePort(t, r.ips...)
 	r.v = newSide(t, openDev(t, r.ips[0], r.port, nil), 4096)
 	r.l = newSide(t, openDev(t, r.ips[1], r.port, nil), 4096)
@@ -61,12 +63,12 @@ func newFloodRig(t *testing.T) *floodRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.naks.Close() })
-	full := roce.LocalWrite | roce.RemoteAccess
-	r.target = r.v.reg(t, 4<<20, roce.LocalWrite|roce.RemoteWrite)
-	r.readonly = r.v.reg(t, 64<<10, roce.RemoteRead)
-	r.writeonly = r.v.reg(t, 64<<10, roce.LocalWrite|roce.RemoteWrite)
-	r.atomics = r.v.reg(t, 4096, roce.LocalWrite|roce.RemoteAtomic)
-	r.private = r.v.reg(t, 64<<10, roce.LocalWrite)
+	full := verbs.LocalWrite | verbs.RemoteAccess
+	r.target = r.v.reg(t, 4<<20, verbs.LocalWrite|verbs.RemoteWrite)
+	r.readonly = r.v.reg(t, 64<<10, verbs.RemoteRead)
+	r.writeonly = r.v.reg(t, 64<<10, verbs.LocalWrite|verbs.RemoteWrite)
+	r.atomics = r.v.reg(t, 4096, verbs.LocalWrite|verbs.RemoteAtomic)
+	r.private = r.v.reg(t, 64<<10, verbs.LocalWrite)
 	for i, m := range r.protectedMRs() {
 		b := m.Bytes()
 		for j := range b {
@@ -75,8 +77,8 @@ func newFloodRig(t *testing.T) *floodRig {
 		r.want[m] = bytes.Clone(b)
 		syncMR(m)
 	}
-	p := roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Access: full}
-	c := roce.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	p := roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Access: full}
+	c := verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	ql := r.l.qp(t, c)
 	r.streamV = r.v.qp(t, c)
 	r.psnL, _ = connect(t, r.l, r.v, ql, r.streamV, p)
@@ -88,11 +90,11 @@ func newFloodRig(t *testing.T) *floodRig {
 
 // attackerQP makes a QP on V connected to the attacker at H, which
 // starts sending with the PSN returned.
-func (r *floodRig) attackerQP() (roce.QP, bth.PSN) {
-	q := r.v.qp(r.t, roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+func (r *floodRig) attackerQP() (verbs.QP, bth.PSN) {
+	q := r.v.qp(r.t, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	psn := rand.Uint32() & 0xFFFFFF
-	p := &roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 4, MaxDestRDAtomic: 4, PSN: rand.Uint32() & 0xFFFFFF}
-	if err := roce.Connect(q, &roce.Remote{QPN: 0x4242, PSN: psn, GID: roce.GIDFromAddr(r.ips[2])}, p); err != nil {
+	p := &roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 4, MaxDestRDAtomic: 4, PSN: rand.Uint32() & 0xFFFFFF}
+	if err := roce.Connect(q, &roce.Remote{QPN: 0x4242, PSN: psn, GID: verbs.GIDFromAddr(r.ips[2])}, p); err != nil {
 		r.t.Fatal(err)
 	}
 	return q, bth.PSN(psn)
@@ -164,7 +166,8 @@ type counts struct {
 }
 
 func (r *floodRig) counts() counts {
-	c := counts{tr: r.v.dev.TransportStats(), dev: r.v.dev.Stats(),
+	st := r.v.dev.Stats()
+	c := counts{tr: st.Link, dev: st.Engine,
 		stream: r.streamV.(*qp.QP).Counters(), idle: r.idleV.(*qp.QP).Counters(),
 		socketDrop: socketDrops(netip.AddrPortFrom(r.ips[0], r.port))}
 	for _, a := range r.dead {
@@ -235,7 +238,7 @@ func (r *floodRig) runAttacks(h *hostile) [][]byte {
 		if syn.Kind() != bth.KindNAK || syn.NAKCode() != a.nak || ans.BTH.PSN() != psn {
 			t.Errorf("%s: V answered %v for PSN %#x, want NAK %v for %#x", a.name, syn, ans.BTH.PSN(), a.nak, psn)
 		}
-		if st := state(t, q); st != roce.StateErr {
+		if st := state(t, q); st != verbs.StateErr {
 			t.Errorf("%s: V's QP is in %v after the NAK, want ERR", a.name, st)
 		}
 		t.Logf("attacker's own connection, %s: NAK %v, QP in ERR", a.name, syn)
@@ -388,8 +391,8 @@ func TestFlood(t *testing.T) {
 	after := r.counts()
 	r.checkCounts(classes, &before, &after)
 	r.checkMemory()
-	for _, q := range []roce.QP{r.streamV, r.idleV} {
-		if st := state(t, q); st != roce.StateRTS {
+	for _, q := range []verbs.QP{r.streamV, r.idleV} {
+		if st := state(t, q); st != verbs.StateRTS {
 			t.Errorf("V's QP %d, which the flood could not name with its PSN, is in %v", q.QPN(), st)
 		}
 	}
@@ -399,7 +402,7 @@ func TestFlood(t *testing.T) {
 		sent, flooded.Seconds(), float64(sent)/flooded.Seconds(), float64(sent-int(drops))/flooded.Seconds(), drops,
 		perPkt, strings.Join(report, ", "))
 	t.Run("the NAK the flood draws leaves the idle requester up", func(t *testing.T) {
-		if st := state(t, r.idleL); st != roce.StateRTS {
+		if st := state(t, r.idleL); st != verbs.StateRTS {
 			t.Fatalf("L's idle QP is in %v: the sequence NAK V sent it for a hostile packet with a PSN far ahead killed it", st)
 		}
 	})
@@ -410,10 +413,10 @@ func TestFlood(t *testing.T) {
 // is another) spent on each.
 func (r *floodRig) floodAlone(classes []*floodClass) (int, time.Duration) {
 	wait := floodFrom(r.t, classes, time.Second, 0)
-	d0, c0 := r.v.dev.TransportStats(), cpuTime()
+	d0, c0 := r.v.dev.Stats().Link, cpuTime()
 	sent := wait()
 	r.quiesce()
-	d1, c1 := r.v.dev.TransportStats(), cpuTime()
+	d1, c1 := r.v.dev.Stats().Link, cpuTime()
 	got := d1.RxPackets + d1.RxICRCErrors + d1.RxMalformed - d0.RxPackets - d0.RxICRCErrors - d0.RxMalformed
 	if got == 0 {
 		r.t.Fatalf("V took none of the %d hostile packets sent", sent)
@@ -485,7 +488,7 @@ func (r *floodRig) checkCounts(classes []*floodClass, b, a *counts) {
 	want := map[string]int{}
 	for _, c := range classes {
 		for i, p := range c.pkts {
-			f := fate(&c.from.flow, p, r.v.dev.Transport().MaxPacket(), qpns)
+			f := fate(&c.from.flow, p, udp.DefaultMaxPacket, qpns)
 			if f == "qp" {
 				f = c.name
 			}

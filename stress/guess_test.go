@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestKeyGuessing: an attacker with a UC connection of its own to a
@@ -28,21 +29,21 @@ func TestKeyGuessing(t *testing.T) {
 	ips := loopbacks(2)
 	port := freePort(t, ips...)
 	v := newSide(t, openDev(t, ips[0], port, nil), 64)
-	target := v.reg(t, 1<<20, roce.LocalWrite|roce.RemoteWrite)
+	target := v.reg(t, 1<<20, verbs.LocalWrite|verbs.RemoteWrite)
 	keys := map[uint32]bool{target.RKey(): true}
 	const live = 1000 // more live regions: more keys that pass the key check
 	for range live - 1 {
-		keys[v.reg(t, 64, roce.LocalWrite|roce.RemoteWrite).RKey()] = true
+		keys[v.reg(t, 64, verbs.LocalWrite|verbs.RemoteWrite).RKey()] = true
 	}
 	want := bytes.Clone(target.Bytes())
-	uc, err := v.pd.CreateQP(&roce.QPInitAttr{Type: roce.UC, SendCQ: v.cq, RecvCQ: v.cq,
-		Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	uc, err := v.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.UC, SendCQ: v.cq, RecvCQ: v.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	psn := rand.Uint32() & 0xFFFFFF
-	if err := roce.Connect(uc, &roce.Remote{QPN: 0x777, PSN: psn, GID: roce.GIDFromAddr(ips[1])},
-		&roce.ConnParams{MTU: roce.MTU1024}); err != nil {
+	if err := roce.Connect(uc, &roce.Remote{QPN: 0x777, PSN: psn, GID: verbs.GIDFromAddr(ips[1])},
+		&roce.ConnParams{MTU: bth.MTU1024}); err != nil {
 		t.Fatal(err)
 	}
 	h := newHostile(t, netip.AddrPortFrom(ips[1], 0), netip.AddrPortFrom(ips[0], port))
@@ -76,7 +77,7 @@ func TestKeyGuessing(t *testing.T) {
 	if !bytes.Equal(target.Bytes(), want) {
 		t.Fatal("a guessed rkey wrote into the region")
 	}
-	if st := state(t, uc); st != roce.StateRTS {
+	if st := state(t, uc); st != verbs.StateRTS {
 		t.Errorf("the attacker's UC connection is in %v", st)
 	}
 	rate := float64(counted) / el.Seconds()
@@ -90,12 +91,12 @@ func TestKeyGuessing(t *testing.T) {
 }
 
 // quiet waits until d has received nothing for 200 ms (at most 20 s).
-func quiet(t testing.TB, d *roce.SoftDevice) {
+func quiet(t testing.TB, d *roce.Device) {
 	t.Helper()
-	last := d.TransportStats()
+	last := d.Stats().Link
 	for range 100 {
 		time.Sleep(200 * time.Millisecond)
-		now := d.TransportStats()
+		now := d.Stats().Link
 		if now == last {
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // soakEnv names the environment variable that selects the long versions:
@@ -86,9 +87,9 @@ func freePort(t testing.TB, addrs ...netip.Addr) uint16 {
 
 // openDev opens a device over UDP on addr:port, whose peers listen on the
 // same port; mod, if set, changes the configuration first.
-func openDev(t testing.TB, addr netip.Addr, port uint16, mod func(*roce.Config)) *roce.SoftDevice {
+func openDev(t testing.TB, addr netip.Addr, port uint16, mod func(*roce.Config)) *roce.Device {
 	t.Helper()
-	c := &roce.Config{Transport: "udp", Addr: addr, Port: port, PeerPort: port}
+	c := &roce.Config{Link: &roce.UDP{Addr: addr, Port: port, PeerPort: port}}
 	if mod != nil {
 		mod(c)
 	}
@@ -102,12 +103,12 @@ func openDev(t testing.TB, addr netip.Addr, port uint16, mod func(*roce.Config))
 
 // side is one device's half of a test: a PD and a CQ.
 type side struct {
-	dev *roce.SoftDevice
-	pd  roce.PD
-	cq  roce.CQ
+	dev *roce.Device
+	pd  verbs.PD
+	cq  verbs.CQ
 }
 
-func newSide(t testing.TB, d *roce.SoftDevice, cqe int) *side {
+func newSide(t testing.TB, d *roce.Device, cqe int) *side {
 	t.Helper()
 	pd, err := d.AllocPD()
 	if err != nil {
@@ -121,7 +122,7 @@ func newSide(t testing.TB, d *roce.SoftDevice, cqe int) *side {
 }
 
 // reg registers n bytes with the given rights.
-func (s *side) reg(t testing.TB, n int, access roce.Access) roce.MR {
+func (s *side) reg(t testing.TB, n int, access verbs.Access) verbs.MR {
 	t.Helper()
 	m, err := s.pd.RegMR(make([]byte, n), access)
 	if err != nil {
@@ -131,9 +132,9 @@ func (s *side) reg(t testing.TB, n int, access roce.Access) roce.MR {
 }
 
 // qp creates an RC QP on the side's CQ.
-func (s *side) qp(t testing.TB, c roce.QPCap) roce.QP {
+func (s *side) qp(t testing.TB, c verbs.QPCap) verbs.QP {
 	t.Helper()
-	q, err := s.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq, Cap: c})
+	q, err := s.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq, Cap: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +142,11 @@ func (s *side) qp(t testing.TB, c roce.QPCap) roce.QP {
 }
 
 // gid returns the side's GID.
-func (s *side) gid() [16]byte { return roce.GIDFromAddr(s.dev.Addr()) }
+func (s *side) gid() [16]byte { return verbs.GIDFromAddr(s.dev.Addr()) }
 
 // connect connects qa (on a) and qb (on b) with p, each sending from
 // its own random PSN; it returns the PSNs a and b start with.
-func connect(t testing.TB, a, b *side, qa, qb roce.QP, p roce.ConnParams) (psnA, psnB uint32) {
+func connect(t testing.TB, a, b *side, qa, qb verbs.QP, p roce.ConnParams) (psnA, psnB uint32) {
 	t.Helper()
 	psnA, psnB = rand.Uint32()&0xFFFFFF, rand.Uint32()&0xFFFFFF
 	pa, pb := p, p
@@ -160,7 +161,7 @@ func connect(t testing.TB, a, b *side, qa, qb roce.QP, p roce.ConnParams) (psnA,
 }
 
 // state returns q's state.
-func state(t testing.TB, q roce.QP) roce.QPState {
+func state(t testing.TB, q verbs.QP) verbs.QPState {
 	t.Helper()
 	a, err := q.Query()
 	if err != nil {
@@ -170,23 +171,23 @@ func state(t testing.TB, q roce.QP) roce.QPState {
 }
 
 // waitWC polls cq for one completion for up to d.
-func waitWC(t testing.TB, cq roce.CQ, d time.Duration) (roce.WC, bool) {
+func waitWC(t testing.TB, cq verbs.CQ, d time.Duration) (verbs.WC, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	wc := make([]roce.WC, 1)
+	wc := make([]verbs.WC, 1)
 	for {
 		if cq.Poll(wc) == 1 {
 			return wc[0], true
 		}
 		if cq.Wait(ctx) != nil {
-			return roce.WC{}, false
+			return verbs.WC{}, false
 		}
 	}
 }
 
 // syncMR orders the engine's accesses to m and the test's (mr.MR.Sync).
-func syncMR(m roce.MR) {
+func syncMR(m verbs.MR) {
 	if s, ok := m.(interface{ Sync() }); ok {
 		s.Sync()
 	}

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestManyQPs connects 10,000 RC QPs on one device A to as many on B,
@@ -28,8 +30,8 @@ func TestManyQPs(t *testing.T) {
 	port := freePort(t, ips...)
 	a := newSide(t, openDev(t, ips[0], port, nil), 4096)
 	b := newSide(t, openDev(t, ips[1], port, nil), 4096)
-	src := a.reg(t, 64<<10, roce.LocalWrite)
-	dst := b.reg(t, subset*4096, roce.LocalWrite|roce.RemoteWrite)
+	src := a.reg(t, 64<<10, verbs.LocalWrite)
+	dst := b.reg(t, subset*4096, verbs.LocalWrite|verbs.RemoteWrite)
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i*7 + 3)
 	}
@@ -66,12 +68,12 @@ type manyFigures struct {
 
 // manyQPs creates and connects n QP pairs between a and b, checks traffic
 // over subset of them, and destroys them.
-func manyQPs(t *testing.T, a, b *side, n, subset int, src, dst roce.MR) manyFigures {
+func manyQPs(t *testing.T, a, b *side, n, subset int, src, dst verbs.MR) manyFigures {
 	var m manyFigures
-	c := roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	p := roce.ConnParams{MTU: roce.MTU4096, Timeout: 14}
+	c := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	p := roce.ConnParams{MTU: bth.MTU4096, Timeout: 14}
 	t0 := time.Now()
-	qa, qb := make([]roce.QP, n), make([]roce.QP, n)
+	qa, qb := make([]verbs.QP, n), make([]verbs.QP, n)
 	for i := range n {
 		qa[i], qb[i] = a.qp(t, c), b.qp(t, c)
 	}
@@ -87,7 +89,7 @@ func manyQPs(t *testing.T, a, b *side, n, subset int, src, dst roce.MR) manyFigu
 	}
 	m.traffic = time.Since(t1)
 	for i := range n {
-		if st := state(t, qa[i]); st != roce.StateRTS {
+		if st := state(t, qa[i]); st != verbs.StateRTS {
 			t.Fatalf("QP %d of A is in %v", i, st)
 		}
 	}
@@ -102,26 +104,26 @@ func manyQPs(t *testing.T, a, b *side, n, subset int, src, dst roce.MR) manyFigu
 
 // checkPair sends a 4 KiB WRITE and a 2 KiB SEND from qa to qb into slot k
 // of dst and checks both.
-func checkPair(t *testing.T, a, b *side, qa, qb roce.QP, src, dst roce.MR, k int) {
+func checkPair(t *testing.T, a, b *side, qa, qb verbs.QP, src, dst verbs.MR, k int) {
 	t.Helper()
 	off := uint64(k * 4096)
-	if err := qb.PostRecv([]roce.RecvWR{{ID: uint64(k), SGL: []roce.SGE{{Addr: dst.Addr() + off + 2048, Length: 2048,
+	if err := qb.PostRecv([]verbs.RecvWR{{ID: uint64(k), SGL: []verbs.SGE{{Addr: dst.Addr() + off + 2048, Length: 2048,
 		LKey: dst.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 	s := uint64(k%15) * 4096
-	wrs := []roce.SendWR{
-		{ID: 1, Opcode: roce.OpWrite, SGL: []roce.SGE{{Addr: src.Addr() + s, Length: 2048, LKey: src.LKey()}},
+	wrs := []verbs.SendWR{
+		{ID: 1, Opcode: verbs.OpWrite, SGL: []verbs.SGE{{Addr: src.Addr() + s, Length: 2048, LKey: src.LKey()}},
 			RemoteAddr: dst.Addr() + off, RKey: dst.RKey()},
-		{ID: 2, Opcode: roce.OpSend, Flags: roce.Signaled,
-			SGL: []roce.SGE{{Addr: src.Addr() + s + 2048, Length: 2048, LKey: src.LKey()}}},
+		{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Signaled,
+			SGL: []verbs.SGE{{Addr: src.Addr() + s + 2048, Length: 2048, LKey: src.LKey()}}},
 	}
 	if err := qa.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	for _, cq := range []roce.CQ{a.cq, b.cq} {
+	for _, cq := range []verbs.CQ{a.cq, b.cq} {
 		wc, ok := waitWC(t, cq, 10*time.Second)
-		if !ok || wc.Status != roce.Success {
+		if !ok || wc.Status != verbs.Success {
 			t.Fatalf("pair %d: %v (completion %v)", k, ok, &wc)
 		}
 	}

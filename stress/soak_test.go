@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
 )
 
 // soakLevel is one fault level of the soak: what both devices' links do
@@ -64,11 +66,11 @@ type soakConn struct {
 	t      *testing.T
 	id     int
 	a, b   *side
-	qa, qb roce.QP
-	acq    roce.CQ // qa's completions
-	bcq    roce.CQ // qb's
-	abuf   roce.MR
-	bbuf   roce.MR
+	qa, qb verbs.QP
+	acq    verbs.CQ // qa's completions
+	bcq    verbs.CQ // qb's
+	abuf   verbs.MR
+	bbuf   verbs.MR
 	slot   uint64
 	rng    *rand.Rand
 	next   uint64 // the next work request ID at A, and receive ID at B
@@ -84,10 +86,10 @@ func newSoakConn(t *testing.T, id int, a, b *side, seed uint64, pool []byte) *so
 	// from running for more than half a second on a loaded machine (the
 	// soak measures it), longer than eight tries of 67 ms (timeout 14).
 	c := &soakConn{t: t, id: id, a: a, b: b, rng: rand.New(rand.NewPCG(seed, uint64(id))),
-		p:    roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 1, MaxDestRDAtomic: 1, Timeout: 16, RetryCnt: 7, RNRRetry: 7},
+		p:    roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 1, MaxDestRDAtomic: 1, Timeout: 16, RetryCnt: 7, RNRRetry: 7},
 		pool: pool}
-	c.abuf = a.reg(t, 2*soakBuf, roce.LocalWrite)
-	c.bbuf = b.reg(t, soakBuf, roce.LocalWrite|roce.RemoteAccess)
+	c.abuf = a.reg(t, 2*soakBuf, verbs.LocalWrite)
+	c.bbuf = b.reg(t, soakBuf, verbs.LocalWrite|verbs.RemoteAccess)
 	c.connect()
 	return c
 }
@@ -101,11 +103,11 @@ func (c *soakConn) connect() {
 	if c.bcq, err = c.b.dev.CreateCQ(16); err != nil {
 		c.t.Fatal(err)
 	}
-	capa := roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: soakSGEs, MaxRecvSGE: soakSGEs}
-	if c.qa, err = c.a.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: c.acq, RecvCQ: c.acq, Cap: capa}); err != nil {
+	capa := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: soakSGEs, MaxRecvSGE: soakSGEs}
+	if c.qa, err = c.a.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: c.acq, RecvCQ: c.acq, Cap: capa}); err != nil {
 		c.t.Fatal(err)
 	}
-	if c.qb, err = c.b.pd.CreateQP(&roce.QPInitAttr{Type: roce.RC, SendCQ: c.bcq, RecvCQ: c.bcq, Cap: capa}); err != nil {
+	if c.qb, err = c.b.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: c.bcq, RecvCQ: c.bcq, Cap: capa}); err != nil {
 		c.t.Fatal(err)
 	}
 	connect(c.t, c.a, c.b, c.qa, c.qb, c.p)
@@ -127,7 +129,7 @@ func (c *soakConn) half() int {
 // sgl returns SGEs of m, at most soakSGEs and in a random order, whose
 // bytes add up to n, at random places with random gaps from base, and
 // the ranges they cover, in SGL order.
-func (c *soakConn) sgl(m roce.MR, n, base int) ([]roce.SGE, [][2]int) {
+func (c *soakConn) sgl(m verbs.MR, n, base int) ([]verbs.SGE, [][2]int) {
 	if n == 0 {
 		return nil, nil
 	}
@@ -152,9 +154,9 @@ func (c *soakConn) sgl(m roce.MR, n, base int) ([]roce.SGE, [][2]int) {
 		off += l
 	}
 	c.rng.Shuffle(len(ranges), func(i, j int) { ranges[i], ranges[j] = ranges[j], ranges[i] })
-	sges := make([]roce.SGE, len(ranges))
+	sges := make([]verbs.SGE, len(ranges))
 	for i, r := range ranges {
-		sges[i] = roce.SGE{Addr: m.Addr() + uint64(r[0]), Length: uint32(r[1] - r[0]), LKey: m.LKey()}
+		sges[i] = verbs.SGE{Addr: m.Addr() + uint64(r[0]), Length: uint32(r[1] - r[0]), LKey: m.LKey()}
 	}
 	return sges, ranges
 }
@@ -207,7 +209,7 @@ func (c *soakConn) fill(b []byte, ranges [][2]int) {
 }
 
 // wait returns the next completion of cq, or an error after soakWait.
-func (c *soakConn) wait(cq roce.CQ, what string) (roce.WC, error) {
+func (c *soakConn) wait(cq verbs.CQ, what string) (verbs.WC, error) {
 	wc, ok := waitWC(c.t, cq, soakWait)
 	if !ok {
 		return wc, fmt.Errorf("connection %d: no completion of the %s in %v (QPs in %v and %v)", c.id, what, soakWait,
@@ -216,10 +218,10 @@ func (c *soakConn) wait(cq roce.CQ, what string) (roce.WC, error) {
 	return wc, nil
 }
 
-func stateOf(q roce.QP) roce.QPState {
+func stateOf(q verbs.QP) verbs.QPState {
 	a, err := q.Query()
 	if err != nil {
-		return roce.StateErr
+		return verbs.StateErr
 	}
 	return a.State
 }
@@ -262,15 +264,15 @@ func (c *soakConn) one() error {
 var errRetryExc = fmt.Errorf("RETRY_EXC_ERR")
 
 // sent checks the requester's completion of request id.
-func (c *soakConn) sent(id uint64, want roce.WCOpcode) error {
+func (c *soakConn) sent(id uint64, want verbs.WCOpcode) error {
 	wc, err := c.wait(c.acq, "request")
 	if err != nil {
 		return err
 	}
-	if wc.Status == roce.RetryExcErr && wc.ID == id {
+	if wc.Status == verbs.RetryExcErr && wc.ID == id {
 		return errRetryExc
 	}
-	if wc.Status != roce.Success || wc.ID != id || wc.Opcode != want {
+	if wc.Status != verbs.Success || wc.ID != id || wc.Opcode != want {
 		return fmt.Errorf("connection %d: request %d (%v) completed %v", c.id, id, want, &wc)
 	}
 	return nil
@@ -281,25 +283,25 @@ func (c *soakConn) send(op soakOp, id uint64, n int) error {
 	c.fill(c.abuf.Bytes(), ranges)
 	syncMR(c.abuf)
 	rsgl, rranges := c.sgl(c.bbuf, n+c.rng.IntN(4096), 0)
-	if err := c.qb.PostRecv([]roce.RecvWR{{ID: id, SGL: rsgl}}); err != nil {
+	if err := c.qb.PostRecv([]verbs.RecvWR{{ID: id, SGL: rsgl}}); err != nil {
 		return err
 	}
-	wr := roce.SendWR{ID: id, Opcode: roce.OpSend, Flags: roce.Signaled, SGL: sgl}
+	wr := verbs.SendWR{ID: id, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: sgl}
 	if op == opSendImm {
-		wr.Opcode, wr.Imm = roce.OpSendImm, uint32(id)
+		wr.Opcode, wr.Imm = verbs.OpSendImm, uint32(id)
 	}
-	if err := c.qa.PostSend([]roce.SendWR{wr}); err != nil {
+	if err := c.qa.PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
 	}
-	if err := c.sent(id, roce.WCSend); err != nil {
+	if err := c.sent(id, verbs.WCSend); err != nil {
 		return err
 	}
 	wc, err := c.wait(c.bcq, "receive")
 	if err != nil {
 		return err
 	}
-	if wc.Status != roce.Success || wc.ID != id || wc.Opcode != roce.WCRecv || wc.ByteLen != uint32(n) ||
-		(op == opSendImm) != (wc.Flags&roce.WithImm != 0) || op == opSendImm && wc.Imm != uint32(id) {
+	if wc.Status != verbs.Success || wc.ID != id || wc.Opcode != verbs.WCRecv || wc.ByteLen != uint32(n) ||
+		(op == opSendImm) != (wc.Flags&verbs.WithImm != 0) || op == opSendImm && wc.Imm != uint32(id) {
 		return fmt.Errorf("connection %d: receive of %v %d (%d bytes) completed %v", c.id, soakOpNames[op], id, n, &wc)
 	}
 	syncMR(c.bbuf)
@@ -314,18 +316,18 @@ func (c *soakConn) write(op soakOp, id uint64, n int) error {
 	c.fill(c.abuf.Bytes(), ranges)
 	syncMR(c.abuf)
 	off := c.rng.IntN(soakSlot - n + 1)
-	wr := roce.SendWR{ID: id, Opcode: roce.OpWrite, Flags: roce.Signaled, SGL: sgl,
+	wr := verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: sgl,
 		RemoteAddr: c.bbuf.Addr() + uint64(off), RKey: c.bbuf.RKey()}
 	if op == opWriteImm {
-		wr.Opcode, wr.Imm = roce.OpWriteImm, uint32(id)
-		if err := c.qb.PostRecv([]roce.RecvWR{{ID: id}}); err != nil {
+		wr.Opcode, wr.Imm = verbs.OpWriteImm, uint32(id)
+		if err := c.qb.PostRecv([]verbs.RecvWR{{ID: id}}); err != nil {
 			return err
 		}
 	}
-	if err := c.qa.PostSend([]roce.SendWR{wr}); err != nil {
+	if err := c.qa.PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
 	}
-	if err := c.sent(id, roce.WCWrite); err != nil {
+	if err := c.sent(id, verbs.WCWrite); err != nil {
 		return err
 	}
 	if op == opWriteImm {
@@ -333,7 +335,7 @@ func (c *soakConn) write(op soakOp, id uint64, n int) error {
 		if err != nil {
 			return err
 		}
-		if wc.Status != roce.Success || wc.ID != id || wc.Opcode != roce.WCRecvRDMAWithIm || wc.Imm != uint32(id) ||
+		if wc.Status != verbs.Success || wc.ID != id || wc.Opcode != verbs.WCRecvRDMAWithIm || wc.Imm != uint32(id) ||
 			wc.ByteLen != uint32(n) {
 			return fmt.Errorf("connection %d: receive of WRITE_IMM %d (%d bytes) completed %v", c.id, id, n, &wc)
 		}
@@ -353,11 +355,11 @@ func (c *soakConn) write(op soakOp, id uint64, n int) error {
 func (c *soakConn) read(id uint64, n int) error {
 	off := c.rng.IntN(soakSlot - n + 1)
 	sgl, ranges := c.sgl(c.abuf, n, c.half())
-	if err := c.qa.PostSend([]roce.SendWR{{ID: id, Opcode: roce.OpRead, Flags: roce.Signaled, SGL: sgl,
+	if err := c.qa.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpRead, Flags: verbs.Signaled, SGL: sgl,
 		RemoteAddr: c.bbuf.Addr() + uint64(off), RKey: c.bbuf.RKey()}}); err != nil {
 		return err
 	}
-	if err := c.sent(id, roce.WCRead); err != nil {
+	if err := c.sent(id, verbs.WCRead); err != nil {
 		return err
 	}
 	syncMR(c.abuf)
@@ -368,23 +370,23 @@ func (c *soakConn) read(id uint64, n int) error {
 }
 
 func (c *soakConn) atomic(op soakOp, id uint64) error {
-	wr := roce.SendWR{ID: id, Flags: roce.Signaled, RemoteAddr: c.bbuf.Addr() + soakSlot, RKey: c.bbuf.RKey(),
-		SGL: []roce.SGE{{Addr: c.abuf.Addr() + soakSlot, Length: 8, LKey: c.abuf.LKey()}}}
+	wr := verbs.SendWR{ID: id, Flags: verbs.Signaled, RemoteAddr: c.bbuf.Addr() + soakSlot, RKey: c.bbuf.RKey(),
+		SGL: []verbs.SGE{{Addr: c.abuf.Addr() + soakSlot, Length: 8, LKey: c.abuf.LKey()}}}
 	want := c.slot
 	next := c.slot
-	wcop := roce.WCFetchAdd
+	wcop := verbs.WCFetchAdd
 	if op == opFetchAdd {
-		wr.Opcode, wr.CompareAdd = roce.OpAtomicFetchAdd, c.rng.Uint64()
+		wr.Opcode, wr.CompareAdd = verbs.OpAtomicFetchAdd, c.rng.Uint64()
 		next += wr.CompareAdd
 	} else {
-		wr.Opcode, wr.Swap, wr.CompareAdd, wcop = roce.OpAtomicCmpSwp, c.rng.Uint64(), c.slot, roce.WCCompSwap
+		wr.Opcode, wr.Swap, wr.CompareAdd, wcop = verbs.OpAtomicCmpSwp, c.rng.Uint64(), c.slot, verbs.WCCompSwap
 		if c.rng.IntN(4) == 0 {
 			wr.CompareAdd = c.slot + 1 // a compare that fails: no swap
 		} else {
 			next = wr.Swap
 		}
 	}
-	if err := c.qa.PostSend([]roce.SendWR{wr}); err != nil {
+	if err := c.qa.PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
 	}
 	if err := c.sent(id, wcop); err != nil {
@@ -407,10 +409,10 @@ func (c *soakConn) atomic(op soakOp, id uint64) error {
 // read back: whether an atomic whose answer was lost ran is not known.
 func (c *soakConn) recover() error {
 	c.lost++
-	if err := c.qb.Modify(&roce.QPAttr{State: roce.StateErr}, roce.AttrState); err != nil {
+	if err := c.qb.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
 		return err
 	}
-	wcs := make([]roce.WC, 8)
+	wcs := make([]verbs.WC, 8)
 	time.Sleep(10 * time.Millisecond)
 	if n := c.acq.Poll(wcs); n != 0 {
 		return fmt.Errorf("connection %d: %d completions after RETRY_EXC_ERR with nothing else posted: %v", c.id, n, &wcs[0])
@@ -534,14 +536,14 @@ func soakReport(t *testing.T, lv soakLevel, conns []*soakConn, a, b *side, port 
 		}
 		bytes += c.bytes
 		lost += c.lost
-		for _, q := range []roce.QP{c.qa, c.qb} {
-			if st := stateOf(q); st != roce.StateRTS {
+		for _, q := range []verbs.QP{c.qa, c.qb} {
+			if st := stateOf(q); st != verbs.StateRTS {
 				t.Errorf("connection %d: QP %d is in %v", c.id, q.QPN(), st)
 			}
 			x := q.(*qp.QP).Counters()
 			ctr.Add(&x)
 		}
-		wcs := make([]roce.WC, 4)
+		wcs := make([]verbs.WC, 4)
 		if n := c.acq.Poll(wcs) + c.bcq.Poll(wcs); n != 0 && !t.Failed() {
 			t.Errorf("connection %d: %d completions more than its work requests, the first %v", c.id, n, &wcs[0])
 		}
@@ -558,7 +560,7 @@ func soakReport(t *testing.T, lv soakLevel, conns []*soakConn, a, b *side, port 
 	for k, n := range ops {
 		opsLine += fmt.Sprintf(" %s %d", soakOpNames[k], n)
 	}
-	fa, fb := a.dev.FaultStats(), b.dev.FaultStats()
+	fa, fb := a.dev.Stats().Faults, b.dev.Stats().Faults
 	summary(t, "%d connections, %v: %d operations (%s), %.1f GB, %.0f MB/s; every byte and completion checked; "+
 		"%d packets retransmitted, %d retries, %d connections out of retries and made again; faults A->B %+v, "+
 		"B->A %+v; datagrams the kernel dropped at the sockets of A and B: %d, %d; the process's longest stall "+

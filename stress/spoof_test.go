@@ -10,6 +10,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // pairRig is two devices, A and B, and an attacker's address C that can
@@ -33,9 +34,9 @@ func newPairRig(t *testing.T) *pairRig {
 // connection: they answer no request. (One broke it until 02a9444.)
 func TestSpoofedNAK(t *testing.T) {
 	r := newPairRig(t)
-	c := roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	c := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	qa, qb := r.a.qp(t, c), r.b.qp(t, c)
-	psnA, _ := connect(t, r.a, r.b, qa, qb, roce.ConnParams{MTU: roce.MTU1024})
+	psnA, _ := connect(t, r.a, r.b, qa, qb, roce.ConnParams{MTU: bth.MTU1024})
 	h := newHostile(t, netip.AddrPortFrom(r.ips[1], 0), netip.AddrPortFrom(r.ips[0], r.port))
 	for _, code := range []bth.NAKCode{bth.NAKRemoteAccessError, bth.NAKInvalidRequest, bth.NAKRemoteOpError,
 		bth.NAKPSNSequenceError} {
@@ -43,7 +44,7 @@ func TestSpoofedNAK(t *testing.T) {
 			aeth: &bth.AETHFields{Syndrome: bth.NAKSyndrome(code)}}))
 	}
 	time.Sleep(200 * time.Millisecond)
-	if st := state(t, qa); st != roce.StateRTS {
+	if st := state(t, qa); st != verbs.StateRTS {
 		ctr := qa.(*qp.QP).Counters()
 		t.Fatalf("a spoofed NAK moved an idle QP to %v (counters %v)", st, ctr.String())
 	}
@@ -64,11 +65,11 @@ func TestSpoofedPSNAhead(t *testing.T) {
 		"for a packet that was not lost; fix there (NAK only PSNs a requester can have in flight, or go back " +
 		"at most once a round trip), then drop this skip")
 	r := newPairRig(t)
-	c := roce.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	c := verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	qa, qb := r.a.qp(t, c), r.b.qp(t, c)
-	p := roce.ConnParams{MTU: roce.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
+	p := roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16}
 	psnA, _ := connect(t, r.a, r.b, qa, qb, p)
-	st := newStream(t, r.a, qa, r.b.reg(t, 4<<20, roce.LocalWrite|roce.RemoteWrite), 64<<10, 16, p.MTU)
+	st := newStream(t, r.a, qa, r.b.reg(t, 4<<20, verbs.LocalWrite|verbs.RemoteWrite), 64<<10, 16, p.MTU)
 	victim := netip.AddrPortFrom(r.ips[1], r.port)
 	h := newHostile(t, netip.AddrPortFrom(r.ips[0], 0), victim)
 	drops0 := socketDrops(victim)

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // stream keeps depth WRITEs of size bytes in flight from one QP into a
@@ -18,9 +19,9 @@ import (
 type stream struct {
 	t      *testing.T
 	s      *side
-	q      roce.QP
-	src    roce.MR
-	dst    roce.MR
+	q      verbs.QP
+	src    verbs.MR
+	dst    verbs.MR
 	size   int
 	depth  int
 	pkts   uint32 // packets per request
@@ -31,9 +32,9 @@ type stream struct {
 	done   chan struct{}
 }
 
-func newStream(t *testing.T, s *side, q roce.QP, dst roce.MR, size, depth int, mtu roce.MTU) *stream {
+func newStream(t *testing.T, s *side, q verbs.QP, dst verbs.MR, size, depth int, mtu bth.MTU) *stream {
 	st := &stream{t: t, s: s, q: q, dst: dst, size: size, depth: depth, pkts: uint32((size + mtu.Bytes() - 1) / mtu.Bytes()),
-		src: s.reg(t, dst.Len(), roce.LocalWrite), stop: make(chan struct{}), done: make(chan struct{})}
+		src: s.reg(t, dst.Len(), verbs.LocalWrite), stop: make(chan struct{}), done: make(chan struct{})}
 	b := st.src.Bytes()
 	for i := range b {
 		b[i] = byte(i*13 + i>>12)
@@ -60,8 +61,8 @@ func (st *stream) fail(s string) {
 func (st *stream) run() {
 	defer close(st.done)
 	slots := st.dst.Len() / st.size
-	wr := []roce.SendWR{{Opcode: roce.OpWrite, Flags: roce.Signaled, SGL: make([]roce.SGE, 1)}}
-	wcs := make([]roce.WC, 32)
+	wr := []verbs.SendWR{{Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: make([]verbs.SGE, 1)}}
+	wcs := make([]verbs.WC, 32)
 	posted, done := 0, 0
 	stopping := false
 	for {
@@ -76,7 +77,7 @@ func (st *stream) run() {
 		for !stopping && posted < done+st.depth {
 			off := uint64(posted%slots) * uint64(st.size)
 			wr[0].ID = uint64(posted)
-			wr[0].SGL[0] = roce.SGE{Addr: st.src.Addr() + off, Length: uint32(st.size), LKey: st.src.LKey()}
+			wr[0].SGL[0] = verbs.SGE{Addr: st.src.Addr() + off, Length: uint32(st.size), LKey: st.src.LKey()}
 			wr[0].RemoteAddr, wr[0].RKey = st.dst.Addr()+off, st.dst.RKey()
 			if err := st.q.PostSend(wr); err != nil {
 				st.fail("post: " + err.Error())
@@ -106,8 +107,8 @@ func (st *stream) run() {
 }
 
 // complete checks that wc is the next completion and counts it.
-func (st *stream) complete(wc *roce.WC, done *int) bool {
-	if wc.Status != roce.Success || wc.ID != uint64(*done) {
+func (st *stream) complete(wc *verbs.WC, done *int) bool {
+	if wc.Status != verbs.Success || wc.ID != uint64(*done) {
 		st.fail(fmt.Sprintf("completion %v, want wr_id %d SUCCESS", wc, *done))
 		return false
 	}
