@@ -77,7 +77,12 @@ func newFloodRig(t *testing.T) *floodRig {
 		r.want[m] = bytes.Clone(b)
 		syncMR(m)
 	}
-	p := roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Access: full}
+	// ACK timeout 18 (1.07 s): a flood that fills V's socket buffer
+	// drops most of the stream's packets too, and eight tries of the
+	// default 67 ms (0.54 s) ran out under a one-second flood once
+	// (RETRY_EXC_ERR, as on an RNIC whose link is flooded that long).
+	// The timer only recovers tail losses; sequence NAKs recover the rest.
+	p := roce.ConnParams{MTU: bth.MTU4096, MaxRDAtomic: 16, MaxDestRDAtomic: 16, Access: full, Timeout: 18}
 	c := verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	ql := r.l.qp(t, c)
 	r.streamV = r.v.qp(t, c)
