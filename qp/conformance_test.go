@@ -25,6 +25,7 @@ type fakeLink struct {
 	addr netip.Addr
 	h    transport.Handler
 	sent []transport.Packet
+	refd int // packets sent with their payload in registered memory (Packet.Payload)
 }
 
 func (f *fakeLink) Start(h transport.Handler) error { f.h = h; return nil }
@@ -35,6 +36,9 @@ func (f *fakeLink) Send(pkts []transport.Packet) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range pkts {
+		if p.Payload != nil {
+			f.refd++
+		}
 		p.Data, p.Payload = p.AppendTo(nil), nil
 		f.sent = append(f.sent, p)
 	}

@@ -321,7 +321,11 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			}
 			p.DETH.Encode(&bth.DETHFields{QKey: qkey, SrcQP: q.qpn})
 		}
-		if ref := q.payloadRef(w, w.sent, n); ref != nil {
+		// A packet sent again is copied: the ACK of the original may be
+		// in the same receive batch, and complete the request (and let
+		// the program reuse its memory) before the batch reaches the
+		// link.
+		if ref := q.payloadRef(w, w.sent, n); ref != nil && !q.req.psn.LessThan(q.req.maxSent) {
 			b.addRef(size-int(n)-bth.ICRCLen, ref, dest, q.sport, tos)
 		} else {
 			if !q.gather(w, w.sent, p.Payload) {
