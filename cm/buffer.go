@@ -78,7 +78,7 @@ func ParseRemoteBuffer(data []byte) (RemoteBuffer, error) {
 // side), as BufferData writes it.
 func (c *Conn) PeerBuffer() (RemoteBuffer, error) {
 	if c == nil {
-		return RemoteBuffer{}, fmt.Errorf("%w: no connection", ErrNoBuffer)
+		return RemoteBuffer{}, fmt.Errorf("%w: nil *cm.Conn", ErrNoBuffer)
 	}
 	return ParseRemoteBuffer(c.peerData)
 }
@@ -87,7 +87,7 @@ func (c *Conn) PeerBuffer() (RemoteBuffer, error) {
 // its private data, as BufferData writes it.
 func (r *Request) PeerBuffer() (RemoteBuffer, error) {
 	if r == nil {
-		return RemoteBuffer{}, fmt.Errorf("%w: no request", ErrNoBuffer)
+		return RemoteBuffer{}, fmt.Errorf("%w: nil *cm.Request", ErrNoBuffer)
 	}
 	return ParseRemoteBuffer(r.PrivateData)
 }

@@ -131,7 +131,10 @@ func (e *RejectError) Error() string {
 // Is reports whether target is ErrRejected, or ErrConnRefused for an
 // invalid service ID.
 func (e *RejectError) Is(target error) bool {
-	return e != nil && target == ErrRejected || target == ErrConnRefused && e.Reason == mad.RejInvalidServiceID
+	if e == nil {
+		return false
+	}
+	return target == ErrRejected || target == ErrConnRefused && e.Reason == mad.RejInvalidServiceID
 }
 
 // Reject returns the error a ListenConfig.OnRequest hook returns to
