@@ -75,12 +75,22 @@ func (u *fragile) Quiet() error { return nil }
 
 func TestNilMethods(t *testing.T) {
 	r := &recorder{TB: t}
-	nilMethods(r, (*safe)(nil), []string{"Close"})
+	nilMethods(r, (*safe)(nil), []string{"Close"}, false)
 	if len(r.errs) != 0 {
 		t.Errorf("a nil-safe type: %q", r.errs)
 	}
-	nilMethods(r, (*fragile)(nil), []string{"Close", "Quiet"})
+	nilMethods(r, (*fragile)(nil), []string{"Close", "Quiet"}, false)
 	if len(r.errs) != 2 || !strings.Contains(r.errs[0], "Close panicked") || !strings.Contains(r.errs[1], "Quiet returned no error") {
 		t.Errorf("a nil-fragile type: %q", r.errs)
+	}
+	// A type whose nil pointer is its zero value may return nil, not panic.
+	r = &recorder{TB: t}
+	nilMethods(r, (*fragile)(nil), []string{"Quiet"}, true)
+	if len(r.errs) != 0 {
+		t.Errorf("a zero-value type: %q", r.errs)
+	}
+	nilMethods(r, (*fragile)(nil), []string{"Close"}, true)
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "Close panicked") {
+		t.Errorf("a zero-value type that panics: %q", r.errs)
 	}
 }
