@@ -218,7 +218,8 @@ func TestCheckSendOp(t *testing.T) {
 		ok  bool
 	}{
 		{verbs.RC, verbs.OpRead, true}, {verbs.RC, verbs.OpAtomicCmpSwp, true}, {verbs.RC, verbs.OpSendInv, true},
-		{verbs.RC, 8, false}, {verbs.RC, 200, false},
+		{verbs.RC, verbs.OpBindMW, true}, {verbs.UC, verbs.OpBindMW, true}, {verbs.UD, verbs.OpBindMW, false},
+		{verbs.RC, 10, false}, {verbs.RC, 200, false},
 		{verbs.UC, verbs.OpWriteImm, true}, {verbs.UC, verbs.OpRead, false}, {verbs.UC, verbs.OpAtomicFetchAdd, false},
 		{verbs.UD, verbs.OpSendImm, true}, {verbs.UD, verbs.OpWrite, false},
 	} {

@@ -280,7 +280,10 @@ func checkRegister(pd *PD, buf []byte, iova uint64, access Access) error {
 	case len(buf) == 0:
 		return badArg(ErrEmpty, "register at least one byte (libibverbs refuses zero-length regions too)")
 	case access&^knownAccess != 0:
-		return badArg(ErrInvalidAccess, "access %v has unknown flags: use LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic", access)
+		return badArg(ErrInvalidAccess, "access %v has unknown flags: use LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, MWBind", access)
+	case access&verbs.ZeroBased != 0:
+		return badArg(ErrInvalidAccess, "access %v: ZeroBased is for the binds of windows; "+
+			"a region whose peers address it from 0 is registered with RegisterIOVA at address 0", access)
 	case access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0:
 		return badArg(ErrInvalidAccess, "access %v: add LocalWrite", access)
 	case iova+uint64(len(buf)) < iova:

@@ -102,6 +102,11 @@ func TestNilArgs(t *testing.T) {
 			apitest.Err(t, err, verbs.ErrInvalidAttr)
 			_, err = pd.Register(make([]byte, 1), 1<<9)
 			apitest.Err(t, err, ErrInvalidAccess, "unknown flags")
+			_, err = pd.Register(make([]byte, 1), verbs.ZeroBased)
+			apitest.Err(t, err, ErrInvalidAccess, "ZERO_BASED", "RegisterIOVA at address 0")
+			if m, err := pd.Register(make([]byte, 1), LocalWrite|verbs.MWBind); err != nil || m.Access() != LocalWrite|verbs.MWBind {
+				t.Errorf("a region that allows windows: %v", err)
+			}
 		},
 		"PD.RegisterIOVA": func(t *testing.T) {
 			_, err := pd.RegisterIOVA(make([]byte, 2), 1<<64-1, LocalWrite)

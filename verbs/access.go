@@ -11,11 +11,22 @@ const (
 	RemoteWrite  Access = 1 << 1
 	RemoteRead   Access = 1 << 2
 	RemoteAtomic Access = 1 << 3
+	// MWBind lets memory windows be bound to a region
+	// (IBV_ACCESS_MW_BIND).
+	MWBind Access = 1 << 4
+	// ZeroBased makes a type 2 window's addresses offsets from its
+	// start (IBV_ACCESS_ZERO_BASED): a peer names byte 0 of the window
+	// as address 0. Only binds take it.
+	ZeroBased Access = 1 << 5
 	// RemoteAccess is every remote right.
 	RemoteAccess = RemoteWrite | RemoteRead | RemoteAtomic
-	// KnownAccess is every right goroce knows.
-	KnownAccess = LocalWrite | RemoteAccess
+	// KnownAccess is every flag goroce knows. Regions take LocalWrite,
+	// the remote rights and MWBind; QPs the remote rights; binds of
+	// windows the remote rights and ZeroBased.
+	KnownAccess = LocalWrite | RemoteAccess | MWBind | ZeroBased
 )
+
+var accessNames = [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND", "ZERO_BASED"}
 
 // String lists the rights by their ibverbs names (LOCAL_WRITE|REMOTE_READ), or "none".
 func (a Access) String() string {
@@ -23,7 +34,7 @@ func (a Access) String() string {
 		return "none"
 	}
 	var b []byte
-	for i, n := range []string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"} {
+	for i, n := range accessNames {
 		if a&(1<<i) != 0 {
 			if len(b) > 0 {
 				b = append(b, '|')

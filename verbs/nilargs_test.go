@@ -34,7 +34,7 @@ func TestNilArgs(t *testing.T) {
 		},
 		"CheckSendOp": func(t *testing.T) {
 			apitest.Err(t, CheckSendOp(0, OpSend), ErrInvalidAttr, "QP type QPType(0)")
-			apitest.Err(t, CheckSendOp(RC, 8), ErrInvalidWR, "WROpcode(8)")
+			apitest.Err(t, CheckSendOp(RC, 10), ErrInvalidWR, "WROpcode(10)")
 			apitest.Err(t, CheckSendOp(UD, OpRead), ErrInvalidWR, "RDMA_READ on a UD QP", "only SEND")
 			apitest.Err(t, CheckSendOp(GSI, OpWrite), ErrInvalidWR, "on a GSI QP")
 			apitest.Err(t, CheckSendOp(UC, OpAtomicCmpSwp), ErrInvalidWR, "UC QP", "use an RC QP")
@@ -44,7 +44,18 @@ func TestNilArgs(t *testing.T) {
 		},
 		"QPType.String":   func(t *testing.T) { wantString(t, QPType(0).String(), "QPType(0)") },
 		"QPState.String":  func(t *testing.T) { wantString(t, QPState(99).String(), "QPState(99)") },
-		"WROpcode.String": func(t *testing.T) { wantString(t, WROpcode(8).String(), "WROpcode(8)") },
+		"WROpcode.String": func(t *testing.T) { wantString(t, WROpcode(10).String(), "WROpcode(10)") },
+		"WROpcode.IsLocal": func(t *testing.T) {
+			if WROpcode(0xFF).IsLocal() {
+				t.Error("0xFF is local")
+			}
+		},
+		"MWType.String": func(t *testing.T) { wantString(t, MWType(0).String(), "MWType(0)") },
+		"IncRKey": func(t *testing.T) {
+			if IncRKey(0) != 1 || IncRKey(0xFFFFFFFF) != 0xFFFFFF00 {
+				t.Errorf("IncRKey(0) = %#x, IncRKey(0xFFFFFFFF) = %#x", IncRKey(0), IncRKey(0xFFFFFFFF))
+			}
+		},
 		"WROpcode.IsAtomic": func(t *testing.T) {
 			if WROpcode(0xFF).IsAtomic() {
 				t.Error("0xFF is atomic")
@@ -61,8 +72,8 @@ func TestNilArgs(t *testing.T) {
 			}
 		},
 		"WROpcode.Valid": func(t *testing.T) {
-			if WROpcode(8).Valid() {
-				t.Error("8 is valid")
+			if WROpcode(10).Valid() {
+				t.Error("10 is valid")
 			}
 		},
 		"Status.String":   func(t *testing.T) { wantString(t, Status(255).String(), "Status(255)") },

@@ -128,7 +128,8 @@ func nextStates(typ QPType, cur QPState) string {
 
 // CheckSendOp reports whether a QP of type typ takes send work requests
 // with opcode op: UD only SENDs (with or without immediate), UC no READ,
-// atomics or SEND with invalidate. An unknown QP type is an error
+// atomics or SEND with invalidate (memory windows are bound through RC
+// and UC QPs, as ibv_bind_mw says). An unknown QP type is an error
 // wrapping ErrInvalidAttr.
 func CheckSendOp(typ QPType, op WROpcode) error {
 	switch typ {
@@ -137,7 +138,7 @@ func CheckSendOp(typ QPType, op WROpcode) error {
 			return fmt.Errorf("%w: %v on a %v QP, which takes only SEND and SEND_WITH_IMM", ErrInvalidWR, op, typ)
 		}
 	case UC:
-		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && op != OpLocalInv {
+		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && !op.IsLocal() {
 			return fmt.Errorf("%w: %v on a UC QP, which takes no READ, atomic or SEND_WITH_INV: use an RC QP", ErrInvalidWR, op)
 		}
 	case RC:

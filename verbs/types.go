@@ -74,13 +74,17 @@ const (
 	OpAtomicCmpSwp   WROpcode = 5
 	OpAtomicFetchAdd WROpcode = 6
 	OpLocalInv       WROpcode = 7
-	OpSendInv        WROpcode = 9
+	// OpBindMW binds a type 2 memory window (SendWR.BindMW); QP.BindMW
+	// posts it for a type 1 window.
+	OpBindMW  WROpcode = 8
+	OpSendInv WROpcode = 9
 )
 
 var opcodeNames = map[WROpcode]string{
 	OpWrite: "RDMA_WRITE", OpWriteImm: "RDMA_WRITE_WITH_IMM", OpSend: "SEND",
 	OpSendImm: "SEND_WITH_IMM", OpRead: "RDMA_READ", OpAtomicCmpSwp: "ATOMIC_CMP_AND_SWP",
-	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpSendInv: "SEND_WITH_INV",
+	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpBindMW: "BIND_MW",
+	OpSendInv: "SEND_WITH_INV",
 }
 
 // String returns the opcode's ibverbs name (RDMA_WRITE, SEND, ...).
@@ -97,6 +101,10 @@ func (o WROpcode) IsAtomic() bool { return o == OpAtomicCmpSwp || o == OpAtomicF
 // NeedsResponse reports whether the operation completes on a response
 // (READ, atomics) rather than an ACK.
 func (o WROpcode) NeedsResponse() bool { return o == OpRead || o.IsAtomic() }
+
+// IsLocal reports whether the operation is carried out on this side
+// alone, with no packet: LOCAL_INV and BIND_MW.
+func (o WROpcode) IsLocal() bool { return o == OpLocalInv || o == OpBindMW }
 
 // IsSend reports whether the operation is a SEND of some kind.
 func (o WROpcode) IsSend() bool { return o == OpSend || o == OpSendImm || o == OpSendInv }
@@ -143,8 +151,11 @@ type SendWR struct {
 	// goes on the wire big-endian.
 	Imm uint32
 	// InvRKey is the key to invalidate: the peer's for SEND_WITH_INV, a
-	// local one for LOCAL_INV.
+	// local one for LOCAL_INV (a region's, or a type 2 window's).
 	InvRKey uint32
+	// BindMW is what a BIND_MW request binds; the backend copies it at
+	// post time.
+	BindMW *BindMW
 	// RemoteAddr and RKey address the peer's memory for RDMA and atomics.
 	RemoteAddr uint64
 	RKey       uint32
