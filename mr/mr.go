@@ -1,6 +1,7 @@
-// Package mr holds protection domains and memory regions: registration of
-// caller-owned memory, the lkey/rkey table, and the bounds, access and
-// protection-domain checks every local and remote access goes through.
+// Package mr holds protection domains, memory regions and memory windows:
+// registration of caller-owned memory, the lkey/rkey table, and the
+// bounds, access and protection-domain checks every local and remote
+// access goes through.
 //
 // Keys are 32 bits that look random in all their bits: each registration
 // (and each Rekey) takes the next number of a counter through a keyed
@@ -16,6 +17,23 @@
 // Deregistration and invalidation take effect at once: an access holds the
 // region's read lock while it copies, and Dereg takes the write lock,
 // so when it returns no packet in flight can touch the memory any more.
+//
+// A memory window (MW) is a range of a region that allows MWBind, with
+// remote rights of its own, reached by peers through a key of its own.
+// A window's key is 24 bits fixed when it is allocated, as unpredictable
+// as a region's key (the same permutation makes them), and a low byte
+// the program chooses at each bind (verbs.IncRKey), as libibverbs has it;
+// the table gives a window a 24-bit prefix that no live region's or
+// window's key has, and a region a key whose prefix no live window has,
+// so every key names one region or one window. Lookup takes local keys
+// (regions only); LookupRemote takes the keys of requests from peers, and
+// checks one of a window against the window (its binding, protection
+// domain, QP for a type 2 window, rights and range) before it reaches the
+// region. Windows count against the table's limit as regions do. Binding,
+// invalidating (Table.Invalidate, for LOCAL_INV and SEND with invalidate)
+// and deallocating a window wait for the requests under way through it,
+// as Dereg waits for those through a region; a region cannot be
+// deregistered or invalidated while windows are bound to it.
 package mr
 
 import (
@@ -104,9 +122,10 @@ func nilError(what, make string) error {
 // crypto/rand at once.
 type Table struct {
 	mu   sync.Mutex // serializes registration, deregistration and rekeying
-	keys keyTable
-	gen  keyGen // its secret made at the first registration of a zero Table
-	max  int    // the most regions at once; 0 means DefaultMaxRegions
+	keys keyTable[MR]
+	mws  keyTable[MW] // windows, by the upper 24 bits of their keys
+	gen  keyGen       // its secret made at the first registration of a zero Table
+	max  int          // the most regions at once; 0 means DefaultMaxRegions
 	pds  atomic.Uint32
 }
 
@@ -122,9 +141,10 @@ const (
 // regions at once.
 func NewTable() *Table { return NewTableMax(0) }
 
-// NewTableMax returns an empty table that holds up to n regions at once;
-// n <= 0 means DefaultMaxRegions, and more than MaxRegions means
-// MaxRegions. Registering more fails with ErrTableFull.
+// NewTableMax returns an empty table that holds up to n regions and
+// memory windows at once; n <= 0 means DefaultMaxRegions, and more than
+// MaxRegions means MaxRegions. Registering or allocating more fails with
+// ErrTableFull.
 func NewTableMax(n int) *Table {
 	t := &Table{gen: newKeyGen()}
 	if n > 0 {
@@ -133,8 +153,8 @@ func NewTableMax(n int) *Table {
 	return t
 }
 
-// Limit returns how many regions the table holds at once (0 for a nil
-// Table).
+// Limit returns how many regions and windows the table holds at once (0
+// for a nil Table).
 func (t *Table) Limit() int {
 	switch {
 	case t == nil:
@@ -155,8 +175,8 @@ func (t *Table) Len() int {
 	return t.keys.live
 }
 
-// newKey returns a key no live region has, and never 0; the caller holds
-// t.mu.
+// newKey returns a key no live region has, whose upper 24 bits no live
+// window has, and never 0; the caller holds t.mu.
 func (t *Table) newKey() uint32 {
 	if t.gen.block == nil {
 		t.gen = newKeyGen()
@@ -164,10 +184,20 @@ func (t *Table) newKey() uint32 {
 	for {
 		// After 2^32 keys the permutation starts over: skip those still
 		// in use.
-		if k := t.gen.next(); k != 0 && t.keys.get(k) == nil {
+		if k := t.gen.next(); k != 0 && t.keys.get(k) == nil && t.mws.get(k>>8) == nil {
 			return k
 		}
 	}
+}
+
+// full returns ErrTableFull, wrapped, when the table holds as many
+// regions and windows as it may; the caller holds t.mu.
+func (t *Table) full() error {
+	if n := t.keys.live + t.mws.live; n >= t.Limit() {
+		return fmt.Errorf("%w: %d regions and %d memory windows exist, the most the device allows "+
+			"(deregister or deallocate some, or raise its MaxMRs)", ErrTableFull, t.keys.live, t.mws.live)
+	}
+	return nil
 }
 
 // PD is a protection domain: regions and queue pairs of one PD may be used
@@ -233,10 +263,11 @@ type MR struct {
 	iova   uint64
 	access Access
 
-	mu    sync.RWMutex // held for reading during every access
-	key   uint32       // from Table.newKey
-	valid bool         // false once invalidated or deregistered
-	gone  bool         // deregistered
+	mu      sync.RWMutex // held for reading during every access
+	key     uint32       // from Table.newKey
+	valid   bool         // false once invalidated or deregistered
+	gone    bool         // deregistered
+	windows int          // windows bound to the region
 }
 
 // Register registers buf in pd with the given rights. The region's
@@ -262,9 +293,8 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	t := pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.keys.live >= t.Limit() {
-		return nil, fmt.Errorf("%w: %d regions are registered, the most the device allows "+
-			"(deregister some, or raise its MaxMRs)", ErrTableFull, t.keys.live)
+	if err := t.full(); err != nil {
+		return nil, err
 	}
 	m := &MR{pd: pd, buf: buf, iova: iova, access: access, valid: true}
 	m.key = t.newKey()
@@ -294,7 +324,8 @@ func checkRegister(pd *PD, buf []byte, iova uint64, access Access) error {
 }
 
 // Dereg removes the region (ibv_dereg_mr). When it returns, no access is under way
-// and none will start; the memory is the caller's again.
+// and none will start; the memory is the caller's again. It fails with
+// ErrBound while memory windows are bound to the region.
 func (m *MR) Dereg() error {
 	if m == nil || m.pd == nil {
 		return nilError("Dereg of a nil *MR", "PD.Register")
@@ -303,6 +334,12 @@ func (m *MR) Dereg() error {
 	if m.gone {
 		m.mu.Unlock()
 		return fmt.Errorf("%w: Dereg called twice on the region of key %#x", ErrDeregistered, m.key)
+	}
+	if m.windows > 0 {
+		n := m.windows
+		m.mu.Unlock()
+		return fmt.Errorf("%w: the region of key %#x has %d: invalidate or deallocate them first "+
+			"(ibv_dereg_mr fails so too)", ErrBound, m.key, n)
 	}
 	m.gone, m.valid = true, false
 	m.mu.Unlock()
@@ -434,25 +471,35 @@ func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (
 	if m == nil {
 		return nil, nil, ErrKey
 	}
+	mem, err := m.hold(pd, key, addr, n, want)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, mem, nil
+}
+
+// hold checks an access to [addr, addr+n) of m with key in pd and, when
+// it passes, returns the memory with m held for reading.
+func (m *MR) hold(pd *PD, key uint32, addr uint64, n uint32, want Access) ([]byte, error) {
 	m.mu.RLock()
 	if !m.valid || m.key != key {
 		m.mu.RUnlock()
-		return nil, nil, ErrKey
+		return nil, ErrKey
 	}
 	if m.pd != pd {
 		m.mu.RUnlock()
-		return nil, nil, ErrPD
+		return nil, ErrPD
 	}
 	if m.access&want != want {
 		m.mu.RUnlock()
-		return nil, nil, ErrAccessRights
+		return nil, ErrAccessRights
 	}
 	off := addr - m.iova
 	if addr < m.iova || off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
 		m.mu.RUnlock()
-		return nil, nil, ErrBounds
+		return nil, ErrBounds
 	}
-	return m, m.buf[off : off+uint64(n) : off+uint64(n)], nil
+	return m.buf[off : off+uint64(n) : off+uint64(n)], nil
 }
 
 // Release ends an access begun by Lookup. It does nothing on a nil MR,

@@ -188,8 +188,56 @@ func TestNilArgs(t *testing.T) {
 				t.Errorf("Find(nil, all ones): %v", err)
 			}
 		},
+		"PD.AllocMW": func(t *testing.T) {
+			_, err := (*PD)(nil).AllocMW(verbs.MWType1)
+			apitest.Err(t, err, verbs.ErrNil, "nil *PD")
+			for _, typ := range []verbs.MWType{0, 3} {
+				_, err = pd.AllocMW(typ)
+				apitest.Err(t, err, verbs.ErrInvalidAttr, "MWType1 or verbs.MWType2")
+			}
+		},
+		"MW.RKey": func(t *testing.T) { zero(t, (*MW)(nil).RKey()); zero(t, (&MW{}).RKey()) },
+		"MW.Type": func(t *testing.T) { zero(t, (*MW)(nil).Type()) },
+		"MW.PD": func(t *testing.T) {
+			if (*MW)(nil).PD() != nil {
+				t.Error("a nil MW has a PD")
+			}
+		},
+		"MW.Bound": func(t *testing.T) {
+			if _, _, _, _, ok := (&MW{}).Bound(); ok {
+				t.Error("a zero MW is bound")
+			}
+		},
+		"MW.Dealloc": func(t *testing.T) {
+			apitest.Err(t, (*MW)(nil).Dealloc(), verbs.ErrNil, "nil *MW", "PD.AllocMW")
+			w, err := pd.AllocMW(verbs.MWType2)
+			must(t, err)
+			must(t, w.Dealloc())
+			apitest.Err(t, w.Dealloc(), verbs.ErrDestroyed, "twice")
+		},
+		"MW.Bind": func(t *testing.T) {
+			apitest.Err(t, (&MW{}).Bind(&Bind{}), verbs.ErrNil, "nil *MW")
+			w, err := pd.AllocMW(verbs.MWType1)
+			must(t, err)
+			apitest.Err(t, w.Bind(nil), verbs.ErrNil, "nil *Bind")
+		},
+		"Table.LookupRemote": func(t *testing.T) {
+			_, _, err := (*Table)(nil).LookupRemote(nil, 0, 0, 0, 0, 0)
+			apitest.Err(t, err, verbs.ErrNil, "nil *Table")
+			for _, key := range []uint32{0, 1<<32 - 1} {
+				if _, _, err := tab.LookupRemote(nil, 0, key, 0, 0, 0); !errors.Is(err, ErrKey) {
+					t.Errorf("key %#x: %v", key, err)
+				}
+			}
+		},
+		"Table.Invalidate": func(t *testing.T) {
+			apitest.Err(t, (*Table)(nil).Invalidate(nil, 0, 0), verbs.ErrNil, "nil *Table")
+			if err := tab.Invalidate(nil, 1<<32-1, 0); !errors.Is(err, ErrKey) {
+				t.Errorf("Invalidate(nil, all ones): %v", err)
+			}
+		},
 	})
-	apitest.NilReceivers(t, ".", (*Table)(nil), (*PD)(nil), (*MR)(nil), (*argError)(nil))
+	apitest.NilReceivers(t, ".", (*Table)(nil), (*PD)(nil), (*MR)(nil), (*MW)(nil), (*argError)(nil))
 }
 
 func zero[T comparable](t *testing.T, v T) {

@@ -2,16 +2,17 @@ package mr
 
 import "sync/atomic"
 
-// keyTable maps the keys of live regions to the regions: an open-addressed
+// keyTable maps the keys of live regions to the regions (and, in a second
+// table, the 24-bit key prefixes of live memory windows to the windows): an open-addressed
 // hash table with linear probing that readers search without a lock, and
 // writers (who hold Table.mu) change one slot at a time or replace whole.
 // Keys come from keyGen and look random, so a key's low bits are its
 // bucket: nobody who does not know the table's secret can choose keys
 // that collide, and a guessed key costs a probe of a few slots, most
 // often one cache line of keys.
-type keyTable struct {
-	slots atomic.Pointer[slotArray]
-	live  int // regions in the table
+type keyTable[T any] struct {
+	slots atomic.Pointer[slotArray[T]]
+	live  int // entries in the table
 	used  int // slots with a key: live regions and tombstones
 }
 
@@ -20,17 +21,17 @@ type keyTable struct {
 // A slot's key is set once (0: empty) and its region is set before the
 // key and cleared when the region leaves, which leaves a tombstone: a key
 // without a region, that searches go past. Rebuilding drops tombstones.
-type slotArray struct {
+type slotArray[T any] struct {
 	mask uint32
 	keys []atomic.Uint32
-	mrs  []atomic.Pointer[MR]
+	vals []atomic.Pointer[T]
 }
 
 // minSlots is the smallest table.
 const minSlots = 64
 
-// get returns the region with key, or nil.
-func (kt *keyTable) get(key uint32) *MR {
+// get returns the entry with key, or nil.
+func (kt *keyTable[T]) get(key uint32) *T {
 	a := kt.slots.Load()
 	if a == nil || key == 0 {
 		return nil
@@ -40,16 +41,16 @@ func (kt *keyTable) get(key uint32) *MR {
 		case 0:
 			return nil
 		case key:
-			if m := a.mrs[i].Load(); m != nil {
+			if m := a.vals[i].Load(); m != nil {
 				return m
 			}
 		}
 	}
 }
 
-// put adds key, which no live region has, for m; the caller holds
+// put adds key, which no live entry has, for m; the caller holds
 // Table.mu.
-func (kt *keyTable) put(key uint32, m *MR) {
+func (kt *keyTable[T]) put(key uint32, m *T) {
 	a := kt.slots.Load()
 	if a == nil || 4*(kt.used+1) > 3*len(a.keys) {
 		a = kt.rebuild(kt.live + 1)
@@ -60,17 +61,17 @@ func (kt *keyTable) put(key uint32, m *MR) {
 }
 
 // store puts key and m in the first empty slot of key's probe sequence.
-func (a *slotArray) store(key uint32, m *MR) {
+func (a *slotArray[T]) store(key uint32, m *T) {
 	i := key & a.mask
 	for a.keys[i].Load() != 0 {
 		i = (i + 1) & a.mask
 	}
-	a.mrs[i].Store(m)
+	a.vals[i].Store(m)
 	a.keys[i].Store(key)
 }
 
 // remove takes key out of the table; the caller holds Table.mu.
-func (kt *keyTable) remove(key uint32) {
+func (kt *keyTable[T]) remove(key uint32) {
 	a := kt.slots.Load()
 	if a == nil || key == 0 {
 		return
@@ -80,8 +81,8 @@ func (kt *keyTable) remove(key uint32) {
 		if k == 0 {
 			return
 		}
-		if k == key && a.mrs[i].Load() != nil {
-			a.mrs[i].Store(nil)
+		if k == key && a.vals[i].Load() != nil {
+			a.vals[i].Store(nil)
 			kt.live--
 			break
 		}
@@ -95,15 +96,15 @@ func (kt *keyTable) remove(key uint32) {
 // most half full), holding the live regions and no tombstones. Searches
 // under way finish on the old array, whose regions stay valid or are
 // found invalid under their own lock.
-func (kt *keyTable) rebuild(n int) *slotArray {
+func (kt *keyTable[T]) rebuild(n int) *slotArray[T] {
 	size := minSlots
 	for size < 2*n {
 		size *= 2
 	}
-	na := &slotArray{mask: uint32(size - 1), keys: make([]atomic.Uint32, size), mrs: make([]atomic.Pointer[MR], size)}
+	na := &slotArray[T]{mask: uint32(size - 1), keys: make([]atomic.Uint32, size), vals: make([]atomic.Pointer[T], size)}
 	if old := kt.slots.Load(); old != nil {
 		for i := range old.keys {
-			if m := old.mrs[i].Load(); m != nil {
+			if m := old.vals[i].Load(); m != nil {
 				na.store(old.keys[i].Load(), m)
 			}
 		}
