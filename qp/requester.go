@@ -88,6 +88,7 @@ func (q *QP) checkSendWR(wr *verbs.SendWR) error {
 func (q *QP) localInvalidate(w *sendWQE) bool {
 	m, err := q.dev.mrs.Find(q.pd, w.wr.InvRKey)
 	if err != nil {
+		q.dev.log.Debug("LOCAL_INV refused", "qpn", q.qpn, "key", w.wr.InvRKey, "err", err)
 		return false
 	}
 	m.Invalidate()
@@ -143,11 +144,19 @@ func (q *QP) request(b *txBatch) {
 				break
 			}
 			if op == verbs.OpLocalInv {
+				// LOCAL_INV waits for every request before it to
+				// complete (the local invalidate fence, IBTA §10.6.5.1,
+				// which rxe always applies), so that none of them finds
+				// its memory gone, a retransmission among them.
+				if q.sq.first != q.sq.next {
+					break
+				}
 				// A local operation takes no PSN; it is assigned so that
-				// rewinds and acknowledgements step over it.
+				// rewinds and acknowledgements step over it. A key it
+				// cannot invalidate fails it with rxe's LOC_QP_OP_ERR.
 				w.firstPSN, w.npsn, w.assigned = q.req.psn, 0, true
 				if !q.localInvalidate(w) {
-					q.failWQE(w, verbs.LocProtErr, b)
+					q.failWQE(w, verbs.LocQPOpErr, b)
 					return
 				}
 				q.sq.next++
