@@ -52,6 +52,7 @@ type advOpts struct {
 	srqLimit  uint32
 	noTimeout bool // timeout 0: no retransmission timer
 	rtr       bool // leave the QP in RTR
+	mwBind    bool // mr allows memory windows
 }
 
 type adversary struct {
@@ -114,7 +115,11 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	}
 	a.qp, err = dev.createQP(a.pd, init)
 	must(t, err)
-	a.mr = a.register(verbs.LocalWrite|verbs.RemoteAccess, 1)
+	mrAccess := verbs.LocalWrite | verbs.RemoteAccess
+	if o.mwBind {
+		mrAccess |= verbs.MWBind
+	}
+	a.mr = a.register(mrAccess, 1)
 	a.rbuf = a.register(verbs.LocalWrite, 2)
 	a.lbuf = a.register(verbs.LocalWrite, 3)
 	a.orig, a.lorig = bytes.Clone(a.mr.Bytes()), bytes.Clone(a.lbuf.Bytes())

@@ -417,6 +417,8 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 		return verbs.WCFetchAdd
 	case verbs.OpLocalInv:
 		return verbs.WCLocalInv
+	case verbs.OpBindMW:
+		return verbs.WCBindMW
 	}
 	return verbs.WCSend
 }

@@ -80,6 +80,7 @@ type Device struct {
 	nextQPN uint32
 	maxQPs  int
 	gsi     *QP
+	qpIDs   atomic.Uint64 // numbers QPs, never twice (QPNs are reused): type 2 windows are bound to one
 
 	atomicMu sync.Mutex // makes responder atomics atomic against each other
 

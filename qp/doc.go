@@ -23,6 +23,10 @@
 //   - responder.go (rxe_resp.c): PostRecv, and the responder, which
 //     checks PSNs, carries out inbound requests, fills receives, answers
 //     duplicates and READs, and sends ACKs and NAKs;
+//   - mw.go (rxe_mw.c): memory windows: PD.AllocMW, QP.BindMW (a type 1
+//     window's bind), the checks of a BIND_MW request as it is posted,
+//     and the local operations (LOCAL_INV and BIND_MW), which the
+//     requester carries out in order with no packet;
 //   - timers.go: the retransmission timer and the RNR wait;
 //   - deferack.go: in busy-poll mode, the ACKs that wait for the polling
 //     thread's next post;
@@ -41,6 +45,22 @@
 //
 // One mutex per QP covers its requester, completer and responder, so a
 // QP's packets are handled, and sent, in order.
+//
+// # Memory windows
+//
+// A request's R_Key may name a region or a memory window (package mr
+// holds both, and checks a window's key against the window: its
+// binding, protection domain, the QP a type 2 window is bound to, its
+// rights and range). Through a window, as through a region, the key is
+// looked up for every packet of a message and every READ response: a
+// window invalidated or deallocated between two packets stops the rest
+// with a remote access error NAK, and what came before stays. LOCAL_INV
+// waits for the requests before it on its QP, as rxe's does; a BIND_MW
+// does not, and binds when the requester reaches it. A bind the device
+// refuses completes MW_BIND_ERR, a LOCAL_INV LOC_QP_OP_ERR, a SEND with
+// invalidate of a key it may not invalidate is NAKed as an invalid
+// request (REM_INV_REQ_ERR at the sender); each then moves its QP to
+// ERR.
 //
 // # Asynchronous events
 //

@@ -263,9 +263,56 @@ func TestNilArgs(t *testing.T) {
 				t.Error("stop of a nil function's watch stopped something")
 			}
 		},
+		"PD.AllocMW": func(t *testing.T) {
+			_, err := (&PD{}).AllocMW(verbs.MWType1)
+			apitest.Err(t, err, verbs.ErrNil, "nil *PD")
+			_, err = e.pd.AllocMW(0)
+			apitest.Err(t, err, verbs.ErrInvalidAttr, "MWType1 or verbs.MWType2")
+			ep, err := mem.NewNetwork(nil).Endpoint(addrA)
+			must(t, err)
+			d, err := New(ep, nil)
+			must(t, err)
+			pd, err := d.AllocPD()
+			must(t, err)
+			must(t, d.Close())
+			_, err = pd.(*PD).AllocMW(verbs.MWType1)
+			apitest.Err(t, err, verbs.ErrClosed, "AllocMW after Close")
+		},
+		"MW.RKey": func(t *testing.T) { zero(t, (*MW)(nil).RKey()); zero(t, (&MW{}).RKey()) },
+		"MW.Type": func(t *testing.T) { zero(t, (&MW{}).Type()) },
+		"MW.Window": func(t *testing.T) {
+			if (*MW)(nil).Window() != nil {
+				t.Error("a nil MW has a window")
+			}
+		},
+		"MW.Dealloc": func(t *testing.T) {
+			apitest.Err(t, (&MW{}).Dealloc(), verbs.ErrNil, "nil *MW", "PD.AllocMW")
+			w, err := e.pd.AllocMW(verbs.MWType2)
+			must(t, err)
+			must(t, w.Dealloc())
+			apitest.Err(t, w.Dealloc(), verbs.ErrDestroyed, "twice")
+		},
+		"QP.BindMW": func(t *testing.T) {
+			apitest.Err(t, (*QP)(nil).BindMW(nil, nil), verbs.ErrNil, "nil *QP")
+			apitest.Err(t, e.qp.BindMW(nil, &verbs.MWBindWR{}), verbs.ErrNil, "PD.AllocMW")
+			apitest.Err(t, e.qp.BindMW((*MW)(nil), &verbs.MWBindWR{}), verbs.ErrNil, "PD.AllocMW")
+			apitest.Err(t, e.qp.BindMW(&MW{}, &verbs.MWBindWR{}), verbs.ErrForeign, "zero MW")
+			w1, err := e.pd.AllocMW(verbs.MWType1)
+			must(t, err)
+			apitest.Err(t, e.qp.BindMW(w1, nil), verbs.ErrNil, "nil *verbs.MWBindWR")
+			apitest.Err(t, e.qp.BindMW(w1, &verbs.MWBindWR{}), verbs.ErrInvalidState, "RTS")
+			w2, err := e.pd.AllocMW(verbs.MWType2)
+			must(t, err)
+			apitest.Err(t, e.qp.BindMW(w2, &verbs.MWBindWR{}), verbs.ErrInvalidWR, "BIND_MW work request")
+			otherPD, err := e.other.AllocPD()
+			must(t, err)
+			w, err := otherPD.(*PD).AllocMW(verbs.MWType1)
+			must(t, err)
+			apitest.Err(t, e.qp.BindMW(w, &verbs.MWBindWR{}), verbs.ErrForeign, "another device")
+		},
 	})
 	apitest.NilReceivers(t, ".", (*Device)(nil), (*PD)(nil), (*QP)(nil), (*CQ)(nil), (*SRQ)(nil), (*AH)(nil),
-		(*Counters)(nil))
+		(*Counters)(nil), (*MW)(nil))
 	// Zero values made without the constructors behave as nil ones.
 	for _, p := range []interface{ Destroy() error }{&QP{}, &CQ{}, &SRQ{}} {
 		apitest.Err(t, p.Destroy(), verbs.ErrNil)

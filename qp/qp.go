@@ -18,6 +18,7 @@ import (
 type QP struct {
 	dev    *Device
 	qpn    uint32
+	id     uint64 // the QP's number among all the device ever had (Device.qpIDs)
 	typ    verbs.QPType
 	pd     *mr.PD
 	scq    *CQ
@@ -99,7 +100,7 @@ func (d *Device) createQP(p *PD, init *verbs.QPInitAttr) (*QP, error) {
 		c.MaxRecvWR = 1
 	}
 	q := &QP{
-		dev: d, typ: init.Type, pd: pd, scq: scq, rcq: rcq, srq: srq,
+		dev: d, id: d.qpIDs.Add(1), typ: init.Type, pd: pd, scq: scq, rcq: rcq, srq: srq,
 		sigAll: init.SignalAll, cap: c,
 		sq: sendQueue{max: uint64(c.MaxSendWR), maxSGE: int(c.MaxSendSGE)},
 		rq: recvQueue{max: int(c.MaxRecvWR), maxSGE: int(c.MaxRecvSGE)},

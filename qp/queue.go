@@ -32,9 +32,10 @@ type sendWQE struct {
 	status   verbs.Status
 	assigned bool // firstPSN and npsn are set; they stay right across rewinds
 	firstPSN bth.PSN
-	npsn     uint32 // PSNs the request takes (responses for a READ)
-	sent     uint64 // payload bytes sent (SEND, WRITE) or not to request again (READ)
-	orig     uint64 // atomic: the original remote value
+	npsn     uint32  // PSNs the request takes (responses for a READ)
+	sent     uint64  // payload bytes sent (SEND, WRITE) or not to request again (READ)
+	orig     uint64  // atomic: the original remote value
+	bind     *mwBind // BIND_MW: what to bind
 }
 
 // lastPSN returns the last PSN of the request.
@@ -70,6 +71,7 @@ func (s *sendQueue) post(wr *verbs.SendWR, q *QP) {
 	w.sgl = append(w.sgl[:0], wr.SGL...)
 	w.wr = *wr
 	w.wr.SGL = w.sgl
+	w.wr.BindMW, w.bind = nil, nil // the caller sets bind, a copy
 	w.inline = w.inline[:0]
 	w.length = 0
 	if wr.Flags&verbs.Inline != 0 {

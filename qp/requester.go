@@ -14,9 +14,14 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	if !q.ok() {
 		return errNilQP
 	}
+	return q.post(wrs, false)
+}
+
+// post posts wrs and sends what it can; verb is set for QP.BindMW.
+func (q *QP) post(wrs []verbs.SendWR, verb bool) error {
 	b := q.dev.getBatch()
 	q.mu.Lock()
-	err := q.postSend(wrs)
+	err := q.postSend(wrs, verb)
 	switch q.state {
 	case verbs.StateRTS:
 		q.request(b)
@@ -28,7 +33,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	return err
 }
 
-func (q *QP) postSend(wrs []verbs.SendWR) error {
+func (q *QP) postSend(wrs []verbs.SendWR, verb bool) error {
 	if q.destroyed {
 		return fmt.Errorf("%w: PostSend on QP %d after Destroy", verbs.ErrDestroyed, q.qpn)
 	}
@@ -38,7 +43,8 @@ func (q *QP) postSend(wrs []verbs.SendWR) error {
 	}
 	for i := range wrs {
 		wr := &wrs[i]
-		if err := q.checkSendWR(wr); err != nil {
+		bind, err := q.checkSendWR(wr, verb)
+		if err != nil {
 			return &verbs.PostError{Index: i, Err: err}
 		}
 		if q.sq.tail-q.sq.first == q.sq.max {
@@ -46,11 +52,27 @@ func (q *QP) postSend(wrs []verbs.SendWR) error {
 				"or create the QP with a larger QPCap.MaxSendWR", verbs.ErrQueueFull, q.sq.max)}
 		}
 		q.sq.post(wr, q)
+		if bind != nil {
+			q.sq.at(q.sq.tail - 1).bind = bind
+			bind.m.rkey.Store(bind.b.RKey) // ibv_mw.rkey is the posted bind's
+		}
 	}
 	return nil
 }
 
-func (q *QP) checkSendWR(wr *verbs.SendWR) error {
+// checkSendWR checks a work request as it is posted; for a BIND_MW it
+// returns the bind to carry out.
+func (q *QP) checkSendWR(wr *verbs.SendWR, verb bool) (*mwBind, error) {
+	if err := q.checkSendOp(wr); err != nil {
+		return nil, err
+	}
+	if wr.Opcode == verbs.OpBindMW {
+		return q.checkBindWR(wr, verb)
+	}
+	return nil, nil
+}
+
+func (q *QP) checkSendOp(wr *verbs.SendWR) error {
 	op := wr.Opcode
 	if err := verbs.CheckSendOp(q.typ, op); err != nil {
 		return err
@@ -81,19 +103,6 @@ func (q *QP) checkSendWR(wr *verbs.SendWR) error {
 		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", verbs.ErrInvalidWR)
 	}
 	return nil
-}
-
-// localInvalidate carries out a LOCAL_INV request; it reports false when
-// the key names no region of the QP's protection domain.
-func (q *QP) localInvalidate(w *sendWQE) bool {
-	m, err := q.dev.mrs.Find(q.pd, w.wr.InvRKey)
-	if err != nil {
-		q.dev.log.Debug("LOCAL_INV refused", "qpn", q.qpn, "key", w.wr.InvRKey, "err", err)
-		return false
-	}
-	m.Invalidate()
-	w.state = wqeDone
-	return true
 }
 
 // reqState is the requester's state.
@@ -132,6 +141,12 @@ func (q *QP) request(b *txBatch) {
 	}
 	for q.sq.next != q.sq.tail {
 		w := q.sq.at(q.sq.next)
+		if w.state == wqeDone {
+			// A local operation carried out before a rewind: it is not
+			// carried out again.
+			q.sq.next++
+			continue
+		}
 		if w.state == wqePosted {
 			if q.state == verbs.StateSQD {
 				break
@@ -143,20 +158,21 @@ func (q *QP) request(b *txBatch) {
 			if op.NeedsResponse() && q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) {
 				break
 			}
-			if op == verbs.OpLocalInv {
+			if op.IsLocal() {
 				// LOCAL_INV waits for every request before it to
 				// complete (the local invalidate fence, IBTA §10.6.5.1,
 				// which rxe always applies), so that none of them finds
-				// its memory gone, a retransmission among them.
-				if q.sq.first != q.sq.next {
+				// its memory gone, a retransmission among them; a bind
+				// does not wait.
+				if op == verbs.OpLocalInv && q.sq.first != q.sq.next {
 					break
 				}
 				// A local operation takes no PSN; it is assigned so that
-				// rewinds and acknowledgements step over it. A key it
-				// cannot invalidate fails it with rxe's LOC_QP_OP_ERR.
+				// rewinds and acknowledgements step over it (localOp
+				// says which status a refused one fails with).
 				w.firstPSN, w.npsn, w.assigned = q.req.psn, 0, true
-				if !q.localInvalidate(w) {
-					q.failWQE(w, verbs.LocQPOpErr, b)
+				if st := q.localOp(w); st != verbs.Success {
+					q.failWQE(w, st, b)
 					return
 				}
 				q.sq.next++
@@ -498,7 +514,7 @@ func (q *QP) rewind(psn bth.PSN) {
 			break
 		}
 		if found {
-			if w.state != wqeDone || w.npsn == 0 {
+			if w.state != wqeDone { // a local operation done stays done
 				w.state, w.sent = wqePosted, 0
 			}
 			continue

@@ -245,14 +245,14 @@ func (q *QP) receiveSend(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatch
 		wc.Imm, wc.Flags = p.ImmDt.Imm(), verbs.WithImm
 	}
 	if p.IETH != nil {
-		m, err := q.dev.mrs.Find(q.pd, p.IETH.RKey())
-		if err != nil {
+		// A region of the QP's PD without windows bound, or a bound type
+		// 2 window of the PD bound to this QP (mr.Table.Invalidate).
+		if err := q.dev.mrs.Invalidate(q.pd, p.IETH.RKey(), q.id); err != nil {
 			// rxe (its class J) acknowledges such a SEND and then goes
 			// to ERR; goroce NAKs it, so that the requester learns why.
-			q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "invalidate key")
+			q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "invalidate key: "+err.Error())
 			return
 		}
-		m.Invalidate()
 		wc.Imm, wc.Flags = p.IETH.RKey(), verbs.WithInv
 	}
 	q.ctr.RDMARecvs++
@@ -281,7 +281,7 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 	if n > 0 {
 		// Look the key up for every packet: a region deregistered in the
 		// middle of a message stops the rest.
-		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), verbs.RemoteWrite)
+		m, mem, err := q.dev.mrs.LookupRemote(q.pd, q.id, q.resp.rkey, q.resp.va, uint32(n), verbs.RemoteWrite)
 		if err != nil {
 			q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 			return
@@ -337,7 +337,7 @@ func (q *QP) checkRETH(b *txBatch, psn bth.PSN, f *bth.RETHFields, access verbs.
 	if f.DMALen == 0 {
 		return true
 	}
-	m, _, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, f.DMALen, access)
+	m, _, err := q.dev.mrs.LookupRemote(q.pd, q.id, f.RKey, f.VA, f.DMALen, access)
 	if err != nil {
 		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 		return false
@@ -394,7 +394,7 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 		if n > 0 {
 			var m *mr.MR
 			var err error
-			m, mem, err = q.dev.mrs.Lookup(q.pd, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
+			m, mem, err = q.dev.mrs.LookupRemote(q.pd, q.id, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
 			if err != nil {
 				// Deregistered while we answered: what went out stays
 				// out; NAK the rest.
@@ -421,7 +421,7 @@ func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	f := p.AtomicETH.Fields()
 	// The key and range first, then the alignment, in rxe's order.
 	q.dev.atomicMu.Lock()
-	m, mem, err := q.dev.mrs.Lookup(q.pd, f.RKey, f.VA, 8, verbs.RemoteAtomic)
+	m, mem, err := q.dev.mrs.LookupRemote(q.pd, q.id, f.RKey, f.VA, 8, verbs.RemoteAtomic)
 	if err != nil {
 		q.dev.atomicMu.Unlock()
 		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
@@ -694,7 +694,7 @@ func (q *QP) ucReceiveWrite(p *bth.Packet, psn bth.PSN, start, end bool) {
 		return
 	}
 	if n > 0 {
-		m, mem, err := q.dev.mrs.Lookup(q.pd, q.resp.rkey, q.resp.va, uint32(n), verbs.RemoteWrite)
+		m, mem, err := q.dev.mrs.LookupRemote(q.pd, q.id, q.resp.rkey, q.resp.va, uint32(n), verbs.RemoteWrite)
 		if err != nil {
 			q.ucDropMessage(start, end)
 			return
