@@ -98,6 +98,7 @@ type Device struct {
 	qps    map[*QP]struct{}
 	srqs   map[uint64]*SRQ
 	ahs    map[*AH]struct{}
+	mws    map[*MW]struct{}
 }
 
 // Open opens the RDMA device of the given name ("" for the first one)
@@ -142,7 +143,7 @@ func Open(name string, cfg *Config) (*Device, error) {
 	}
 	d := &Device{name: name, port: c.Port, log: c.Logger, ctx: ctx, wake: -1,
 		events: make(chan verbs.Event, 64), nextID: 1,
-		pds: map[*PD]struct{}{}, mrs: map[*MR]struct{}{}, cqs: map[uint64]*CQ{},
+		pds: map[*PD]struct{}{}, mrs: map[*MR]struct{}{}, mws: map[*MW]struct{}{}, cqs: map[uint64]*CQ{},
 		qps: map[*QP]struct{}{}, srqs: map[uint64]*SRQ{}, ahs: map[*AH]struct{}{}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -375,9 +376,14 @@ func (d *Device) Close() error {
 
 	d.mu.RLock()
 	qps, srqs, ahs := keys(d.qps), values(d.srqs), keys(d.ahs)
-	mrs, cqs, pds := keys(d.mrs), values(d.cqs), keys(d.pds)
+	mrs, cqs, pds, mws := keys(d.mrs), values(d.cqs), keys(d.pds), keys(d.mws)
 	d.mu.RUnlock()
 	var errs []error
+	// Windows first: a region with windows bound is not deregistered,
+	// and rxe holds the QP a type 2 window is bound to.
+	for _, w := range mws {
+		errs = append(errs, w.dealloc())
+	}
 	for _, q := range qps {
 		errs = append(errs, q.destroy())
 	}

@@ -21,6 +21,7 @@ var (
 	_ verbs.QP     = (*QP)(nil)
 	_ verbs.SRQ    = (*SRQ)(nil)
 	_ verbs.AH     = (*AH)(nil)
+	_ verbs.MW     = (*MW)(nil)
 )
 
 // Config says how Open sets a device up. A nil *Config, or a zero field,
@@ -119,7 +120,10 @@ var errKinds = map[string]map[syscall.Errno]error{
 	"ibv_destroy_srq":     {syscall.EBUSY: verbs.ErrBusy},
 	"ibv_destroy_qp":      {syscall.EBUSY: verbs.ErrBusy},
 	"ibv_destroy_ah":      {syscall.EBUSY: verbs.ErrBusy},
-	"ibv_dereg_mr":        {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_dereg_mr":        {syscall.EBUSY: verbs.ErrBusy, syscall.EINVAL: verbs.ErrBusy}, // rxe: EINVAL while windows are bound
+	"ibv_alloc_mw":        {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.EOPNOTSUPP: ErrUnsupported},
+	"ibv_dealloc_mw":      {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_bind_mw":         {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR, syscall.EPERM: verbs.ErrInvalidWR},
 	"ibv_query_gid":       {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.ENODATA: verbs.ErrInvalidAttr},
 	"ibv_req_notify_cq":   {},
 	"ibv_get_async_event": {},

@@ -73,6 +73,9 @@ func TestErrorMapping(t *testing.T) {
 		{"ibv_modify_qp", syscall.EINVAL, verbs.ErrInvalidAttr},
 		{"ibv_create_qp", syscall.ENOMEM, nil},
 		{"ibv_reg_mr", syscall.EFAULT, nil},
+		{"ibv_dereg_mr", syscall.EINVAL, verbs.ErrBusy},
+		{"ibv_bind_mw", syscall.EPERM, verbs.ErrInvalidWR},
+		{"ibv_alloc_mw", syscall.EOPNOTSUPP, ErrUnsupported},
 		{"ibv_open_device", 0, nil},
 	} {
 		t.Run(c.op+"/"+c.errno.Error(), func(t *testing.T) {

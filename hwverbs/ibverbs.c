@@ -18,7 +18,8 @@
 // header ever disagrees.
 _Static_assert(IBV_WR_RDMA_WRITE == 0 && IBV_WR_RDMA_WRITE_WITH_IMM == 1 && IBV_WR_SEND == 2 &&
 	IBV_WR_SEND_WITH_IMM == 3 && IBV_WR_RDMA_READ == 4 && IBV_WR_ATOMIC_CMP_AND_SWP == 5 &&
-	IBV_WR_ATOMIC_FETCH_AND_ADD == 6 && IBV_WR_LOCAL_INV == 7 && IBV_WR_SEND_WITH_INV == 9, "ibv_wr_opcode");
+	IBV_WR_ATOMIC_FETCH_AND_ADD == 6 && IBV_WR_LOCAL_INV == 7 && IBV_WR_BIND_MW == 8 && IBV_WR_SEND_WITH_INV == 9,
+	"ibv_wr_opcode");
 _Static_assert(IBV_SEND_FENCE == 1 && IBV_SEND_SIGNALED == 2 && IBV_SEND_SOLICITED == 4 &&
 	IBV_SEND_INLINE == 8, "ibv_send_flags");
 _Static_assert(IBV_WC_SEND == 0 && IBV_WC_RDMA_WRITE == 1 && IBV_WC_RDMA_READ == 2 && IBV_WC_COMP_SWAP == 3 &&
@@ -30,7 +31,9 @@ _Static_assert(IBV_WC_GRH == 1 && IBV_WC_WITH_IMM == 2 && IBV_WC_WITH_INV == 8, 
 _Static_assert(IBV_QP_STATE == 1 && IBV_QP_AV == (1 << 7) && IBV_QP_SQ_PSN == (1 << 16) &&
 	IBV_QP_DEST_QPN == (1 << 20), "ibv_qp_attr_mask");
 _Static_assert(IBV_ACCESS_LOCAL_WRITE == 1 && IBV_ACCESS_REMOTE_WRITE == 2 && IBV_ACCESS_REMOTE_READ == 4 &&
-	IBV_ACCESS_REMOTE_ATOMIC == 8, "ibv_access_flags");
+	IBV_ACCESS_REMOTE_ATOMIC == 8 && IBV_ACCESS_MW_BIND == 16 && IBV_ACCESS_ZERO_BASED == 32, "ibv_access_flags");
+_Static_assert(IBV_MW_TYPE_1 == 1 && IBV_MW_TYPE_2 == 2 && IBV_WC_MW_BIND_ERR == 6 && IBV_WC_LOC_QP_OP_ERR == 2,
+	"ibv_mw_type, MW statuses");
 _Static_assert(IBV_QPS_RESET == 0 && IBV_QPS_ERR == 6 && IBV_MTU_256 == 1 && IBV_MTU_4096 == 5, "states, MTUs");
 _Static_assert(IBV_EVENT_CQ_ERR == 0 && IBV_EVENT_QP_FATAL == 1 && IBV_EVENT_QP_REQ_ERR == 2 &&
 	IBV_EVENT_QP_ACCESS_ERR == 3 && IBV_EVENT_COMM_EST == 4 && IBV_EVENT_SQ_DRAINED == 5 &&
@@ -82,7 +85,14 @@ int gr_post_send(gr_sq *s, int n) {
 			w->invalidate_rkey = g->imm;
 		else
 			w->imm_data = htobe32(g->imm);
-		if (s->ud) {
+		if (g->opcode == IBV_WR_BIND_MW) {
+			w->bind_mw.mw = g->mw;
+			w->bind_mw.rkey = g->mw_rkey;
+			w->bind_mw.bind_info.mr = g->mw_mr;
+			w->bind_mw.bind_info.addr = g->mw_addr;
+			w->bind_mw.bind_info.length = g->mw_length;
+			w->bind_mw.bind_info.mw_access_flags = g->mw_access;
+		} else if (s->ud) {
 			w->wr.ud.ah = g->ah;
 			w->wr.ud.remote_qpn = g->remote_qpn;
 			w->wr.ud.remote_qkey = g->remote_qkey;
@@ -420,3 +430,25 @@ int gr_async_fd(struct ibv_context *c) { return c->async_fd; }
 int gr_channel_fd(struct ibv_comp_channel *ch) { return ch->fd; }
 
 int gr_errno_ret(int rc) { return rc < 0 ? -rc : rc; }
+
+struct ibv_mw *gr_alloc_mw(struct ibv_pd *pd, int type) {
+	return ibv_alloc_mw(pd, (enum ibv_mw_type)type);
+}
+
+int gr_dealloc_mw(struct ibv_mw *mw) {
+	return gr_errno_ret(ibv_dealloc_mw(mw));
+}
+
+int gr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, const gr_mwbind *b, uint32_t *rkey) {
+	struct ibv_mw_bind mb;
+	memset(&mb, 0, sizeof mb);
+	mb.wr_id = b->id;
+	mb.send_flags = b->flags;
+	mb.bind_info.mr = b->mr;
+	mb.bind_info.addr = b->addr;
+	mb.bind_info.length = b->length;
+	mb.bind_info.mw_access_flags = b->access;
+	int rc = ibv_bind_mw(qp, mw, &mb);
+	*rkey = mw->rkey;
+	return gr_errno_ret(rc);
+}

@@ -13,11 +13,17 @@
 #include <infiniband/verbs.h>
 
 // gr_swr is a send work request as Go fills it in: flat, with no unions.
+// A BIND_MW's window, region, range, rights and new key are the mw_
+// fields.
 typedef struct {
 	uint64_t id, remote_addr, compare_add, swap;
 	struct ibv_ah *ah;
 	uint32_t imm; // immediate (host order) or the key to invalidate
 	uint32_t rkey, remote_qpn, remote_qkey, opcode, flags, num_sge, pad;
+	struct ibv_mw *mw;
+	struct ibv_mr *mw_mr;
+	uint64_t mw_addr, mw_length;
+	uint32_t mw_rkey, mw_access;
 } gr_swr;
 
 // gr_sq is a QP's send batch: max requests of max_sge SGEs each, and
@@ -176,6 +182,24 @@ int gr_query_qp(struct ibv_qp *qp, gr_qpattr *g);
 int gr_async_fd(struct ibv_context *c);
 
 int gr_channel_fd(struct ibv_comp_channel *ch);
+
+// gr_alloc_mw is ibv_alloc_mw (NULL and errno on failure), gr_dealloc_mw
+// ibv_dealloc_mw (0 or errno).
+struct ibv_mw *gr_alloc_mw(struct ibv_pd *pd, int type);
+
+int gr_dealloc_mw(struct ibv_mw *mw);
+
+// gr_mwbind is what ibv_bind_mw takes: the request's id and flags, the
+// region, range and rights.
+typedef struct {
+	uint64_t id, addr, length;
+	struct ibv_mr *mr;
+	uint32_t flags, access;
+} gr_mwbind;
+
+// gr_bind_mw is ibv_bind_mw; it returns 0 or the errno, and the window's
+// new key in *rkey.
+int gr_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, const gr_mwbind *b, uint32_t *rkey);
 
 // gr_errno_ret turns a libibverbs return code into an errno: some
 // providers return -errno.

@@ -198,7 +198,11 @@ func (m *MR) dereg() error {
 		return verbs.ErrDestroyed
 	}
 	if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
-		return errnoError("ibv_dereg_mr", syscall.Errno(C.gr_errno_ret(rc)))
+		e := errnoError("ibv_dereg_mr", syscall.Errno(C.gr_errno_ret(rc)))
+		if e.Errno == syscall.EINVAL || e.Errno == syscall.EBUSY {
+			e.Detail = "memory windows may be bound to the region: invalidate or deallocate them first"
+		}
+		return e
 	}
 	m.dead = true
 	m.pin.Unpin()

@@ -36,6 +36,11 @@ var nilCalls = map[string]func() (error, bool){
 	"PD.RegMR":             func() (error, bool) { _, err := (*PD)(nil).RegMR(make([]byte, 8), 0); return err, true },
 	"PD.CreateQP":          func() (error, bool) { _, err := (&PD{}).CreateQP(&verbs.QPInitAttr{}); return err, true },
 	"PD.CreateSRQ":         func() (error, bool) { _, err := (*PD)(nil).CreateSRQ(verbs.SRQAttr{MaxWR: 1}); return err, true },
+	"PD.AllocMW":           func() (error, bool) { _, err := (*PD)(nil).AllocMW(verbs.MWType2); return err, true },
+	"MW.RKey":              func() (error, bool) { return nil, (*MW)(nil).RKey() == 0 && (&MW{}).RKey() == 0 },
+	"MW.Type":              func() (error, bool) { return nil, (*MW)(nil).Type() == 0 },
+	"MW.Dealloc":           func() (error, bool) { return (&MW{}).Dealloc(), true },
+	"QP.BindMW":            func() (error, bool) { return (&QP{}).BindMW(nil, nil), true },
 	"PD.CreateAH": func() (error, bool) {
 		_, err := (&PD{}).CreateAH(verbs.AHAttr{DGID: [16]byte{15: 1}})
 		return err, true

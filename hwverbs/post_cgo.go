@@ -115,8 +115,18 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 }
 
 func (q *QP) flushSend(base, n int) error {
-	if rc := C.gr_post_send(q.sq, C.int(n)); rc != 0 {
-		return &verbs.PostError{Index: base + int(q.sq.bad), Err: errnoError("ibv_post_send", syscall.Errno(rc))}
+	rc := C.gr_post_send(q.sq, C.int(n))
+	posted := n
+	if rc != 0 {
+		posted = int(q.sq.bad)
+	}
+	for i, m := range q.sbind[:posted] {
+		if m != nil { // ibv_mw.rkey is the posted bind's
+			m.rkey.Store(uint32(q.swr[i].mw_rkey))
+		}
+	}
+	if rc != 0 {
+		return &verbs.PostError{Index: base + posted, Err: errnoError("ibv_post_send", syscall.Errno(rc))}
 	}
 	return nil
 }
@@ -127,6 +137,16 @@ func (q *QP) fillSend(i int, wr *verbs.SendWR) error {
 		return err
 	}
 	g := &q.swr[i]
+	q.sbind[i] = nil
+	if wr.Opcode == verbs.OpBindMW {
+		m, err := q.fillBind(g, wr)
+		if err != nil {
+			return err
+		}
+		g.id, g.opcode, g.flags, g.ah = C.uint64_t(wr.ID), C.uint32_t(wr.Opcode), C.uint32_t(wr.Flags), nil
+		q.sbind[i] = m
+		return nil
+	}
 	sge := q.sge[i*q.maxSGE : (i+1)*q.maxSGE]
 	if wr.Flags&verbs.Inline != 0 {
 		if len(wr.InlineData) > q.maxInline {

@@ -36,6 +36,7 @@ type QP struct {
 	smu       sync.Mutex
 	sq        *C.gr_sq
 	swr       []C.gr_swr
+	sbind     []*MW // the windows the batch's BIND_MW requests bind, whose RKey they set once posted
 	sge       []C.struct_ibv_sge
 	inl       []byte
 	inlAddr   uint64
@@ -144,6 +145,7 @@ func (q *QP) makeBatches() error {
 		return errnoError("calloc", syscall.ENOMEM)
 	}
 	q.swr = unsafe.Slice(q.sq.swr, n)
+	q.sbind = make([]*MW, n)
 	q.sge = unsafe.Slice(q.sq.sge, n*q.maxSGE)
 	if q.maxInline > 0 {
 		q.inl = unsafe.Slice((*byte)(unsafe.Pointer(q.sq.inl)), n*q.maxInline)
@@ -160,7 +162,7 @@ func (q *QP) makeBatches() error {
 
 func (q *QP) freeBatches() {
 	C.gr_sq_free(q.sq)
-	q.sq, q.swr, q.sge, q.inl = nil, nil, nil, nil
+	q.sq, q.swr, q.sge, q.inl, q.sbind = nil, nil, nil, nil, nil
 	if q.rq.r != nil {
 		q.rq.free()
 	}

@@ -74,8 +74,24 @@ func (p *PD) CreateSRQ(attr verbs.SRQAttr) (verbs.SRQ, error) { return nil, ErrN
 // CreateAH returns ErrNotBuilt.
 func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) { return nil, ErrNotBuilt }
 
+// AllocMW returns ErrNotBuilt.
+func (p *PD) AllocMW(typ verbs.MWType) (verbs.MW, error) { return nil, ErrNotBuilt }
+
 // Dealloc returns ErrNotBuilt.
 func (p *PD) Dealloc() error { return ErrNotBuilt }
+
+// MW is a memory window; this build has none. It is safe for concurrent
+// use.
+type MW struct{}
+
+// RKey returns 0.
+func (m *MW) RKey() uint32 { return 0 }
+
+// Type returns 0.
+func (m *MW) Type() verbs.MWType { return 0 }
+
+// Dealloc returns ErrNotBuilt.
+func (m *MW) Dealloc() error { return ErrNotBuilt }
 
 // MR is a registered memory region; this build has none. It is safe for
 // concurrent use.
@@ -142,6 +158,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error { return ErrNotBuilt }
 
 // PostRecv returns ErrNotBuilt.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) error { return ErrNotBuilt }
+
+// BindMW returns ErrNotBuilt.
+func (q *QP) BindMW(mw verbs.MW, bind *verbs.MWBindWR) error { return ErrNotBuilt }
 
 // Destroy returns ErrNotBuilt.
 func (q *QP) Destroy() error { return ErrNotBuilt }

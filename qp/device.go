@@ -494,6 +494,7 @@ var (
 	_ verbs.SRQ    = (*SRQ)(nil)
 	_ verbs.AH     = (*AH)(nil)
 	_ verbs.MR     = (*mr.MR)(nil)
+	_ verbs.MW     = (*MW)(nil)
 )
 
 // Linger keeps the device answering until its link has been quiet (no

@@ -41,6 +41,9 @@ type PD interface {
 	CreateQP(attr *QPInitAttr) (QP, error)
 	CreateSRQ(attr SRQAttr) (SRQ, error)
 	CreateAH(attr AHAttr) (AH, error)
+	// AllocMW allocates a memory window of the given type, not bound
+	// (ibv_alloc_mw).
+	AllocMW(typ MWType) (MW, error)
 	// Dealloc frees the PD; it fails while objects use it.
 	Dealloc() error
 }
@@ -85,6 +88,9 @@ type QP interface {
 	// *PostError and it and those after it are not posted.
 	PostSend(wrs []SendWR) error
 	PostRecv(wrs []RecvWR) error
+	// BindMW posts the bind of a type 1 memory window (ibv_bind_mw); a
+	// type 2 window is bound with a BIND_MW work request (PostSend).
+	BindMW(mw MW, bind *MWBindWR) error
 	Destroy() error
 }
 
