@@ -44,6 +44,9 @@ type crossInfo struct {
 	Addr uint64
 	RKey uint32
 	Len  int
+	// Bounds: TestCrossMW's owner refuses accesses outside a window
+	// (kernel rxe does not).
+	Bounds bool `json:",omitempty"`
 }
 
 // crossMsg is one line of the exchange.

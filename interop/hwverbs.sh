@@ -5,7 +5,10 @@
 #   race   the same built with -race (GODEBUG=cgocheck=1) and with GOEXPERIMENT=cgocheck2
 #   cross  TestCross, every RC operation both ways between two processes with their own backend:
 #          hw (VM1) <-> hw (VM2); soft (goroce's engine on the host, 198.18.0.1) <-> hw (VM1,
-#          listening); hw (VM2) <-> soft (host, listening)
+#          listening); hw (VM2) <-> soft (host, listening); then TestCrossMW between the same
+#          pairs: memory windows each side binds and the other reaches, invalidated by the
+#          peer's SEND_WITH_INV and by LOCAL_INV, and accesses after it (or out of the window,
+#          or through a type 2 window on another QP) refused
 #   cm     rdma_cm through librdmacm (package hwverbs/rdmacm): its suite in VM1 (against VM1's
 #          own rping in both roles, a REJ, a refused and an unreachable Dial, Close while WRITEs
 #          stream), then TestCrossCM over rdma_cm: hw VM1 listening <- hw VM2; soft (goroce's cm
@@ -13,6 +16,8 @@
 #
 #   interop/hwverbs.sh [-k] [all|suite|race|cross|cm]     (default: all)
 # all runs suite, race, cross and cm; suite and race run both packages' suites.
+# HWV_RUN=REGEXP runs only the suites' tests it matches (go test -run), for a quicker look;
+# HWV_CROSS=REGEXP the cross tests it matches (default ^TestCross: TestCross and TestCrossMW).
 # Needs root, cgo, libibverbs-dev and librdmacm-dev on the host (installed with apt-get when
 # missing). Reuses a running lab and leaves it up; otherwise boots one and stops it at the end
 # (unless -k). Exit: 0 all passed, 1 a test failed, 77 the lab cannot run here.
@@ -23,6 +28,9 @@ KEEP=0
 WHAT="${1:-all}"
 case $WHAT in all | suite | race | cross | cm) ;; *) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 2 ;; esac
 PORT="${HWV_PORT:-18600}"
+XRUN="${HWV_CROSS:-^TestCross}"
+RUNF=""
+[ -n "${HWV_RUN:-}" ] && RUNF="-test.run '$HWV_RUN'"
 
 need_root
 if ! [ -e /usr/include/infiniband/verbs.h ] || ! [ -e /usr/include/rdma/rdma_cma.h ]; then
@@ -72,11 +80,11 @@ push_files "$OUT/hwverbs.test" "$OUT/hwverbs-cm.test" || die "cannot copy into t
 CMFLAGS="-rdmacm.unreachable $UNREACH"
 if [ "$WHAT" = all ] || [ "$WHAT" = suite ]; then
     step "suite in VM1 (rxe0)" vm_run 1 500 \
-        'cd /tmp && GODEBUG=cgocheck=1 hwverbs.test -test.v -test.count 1 -test.timeout 480s 2>&1 | grep -v "^=== RUN"; exit ${PIPESTATUS[0]}'
+        'cd /tmp && GODEBUG=cgocheck=1 hwverbs.test -test.v -test.count 1 -test.timeout 480s '"$RUNF"' 2>&1 | grep -v "^=== RUN"; exit ${PIPESTATUS[0]}'
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = suite ] || [ "$WHAT" = cm ]; then
     step "rdmacm suite in VM1 (rxe0, rping)" vm_run 1 300 \
-        "cd /tmp && GODEBUG=cgocheck=1 hwverbs-cm.test -test.v -test.count 1 -test.timeout 240s $CMFLAGS 2>&1 | grep -v '^=== RUN'; exit \${PIPESTATUS[0]}"
+        "cd /tmp && GODEBUG=cgocheck=1 hwverbs-cm.test -test.v -test.count 1 -test.timeout 240s $CMFLAGS $RUNF 2>&1 | grep -v '^=== RUN'; exit \${PIPESTATUS[0]}"
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = race ]; then
     build hwverbs-race.test -race
@@ -94,7 +102,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = race ]; then
 fi
 vm1_result() { # wait VM1's job $1 and print it
     local rc
-    job_wait 1 "$1" 170
+    job_wait 1 "$1" 260
     rc=$?
     echo "--- VM1 side:"
     job_out 1 "$1"
@@ -102,14 +110,14 @@ vm1_result() { # wait VM1's job $1 and print it
     return $rc
 }
 if [ "$WHAT" = all ] || [ "$WHAT" = cross ]; then
-    T='hwverbs.test -test.v -test.run ^TestCross$ -cross.wait 90s'
+    T="hwverbs.test -test.v -test.run '$XRUN' -cross.wait 90s"
     vm1_listens() { # job id of VM1's listening side on port $1
-        job_start 1 150 "cd /tmp && $T -cross.role hw -cross.listen $(vm_ip 1):$1 2>&1"
+        job_start 1 240 "cd /tmp && $T -cross.role hw -cross.listen $(vm_ip 1):$1 2>&1"
     }
     cross_vm_vm() {
         local j rc
         j=$(vm1_listens "$PORT")
-        vm_run 2 150 "cd /tmp && $T -cross.role hw -cross.peer $(vm_ip 1):$PORT 2>&1"
+        vm_run 2 240 "cd /tmp && $T -cross.role hw -cross.peer $(vm_ip 1):$PORT 2>&1"
         rc=$?
         vm1_result "$j" || rc=1
         return $rc
@@ -117,7 +125,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = cross ]; then
     cross_host_vm() {
         local j rc
         j=$(vm1_listens $((PORT + 1)))
-        timeout 120 ip netns exec "$NS" "$OUT/hwverbs.test" -test.v -test.run '^TestCross$' -cross.role soft \
+        timeout 210 ip netns exec "$NS" "$OUT/hwverbs.test" -test.v -test.run "$XRUN" -cross.role soft \
             -cross.addr "$HOST_IP" -cross.peer "$(vm_ip 1):$((PORT + 1))"
         rc=$?
         vm1_result "$j" || rc=1
@@ -125,10 +133,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = cross ]; then
     }
     cross_vm_host() {
         local pid rc
-        timeout 120 ip netns exec "$NS" "$OUT/hwverbs.test" -test.v -test.run '^TestCross$' -cross.role soft \
+        timeout 210 ip netns exec "$NS" "$OUT/hwverbs.test" -test.v -test.run "$XRUN" -cross.role soft \
             -cross.addr "$HOST_IP" -cross.listen "$HOST_IP:$((PORT + 2))" > "$OUT/host.txt" 2>&1 &
         pid=$!
-        vm_run 2 150 "cd /tmp && $T -cross.role hw -cross.peer $HOST_IP:$((PORT + 2)) 2>&1"
+        vm_run 2 240 "cd /tmp && $T -cross.role hw -cross.peer $HOST_IP:$((PORT + 2)) 2>&1"
         rc=$?
         wait "$pid" || rc=1
         echo "--- host side:"
