@@ -79,6 +79,30 @@
 // Dial, Close. Otherwise a program exchanges QPNs, PSNs and GIDs itself
 // (as rdma-core's pingpong examples do over TCP) and calls roce.Connect.
 //
+// # Memory windows
+//
+// PD.AllocMW is ibv_alloc_mw; QP.BindMW binds a type 1 window
+// (ibv_bind_mw), and a BIND_MW work request (SendWR.BindMW) a type 2
+// window, whose new key keeps the window's upper 24 bits and takes the
+// low byte the program chose (verbs.IncRKey). MW.RKey is ibv_mw.rkey as
+// goroce keeps it: the key of the last bind posted. The device makes the
+// checks and reports them as it does: MW_BIND_ERR for a bind it refuses,
+// LOC_QP_OP_ERR for a LOCAL_INV it cannot carry out, a remote access
+// error at the peer for an access outside a window, after its
+// invalidation or, for a type 2 window, on another QP. hwverbs refuses
+// before the device sees them what rxe's provider would crash on or
+// libibverbs refuses (a bind without a region, a type 1 window in a work
+// request, a key with other upper bits). A region with windows bound
+// cannot be deregistered (verbs.ErrBusy; rxe returns EINVAL); Close
+// deallocates windows first. rxe marks the receive of a SEND with
+// invalidate with the kernel's IB_WC_WITH_INVALIDATE (1 << 2), which
+// libibverbs calls IBV_WC_IP_CSUM_OK, and leaves the invalidated key out
+// of the completion; hwverbs passes the flags on as they are. Kernel rxe
+// checks a remote access through a window against the range of the
+// region under it, not the window's (check_rkey in rxe_resp.c): a peer
+// with a window's key reaches the whole region (TestCrossMW shows it);
+// goroce's engine refuses an access outside the window.
+//
 // # UD
 //
 // Address handles always carry a GRH, as RoCE needs. A UD receive buffer

@@ -60,7 +60,11 @@
 // refuses completes MW_BIND_ERR, a LOCAL_INV LOC_QP_OP_ERR, a SEND with
 // invalidate of a key it may not invalidate is NAKed as an invalid
 // request (REM_INV_REQ_ERR at the sender); each then moves its QP to
-// ERR.
+// ERR. Where goroce differs from rxe: an access through a window is
+// checked against the window's range (rxe checks the region's only, so
+// a window's key reaches the whole region there), and a SEND with
+// invalidate of a type 2 window is refused unless it comes on the QP the
+// window is bound to (rxe checks neither the QP nor the PD).
 //
 // # Asynchronous events
 //
