@@ -37,9 +37,10 @@ type Config struct {
 	// beyond it fails with an error wrapping verbs.ErrNoQPN. 0 means
 	// DefaultMaxQPs.
 	MaxQPs int
-	// MaxMRs bounds the memory regions registered at once; RegMR beyond
-	// it fails with an error wrapping mr.ErrTableFull. 0 means
-	// mr.DefaultMaxRegions.
+	// MaxMRs bounds the memory regions and memory windows the device
+	// has at once (a window takes a key as a region does); RegMR and
+	// AllocMW beyond it fail with an error wrapping mr.ErrTableFull. 0
+	// means mr.DefaultMaxRegions.
 	MaxMRs int
 	// BusyPoll makes a CQ.Poll that finds the CQ empty receive from the
 	// transport on the caller's goroutine first (when the transport is a

@@ -476,3 +476,27 @@ func (p *pair) second(t *testing.T) (a, b end) {
 	connect(t, &b, &a, o)
 	return a, b
 }
+
+// TestMWMaxMRs: windows count against Config.MaxMRs as regions do.
+func TestMWMaxMRs(t *testing.T) {
+	_, pd, _ := newTestDevice(t, &Config{MaxMRs: 2})
+	if _, err := pd.RegMR(make([]byte, 8), verbs.LocalWrite|verbs.MWBind); err != nil {
+		t.Fatal(err)
+	}
+	w, err := pd.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.AllocMW(verbs.MWType1); !errors.Is(err, mr.ErrTableFull) {
+		t.Errorf("a second window beyond MaxMRs 2: %v", err)
+	}
+	if _, err := pd.RegMR(make([]byte, 8), verbs.LocalWrite); !errors.Is(err, mr.ErrTableFull) {
+		t.Errorf("a region beyond MaxMRs 2: %v", err)
+	}
+	if err := w.Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.AllocMW(verbs.MWType1); err != nil {
+		t.Errorf("a window once the first is gone: %v", err)
+	}
+}
