@@ -28,6 +28,8 @@ import (
 //   - a type 2 window bound on one QP: the peer's WRITE through it on
 //     another QP is refused (type 2B); the owner invalidates it with
 //     LOCAL_INV, and the peer's next WRITE on the first QP is refused;
+//   - a zero-based type 2 window: the peer addresses it from 0, and its
+//     READ and WRITE reach the window's bytes at those offsets;
 //   - a type 1 window bound with QP.BindMW: the peer READs through it, and
 //     its WRITE just before the window, inside the region, is refused,
 //     except by kernel rxe, which checks an access through a window
@@ -68,6 +70,7 @@ func TestCrossMW(t *testing.T) {
 			{"type 2, SEND with invalidate", x.sendInvOwner, x.sendInvAccessor},
 			{"type 2, another QP, LOCAL_INV", x.localInvOwner, x.localInvAccessor},
 			{"type 1, out of the window", x.type1Owner, x.type1Accessor},
+			{"type 2, zero-based", x.zeroBasedOwner, x.zeroBasedAccessor},
 		} {
 			clear(buf)
 			if owner {
@@ -179,11 +182,18 @@ func (x *mwCross) window(typ verbs.MWType) verbs.MW {
 // through c, with remote read and write, and returns the key.
 func (x *mwCross) bind2(c *mwConn) (verbs.MW, uint32) {
 	x.t.Helper()
+	return x.bind2At(c, mwOff, mwLen, 0)
+}
+
+// bind2At binds a type 2 window to [off, off+n) of the region through c,
+// with remote read and write and the extra rights, and returns the key.
+func (x *mwCross) bind2At(c *mwConn, off int, n uint64, extra verbs.Access) (verbs.MW, uint32) {
+	x.t.Helper()
 	w := x.window(verbs.MWType2)
 	key := verbs.IncRKey(w.RKey())
 	x.expect("BIND_MW", x.post(c, verbs.SendWR{ID: 1, Opcode: verbs.OpBindMW, BindMW: &verbs.BindMW{MW: w, RKey: key,
-		BindInfo: verbs.MWBindInfo{MR: x.mr, Addr: x.mr.Addr() + mwOff, Length: mwLen,
-			Access: verbs.RemoteRead | verbs.RemoteWrite}}}), verbs.Success, verbs.WCBindMW)
+		BindInfo: verbs.MWBindInfo{MR: x.mr, Addr: x.mr.Addr() + uint64(off), Length: n,
+			Access: verbs.RemoteRead | verbs.RemoteWrite | extra}}}), verbs.Success, verbs.WCBindMW)
 	if w.RKey() != key {
 		x.fail(fmt.Sprintf("RKey %#x after the bind of %#x", w.RKey(), key))
 	}
@@ -352,6 +362,43 @@ func (x *mwCross) type1Accessor() {
 	x.expect("WRITE before the window", x.post(c, verbs.SendWR{ID: 3, Opcode: verbs.OpWrite,
 		SGL:        []verbs.SGE{{Addr: x.mr.Addr(), Length: mwStrayLen, LKey: x.mr.LKey()}},
 		RemoteAddr: win.Addr - mwStrayLen, RKey: win.RKey}), st, op)
+	x.l.send(crossMsg{Kind: "done"})
+	x.checked()
+}
+
+// The zero-based window: mw1Len bytes from mw1Off, addressed from 0.
+const mwZeroAt = 0x100 // where in it the accessor READs and WRITEs
+
+func (x *mwCross) zeroBasedOwner() {
+	c := x.connect()
+	_, key := x.bind2At(c, mw1Off, mw1Len, verbs.ZeroBased)
+	b := x.mr.Bytes()
+	copy(b[mw1Off:], mwPattern(mw1Len, 5))
+	x.tell("window", 0, key)
+	x.l.recv("done")
+	want := mwPattern(mw1Len, 5)
+	copy(want[mwZeroAt:], mwPattern(mwStrayLen, 6))
+	x.verdict(same("the zero-based window after the WRITE at offset 0x100", b[mw1Off:mw1Off+mw1Len], want),
+		same("the bytes before the window", b[mw1Off-mwStrayLen:mw1Off], make([]byte, mwStrayLen)))
+}
+
+func (x *mwCross) zeroBasedAccessor() {
+	c := x.connect()
+	win := x.l.recv("window").Info
+	if win.Addr != 0 {
+		x.fail(fmt.Sprintf("a zero-based window told at address %#x", win.Addr))
+	}
+	b := x.mr.Bytes()
+	x.expect("READ at offset 0 of the zero-based window", x.post(c, verbs.SendWR{ID: 2, Opcode: verbs.OpRead,
+		SGL:        []verbs.SGE{{Addr: x.mr.Addr() + mwReadOff, Length: mw1Len, LKey: x.mr.LKey()}},
+		RemoteAddr: 0, RKey: win.RKey}), verbs.Success, verbs.WCRead)
+	if e := same("the READ of the zero-based window", b[mwReadOff:mwReadOff+mw1Len], mwPattern(mw1Len, 5)); e != "" {
+		x.fail(e)
+	}
+	copy(b, mwPattern(mwStrayLen, 6))
+	x.expect("WRITE at offset 0x100 of the zero-based window", x.post(c, verbs.SendWR{ID: 3, Opcode: verbs.OpWrite,
+		SGL:        []verbs.SGE{{Addr: x.mr.Addr(), Length: mwStrayLen, LKey: x.mr.LKey()}},
+		RemoteAddr: mwZeroAt, RKey: win.RKey}), verbs.Success, verbs.WCWrite)
 	x.l.send(crossMsg{Kind: "done"})
 	x.checked()
 }
