@@ -5,6 +5,15 @@
 // package hwverbs implements them through libibverbs. Applications open
 // a device with roce.Open (or hwverbs.Open) and use this package's types
 // with it.
+//
+// Memory windows (ibv_mw) open a range of a region registered with
+// MWBind to peers under a key of their own, with rights of their own:
+// PD.AllocMW allocates one (MWType1 or MWType2), QP.BindMW binds a type 1
+// window, a BIND_MW send work request (OpBindMW, SendWR.BindMW) a type 2
+// window to the QP it is posted on, with a key whose low byte the
+// program chooses (IncRKey). LOCAL_INV (OpLocalInv) or a peer's
+// SEND_WITH_INV (OpSendInv) invalidates a type 2 window; a bind
+// completes WCBindMW, or MWBindErr when refused.
 package verbs
 
 import (
