@@ -39,10 +39,10 @@ type Config struct {
 	// MaxUnackedPSNs bounds the packets in flight per QP (0: the engine's
 	// default, 512).
 	MaxUnackedPSNs int
-	// MaxQPs and MaxMRs bound the queue pairs and memory regions the
-	// device has at once (0: qp.DefaultMaxQPs, 65,536, and
-	// mr.DefaultMaxRegions, 262,144); CreateQP and RegMR beyond them
-	// fail.
+	// MaxQPs and MaxMRs bound the queue pairs, and the memory regions
+	// and windows together, the device has at once (0: qp.DefaultMaxQPs,
+	// 65,536, and mr.DefaultMaxRegions, 262,144); CreateQP, RegMR and
+	// AllocMW beyond them fail.
 	MaxQPs, MaxMRs int
 	// Clock runs the engine's timers; nil is the system clock. Tests use
 	// a clock.Manual to be deterministic.
