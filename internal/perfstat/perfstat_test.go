@@ -2,6 +2,7 @@ package perfstat
 
 import (
 	"math"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -65,5 +66,33 @@ func TestBW(t *testing.T) {
 	}
 	if got := Round(1.23456789, 2); got != 1.23 {
 		t.Errorf("Round = %v", got)
+	}
+}
+
+// TestCPU checks the CPU sample arithmetic, and that a process that
+// works is seen to use CPU.
+func TestCPU(t *testing.T) {
+	a := CPU{User: 3 * time.Millisecond, Sys: time.Millisecond}
+	b := CPU{User: 5 * time.Millisecond, Sys: 4 * time.Millisecond}
+	d := b.Sub(a)
+	if d != (CPU{User: 2 * time.Millisecond, Sys: 3 * time.Millisecond}) || d.Total() != 5*time.Millisecond {
+		t.Errorf("%+v - %+v = %+v", b, a, d)
+	}
+	if got := d.PerMsg(1000); got != 5 {
+		t.Errorf("5 ms over 1000 messages: %v us each", got)
+	}
+	if got := d.PerMsg(0); got != 0 {
+		t.Errorf("per message over none: %v", got)
+	}
+	if runtime.GOOS != "linux" {
+		return
+	}
+	before := ProcessCPU()
+	x, start := 0, time.Now()
+	for i := 0; time.Since(start) < 30*time.Millisecond; i++ {
+		x ^= i
+	}
+	if used := ProcessCPU().Sub(before); used.Total() <= 0 {
+		t.Errorf("a busy loop used %v of CPU (%d)", used, x)
 	}
 }
