@@ -40,15 +40,15 @@ type result struct {
 	latDur   *latDurResult
 	fromPeer bool
 	messages uint64 // work requests posted or messages received here
-	allocs   uint64 // heap allocations during the traffic
+	usage           // heap allocations and CPU time during the traffic
 	elapsed  time.Duration
 }
 
 // latResult makes a latency result from the posting times (iterations)
 // or the sample period (duration), as print_report_lat and
 // print_report_lat_duration do.
-func (r *session) latResult(tposted []time.Duration, sampled uint64, ph *phases, msgs, allocs uint64, elapsed time.Duration, rtt int) *result {
-	res := &result{messages: msgs, allocs: allocs, elapsed: elapsed}
+func (r *session) latResult(tposted []time.Duration, sampled uint64, ph *phases, msgs uint64, u usage, elapsed time.Duration, rtt int) *result {
+	res := &result{messages: msgs, usage: u, elapsed: elapsed}
 	size := uint64(r.o.size)
 	if r.o.duration > 0 {
 		from, to := ph.window()
@@ -199,6 +199,11 @@ type jsonReport struct {
 	Allocs    *uint64        `json:"allocs,omitempty"`
 	AllocsMsg *float64       `json:"allocs_per_msg,omitempty"`
 	Elapsed   float64        `json:"elapsed_s,omitempty"`
+	// The process's CPU time over the traffic, user and system, and
+	// their sum per message posted or received here.
+	CPUUser   *float64 `json:"cpu_user_us,omitempty"`
+	CPUSys    *float64 `json:"cpu_sys_us,omitempty"`
+	CPUPerMsg *float64 `json:"cpu_us_per_msg,omitempty"`
 }
 
 type jsonDest struct {
@@ -249,6 +254,10 @@ func (r *session) printJSON() error {
 				a := perfstat.Round(float64(res.allocs)/float64(res.messages), 6)
 				j.AllocsMsg = &a
 			}
+			us := func(d time.Duration) *float64 { v := perfstat.Round(float64(d.Nanoseconds())/1e3, 2); return &v }
+			j.CPUUser, j.CPUSys = us(res.cpu.User), us(res.cpu.Sys)
+			pm := perfstat.Round(res.cpu.PerMsg(res.messages), 3)
+			j.CPUPerMsg = &pm
 		}
 		switch {
 		case res.bw != nil:

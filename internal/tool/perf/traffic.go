@@ -57,19 +57,31 @@ func (p *phases) window() (time.Duration, time.Duration) {
 	return p.start + p.margin, p.start + p.period - p.margin
 }
 
-// allocSampler samples the allocator around the traffic.
-type allocSampler struct{ mallocs uint64 }
+// usage is what a run used: heap allocations and the process's CPU time.
+type usage struct {
+	allocs uint64
+	cpu    perfstat.CPU
+}
 
-func (m *allocSampler) begin() {
+// sampler samples the allocator and the process's CPU time around the
+// traffic.
+type sampler struct {
+	mallocs uint64
+	cpu     perfstat.CPU
+}
+
+func (m *sampler) begin() {
 	var s runtime.MemStats
 	runtime.ReadMemStats(&s)
 	m.mallocs = s.Mallocs
+	m.cpu = perfstat.ProcessCPU()
 }
 
-func (m *allocSampler) end() uint64 {
+func (m *sampler) end() usage {
+	cpu := perfstat.ProcessCPU().Sub(m.cpu)
 	var s runtime.MemStats
 	runtime.ReadMemStats(&s)
-	return s.Mallocs - m.mallocs
+	return usage{allocs: s.Mallocs - m.mallocs, cpu: cpu}
 }
 
 // sendArea and recvArea are QP i's halves of the buffer: it sends (and
@@ -166,7 +178,7 @@ func (r *session) runBWClient() (*result, error) {
 			c.batch[i][k] = r.sendWR(i, sges[k:])
 		}
 	}
-	var mem allocSampler
+	var mem sampler
 	mem.begin()
 	c.start = time.Now()
 	c.ph.start = 0
@@ -184,7 +196,7 @@ func (r *session) runBWClient() (*result, error) {
 			}
 		}
 	}
-	res := &result{messages: c.totS, allocs: mem.end(), elapsed: time.Since(c.start)}
+	res := &result{messages: c.totS, usage: mem.end(), elapsed: time.Since(c.start)}
 	res.bw = r.bwFigures(c.tot, c.lastDone-c.firstPost, c.sampled, &c.ph)
 	if c.peak { // never in a duration run (noPeak)
 		res.bw.peak = perfstat.BWPeak(o.size, c.posted, c.completed, c.cqMod)
@@ -284,7 +296,7 @@ func (r *session) runBWServer() (*result, error) {
 	var rcnt, sampled uint64
 	var first, last time.Duration
 	started := false
-	var mem allocSampler
+	var mem sampler
 	mem.begin()
 	base := time.Now()
 	for rcnt < tot || dur {
@@ -329,7 +341,7 @@ func (r *session) runBWServer() (*result, error) {
 		}
 		last = t
 	}
-	res := &result{messages: rcnt, allocs: mem.end(), elapsed: time.Since(base)}
+	res := &result{messages: rcnt, usage: mem.end(), elapsed: time.Since(base)}
 	res.bw = r.bwFigures(tot, last-first, sampled, &ph)
 	return res, nil
 }
@@ -366,7 +378,7 @@ func (r *session) runLatSend() (*result, error) {
 	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, rcnt, sampled uint64
-	var mem allocSampler
+	var mem sampler
 	mem.begin()
 	base := time.Now()
 	for scnt < iters || rcnt < iters || dur && ph.at(time.Since(base)) != phaseEnd {
@@ -439,7 +451,7 @@ func (r *session) runLatWrite() (*result, error) {
 	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, ccnt, rcnt, sampled uint64
-	var mem allocSampler
+	var mem sampler
 	mem.begin()
 	base := time.Now()
 	ph.start = 0
@@ -496,7 +508,7 @@ func (r *session) runLatRead() (*result, error) {
 	tposted := r.postTimes()
 	ph := newPhases(o)
 	var scnt, sampled uint64
-	var mem allocSampler
+	var mem sampler
 	mem.begin()
 	base := time.Now()
 	ph.start = 0

@@ -122,6 +122,7 @@ func echoServe(s *socket, conn net.Conn, br *bufio.Reader, line string, stdout i
 	}
 	var stop atomic.Bool
 	done := make(chan uint64, 1)
+	cpu := perfstat.ProcessCPU()
 	go func() { done <- s.echo(&stop) }()
 	if _, err := io.WriteString(conn, "ready\n"); err != nil {
 		stop.Store(true)
@@ -135,7 +136,8 @@ func echoServe(s *socket, conn net.Conn, br *bufio.Reader, line string, stdout i
 	if err != nil || line != "stop\n" {
 		return fmt.Errorf("control: the client did not finish (%v)", err)
 	}
-	fmt.Fprintf(conn, "echoed %d\n", n)
+	used := perfstat.ProcessCPU().Sub(cpu)
+	fmt.Fprintf(conn, "echoed %d %d\n", n, used.Total().Microseconds())
 	fmt.Fprintf(stdout, "rawudp: echoed %d %d-byte datagrams\n", n, size)
 	return nil
 }
@@ -231,20 +233,26 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
 		return fmt.Errorf("control: the server did not start (%v)", err)
 	}
+	cpu := perfstat.ProcessCPU()
 	tposted, lost, err := rounds(ctx, s, c)
 	if err != nil {
 		return err
 	}
+	used := perfstat.ProcessCPU().Sub(cpu)
 	conn.SetDeadline(time.Now().Add(c.timeout))
 	io.WriteString(conn, "stop\n")
-	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "echoed ") {
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "echoed ") {
 		return fmt.Errorf("control: no answer from the server (%v)", err)
 	}
+	var echoed, peerCPU int64 // a server that does not say its CPU time leaves 0
+	fmt.Sscanf(line, "echoed %d %d", &echoed, &peerCPU)
 	l := perfstat.Latencies(tposted, 2)
 	res := latResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Results: map[string]float64{
 		"t_min_us": perfstat.Round(l.Min, 2), "t_max_us": perfstat.Round(l.Max, 2), "t_typical_us": perfstat.Round(l.Typical, 2),
-		"t_avg_us": perfstat.Round(l.Avg, 2), "t_99_us": perfstat.Round(l.P99, 2),
-	}}
+		"t_avg_us": perfstat.Round(l.Avg, 2), "t_99_us": perfstat.Round(l.P99, 2), "p99_us": perfstat.Round(l.P99, 2),
+		"p99_9_us": perfstat.Round(l.P999, 2),
+	}, CPU: perfstat.Round(float64(used.Total().Nanoseconds())/1e3, 2), PeerCPU: float64(peerCPU)}
 	if c.json {
 		b, _ := json.Marshal(&res)
 		fmt.Fprintln(stdout, string(b))

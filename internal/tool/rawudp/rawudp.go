@@ -148,4 +148,8 @@ type latResult struct {
 	BusyPoll bool               `json:"busy_poll"`
 	Lost     int                `json:"lost"`
 	Results  map[string]float64 `json:"results"`
+	// CPU and PeerCPU are the user and system time, in microseconds, the
+	// client and the server used over the round trips.
+	CPU     float64 `json:"cpu_us"`
+	PeerCPU float64 `json:"peer_cpu_us"`
 }

@@ -64,8 +64,14 @@ func TestRawUDPLatency(t *testing.T) {
 				t.Fatalf("%v: %s", err, out)
 			}
 			lo, typ, hi := r.Results["t_min_us"], r.Results["t_typical_us"], r.Results["t_max_us"]
-			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ {
+			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ ||
+				r.Results["p99_us"] < typ || r.Results["p99_9_us"] < r.Results["p99_us"] {
 				t.Errorf("implausible result %+v", r)
+			}
+			// Both sides did the work of 400 round trips: CPU time, which
+			// the server (in this process too) reports back.
+			if r.CPU <= 0 || r.PeerCPU <= 0 {
+				t.Errorf("CPU time: client %v us, server %v us", r.CPU, r.PeerCPU)
 			}
 			// 300 counted, 100 warm-up, and a lost one sent again.
 			if want := fmt.Sprintf("rawudp: echoed %d 36-byte datagrams", 400+r.Lost); !strings.Contains(sout, want) {
