@@ -28,9 +28,10 @@ var Cmd = &cli.Command{
 	UsageLine: "bench [-roce PATH] [-D SECONDS] [-runs N] [-n ITERS] [-only NAME] [-json FILE]",
 	Short:     "compare roce perf between two processes with the raw-UDP baseline, as make bench does",
 	Long: "Runs roce perf's bandwidth and latency cases between two processes over loopback UDP\n" +
-		"(servers on 127.0.0.1, clients on 127.0.0.2) and the raw-UDP baseline (roce rawudp) with\n" +
+		"(servers on 127.0.0.1, clients on 127.0.0.2) and the raw-UDP baselines (roce rawudp) with\n" +
 		"the same batching, rounds of every case in turn, and prints each case's median and its\n" +
-		"ratio to the case it is compared with.\n\n",
+		"ratio to the case it is compared with; for latency cases also the 99th percentile and the\n" +
+		"CPU time (user and system, both processes) per message.\n\n",
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		b := &bencher{}
 		var jsonOut string
@@ -107,11 +108,16 @@ type result struct {
 	Of     string    `json:"ratio_of,omitempty"`
 	Target string    `json:"target,omitempty"`
 	Met    *bool     `json:"met,omitempty"`
+	// Latency cases: the 99th percentile (us) and the CPU time of both
+	// processes per message (us).
+	P99       float64 `json:"p99,omitempty"`
+	CPUPerMsg float64 `json:"cpu_us_per_msg,omitempty"`
 }
 
 func (b *bencher) run(ctx context.Context) error {
 	fmt.Fprintf(b.out, "goroce end-to-end bench: two processes over loopback UDP (servers 127.0.0.1, clients 127.0.0.2),\n"+
-		"%d rounds of every bandwidth case in turn (so a ratio compares runs minutes apart at most), medians\n\n", b.runs)
+		"%d rounds of every bandwidth case in turn, then of every latency case (so a ratio compares runs minutes\n"+
+		"apart at most), medians; CPU/msg is both processes' user and system time per message\n\n", b.runs)
 	fmt.Fprintf(b.out, "%-44s %14s   %-22s %s\n", "case", "result", "ratio", "target")
 	// The baseline sends what a 64 KiB WRITE at MTU 4096 puts on the
 	// wire, batched as goroce's UDP transport batches it: one 4128-byte
@@ -122,26 +128,20 @@ func (b *bencher) run(ctx context.Context) error {
 		{name: "raw UDP 4112 B datagrams, GSO 15 + GRO", pc: b.rawudp("15")},
 		{name: "raw UDP 4112 B datagrams, sendmmsg x64", pc: b.rawudp("0")},
 		{name: "WRITE 64 KiB, MTU 4096, 1 QP", pc: b.perf("write", "-s", "65536", "-m", "4096"),
-			rt: &ratio{of: 0, name: "raw UDP", min: 0.8, abs: 2.0}},
+			rt: &ratio{of: 0, name: "raw UDP", min: 0.85, abs: 2.0}},
 		{name: "READ 64 KiB, MTU 4096, 1 QP", pc: b.perf("read", "-s", "65536", "-m", "4096"),
 			rt: &ratio{of: 3, name: "WRITE", min: 0.8}},
 		{name: "SEND 64 KiB, MTU 4096, 1 QP", pc: b.perf("send", "-s", "65536", "-m", "4096"),
 			rt: &ratio{of: 3, name: "WRITE", min: 0.8}},
 		{name: "WRITE 64 KiB, MTU 4096, 64 QPs", pc: b.perf("write", "-s", "65536", "-m", "4096", "-q", "64"),
 			rt: &ratio{of: 3, name: "1 QP", min: 1.0}},
+		{name: "WRITE 64 KiB, MTU 4096, 1024 QPs", pc: b.perf("write", "-s", "65536", "-m", "4096", "-q", "1024"),
+			rt: &ratio{of: 3, name: "1 QP", min: 0.9}},
 	}
 	if err := b.bw(ctx, cases); err != nil {
 		return err
 	}
-	for _, op := range []string{"write", "send", "read"} {
-		b.lat(ctx, strings.ToUpper(op)+" 2 B latency, busy poll", b.perfLat(op, "--busy-poll", "1ms"), op == "write")
-	}
-	b.lat(ctx, "WRITE 2 B latency, no busy poll", b.perfLat("write", "--busy-poll", "0"), false)
-	// The floor under those: the same ping-pong of a 2-byte WRITE's
-	// packet (36 bytes) with no RoCE work.
-	b.lat(ctx, "raw UDP 36 B ping-pong, busy poll", b.rawLat("--busy-poll"), false)
-	b.lat(ctx, "raw UDP 36 B ping-pong, blocking", b.rawLat(), false)
-	return nil
+	return b.lat(ctx, b.latCases())
 }
 
 // bwCase is a bandwidth case.
@@ -220,20 +220,22 @@ func (b *bencher) perf(args ...string) pairCmd {
 // compared with, round by round.
 func (b *bencher) bw(ctx context.Context, cases []bwCase) error {
 	// -only keeps the cases named and those the others are compared with.
-	ref := map[int]bool{}
-	for _, c := range cases {
+	names, refs := make([]string, len(cases)), make([]int, len(cases))
+	for i, c := range cases {
+		names[i], refs[i] = c.name, -1
 		if c.rt != nil {
-			ref[c.rt.of] = true
+			refs[i] = c.rt.of
 		}
 	}
-	skip := func(i int) bool { return b.only != "" && !strings.Contains(cases[i].name, b.only) && !ref[i] }
+	keep := b.keep(names, refs)
+	skip := func(i int) bool { return !keep[i] }
 	for round := range b.runs {
 		for i := range cases {
 			c := &cases[i]
 			if skip(i) {
 				continue
 			}
-			out, err := b.runPair(ctx, c.pc)
+			out, _, err := b.runPair(ctx, c.pc)
 			if err != nil {
 				fmt.Fprintf(b.out, "%-44s round %d failed: %v\n", c.name, round+1, err)
 				return err
@@ -284,66 +286,12 @@ func (b *bencher) bw(ctx context.Context, cases []bwCase) error {
 	return nil
 }
 
-// perfLat is a 2-byte roce perf latency case.
-func (b *bencher) perfLat(op string, extra ...string) pairCmd {
-	common := append([]string{"perf", op, "--lat", "-s", "2", "-n", strconv.Itoa(b.iters), "-p", tcpPort, "--roce-port", rocePort}, extra...)
-	return pairCmd{
-		server: append(slices.Clone(common), "--bind", "127.0.0.1"),
-		client: append(slices.Clone(common), "--bind", "127.0.0.2", "--json", "127.0.0.1"),
-		ready:  "Waiting for client",
-	}
-}
-
-// rawLat is the raw-UDP ping-pong (roce rawudp --lat).
-func (b *bencher) rawLat(extra ...string) pairCmd {
-	return pairCmd{
-		server: []string{"rawudp", "-p", tcpPort, "--bind", "127.0.0.1"},
-		client: append(append([]string{"rawudp", "--lat", "-n", strconv.Itoa(b.iters), "-p", tcpPort, "--bind", "127.0.0.2", "--json"},
-			extra...), "127.0.0.1"),
-		ready: "rawudp server on",
-	}
-}
-
-// lat runs a latency case b.runs times and reports the median of the
-// runs' typical (median) half round trips, as perftest reports them;
-// target: the case the 10 us target is stated for.
-func (b *bencher) lat(ctx context.Context, name string, pc pairCmd, target bool) {
-	if b.only != "" && !strings.Contains(name, b.only) {
-		return
-	}
-	r := result{Name: name, Unit: "us"}
-	var avgs []float64
-	for range b.runs {
-		out, err := b.runPair(ctx, pc)
-		if err != nil {
-			fmt.Fprintf(b.out, "%-44s failed: %v\n", name, err)
-			return
-		}
-		var j struct {
-			Results map[string]float64 `json:"results"`
-		}
-		if err := json.Unmarshal(lastLine(out), &j); err != nil {
-			fmt.Fprintf(b.out, "%-44s bad output: %v\n", name, err)
-			return
-		}
-		r.Runs = append(r.Runs, j.Results["t_typical_us"])
-		avgs = append(avgs, j.Results["t_avg_us"])
-	}
-	r.Value = median(r.Runs)
-	r.Extra = fmt.Sprintf("t_avg %.2f us", median(avgs))
-	ts := ""
-	if target {
-		met := r.Value <= 10
-		r.Met, r.Target = &met, "<= 10 us half round trip"
-		ts = r.Target + map[bool]string{true: "  met", false: "  NOT MET"}[met]
-	}
-	fmt.Fprintf(b.out, "%-44s %9.2f us     %-22s %s\n", name, r.Value, r.Extra, ts)
-	b.results = append(b.results, r)
-}
-
 // runPair starts the server, waits for it to listen, runs the client and
-// returns the client's output; both are bounded in time and ended.
-func (b *bencher) runPair(ctx context.Context, pc pairCmd) ([]byte, error) {
+// returns the client's output and the server's; both are bounded in time
+// and ended. A server that says nothing when it listens (ready "": a
+// roce perf --json server) is given the client at once, and the client
+// is started again while its connection is refused.
+func (b *bencher) runPair(ctx context.Context, pc pairCmd) (client, server []byte, err error) {
 	limit := time.Duration(b.secs)*time.Second + 60*time.Second
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -351,7 +299,7 @@ func (b *bencher) runPair(ctx context.Context, pc pairCmd) ([]byte, error) {
 	rw := &readyWriter{want: pc.ready, ready: make(chan struct{})}
 	srv.Stdout, srv.Stderr = rw, rw
 	if err := srv.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	exited := make(chan struct{})
 	go func() { srv.Wait(); close(exited) }()
@@ -359,6 +307,25 @@ func (b *bencher) runPair(ctx context.Context, pc pairCmd) ([]byte, error) {
 		srv.Process.Kill()
 		<-exited
 	}()
+	if pc.ready != "" {
+		if err := waitReady(pc, rw, exited); err != nil {
+			return nil, nil, err
+		}
+	}
+	out, err := b.runClient(ctx, pc)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The server ends by itself once its client is done.
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+	}
+	return out, []byte(rw.text()), nil
+}
+
+// waitReady waits for the server to say it listens.
+func waitReady(pc pairCmd, rw *readyWriter, exited <-chan struct{}) error {
 	select {
 	case <-rw.ready:
 	case <-exited:
@@ -368,24 +335,30 @@ func (b *bencher) runPair(ctx context.Context, pc pairCmd) ([]byte, error) {
 		select {
 		case <-rw.ready:
 		default:
-			return nil, fmt.Errorf("server %v ended before listening: %s", pc.server, rw.text())
+			return fmt.Errorf("server %v ended before listening: %s", pc.server, rw.text())
 		}
 	case <-time.After(20 * time.Second):
-		return nil, fmt.Errorf("server %v did not listen within 20 s", pc.server)
+		return fmt.Errorf("server %v did not listen within 20 s", pc.server)
 	}
-	cli := exec.CommandContext(ctx, b.roce, pc.client...)
-	var cliErr strings.Builder
-	cli.Stderr = &cliErr
-	out, err := cli.Output()
-	if err != nil {
-		return nil, fmt.Errorf("client %v: %v: %s", pc.client, err, cliErr.String())
+	return nil
+}
+
+// runClient runs the client, again while its connection is refused (for
+// 20 s at most) when the server does not say it listens.
+func (b *bencher) runClient(ctx context.Context, pc pairCmd) ([]byte, error) {
+	for end := time.Now().Add(20 * time.Second); ; {
+		cli := exec.CommandContext(ctx, b.roce, pc.client...)
+		var cliErr strings.Builder
+		cli.Stderr = &cliErr
+		out, err := cli.Output()
+		if err == nil {
+			return out, nil
+		}
+		if pc.ready != "" || !strings.Contains(cliErr.String(), "connection refused") || time.Now().After(end) {
+			return nil, fmt.Errorf("client %v: %v: %s", pc.client, err, cliErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	// The server ends by itself once its client is done.
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-	}
-	return out, nil
 }
 
 // readyWriter collects a server's output and signals when want appears.
@@ -413,6 +386,24 @@ func (w *readyWriter) text() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// keep says which cases -only keeps: those whose names contain it, and
+// the cases they are compared with, and theirs.
+func (b *bencher) keep(names []string, refs []int) []bool {
+	keep := make([]bool, len(names))
+	for i, n := range names {
+		keep[i] = b.only == "" || strings.Contains(n, b.only)
+	}
+	for changed := true; changed; {
+		changed = false
+		for i, r := range refs {
+			if keep[i] && r >= 0 && !keep[r] {
+				keep[r], changed = true, true
+			}
+		}
+	}
+	return keep
 }
 
 func lastLine(out []byte) []byte {

@@ -17,11 +17,14 @@ import (
 // ratios and targets can be checked without measuring anything.
 const fakeRoce = `#!/bin/sh
 case "$*" in
-*rawudp*--lat*--json*) echo '{"results":{"t_typical_us":3.5,"t_avg_us":4}}' ;;
+*rawudp*--lat*--busy-poll*) echo '{"results":{"t_typical_us":2,"t_avg_us":2.5,"p99_us":5},"cpu_us":500,"peer_cpu_us":300}' ;;
+*rawudp*--lat*--json*) echo '{"results":{"t_typical_us":3.5,"t_avg_us":4,"p99_us":7},"cpu_us":1000,"peer_cpu_us":600}' ;;
 *rawudp*--gso\ 15\ *--first*) echo '{"gb_per_sec":2.5,"datagrams":90,"sent_datagrams":100}' ;;
 *rawudp*--json*) echo '{"gb_per_sec":2.0,"datagrams":100,"sent_datagrams":100}' ;;
 *rawudp*) echo 'rawudp server on 127.0.0.1:1' ;;
-*perf*--lat*--json*) echo '{"results":{"t_typical_us":12.5,"t_avg_us":13}}' ;;
+*perf\ read*--lat*) echo '{"results":{"t_typical_us":5,"t_avg_us":6,"p99_us":30},"cpu_user_us":300,"cpu_sys_us":100}' ;;
+*perf*--lat*--busy-poll\ 0*) echo '{"results":{"t_typical_us":4,"t_avg_us":4.5,"p99_us":9},"cpu_user_us":300,"cpu_sys_us":100}' ;;
+*perf*--lat*) echo '{"results":{"t_typical_us":12.5,"t_avg_us":13,"p99_us":30},"cpu_user_us":300,"cpu_sys_us":100}' ;;
 *perf*--json*) echo '{"results":{"bw_avg_mib_s":1907.3486328125},"allocs_per_msg":0.25}' ;;
 *perf*) echo 'Waiting for client to connect...' ;;
 *) echo "fake roce: $*" >&2; exit 2 ;;
@@ -46,11 +49,18 @@ func TestBench(t *testing.T) {
 		"raw UDP, a WRITE's framing (1 + GSO 15)          2.500 GB/s                          (baseline)",
 		"(90 of 100 datagrams arrived; runs 2.500 2.500)",
 		// 1907.35 MiB/s is 2.0 GB/s: 0.80 of the framing's 2.5, its target.
-		"WRITE 64 KiB, MTU 4096, 1 QP                     2.000 GB/s   0.80 of raw UDP        >= 2.0 GB/s and >= 0.80 of raw UDP  met",
+		"WRITE 64 KiB, MTU 4096, 1 QP                     2.000 GB/s   0.80 of raw UDP        >= 2.0 GB/s and >= 0.85 of raw UDP  NOT MET",
 		"READ 64 KiB, MTU 4096, 1 QP                      2.000 GB/s   1.00 of WRITE          >= 0.80 of WRITE  met",
+		"WRITE 64 KiB, MTU 4096, 1024 QPs                 2.000 GB/s   1.00 of 1 QP           >= 0.90 of 1 QP  met",
 		"(0.250 allocs/msg; runs 2.000 2.000)",
-		"WRITE 2 B latency, busy poll                     12.50 us     t_avg 13.00 us         <= 10 us half round trip  NOT MET",
-		"raw UDP 36 B ping-pong, blocking                  3.50 us     t_avg 4.00 us",
+		// CPU per message: both processes' time over two messages per
+		// round trip of the 100: (1000+600)/200, (300+100)*2/200.
+		"raw UDP 36 B ping-pong, blocking               3.50 us   7.00 us   8.00 us                              p99 <= 3x typical  met",
+		"WRITE 2 B latency, no busy poll                4.00 us   9.00 us   4.00 us   1.14 of UDP blocking       <= 1.5 of UDP blocking, p99 <= 3x typical  met",
+		// A READ's message is its round trip: 800 us over 100.
+		"READ 2 B latency, no busy poll                 5.00 us  30.00 us   8.00 us   1.25 of WRITE              <= 1.5 of WRITE, p99 <= 3x typical  NOT MET",
+		"WRITE 2 B latency, busy poll                  12.50 us  30.00 us   4.00 us   6.25 of UDP busy poll      <= 1.3 of UDP busy poll, p99 <= 3x typical  NOT MET",
+		"(t_avg 4.00 us; runs 3.500 3.500)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -64,8 +74,9 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 13 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || !*results[3].Met ||
-		results[7].Unit != "us" || results[7].Value != 12.5 {
+	if len(results) != 16 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || *results[3].Met ||
+		results[10].Name != "WRITE 2 B latency, no busy poll" || results[10].Unit != "us" || results[10].Value != 4 ||
+		results[10].P99 != 9 || results[10].CPUPerMsg != 4 || results[10].Ratio != 4.0/3.5 {
 		t.Errorf("bench.json: %s", data)
 	}
 }
