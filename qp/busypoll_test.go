@@ -145,9 +145,8 @@ func TestBusyPollDeferredAck(t *testing.T) {
 	must(t, b.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Signaled,
 		SGL: []verbs.SGE{sge(mb, 64, 16)}}}))
 	sends := lb.takeSends()
-	if len(sends) != 1 || len(sends[0]) != 2 || !slices.Contains(sends[0], bth.RCAcknowledge) ||
-		!slices.Contains(sends[0], bth.RCSendOnly) {
-		t.Fatalf("b's answer went out as %v, want one Send of the SEND and the ACK", sends)
+	if len(sends) != 1 || !slices.Equal(sends[0], []bth.Opcode{bth.RCAcknowledge, bth.RCSendOnly}) {
+		t.Fatalf("b's answer went out as %v, want one Send of the ACK, then the SEND", sends)
 	}
 	if n := a.cq.Poll(wc); n != 2 {
 		t.Fatalf("a polled %d completions, want its SEND's and its receive's", n)
@@ -270,5 +269,52 @@ func TestReceiveBatchesAcrossQPs(t *testing.T) {
 	}
 	if sends := lb.takeSends(); len(sends) != 2 || len(sends[0]) != 1 || len(sends[1]) != len(as)-1 {
 		t.Fatalf("b answered in sends %v, want QP 0's ACK, then the other three", sends)
+	}
+}
+
+// TestDeferredAckBeforeAnswer races the timer that sends a deferred ACK
+// against the post of the answer: whichever takes the QP first, the ACK
+// reaches the peer before the answer, so that the peer's request
+// completes before the answer to it comes (the deferred ACK used to
+// leave only after its QP's lock was let go, and an answer posted in
+// between overtook it).
+func TestDeferredAckBeforeAnswer(t *testing.T) {
+	la, lb := newPollLinks()
+	clk := clock.NewManual(time.Unix(0, 0))
+	a, b := busyEnd(t, la, clk), busyEnd(t, lb, clk)
+	o := pairOpts{}
+	o.defaults()
+	connect(t, &a, &b, o)
+	connect(t, &b, &a, o)
+	ma, mb := a.reg(t, 4096), b.reg(t, 4096)
+	wc := make([]verbs.WC, 8)
+	for i := range 500 {
+		must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{sge(mb, 0, 64)}}}))
+		must(t, a.qp.PostRecv([]verbs.RecvWR{{ID: 2, SGL: []verbs.SGE{sge(ma, 64, 64)}}}))
+		must(t, a.qp.PostSend([]verbs.SendWR{{ID: 3, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(ma, 0, 8)}}}))
+		if n := b.cq.Poll(wc); n != 1 {
+			t.Fatalf("round %d: b polled %d", i, n)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { clk.Advance(ackDeferMax) })
+		wg.Go(func() {
+			must(t, b.qp.PostSend([]verbs.SendWR{{ID: 4, Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(mb, 0, 8)}}}))
+		})
+		wg.Wait()
+		var ops []bth.Opcode
+		for _, s := range lb.takeSends() {
+			ops = append(ops, s...)
+		}
+		if !slices.Equal(ops, []bth.Opcode{bth.RCAcknowledge, bth.RCSendOnly}) {
+			t.Fatalf("round %d: b sent %v, want the ACK, then the answer", i, ops)
+		}
+		for got := 0; got < 2; {
+			got += a.cq.Poll(wc[got:])
+		}
+		if wc[0].ID != 3 || wc[1].ID != 2 {
+			t.Fatalf("round %d: a completed %d, then %d; want its SEND (3), then the answer (2)", i, wc[0].ID, wc[1].ID)
+		}
+		for b.cq.Poll(wc) > 0 { // b's answer's completion is not signaled: nothing
+		}
 	}
 }

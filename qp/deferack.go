@@ -72,14 +72,16 @@ func (d *Device) sendDeferredAcks() {
 	a.mu.Unlock()
 	b := d.getBatch()
 	for _, q := range qps {
+		// Each ACK leaves before its QP's lock is let go: a post that
+		// takes the lock next must not send the answer ahead of it.
 		q.mu.Lock()
 		q.resp.ackDeferred = false
 		if !q.destroyed {
 			q.sendPendingAck(b)
+			b.flush()
 		}
 		q.mu.Unlock()
 	}
-	b.flush()
 	// The slice goes back for the next round unless one came meanwhile.
 	a.mu.Lock()
 	if a.qps == nil {

@@ -22,13 +22,17 @@ func (q *QP) post(wrs []verbs.SendWR, verb bool) error {
 	b := q.dev.getBatch()
 	q.mu.Lock()
 	err := q.postSend(wrs, verb)
+	// An ACK left for this post (deferack.go) goes first: the peer then
+	// completes its request before it sees what this one answers, as
+	// when every ACK leaves at once.
+	q.sendPendingAck(b)
 	switch q.state {
 	case verbs.StateRTS:
 		q.request(b)
 	case verbs.StateErr, verbs.StateSQE:
 		q.flushSend()
 	}
-	q.flushAndUnlock(b) // with an ACK left waiting (busy-poll mode)
+	q.flushAndUnlock(b)
 	q.dev.putBatch(b)
 	return err
 }
