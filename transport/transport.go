@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/goroce/goroce/bth"
 )
@@ -157,6 +158,38 @@ type Transport interface {
 type Poller interface {
 	Poll() int
 }
+
+// Waiter is implemented by transports that let a goroutine wait for
+// packets itself, blocked in the kernel, and receive them on its own
+// stack, as a Poller's Poll does without blocking: a device's CQ.Wait
+// then takes the completion it waits for with no hand-off between
+// goroutines, one wake-up per packet that comes. One goroutine waits at a
+// time; while waits and polls follow each other, the transport's own
+// receive goroutine leaves the link to them, and it takes receiving back
+// once they stop.
+type Waiter interface {
+	Poller
+	// Wait receives, on the caller's goroutine, the next batch that
+	// comes and hands it to the handler before it returns, with the
+	// number of packets (or datagrams) it took. Before it blocks it
+	// calls ready (nil: never ready), and returns 0 when ready reports
+	// true. It blocks until a batch comes, deadline passes (the zero
+	// Time: none) or Wake is called, and returns 0 in the last two
+	// cases; it may also return 0 early for no reason its caller sees,
+	// and callers look again. It fails with ErrWaiting while another
+	// goroutine waits, and with net.ErrClosed once the transport is
+	// closed.
+	Wait(deadline time.Time, ready func() bool) (int, error)
+	// Wake ends the Wait in progress if it is blocked. One that is not
+	// calls ready before it blocks: a Wake whose cause ready observes
+	// (one made true before Wake is called) is never lost. Wake does not
+	// block, and costs little while the Wait is not blocked (a waiter's
+	// own handler waking it).
+	Wake()
+}
+
+// ErrWaiting means another goroutine is waiting in the transport's Wait.
+var ErrWaiting = errors.New("transport: another goroutine waits for packets")
 
 // Unreachable is a notice that a packet could not reach its destination:
 // the network answered it with an ICMP "destination unreachable" (or, on

@@ -123,6 +123,8 @@ var (
 	ErrBadPacket = errors.New("udp: bad packet")
 	// ErrStarted means Start was called twice.
 	ErrStarted = errors.New("udp: already started")
+	// ErrNotStarted means Wait was called before Start.
+	ErrNotStarted = errors.New("udp: not started")
 )
 
 // resolved is a Config with the defaults filled in and checked.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/internal/apitest"
 	"github.com/goroce/goroce/transport"
@@ -37,7 +38,15 @@ func TestNilArgs(t *testing.T) {
 		"Transport.Start": func(t *testing.T) {
 			apitest.Err(t, zero.Start(func([]transport.Packet) {}), transport.ErrNil, "nil *Transport", "udp.New")
 		},
-		"Transport.Poll":         func(t *testing.T) { want(t, zero.Poll(), 0) },
+		"Transport.Poll": func(t *testing.T) { want(t, zero.Poll(), 0) },
+		"Transport.Wait": func(t *testing.T) {
+			_, err := zero.Wait(time.Time{}, nil)
+			apitest.Err(t, err, transport.ErrNil, "nil *Transport")
+			tr := mustNew(t, &Config{Addr: netip.AddrPortFrom(lo, freePort(t, lo))})
+			_, err = tr.Wait(time.Time{}, nil)
+			apitest.Err(t, err, ErrNotStarted, "start the transport first")
+		},
+		"Transport.Wake":         func(t *testing.T) { zero.Wake(); (*Transport)(nil).Wake() },
 		"Transport.Close":        func(t *testing.T) { apitest.Err(t, zero.Close(), transport.ErrNil) },
 		"Transport.Send":         func(t *testing.T) { apitest.Err(t, (*Transport)(nil).Send(nil), transport.ErrNil) },
 		"Transport.SendsPayload": func(t *testing.T) { want(t, zero.SendsPayload(), false) },

@@ -4,6 +4,7 @@ package udp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -61,11 +62,30 @@ type Transport struct {
 	rcv   *receiver
 	rxFD  int
 	rxRun atomic.Bool // the receive state exists
-	// polls counts Poll calls: while a poller drives receiving, the
-	// receive goroutine stays out of its way.
+	// polls counts Poll and Wait calls: while pollers and waiters drive
+	// receiving, the receive goroutine stays out of their way.
 	polls   atomic.Uint64
 	closing atomic.Bool
 	wg      sync.WaitGroup
+
+	// Waits (wait_linux.go). waitMu lets one goroutine wait at a time;
+	// waiting is set while one does. ownMu is held by whoever may wait
+	// in the netpoller on the socket and set its read deadline: the
+	// receive goroutine or a waiter. inRead is set while the receive
+	// goroutine holds it, where a waiter's kick (a read deadline in the
+	// past) reaches it; deadlineSet says a deadline may be left for it
+	// to clear. exitWanted asks a Wait to say on waitExit that it ended.
+	waitMu      sync.Mutex
+	ownMu       sync.Mutex
+	waiting     atomic.Bool
+	inRead      atomic.Bool
+	deadlineSet atomic.Bool
+	exitWanted  atomic.Bool
+	waitExit    chan struct{}
+	parked      atomic.Bool // the waiter is about to block, or blocked, in the netpoller
+	waitN       int         // packets the wait's read took; under waitMu
+	waitReady   func() bool // the wait's ready; under waitMu
+	waitFn      func(uintptr) bool
 
 	icmp icmpState // the send socket's ICMP errors (icmp_linux.go)
 }
@@ -94,7 +114,8 @@ func New(cfg *Config) (*Transport, error) {
 		return nil, fmt.Errorf("udp: listen on %v: %w", r.Addr, err)
 	}
 	conn := pc.(*net.UDPConn)
-	t := &Transport{cfg: r, conn: conn, log: r.Logger}
+	t := &Transport{cfg: r, conn: conn, log: r.Logger, waitExit: make(chan struct{}, 1)}
+	t.waitFn = t.waitRead
 	if err := t.setup(); err != nil {
 		conn.Close()
 		return nil, err
@@ -444,6 +465,10 @@ func (t *Transport) Close() error {
 	}
 	t.mu.Unlock()
 	err := t.conn.Close()
+	select { // a receive goroutine standing by for a Wait's end
+	case t.waitExit <- struct{}{}:
+	default:
+	}
 	t.stopICMP()
 	t.sendMu.Lock() // a Send in progress ends within SendTimeout
 	unix.Close(t.txFD)
@@ -464,6 +489,7 @@ type rxState struct {
 	busy   time.Duration
 	spin   time.Duration // Config.StreamSpin
 	stream bool          // a batch carried StreamBytes, and no spin since ran dry
+	polls  uint64        // Transport.polls when the receive goroutine last looked
 	n      int           // datagrams the last recvmmsg returned
 	errno  unix.Errno    // its error, if any
 	readFn func(uintptr) bool
@@ -525,7 +551,7 @@ func (rx *rxState) read(fd uintptr) bool {
 			rx.n, rx.errno = n, 0
 			return true
 		case unix.EAGAIN:
-			if spin <= 0 || rx.t.closing.Load() {
+			if spin <= 0 || rx.t.closing.Load() || rx.t.polls.Load() != rx.polls {
 				rx.stream = false
 				rx.t.rxMu.Unlock()
 				return false
@@ -550,28 +576,25 @@ func (rx *rxState) read(fd uintptr) bool {
 	}
 }
 
-// pollerGrace is how long after a Poll the receive goroutine leaves
-// receiving to pollers (it looks again after that long). Waiting in the netpoller meanwhile would wake it
-// for every datagram a poller then takes: a thread switch per packet,
-// on the cores the pollers spin on.
-const pollerGrace = time.Millisecond
-
 // receive is the receive goroutine.
 func (t *Transport) receive(rx *rxState, rcv *receiver) {
 	defer t.wg.Done()
 	failures := 0
-	var polls uint64
 	for !t.closing.Load() {
-		if p := t.polls.Load(); p != polls {
-			polls = p
-			time.Sleep(pollerGrace)
+		if p := t.polls.Load(); p != rx.polls {
+			rx.polls = p
+			t.standBy()
 			continue
 		}
-		if err := t.rc.Read(rx.readFn); err != nil {
+		got, err := t.readOwned(rx)
+		if err != nil {
 			if !t.closing.Load() {
 				t.log.Warn("udp receive stopped", "addr", t.local, "err", err)
 			}
 			return
+		}
+		if !got {
+			continue
 		}
 		// rx.read returned holding rxMu.
 		if rx.errno != 0 {
@@ -588,6 +611,30 @@ func (t *Transport) receive(rx *rxState, rcv *receiver) {
 		t.deliver(rx, rcv)
 		t.rxMu.Unlock()
 	}
+}
+
+// readOwned waits in the netpoller for a batch, as the socket's owner
+// (Transport.ownMu), unless a poller or waiter came since the receive
+// goroutine last looked. It reports whether it returned holding rxMu
+// with a batch (or an error) in rx; a waiter's kick, or a late Wake,
+// returns false with no error.
+func (t *Transport) readOwned(rx *rxState) (bool, error) {
+	t.ownMu.Lock()
+	defer t.ownMu.Unlock()
+	if t.deadlineSet.Swap(false) {
+		t.conn.SetReadDeadline(time.Time{}) // a wait's, a kick's or a Wake's
+	}
+	t.inRead.Store(true)
+	defer t.inRead.Store(false)
+	if t.polls.Load() != rx.polls { // a waiter came, and may not have seen inRead
+		return false, nil
+	}
+	err := t.rc.Read(rx.readFn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.deadlineSet.Store(true)
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // deliver checks the datagrams of the last recvmmsg and hands the packets
@@ -928,4 +975,7 @@ func setIovs(iovs []unix.Iovec, v int, p *transport.Packet) int {
 	return v + 3
 }
 
-var _ transport.Poller = (*Transport)(nil)
+var (
+	_ transport.Poller = (*Transport)(nil)
+	_ transport.Waiter = (*Transport)(nil)
+)
