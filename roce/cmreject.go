@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
@@ -48,6 +49,26 @@ type pollingRejecter struct {
 // Poll receives on the caller's goroutine (transport.Poller).
 func (r pollingRejecter) Poll() int { return r.p.Poll() }
 
+// waitingRejecter is a cmRejecter over a transport that lets a goroutine
+// wait for packets and receive them itself (transport.Waiter), which the
+// device's waits look for.
+type waitingRejecter struct {
+	*cmRejecter
+	w transport.Waiter
+}
+
+// Poll receives on the caller's goroutine (transport.Poller).
+func (r waitingRejecter) Poll() int { return r.w.Poll() }
+
+// Wait waits for packets and receives them on the caller's goroutine
+// (transport.Waiter).
+func (r waitingRejecter) Wait(deadline time.Time, ready func() bool) (int, error) {
+	return r.w.Wait(deadline, ready)
+}
+
+// Wake ends the Wait in progress (transport.Waiter).
+func (r waitingRejecter) Wake() { r.w.Wake() }
+
 // rejectNoAgent wraps t in a cmRejecter that logs its answers to log (at
 // Debug; nil discards); serve tells it the device.
 func rejectNoAgent(t transport.Transport, log *slog.Logger) (transport.Transport, *cmRejecter) {
@@ -55,6 +76,9 @@ func rejectNoAgent(t transport.Transport, log *slog.Logger) (transport.Transport
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &cmRejecter{Transport: t, log: log}
+	if w, ok := t.(transport.Waiter); ok {
+		return waitingRejecter{r, w}, r
+	}
 	if p, ok := t.(transport.Poller); ok {
 		return pollingRejecter{r, p}, r
 	}

@@ -27,6 +27,9 @@ func TestBusyPollThroughRejecter(t *testing.T) {
 	if _, ok := d.dev.eng.Transport().(transport.Poller); !ok {
 		t.Error("the udp link's Poller is hidden")
 	}
+	if _, ok := d.dev.eng.Transport().(transport.Waiter); !ok {
+		t.Error("the udp link's Waiter is hidden: waiting goroutines cannot receive themselves")
+	}
 	n := mem.NewNetwork(nil)
 	defer n.Close()
 	m, err := Open(&Config{Link: &Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.1")}})
@@ -36,6 +39,9 @@ func TestBusyPollThroughRejecter(t *testing.T) {
 	defer m.Close()
 	if _, ok := m.dev.eng.Transport().(transport.Poller); ok {
 		t.Error("the mem link has no Poller, but the device sees one")
+	}
+	if _, ok := m.dev.eng.Transport().(transport.Waiter); ok {
+		t.Error("the mem link has no Waiter, but the device sees one")
 	}
 	if !transport.SendsPayload(m.dev.eng.Transport()) {
 		t.Error("the mem link takes payloads apart, but the device no longer sees it")

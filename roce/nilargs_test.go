@@ -24,6 +24,15 @@ type polls int
 
 func (p polls) Poll() int { return int(p) }
 
+// waits is a transport.Waiter that reports what it is given.
+type waits struct {
+	polls
+	woken *bool
+}
+
+func (w waits) Wait(time.Time, func() bool) (int, error) { return int(w.polls), nil }
+func (w waits) Wake()                                    { *w.woken = true }
+
 // nilEnv is a traced device on an in-memory network with one of each
 // object, made through the trace wrapper.
 type nilEnv struct {
@@ -239,6 +248,23 @@ func TestNilArgs(t *testing.T) {
 		"pollingRejecter.Poll": func(t *testing.T) {
 			if n := (pollingRejecter{p: polls(3)}).Poll(); n != 3 {
 				t.Errorf("polled %d packets, want the transport's 3", n)
+			}
+		},
+		"waitingRejecter.Poll": func(t *testing.T) {
+			if n := (waitingRejecter{w: waits{polls: 3}}).Poll(); n != 3 {
+				t.Errorf("polled %d packets, want the transport's 3", n)
+			}
+		},
+		"waitingRejecter.Wait": func(t *testing.T) {
+			if n, err := (waitingRejecter{w: waits{polls: 2}}).Wait(time.Time{}, nil); n != 2 || err != nil {
+				t.Errorf("waited for %d packets (%v), want the transport's 2", n, err)
+			}
+		},
+		"waitingRejecter.Wake": func(t *testing.T) {
+			var woken bool
+			waitingRejecter{w: waits{woken: &woken}}.Wake()
+			if !woken {
+				t.Error("the transport was not woken")
 			}
 		},
 		"Trace": func(t *testing.T) {
