@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -32,6 +33,15 @@ type CQ struct {
 	ch      chan struct{}
 	users   atomic.Int32
 	dead    bool
+
+	// Waits (wait.go): leading is set while a waiter of this CQ leads
+	// and may be blocked in the transport; sleepers counts the waiters
+	// asleep on wake; spin is their adaptive spin.
+	leading  atomic.Bool
+	sleepers atomic.Int32
+	wake     chan struct{}
+	readyFn  func() bool
+	spin     spinner
 }
 
 const (
@@ -50,7 +60,9 @@ func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
 	if d.closed.Load() {
 		return nil, fmt.Errorf("%w: CreateCQ after Close", verbs.ErrClosed)
 	}
-	return &CQ{dev: d, ring: make([]verbs.WC, cqe), ch: make(chan struct{}, 1)}, nil
+	c := &CQ{dev: d, ring: make([]verbs.WC, cqe), ch: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	c.readyFn = c.ready
+	return c, nil
 }
 
 // ok reports whether c was made by CreateCQ.
@@ -145,23 +157,27 @@ func (c *CQ) C() <-chan struct{} {
 	return c.ch
 }
 
-// Wait blocks until the CQ holds a completion or ctx is done.
+// Wait blocks until the CQ holds a completion or ctx is done. Over the
+// udp transport the waiting goroutine receives from the link itself,
+// after a short adaptive spin (Config.WaitSpin), so that the completion
+// costs no hand-off between goroutines; see wait.go. It does not arm the
+// completion channel.
 func (c *CQ) Wait(ctx context.Context) error {
 	if !c.ok() {
 		return errNilCQ
 	}
-	for c.n.Load() == 0 {
-		c.ReqNotify(false)
-		if c.n.Load() != 0 {
-			break
-		}
-		select {
-		case <-c.ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	_, err := c.wait(ctx, time.Time{})
+	return err
+}
+
+// WaitUntil is Wait with a deadline: it reports true when the CQ holds a
+// completion, false when deadline passed first (the zero Time: no
+// deadline), and ctx's error when ctx ended first.
+func (c *CQ) WaitUntil(ctx context.Context, deadline time.Time) (bool, error) {
+	if !c.ok() {
+		return false, errNilCQ
 	}
-	return nil
+	return c.wait(ctx, deadline)
 }
 
 // Destroy frees the CQ; it fails with ErrBusy while queue pairs use it.
@@ -210,5 +226,6 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 		default:
 		}
 	}
+	c.pushed()
 	return true
 }

@@ -48,6 +48,11 @@ type Config struct {
 	// drives the whole receive path itself, with no hand-off between
 	// threads, for the lowest latency.
 	BusyPoll bool
+	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls
+	// the link before it blocks: it spins as long as recent waits took,
+	// up to this, and not at all while they take longer. 0 means
+	// DefaultWaitSpin; negative, never spin.
+	WaitSpin time.Duration
 }
 
 // Device is a software RNIC: it owns queue pairs, completion queues and the
@@ -72,6 +77,12 @@ type Device struct {
 	ackReqEvery   uint32
 	maxPacket     int
 	poller        transport.Poller // set in busy-poll mode
+	link          transport.Poller // the transport, if it is a Poller: waits spin on it
+	waiter        transport.Waiter // the transport, if waiters may receive themselves (wait.go)
+	waitSpin      time.Duration    // Config.WaitSpin, resolved
+	lead          leadState
+	progressSpin  spinner          // ProgressWait's adaptive spin
+	timers        chan *time.Timer // a free list for sleeping waits with deadlines
 	inPlace       bool             // the transport sends payloads from registered memory in place
 	polling       atomic.Int32     // polls receiving on programs' threads now
 	acks          ackDeferrer
@@ -134,9 +145,19 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		d.ackReqEvery = 64
 	}
 	d.inPlace = transport.SendsPayload(t)
-	if p, ok := t.(transport.Poller); ok && cfg.BusyPoll {
-		d.poller = p
+	if p, ok := t.(transport.Poller); ok {
+		d.link = p
+		if cfg.BusyPoll {
+			d.poller = p
+		}
 	}
+	d.waiter, _ = t.(transport.Waiter)
+	d.waitSpin = cfg.WaitSpin
+	if d.waitSpin == 0 {
+		d.waitSpin = DefaultWaitSpin
+	}
+	d.waitSpin = max(d.waitSpin, 0)
+	d.timers = make(chan *time.Timer, maxFreeBatches)
 	if need := bth.RCWriteFirst.HeaderLen() + bth.MTU256.Bytes() + bth.ICRCLen; d.maxPacket < need {
 		return nil, fmt.Errorf("%w: the transport carries packets of %d bytes, and a 256-byte path MTU needs %d: "+
 			"raise its MaxPacket", verbs.ErrInvalidCap, d.maxPacket, need)
@@ -219,6 +240,16 @@ func (d *Device) poll() int {
 	d.polled()
 	d.polling.Add(1)
 	n := d.poller.Poll()
+	d.polling.Add(-1)
+	return n
+}
+
+// pollLink receives on the caller's thread, in any mode (a waiter's
+// spin); the transport is a Poller.
+func (d *Device) pollLink() int {
+	d.polled()
+	d.polling.Add(1)
+	n := d.link.Poll()
 	d.polling.Add(-1)
 	return n
 }

@@ -198,6 +198,25 @@ func TestNilArgs(t *testing.T) {
 				t.Errorf("Wait with a cancelled context: %v", err)
 			}
 		},
+		"CQ.WaitUntil": func(t *testing.T) {
+			if ok, err := (*CQ)(nil).WaitUntil(context.Background(), time.Time{}); ok || !errors.Is(err, verbs.ErrNil) {
+				t.Errorf("WaitUntil of a nil CQ: %v, %v", ok, err)
+			}
+			// A deadline in the past ends the wait at once, without error.
+			if ok, err := e.cq.WaitUntil(context.Background(), time.Unix(1, 0)); ok || err != nil {
+				t.Errorf("WaitUntil with a past deadline: %v, %v", ok, err)
+			}
+		},
+		"Device.ProgressWait": func(t *testing.T) {
+			if n, err := (*Device)(nil).ProgressWait(context.Background(), time.Time{}); n != 0 || !errors.Is(err, verbs.ErrNil) {
+				t.Errorf("ProgressWait of a nil Device: %d, %v", n, err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if n, err := e.dev.ProgressWait(ctx, time.Time{}); n != 0 || !errors.Is(err, context.Canceled) {
+				t.Errorf("ProgressWait with a cancelled context: %d, %v", n, err)
+			}
+		},
 		"CQ.Destroy": func(t *testing.T) {
 			apitest.Err(t, e.cq.Destroy(), verbs.ErrBusy, "queue pairs use the CQ", "destroy them first")
 		},

@@ -1,0 +1,402 @@
+package qp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/verbs"
+)
+
+// waitLink is one end of a two-end link that delivers only to a goroutine
+// that polls it or waits on it (a transport.Waiter with no goroutine of
+// its own), as the udp transport does while waits come. It records which
+// goroutine handed each batch over, and the opcodes of each Send.
+type waitLink struct {
+	addr   netip.Addr
+	peer   *waitLink
+	h      transport.Handler
+	waitMu sync.Mutex // one Wait at a time
+	parked atomic.Bool
+	signal chan struct{} // cap 1: a packet came, or a Wake
+
+	mu      sync.Mutex
+	inbox   []transport.Packet
+	sends   [][]bth.Opcode
+	handers []uint64 // the goroutine that handed each batch over
+	waits   int      // Waits that blocked
+}
+
+func newWaitLinks() (a, b *waitLink) {
+	a = &waitLink{addr: addrA, signal: make(chan struct{}, 1)}
+	b = &waitLink{addr: addrB, peer: a, signal: make(chan struct{}, 1)}
+	a.peer = b
+	return a, b
+}
+
+// goid returns the calling goroutine's id, from its stack header.
+func goid() uint64 {
+	var buf [64]byte
+	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
+	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
+}
+
+func (l *waitLink) Start(h transport.Handler) error { l.h = h; return nil }
+
+func (l *waitLink) Send(pkts []transport.Packet) error {
+	var ops []bth.Opcode
+	var copies []transport.Packet
+	for _, p := range pkts {
+		ops = append(ops, bth.BTH(p.Data).Opcode())
+		p.Data = p.AppendTo(nil)
+		p.Payload = nil
+		p.Src = l.addr
+		copies = append(copies, p)
+	}
+	l.mu.Lock()
+	l.sends = append(l.sends, ops)
+	l.mu.Unlock()
+	l.peer.mu.Lock()
+	l.peer.inbox = append(l.peer.inbox, copies...)
+	l.peer.mu.Unlock()
+	select {
+	case l.peer.signal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Poll hands over what waits.
+func (l *waitLink) Poll() int {
+	l.mu.Lock()
+	in := l.inbox
+	l.inbox = nil
+	if len(in) > 0 {
+		l.handers = append(l.handers, goid())
+	}
+	l.mu.Unlock()
+	if len(in) > 0 {
+		l.h(in)
+	}
+	return len(in)
+}
+
+// Wait is transport.Waiter's: it hands over what waits, or blocks for
+// it, a Wake or the deadline; ready is called before it blocks.
+func (l *waitLink) Wait(deadline time.Time, ready func() bool) (int, error) {
+	if !l.waitMu.TryLock() {
+		return 0, transport.ErrWaiting
+	}
+	defer l.waitMu.Unlock()
+	var tc <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		tc = t.C
+	}
+	for {
+		l.parked.Store(false)
+		if n := l.Poll(); n > 0 {
+			return n, nil
+		}
+		l.parked.Store(true)
+		if ready != nil && ready() {
+			return 0, nil
+		}
+		l.mu.Lock()
+		l.waits++
+		l.mu.Unlock()
+		select {
+		case <-l.signal:
+		case <-tc:
+			l.parked.Store(false)
+			return 0, nil
+		}
+	}
+}
+
+// Wake ends a blocked Wait.
+func (l *waitLink) Wake() {
+	if l.parked.Load() {
+		select {
+		case l.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *waitLink) takeSends() [][]bth.Opcode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sends
+	l.sends = nil
+	return s
+}
+
+func (l *waitLink) handedBy() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.handers)
+}
+
+func (l *waitLink) LocalAddr() netip.Addr  { return l.addr }
+func (l *waitLink) BatchSize() int         { return 64 }
+func (l *waitLink) MaxPacket() int         { return 4096 + 64 }
+func (l *waitLink) Stats() transport.Stats { return transport.Stats{} }
+func (l *waitLink) Close() error           { return nil }
+
+var _ transport.Waiter = (*waitLink)(nil)
+
+// waitEnds makes a device on each link with nq connected RC QPs, each
+// with a CQ of its own; spin is Config.WaitSpin.
+func waitEnds(t *testing.T, la, lb *waitLink, nq int, spin time.Duration) (a, b []end) {
+	t.Helper()
+	o := pairOpts{}
+	o.defaults()
+	mk := func(l *waitLink) (*Device, *PD) {
+		d, err := New(l, &Config{Clock: clock.Real{}, Logger: testLogger(t), WaitSpin: spin})
+		must(t, err)
+		t.Cleanup(func() { d.Close() })
+		pd, err := d.AllocPD()
+		must(t, err)
+		return d, pd.(*PD)
+	}
+	da, pa := mk(la)
+	db, pb := mk(lb)
+	for range nq {
+		ea, eb := end{dev: da, pd: pa}, end{dev: db, pd: pb}
+		for _, e := range []*end{&ea, &eb} {
+			cq, err := e.dev.CreateCQ(64)
+			must(t, err)
+			e.cq = cq.(*CQ)
+			e.qp, err = e.dev.createQP(e.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: e.cq, RecvCQ: e.cq, Cap: o.cap})
+			must(t, err)
+		}
+		connect(t, &ea, &eb, o)
+		connect(t, &eb, &ea, o)
+		a, b = append(a, ea), append(b, eb)
+	}
+	return a, b
+}
+
+// waitOne waits on e's CQ and polls one completion, within 10 s. Its
+// context cannot end, so that the wait looks at nothing but the CQ: a
+// lost wake-up lasts until the deadline.
+func waitOne(t *testing.T, e *end) verbs.WC {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	wc := make([]verbs.WC, 1)
+	for {
+		ok, err := e.cq.WaitUntil(context.Background(), deadline)
+		if err != nil || !ok || !time.Now().Before(deadline) {
+			t.Fatalf("no completion within 10 s (a lost wake-up?): %v, %v", ok, err)
+			return verbs.WC{}
+		}
+		if e.cq.Poll(wc) == 1 {
+			return wc[0]
+		}
+	}
+}
+
+// TestWaitLeads runs a SEND ping-pong between two devices whose programs
+// wait with CQ.Wait, spinning first or not: every completion comes in
+// order; the waiting goroutine itself receives what it waits for; and
+// the ACK of what a waiter received leaves with the answer it posts, in
+// one Send.
+func TestWaitLeads(t *testing.T) {
+	for _, spin := range []time.Duration{-1, time.Millisecond} {
+		la, lb := newWaitLinks()
+		as, bs := waitEnds(t, la, lb, 1, spin)
+		a, b := &as[0], &bs[0]
+		ma, mb := a.reg(t, 4096), b.reg(t, 4096)
+		const rounds = 200
+		done := make(chan error, 1)
+		go func() { // b: the echo
+			me := goid()
+			for i := range rounds {
+				must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{sge(mb, 0, 64)}}}))
+				if i == 0 {
+					done <- nil // b's first receive is posted
+				}
+				if wc := waitOne(t, b); wc.Opcode != verbs.WCRecv || wc.ID != uint64(i) || wc.Status != verbs.Success {
+					done <- errors.New("b: " + wc.Status.String())
+					return
+				}
+				if by := lb.handedBy(); by[len(by)-1] != me {
+					done <- errors.New("b's SEND was received by another goroutine than the one waiting for it")
+					return
+				}
+				must(t, b.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(mb, 0, 16)}}}))
+				if i == 0 {
+					if s := lb.takeSends(); len(s) != 1 || !slices.Equal(s[0], []bth.Opcode{bth.RCAcknowledge, bth.RCSendOnly}) {
+						done <- fmt.Errorf("b's ACK did not leave first with its answer: %v", s)
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+		<-done
+		for i := range rounds {
+			must(t, a.qp.PostRecv([]verbs.RecvWR{{ID: uint64(1000 + i), SGL: []verbs.SGE{sge(ma, 64, 64)}}}))
+			must(t, a.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.Signaled,
+				SGL: []verbs.SGE{sge(ma, 0, 32)}}}))
+			// The SEND completes before the answer comes, as when
+			// every ACK leaves at once (the ACK that waited for the
+			// answer leaves first, in the same Send).
+			want := []verbs.WC{{ID: uint64(i), Opcode: verbs.WCSend}, {ID: uint64(1000 + i), Opcode: verbs.WCRecv}}
+			for _, w := range want {
+				if wc := waitOne(t, a); wc.ID != w.ID || wc.Opcode != w.Opcode || wc.Status != verbs.Success {
+					t.Fatalf("spin %v, round %d: got %v %d %v, want %v %d", spin, i, wc.Opcode, wc.ID, wc.Status, w.Opcode, w.ID)
+				}
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("spin %v: %v", spin, err)
+		}
+	}
+}
+
+// TestWaitWokenFromElsewhere checks that a completion made by another
+// goroutine than the leader's (a receive flushed by a Modify to ERR)
+// ends the leader's blocked wait: a lost wake-up would leave it until
+// its context's end.
+func TestWaitWokenFromElsewhere(t *testing.T) {
+	la, lb := newWaitLinks()
+	_, bs := waitEnds(t, la, lb, 1, -1)
+	b := &bs[0]
+	mb := b.reg(t, 4096)
+	for i := range 50 {
+		must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{sge(mb, 0, 64)}}}))
+		go func() {
+			if i%2 == 1 {
+				time.Sleep(time.Millisecond) // after the leader blocked, mostly
+			}
+			b.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
+		}()
+		if wc := waitOne(t, b); wc.ID != uint64(i) || wc.Status != verbs.WRFlushErr {
+			t.Fatalf("round %d: %+v", i, wc)
+		}
+		must(t, b.qp.Modify(&verbs.QPAttr{State: verbs.StateReset}, verbs.AttrState))
+		must(t, b.qp.Modify(&verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: verbs.LocalWrite},
+			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	}
+	if lb.waits == 0 {
+		t.Error("no wait blocked: the test did not test a wake-up")
+	}
+}
+
+// TestWaitFollowers has two goroutines wait on two CQs of one device at
+// once, the peer answering the second first: one leads, the other
+// follows, and each gets its completions; when the leader leaves for
+// good, the follower takes the lead and receives its own. No goroutine is
+// left behind.
+func TestWaitFollowers(t *testing.T) {
+	before := runtime.NumGoroutine()
+	la, lb := newWaitLinks()
+	as, bs := waitEnds(t, la, lb, 2, -1)
+	ma, mb := as[0].reg(t, 4096), bs[0].reg(t, 4096)
+	for round := range 30 {
+		var wg sync.WaitGroup
+		got := make([]verbs.WC, 2)
+		for i := range 2 {
+			must(t, as[i].qp.PostRecv([]verbs.RecvWR{{ID: uint64(10*round + i), SGL: []verbs.SGE{sge(ma, 64*i, 64)}}}))
+			wg.Go(func() { got[i] = waitOne(t, &as[i]) })
+		}
+		time.Sleep(time.Millisecond) // both wait, one leading, mostly
+		for _, i := range []int{1, 0} {
+			must(t, bs[i].qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(mb, 0, 8)}}}))
+			if round%3 == 0 {
+				time.Sleep(time.Millisecond) // the second comes after the first's waiter left
+			}
+		}
+		wg.Wait()
+		for i, wc := range got {
+			if wc.ID != uint64(10*round+i) || wc.Opcode != verbs.WCRecv || wc.Status != verbs.Success {
+				t.Fatalf("round %d, CQ %d: %+v", round, i, wc)
+			}
+		}
+		// b's ACKs, and its SENDs' completions, are not waited for:
+		// drain them so that b's send queue has room.
+		for i := range 2 {
+			for bs[i].cq.Poll(make([]verbs.WC, 4)) > 0 {
+			}
+		}
+		lb.Poll()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after the waits, %d before", n, before)
+	}
+}
+
+// TestWaitUntil checks WaitUntil's deadline, and ProgressWait's: both end
+// with nothing at a deadline that passes, and ProgressWait returns the
+// packets it handled when some come.
+func TestWaitUntil(t *testing.T) {
+	la, lb := newWaitLinks()
+	as, bs := waitEnds(t, la, lb, 1, -1)
+	a, b := &as[0], &bs[0]
+	start := time.Now()
+	if ok, err := b.cq.WaitUntil(context.Background(), start.Add(20*time.Millisecond)); ok || err != nil ||
+		time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("WaitUntil an empty CQ: %v, %v after %v", ok, err, time.Since(start))
+	}
+	if n, err := b.dev.ProgressWait(context.Background(), time.Now().Add(10*time.Millisecond)); n != 0 || err != nil {
+		t.Fatalf("ProgressWait on a quiet link: %d, %v", n, err)
+	}
+	ma, mb := a.reg(t, 64), b.reg(t, 64)
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpWrite, SGL: []verbs.SGE{sge(ma, 0, 8)}, RemoteAddr: mb.Addr(), RKey: mb.RKey()}})
+	}()
+	n, err := b.dev.ProgressWait(context.Background(), time.Now().Add(10*time.Second))
+	if n != 1 || err != nil {
+		t.Fatalf("ProgressWait for a WRITE: %d, %v", n, err)
+	}
+	if by := lb.handedBy(); by[len(by)-1] != goid() {
+		t.Error("the WRITE was received by another goroutine than ProgressWait's")
+	}
+}
+
+// TestSpinner checks the adaptive spin's rules: waits that block and end
+// within the limit double it (from spinGrowStart) up to the limit; waits
+// that outlast it halve it, down to none.
+func TestSpinner(t *testing.T) {
+	var s spinner
+	limit := 50 * time.Microsecond
+	want := func(d time.Duration) {
+		t.Helper()
+		if got := s.next(limit); got != d {
+			t.Fatalf("spin %v, want %v", got, d)
+		}
+	}
+	want(0)
+	for _, w := range []time.Duration{spinGrowStart, 4 * time.Microsecond, 8 * time.Microsecond, 16 * time.Microsecond,
+		32 * time.Microsecond, limit, limit} {
+		s.blocked(10*time.Microsecond, limit)
+		want(w)
+	}
+	for _, w := range []time.Duration{limit / 2, limit / 4, limit / 8, limit / 16, 0, 0} {
+		s.blocked(time.Millisecond, limit)
+		want(w)
+	}
+	s.ns.Store(int64(time.Second)) // a limit lowered since: the spin stays under it
+	want(limit)
+}
