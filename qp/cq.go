@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/internal/yield"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -106,8 +107,16 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 			return 0
 		}
 		// In busy-poll mode the caller receives, and handles, what is
-		// waiting on the link.
-		if c.dev.poll() == 0 || c.n.Load() == 0 {
+		// waiting on the link. Finding nothing again and again, it lets
+		// the threads that wait for its core run now and then (the
+		// peer, on a machine with fewer cores than spinners).
+		if c.dev.poll() == 0 {
+			if c.dev.emptyPolls.Add(1)%busyYieldEvery == 0 {
+				yield.CPU()
+			}
+			return 0
+		}
+		if c.n.Load() == 0 {
 			return 0
 		}
 	}

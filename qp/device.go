@@ -85,6 +85,7 @@ type Device struct {
 	timers        chan *time.Timer // a free list for sleeping waits with deadlines
 	inPlace       bool             // the transport sends payloads from registered memory in place
 	polling       atomic.Int32     // polls receiving on programs' threads now
+	emptyPolls    atomic.Uint32    // busy polls that found nothing: every busyYieldEvery-th yields
 	acks          ackDeferrer
 
 	qpMu    sync.Mutex // serializes QP creation and destruction
@@ -234,6 +235,11 @@ func (d *Device) Progress() int {
 	}
 	return d.poll()
 }
+
+// busyYieldEvery is how often a busy poll that finds nothing gives the
+// core away (yield.CPU): a spinner lets the threads waiting for its core
+// run within a few microseconds, and costs a dedicated core little.
+const busyYieldEvery = 8
 
 // poll receives on the caller's thread (busy-poll mode).
 func (d *Device) poll() int {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/mmsg"
+	cpuyield "github.com/goroce/goroce/internal/yield"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/internal/stats"
 )
@@ -565,6 +566,10 @@ func (rx *rxState) read(fd uintptr) bool {
 			}
 			if yield {
 				runtime.Gosched()
+			} else if try%8 == 7 {
+				// Busy polling: let the threads that wait for this
+				// core run now and then.
+				cpuyield.CPU()
 			}
 		case unix.EINTR: // interrupted at every retry
 			rx.t.rxMu.Unlock()
