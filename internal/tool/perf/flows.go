@@ -88,8 +88,14 @@ func (r *session) flowBW() error {
 	r.printBWTitle()
 	if r.role == oob.Server {
 		// The server waits for the client's traffic to end, then prints
-		// the client's report.
-		if err := r.pt.Barrier(r.ctx); err != nil {
+		// the client's report; its device meanwhile used the CPU time it
+		// reports as its own.
+		var m sampler
+		m.begin()
+		err := r.pt.Barrier(r.ctx)
+		u := m.end()
+		r.passive = &u
+		if err != nil {
 			return err
 		}
 		rep, err := r.pt.ExchangeBWReports(r.ctx, oob.BWReport{})
@@ -189,7 +195,18 @@ func (r *session) flowReadLat() error {
 		return err
 	}
 	if r.role == oob.Server {
-		return r.closeThenLine()
+		// The server's device answers the client's requests meanwhile:
+		// what that costs is the CPU time until the closing exchange.
+		var m sampler
+		m.begin()
+		err := r.pt.CloseConnection(r.ctx)
+		u := m.end()
+		r.passive = &u
+		if err != nil {
+			return err
+		}
+		r.print(resultLine)
+		return r.printJSON()
 	}
 	r.printLatTitle()
 	res, err := r.runLatRead()

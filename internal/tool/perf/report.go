@@ -177,6 +177,12 @@ func (r *session) printLat(res *result) {
 		l.Size, l.Iters, l.Min, l.Max, l.Typical, l.Avg, l.Stdev, l.P99, l.P999)
 }
 
+// cpuUS is a CPU time in the JSON object: microseconds, 2 decimals.
+func cpuUS(d time.Duration) *float64 {
+	v := perfstat.Round(float64(d.Nanoseconds())/1e3, 2)
+	return &v
+}
+
 // jsonReport is the --json object.
 type jsonReport struct {
 	Test      string         `json:"test"`
@@ -200,7 +206,8 @@ type jsonReport struct {
 	AllocsMsg *float64       `json:"allocs_per_msg,omitempty"`
 	Elapsed   float64        `json:"elapsed_s,omitempty"`
 	// The process's CPU time over the traffic, user and system, and
-	// their sum per message posted or received here.
+	// their sum per message posted or received here (none on a side
+	// that posts nothing, whose device answers its peer's traffic).
 	CPUUser   *float64 `json:"cpu_user_us,omitempty"`
 	CPUSys    *float64 `json:"cpu_sys_us,omitempty"`
 	CPUPerMsg *float64 `json:"cpu_us_per_msg,omitempty"`
@@ -244,6 +251,9 @@ func (r *session) printJSON() error {
 	if o.verb == verbAtomic {
 		j.Atomic = o.atomic
 	}
+	if u := r.passive; u != nil {
+		j.CPUUser, j.CPUSys = cpuUS(u.cpu.User), cpuUS(u.cpu.Sys)
+	}
 	if res := r.result; res != nil {
 		j.Source = "local"
 		if res.fromPeer {
@@ -254,8 +264,7 @@ func (r *session) printJSON() error {
 				a := perfstat.Round(float64(res.allocs)/float64(res.messages), 6)
 				j.AllocsMsg = &a
 			}
-			us := func(d time.Duration) *float64 { v := perfstat.Round(float64(d.Nanoseconds())/1e3, 2); return &v }
-			j.CPUUser, j.CPUSys = us(res.cpu.User), us(res.cpu.Sys)
+			j.CPUUser, j.CPUSys = cpuUS(res.cpu.User), cpuUS(res.cpu.Sys)
 			pm := perfstat.Round(res.cpu.PerMsg(res.messages), 3)
 			j.CPUPerMsg = &pm
 		}

@@ -51,6 +51,10 @@ type session struct {
 	cm     *cmExchange // -R
 
 	result *result
+	// passive is what a side that posts nothing (a READ or atomic
+	// latency server, a bandwidth server of WRITE or READ) used while its
+	// peer's traffic ran.
+	passive *usage
 }
 
 // main runs the test within --timeout (and -D), and closes what it
