@@ -271,6 +271,22 @@ func (d *Device) Progress() int {
 	return d.dev.eng.Progress()
 }
 
+// ProgressWait receives and handles, on the caller's goroutine, what
+// comes from the link, as Progress does, but in any mode, and blocks
+// (after a short adaptive spin) until something has come: it reports how
+// many packets (or datagrams) it handled, or 0 once deadline (the zero
+// Time: none) has passed or ctx has ended (with ctx's error). It is for
+// programs that wait for memory an RDMA WRITE fills rather than for a
+// completion. Over a link other than UDP, or while another goroutine
+// waits for the link, it yields the processor and returns 0: the caller
+// looks at its memory and calls again.
+func (d *Device) ProgressWait(ctx context.Context, deadline time.Time) (int, error) {
+	if !d.ok() {
+		return 0, errNilDevice
+	}
+	return d.dev.eng.ProgressWait(ctx, deadline)
+}
+
 // Linger keeps the device answering until its link has been quiet (no
 // packet received) for quiet, or until ctx ends; it measures real time.
 // A program calls it after its last completion and before Close when it

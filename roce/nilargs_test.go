@@ -187,6 +187,13 @@ func TestNilArgs(t *testing.T) {
 				apitest.Err(t, err, verbs.ErrNil, "nil *Device")
 			})
 		},
+		"Device.ProgressWait": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				n, err := d.ProgressWait(context.Background(), time.Time{})
+				want(t, n, 0)
+				apitest.Err(t, err, verbs.ErrNil, "nil *Device")
+			})
+		},
 		"Device.CreateCQ": func(t *testing.T) {
 			nilDevices(t, func(d *Device) {
 				_, err := d.CreateCQ(1)

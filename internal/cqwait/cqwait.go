@@ -1,6 +1,8 @@
 // Package cqwait waits for completions on a completion queue as the C
 // tools poll theirs, without allocating: it spins for a while, yielding
-// the processor, then sleeps on the CQ's completion channel in short
+// the processor, then waits through the CQ's own WaitUntil where it has
+// one (the software device's, whose waiting goroutine receives from the
+// link itself), or else sleeps on the CQ's completion channel in short
 // slices, so that every wait stays bounded by its context. roce perf and
 // roce pingpong wait with it.
 package cqwait
@@ -58,6 +60,9 @@ func (w *Waiter) PollFor(ctx context.Context, cq verbs.CQ, wc []verbs.WC, limit 
 			return n, err
 		}
 	}
+	if dw, ok := cq.(deadlineWaiter); ok {
+		return w.waitUntil(ctx, dw, cq, wc, start.Add(limit))
+	}
 	for {
 		cq.ReqNotify(false)
 		if n := cq.Poll(wc); n > 0 {
@@ -71,6 +76,27 @@ func (w *Waiter) PollFor(ctx context.Context, cq verbs.CQ, wc []verbs.WC, limit 
 			return 0, err
 		}
 		if n := cq.Poll(wc); n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// deadlineWaiter is a CQ that waits with a deadline itself: the software
+// device's (qp.CQ.WaitUntil), whose waiter spins briefly and then
+// receives from the link on its own goroutine.
+type deadlineWaiter interface {
+	WaitUntil(ctx context.Context, deadline time.Time) (bool, error)
+}
+
+// waitUntil waits with the CQ's own WaitUntil until a completion comes
+// (polled into wc), ctx ends or deadline passes (0 and no error).
+func (w *Waiter) waitUntil(ctx context.Context, dw deadlineWaiter, cq verbs.CQ, wc []verbs.WC, deadline time.Time) (int, error) {
+	for {
+		ok, err := dw.WaitUntil(ctx, deadline)
+		if err != nil {
+			return 0, err
+		}
+		if n := cq.Poll(wc); n > 0 || !ok {
 			return n, nil
 		}
 	}

@@ -3,6 +3,7 @@ package cqwait
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -12,14 +13,19 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// flushCQ returns a CQ on a device of its own, and a function that puts
-// one completion on it (a receive flushed by moving its QP to ERR) after
-// a delay.
-func flushCQ(t *testing.T) (verbs.CQ, func(time.Duration)) {
+// flushCQ returns a CQ on a device of its own, over the in-memory link or
+// (udp) over loopback UDP, where a waiting goroutine receives itself, and
+// a function that puts one completion on it (a receive flushed by moving
+// its QP to ERR) after a delay.
+func flushCQ(t *testing.T, udp bool) (verbs.CQ, func(time.Duration)) {
 	t.Helper()
-	n := mem.NewNetwork(&mem.Config{Live: true})
-	t.Cleanup(func() { n.Close() })
-	dev, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.1")}})
+	cfg := &roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: freePort(t)}}
+	if !udp {
+		n := mem.NewNetwork(&mem.Config{Live: true})
+		t.Cleanup(func() { n.Close() })
+		cfg = &roce.Config{Link: &roce.Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.1")}}
+	}
+	dev, err := roce.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +48,24 @@ func flushCQ(t *testing.T) (verbs.CQ, func(time.Duration)) {
 	}
 }
 
+// freePort returns a UDP port free on 127.0.0.1 at the time of the call.
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
+}
+
 func TestWaiter(t *testing.T) {
-	for _, spin := range []time.Duration{0, time.Millisecond, -1} {
-		cq, complete := flushCQ(t)
+	for _, c := range []struct {
+		spin time.Duration
+		udp  bool
+	}{{0, false}, {time.Millisecond, false}, {-1, false}, {0, true}} {
+		spin := c.spin
+		cq, complete := flushCQ(t, c.udp)
 		w := New(spin)
 		wc := make([]verbs.WC, 2)
 		// Nothing comes: PollFor gives up after its limit, without error.
@@ -75,7 +96,7 @@ func TestWaiter(t *testing.T) {
 
 func TestNothing(t *testing.T) {
 	w := New(0)
-	cq, _ := flushCQ(t)
+	cq, _ := flushCQ(t, false)
 	if _, err := w.Poll(context.Background(), nil, make([]verbs.WC, 1)); !errors.Is(err, ErrNothing) {
 		t.Errorf("nil CQ: %v", err)
 	}

@@ -44,6 +44,10 @@ type session struct {
 	// progress drives a busy-polled software device's receive path from
 	// a thread that spins on memory (write latency); nil otherwise.
 	progress func() int
+	// progressWait does so outside busy-poll mode, over a link the
+	// waiting thread can receive from: it blocks until packets came and
+	// were handled on that thread.
+	progressWait func(context.Context, time.Time) (int, error)
 
 	local  []oob.PerftestDest
 	remote []oob.PerftestDest
@@ -226,6 +230,8 @@ func (r *session) openDevice(conn net.Conn) error {
 	r.dev, r.soft, r.devNm, r.spin = soft, soft, soft.Name(), o.dev.BusyPoll
 	if r.spin != 0 {
 		r.progress = soft.Progress
+	} else if _, udp := cfg.Link.(*roce.UDP); (udp || cfg.Link == nil) && cfg.Transport == nil {
+		r.progressWait = soft.ProgressWait
 	}
 	r.gidIdx = max(o.gidIdx, 0)
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goroce/goroce/internal/cqwait"
 	"github.com/goroce/goroce/internal/perfstat"
+	"github.com/goroce/goroce/internal/yield"
 	"github.com/goroce/goroce/oob"
 	"github.com/goroce/goroce/verbs"
 )
@@ -576,15 +577,24 @@ func (r *session) waitOne(w *cqwait.Waiter, cq verbs.CQ, wc []verbs.WC, untilEnd
 
 // waitByte spins until the byte at p is want, the run's time is up (in a
 // duration run), or the deadline passes. A busy-polled software device's
-// receive path runs on this thread between looks; otherwise the software
-// device sleeps a little between them, so that the engine's goroutines
-// run.
+// receive path runs on this thread between looks; otherwise this thread
+// waits on the software device for the link between looks
+// (ProgressWait), and on another device sleeps a little between them.
 func (r *session) waitByte(p *byte, want byte, dur bool, ph *phases, base time.Time) error {
 	for i := 1; ; i++ {
 		if loadByte(p) == want {
 			return nil
 		}
 		if r.progress != nil && r.progress() > 0 {
+			continue
+		}
+		if r.progressWait != nil {
+			if _, err := r.progressWait(r.ctx, time.Now().Add(10*time.Millisecond)); err != nil {
+				return err
+			}
+			if dur && ph.at(time.Since(base)) == phaseEnd {
+				return nil
+			}
 			continue
 		}
 		if i&63 == 0 {
@@ -599,7 +609,11 @@ func (r *session) waitByte(p *byte, want byte, dur bool, ph *phases, base time.T
 				continue
 			}
 		}
-		runtime.Gosched()
+		if i&7 == 0 {
+			yield.CPU() // now and then, the threads waiting for this core
+		} else {
+			runtime.Gosched()
+		}
 	}
 }
 
