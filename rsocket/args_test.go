@@ -59,7 +59,7 @@ func TestNilAndZero(t *testing.T) {
 	}
 	h := memHosts(t, transportNoFaults)
 	for _, o := range []Options{{SendBuffer: 100}, {RecvBuffer: -1}, {SendQueue: 1 << 20}, {RecvQueue: 3},
-		{Inline: 4096}, {MaxMessage: 1 << 29}, {ACKTimeout: 32}} {
+		{Inline: 4096}, {MaxMessage: 1 << 29}, {ACKTimeout: 32}, {PathMTU: 6}} {
 		if _, err := (&Dialer{Options: o}).Dial(ctx, h.a, addr); !errors.Is(err, ErrOption) {
 			t.Errorf("Dial with %+v: %v", o, err)
 		}

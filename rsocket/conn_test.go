@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/bth"
+
 	"github.com/goroce/goroce/transport"
 )
 
@@ -171,5 +173,28 @@ func TestKeepaliveAfterClose(t *testing.T) {
 	c.keepalive() // as a tick that got the lock after Close
 	if c.keep.Stop() {
 		t.Fatal("the keepalive timer was armed again after Close")
+	}
+}
+
+// TestPathMTU: Options.PathMTU bounds the path MTU the dialler asks for,
+// and the listener's connection follows it.
+func TestPathMTU(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	c, s, _ := h.pair(t, &Options{PathMTU: bth.MTU1024}, nil)
+	if cm, sm := c.cc.Info().PathMTU, s.cc.Info().PathMTU; cm != bth.MTU1024 || sm != bth.MTU1024 {
+		t.Fatalf("path MTU: client %v, server %v; want 1024 on both", cm, sm)
+	}
+	want := pattern(5000, 9)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		errc <- err
+	}()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("ReadFull: %v; equal prefix %d of %d", err, commonPrefix(got, want), len(want))
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -61,7 +61,7 @@ func dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort, o *Options
 		return nil, err
 	}
 	p := &cm.Params{QP: ep.qp, PrivateData: ep.connData(opts.RecvQueue).marshal(), MinRNRTimer: minRNRTimer,
-		ACKTimeout: opts.ACKTimeout}
+		ACKTimeout: opts.ACKTimeout, PathMTU: opts.PathMTU}
 	var cc *cm.Conn
 	if opts.Agent != nil {
 		cc, err = opts.Agent.Dial(ctx, addr, p)

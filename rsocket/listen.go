@@ -196,5 +196,5 @@ func (l *Listener) onRequest(ctx context.Context, r *cm.Request) (*cm.Params, er
 	}
 	slot.ep, slot.peer = ep, peer
 	return &cm.Params{QP: ep.qp, PrivateData: ep.connData(l.opts.RecvQueue).marshal(), MinRNRTimer: minRNRTimer,
-		ACKTimeout: l.opts.ACKTimeout}, nil
+		ACKTimeout: l.opts.ACKTimeout, PathMTU: l.opts.PathMTU}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/goroce/goroce/bth"
+
 	"github.com/goroce/goroce/cm"
 )
 
@@ -61,6 +63,13 @@ type Options struct {
 	// With the QP's 7 retries it bounds how long a peer that vanished
 	// takes to be noticed: about 8 times the timeout.
 	ACKTimeout uint8
+	// PathMTU bounds the path MTU the connection asks for (bth.MTU256
+	// to bth.MTU4096); 0 means the device's active MTU. rsockets take
+	// the MTU from the route; on goroce's device it is what a link of
+	// a smaller MTU than the device's (a peer's 1500-byte Ethernet: 1024)
+	// needs. A listener follows the dialler's REQ, as the IB CM does, and
+	// refuses a REQ above its own bound.
+	PathMTU bth.MTU
 	// Linger bounds how long Close waits for the data already written to
 	// be acknowledged, and then for the peer to answer the disconnect
 	// (DREQ/DREP); 0 means 2 s.
@@ -138,6 +147,9 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Linger = defaultLinger
 	}
 	c.RecvBuffer += c.RecvBuffer & 1 // two equal halves
+	if c.PathMTU != 0 && c.PathMTU.Bytes() == 0 {
+		return c, fmt.Errorf("%w: PathMTU %d is not a path MTU; use 0 for the device's, or bth.MTU256 to bth.MTU4096", ErrOption, c.PathMTU)
+	}
 	for _, f := range []struct {
 		name      string
 		v, lo, hi int
