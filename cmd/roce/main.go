@@ -23,6 +23,7 @@ import (
 	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/internal/tool/rawudp"
 	"github.com/goroce/goroce/internal/tool/rping"
+	"github.com/goroce/goroce/internal/tool/rstream"
 	"github.com/goroce/goroce/internal/tool/scenario"
 )
 
@@ -34,6 +35,7 @@ var commands = []*cli.Command{
 	pingpong.Cmd,
 	perf.Cmd,
 	rping.Cmd,
+	rstream.Cmd,
 	rawudp.Cmd,
 	decode.Cmd,
 	bench.Cmd,
