@@ -320,10 +320,11 @@ func (c *Conn) awaitCtrl(dl *deadline, stop <-chan struct{}) error {
 }
 
 // Close closes the connection as rsockets' rclose does: it sends the
-// peer a DISCONNECT after the data already written, waits (for at most
-// Options.Linger) until the peer's device has acknowledged all of it,
-// disconnects through the connection manager (DREQ) and frees the queue
-// pair and buffers. Blocked Reads and Writes return net.ErrClosed at
+// peer a DISCONNECT after the data already written, waits until the
+// peer's device has acknowledged all of it (or the QP fails, or
+// Options.Linger passes), disconnects through the connection manager
+// (DREQ, waiting up to 2 s for the answer) and frees the queue pair and
+// buffers. Blocked Reads and Writes return net.ErrClosed at
 // once. A second Close returns an error matching net.ErrClosed.
 func (c *Conn) Close() error {
 	if !c.ok() {
@@ -345,9 +346,8 @@ func (c *Conn) Close() error {
 	}
 	c.rdl.stop()
 	c.wdl.stop()
-	end := time.Now().Add(c.linger)
-	c.drain(end)
-	ctx, cancel := context.WithDeadline(context.Background(), end)
+	c.drain(time.Now().Add(c.linger))
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.linger, disconnectWait))
 	err := c.cc.CloseContext(ctx)
 	cancel()
 	c.log.Debug("rsocket: closed", "local", c.laddr, "remote", c.raddr, "disconnect", err)

@@ -198,3 +198,33 @@ func TestPathMTU(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCloseDeliversAll: Close waits until the peer's device has
+// acknowledged every byte written, however many retransmissions that
+// takes, as librdmacm's rshutdown does, before it disconnects. Here the
+// client's packets are lost for 2.5 s after its Write, so its data
+// arrives with the third retransmission, about 3.2 s in: a Close that
+// gave up after 2 s destroyed the QP with the data still unsent, and the
+// peer read a reset instead of the data (a loss test in the lab, rstream
+// against rxe, found it).
+func TestCloseDeliversAll(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	c, s, _ := h.pair(t, &Options{ACKTimeout: 18}, nil) // 1.07 s
+	want := pattern(60000, 4)                           // within the server's first buffer half
+	h.mute.Store(&h.addrA)
+	unmute := time.AfterFunc(2500*time.Millisecond, func() { h.mute.Store(nil) })
+	defer unmute.Stop()
+	if _, err := c.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
+	got, err := io.ReadAll(s)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the peer read %d bytes (equal prefix %d of %d), then %v; want all and io.EOF", len(got),
+			commonPrefix(got, want), len(want), err)
+	}
+}

@@ -74,7 +74,7 @@ func dial(ctx context.Context, dev verbs.Device, addr netip.AddrPort, o *Options
 	}
 	peer, err := parseConnData(cc.PrivateData())
 	if err != nil {
-		closeCM(cc, opts.Linger)
+		closeCM(cc, min(opts.Linger, disconnectWait))
 		ep.close()
 		return nil, err
 	}

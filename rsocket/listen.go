@@ -163,7 +163,7 @@ func (l *Listener) AcceptContext(ctx context.Context) (*Conn, error) {
 		}
 		if slot.ep == nil || cc.QP() != slot.ep.qp {
 			// Not a connection onRequest set up; cannot happen.
-			closeCM(cc, l.opts.Linger)
+			closeCM(cc, min(l.opts.Linger, disconnectWait))
 			slot.release()
 			continue
 		}

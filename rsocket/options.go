@@ -71,8 +71,13 @@ type Options struct {
 	// refuses a REQ above its own bound.
 	PathMTU bth.MTU
 	// Linger bounds how long Close waits for the data already written to
-	// be acknowledged, and then for the peer to answer the disconnect
-	// (DREQ/DREP); 0 means 2 s.
+	// be acknowledged by the peer's device; 0 means for as long as the
+	// QP's retransmissions take (as rshutdown waits): until every message
+	// is acknowledged, or the QP's retries run out when the peer is gone
+	// (about eight ACK timeouts), and 2 minutes at most. A bound shorter
+	// than a retransmission loses the data still unacknowledged when it
+	// passes. Close then waits up to 2 s more for the peer to answer the
+	// disconnect (DREQ/DREP).
 	Linger time.Duration
 	// Agent is the connection manager to connect through; nil means the
 	// device's agent, as cm.Dial and cm.Listen find it (the program's own,
@@ -90,7 +95,9 @@ const (
 	defaultInline    = 64
 	defaultMessage   = 64 << 10
 	defaultKeepAlive = 15 * time.Second
-	defaultLinger    = 2 * time.Second
+	defaultLinger    = 2 * time.Minute
+	// disconnectWait bounds how long Close waits for the peer's DREP.
+	disconnectWait = 2 * time.Second
 
 	minBuffer = 4 << 10
 	maxBuffer = 1 << 29 // a half of it must fit the 29 bits of a data message
