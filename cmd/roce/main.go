@@ -22,6 +22,7 @@ import (
 	"github.com/goroce/goroce/internal/tool/perf"
 	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/internal/tool/rawudp"
+	"github.com/goroce/goroce/internal/tool/rcopy"
 	"github.com/goroce/goroce/internal/tool/rping"
 	"github.com/goroce/goroce/internal/tool/rstream"
 	"github.com/goroce/goroce/internal/tool/scenario"
@@ -36,6 +37,7 @@ var commands = []*cli.Command{
 	perf.Cmd,
 	rping.Cmd,
 	rstream.Cmd,
+	rcopy.Cmd,
 	rawudp.Cmd,
 	decode.Cmd,
 	bench.Cmd,
