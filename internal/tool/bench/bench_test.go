@@ -27,6 +27,12 @@ case "$*" in
 *perf*--lat*) echo '{"results":{"t_typical_us":12.5,"t_avg_us":13,"p99_us":30},"cpu_user_us":300,"cpu_sys_us":100}' ;;
 *perf*--json*) echo '{"results":{"bw_avg_mib_s":1907.3486328125},"allocs_per_msg":0.25}' ;;
 *perf*) echo 'Waiting for client to connect...' ;;
+*rstream*-S\ 64\ *-T\ s*-s\ 127.0.0.1*) echo 'custom    64      1       100     12k         0.00s      0.12       4.00' ;;
+*rstream*-S\ 64\ *--busy-poll*-s\ 127.0.0.1*) echo 'custom    64      1       100     12k         0.00s      0.12       6.50' ;;
+*rstream*-S\ 64\ *-s\ 127.0.0.1*) echo 'custom    64      1       100     12k         0.00s      0.02      13.00' ;;
+*rstream*-T\ s*-s\ 127.0.0.1*) echo 'custom    64k     4k      1       500m        0.10s     40.00      10.00' ;;
+*rstream*-s\ 127.0.0.1*) echo 'custom    64k     4k      1       500m        0.10s     12.80      40.00' ;;
+*rstream*) echo 'name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer' ;;
 *) echo "fake roce: $*" >&2; exit 2 ;;
 esac
 `
@@ -61,6 +67,16 @@ func TestBench(t *testing.T) {
 		"READ 2 B latency, no busy poll                 5.00 us  30.00 us   8.00 us   1.25 of WRITE              <= 1.5 of WRITE, p99 <= 3x typical  NOT MET",
 		"WRITE 2 B latency, busy poll                  12.50 us  30.00 us   4.00 us   6.25 of UDP busy poll      <= 1.3 of UDP busy poll, p99 <= 3x typical  NOT MET",
 		"(t_avg 4.00 us; runs 3.500 3.500)",
+		// 12.8 Gb/s is 1.6 GB/s, 0.80 of WRITE's 2.0; TCP's 40 Gb/s 5.0.
+		"rsocket stream 64 KiB writes (rstream)           1.600 GB/s   0.80 of WRITE          >= 0.80 of WRITE  met",
+		"(40.00 us per transfer; runs 1.600 1.600)",
+		"kernel TCP stream 64 KiB writes (-T s)           5.000 GB/s   3.12 of rsocket        \n",
+		// perf's t_avg 13 us against rstream's 13: 1.00; busy poll 6.5
+		// against 13: 0.50.
+		"SEND 64 B latency (perf send --lat), avg         13.00 us",
+		"rsocket 64 B request/response (rstream)          13.00 us     1.00x perf send        <= 1.3x perf send  met",
+		"rsocket 64 B req/resp, busy poll, spin            6.50 us     0.50x perf send        <= 1.3x perf send  met",
+		"kernel TCP 64 B request/response (-T s)           4.00 us     0.31x rsocket          \n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -74,9 +90,11 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 16 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || *results[3].Met ||
-		results[10].Name != "WRITE 2 B latency, no busy poll" || results[10].Unit != "us" || results[10].Value != 4 ||
-		results[10].P99 != 9 || results[10].CPUPerMsg != 4 || results[10].Ratio != 4.0/3.5 {
+	if len(results) != 23 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || *results[3].Met ||
+		results[12].Name != "WRITE 2 B latency, no busy poll" || results[12].Unit != "us" || results[12].Value != 4 ||
+		results[12].P99 != 9 || results[12].CPUPerMsg != 4 || results[12].Ratio != 4.0/3.5 ||
+		results[8].Name != "rsocket stream 64 KiB writes (rstream)" || results[19].Name != "rsocket 64 B request/response (rstream)" ||
+		results[19].Value != 13 || results[19].Ratio != 1 {
 		t.Errorf("bench.json: %s", data)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +99,7 @@ type options struct {
 	sizeAll    bool // -S all
 	sizeCustom int  // -S N
 	warnFormat bool // -f of a format rstream does not know: a warning
+	cpuProfile string
 }
 
 // testOpts is -T, which may be given more than once ("-T b -T v").
@@ -161,6 +163,7 @@ func (o *options) register(fs *cli.FlagSet) {
 		"(closest to rstream's non-blocking default; pair it with --busy-poll)", "spin").Arg("D")
 	fs.Duration(&o.timeout, 2*time.Minute, "fail when a connection or no transfer completes for this long\n"+
 		"(rstream waits for ever; default 2m)", "timeout").Arg("D")
+	fs.String(&o.cpuProfile, "", "write a pprof CPU profile of the run to this file", "cpuprofile").Arg("FILE")
 	fs.Section("Exit status: 0 success, 255 a test failed (as rstream), 2 bad flags, 1 other failures.")
 }
 
@@ -242,6 +245,17 @@ func (o *options) main(ctx context.Context, env *cli.Env) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r, err := newRunner(o, env)
 	if err != nil {
 		return err
