@@ -43,10 +43,12 @@ VMS="1 2"
 SKIP_RC=77                                            # exit code: the lab cannot be built or booted
 
 # Guest packages (Debian bookworm). libibverbs1/librdmacm1 are also what a cgo binary built on
-# a bookworm host links against.
+# a bookworm host links against. rdmacm-utils brings rstream, rcopy and riostream, librdmacm1
+# librspreload.so (rsockets under LD_PRELOAD); curl is the unmodified socket program run under it
+# (busybox-static's wget, linked statically, cannot take a preloaded library).
 GUEST_PKGS="linux-image-amd64 rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1
   perftest rdmacm-utils infiniband-diags iproute2 tcpdump kmod busybox-static procps
-  iputils-ping ethtool psmisc"
+  iputils-ping ethtool psmisc curl"
 # Host commands and the Debian packages that provide them.
 HOST_TOOLS="qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap
   nft:nftables modprobe:kmod depmod:kmod cpio:cpio mkfs.ext4:e2fsprogs tcpdump:tcpdump

@@ -10,7 +10,7 @@
 #     -p, --pcap   capture each case on br0 into out/pcap/CASE.pcap
 #   Environment: INTEROP_FILTER (one more ERE), INTEROP_OUT (out dir, default interop/out),
 #     INTEROP_CASES (case table, default interop/cases.txt), INTEROP_LOSS (percent, 3),
-#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1380 s),
+#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1620 s),
 #     INTEROP_PUSH (files to copy into the guests' /lab/bin), INTEROP_KEEP=1, INTEROP_PCAP=1,
 #     GO (go command), CC (C compiler of the peers in interop/peers, default cc), plus the lab
 #     settings in lib.sh (GOROCE_LAB_DIR, GOROCE_LAB_NS, ACCEL...).
@@ -22,13 +22,14 @@ OUT="${INTEROP_OUT:-$IOP/out}"
 CASES="${INTEROP_CASES:-$IOP/cases.txt}"
 LOSS="${INTEROP_LOSS:-3}"
 DEF_TMO="${INTEROP_TIMEOUT:-45}"
-BUDGET="${INTEROP_BUDGET:-1380}"
+BUDGET="${INTEROP_BUDGET:-1620}"
 KEEP="${INTEROP_KEEP:-0}"
 PCAP="${INTEROP_PCAP:-0}"
 RESTARTS="${INTEROP_RESTARTS:-2}"
 READY_WAIT=20            # seconds for a server to start listening
 SERVER_GRACE=20          # seconds a server may take to finish after its client
 GOROCE_BIN="$STATE/roce" # host commands run with $STATE first on PATH, so "roce" is this binary
+HTTPD_BIN="$STATE/rsockhttp" # the lab's net/http server on rsockets (interop/rsockhttp), built with roce
 PEERS_SRC="$IOP/peers"   # goroce's C peers (interop/peers), built on the host and pushed to the guests
 PEERS_BIN="$STATE/peers"
 PEERS="rdmaex_server rdmaex_client minimal_server minimal_client imm_server imm_client rdmalib"
@@ -45,6 +46,7 @@ ref       ref-1024       vm1:tool     vm2:tool     1024  0     -     4
 refloss   ref-loss       vm1:tool     vm2:tool     1024  L     -     4
 udp       cli-udp-1024   vm1:tool     host:goroce  1024  0     udp   4
 udp       srv-udp-1024   host:goroce  vm1:tool     1024  0     udp   4
+srvudp    srv-udp-1024   host:goroce  vm1:tool     1024  0     udp   4
 afpacket  cli-afp-1024   vm1:tool     host:goroce  1024  0     afp   4
 afpacket  srv-afp-1024   host:goroce  vm1:tool     1024  0     afp   4
 loss      cli-udp-loss   vm1:tool     host:goroce  1024  L     udp   4
@@ -59,6 +61,7 @@ afpacket6 srv-afp6-1024  host:goroce  vm1:tool     1024  0     afp   6
 ref4096   ref-4096       vm1:tool     vm2:tool     4096  0     -     4
 udp       cli-udp-4096   vm1:tool     host:goroce  4096  0     udp   4
 udp       srv-udp-4096   host:goroce  vm1:tool     4096  0     udp   4
+srvudp    srv-udp-4096   host:goroce  vm1:tool     4096  0     udp   4
 afpacket  cli-afp-4096   vm1:tool     host:goroce  4096  0     afp   4
 afpacket  srv-afp-4096   host:goroce  vm1:tool     4096  0     afp   4
 "
@@ -257,8 +260,9 @@ done
 if [ "$NEED_GOROCE" = 1 ]; then
     GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
     t0=$(now)
-    rm -f "$GOROCE_BIN"
-    if (cd "$SRC" && timeout 600 "$GO" build -o "$GOROCE_BIN" ./cmd/roce) > "$OUT/build.log" 2>&1; then
+    rm -f "$GOROCE_BIN" "$HTTPD_BIN"
+    if (cd "$SRC" && timeout 600 "$GO" build -o "$GOROCE_BIN" ./cmd/roce &&
+        timeout 600 "$GO" build -o "$HTTPD_BIN" ./interop/rsockhttp) > "$OUT/build.log" 2>&1; then
         GOROCE_NOTE="goroce: built $GOROCE_BIN in $(elapsed "$t0") s"
     else
         GOROCE_NOTE="goroce: BUILD FAILED (go build ./cmd/roce; see $OUT/build.log); goroce cases fail"
@@ -436,7 +440,7 @@ lab_healthy() {
     for n in $VMS; do
         vm_run "$n" 15 "grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state &&
             ping -c 1 -W 3 $HOST_IP > /dev/null &&
-            ! pgrep -lx '(ib_(write|read|send|atomic)_(bw|lat)|ibv_(rc|uc|ud|srq)_pingpong|rping|roce)' " > /dev/null 2>&1 || return 1
+            ! pgrep -lx '(ib_(write|read|send|atomic)_(bw|lat)|ibv_(rc|uc|ud|srq)_pingpong|rping|roce|rstream|rcopy|curl)' " > /dev/null 2>&1 || return 1
     done
 }
 
