@@ -4,7 +4,7 @@
 // librdmacm's librspreload.so) talks HTTP to goroce. run.sh builds it on
 // the host next to the roce binary.
 //
-//	rsockhttp --bind 198.18.0.1 [-p 8080] [--requests N] [--transport udp|afpacket] [--dev IFACE] [--mtu BYTES]
+//	rsockhttp --bind 198.18.0.1 [-p 8080] [--requests N] [--keepalive D] [--transport udp|afpacket] [--dev IFACE] [--mtu BYTES]
 //
 // GET /seq?n=N answers with what `seq 1 N` prints (N up to 10 million),
 // so that the client can compare a checksum with seq's own; POST /sha256
@@ -45,14 +45,15 @@ func main() {
 	requests := fs.Int64("requests", 0, "exit after this many requests (0: no end)")
 	mtu := fs.Int("mtu", 0, "largest path MTU in `bytes` (default: the device's)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole run")
+	keepalive := fs.Duration("keepalive", 0, "probe idle connections this often (0: rsocket's default, 15 s)")
 	fs.Parse(os.Args[1:])
 	dev.Port = 4791
-	if err := run(&dev, *port, *requests, *mtu, *timeout); err != nil {
+	if err := run(&dev, *port, *requests, *mtu, *timeout, *keepalive); err != nil {
 		log.Fatalf("rsockhttp: %v", err)
 	}
 }
 
-func run(df *cli.DeviceFlags, port int, requests int64, mtu int, timeout time.Duration) error {
+func run(df *cli.DeviceFlags, port int, requests int64, mtu int, timeout, keepalive time.Duration) error {
 	cfg, err := df.Config("")
 	if err != nil {
 		return err
@@ -66,6 +67,7 @@ func run(df *cli.DeviceFlags, port int, requests int64, mtu int, timeout time.Du
 	defer cancel()
 	lc := &rsocket.ListenConfig{}
 	lc.PathMTU, _ = bth.MTUFromBytes(mtu)
+	lc.KeepAlive = keepalive
 	ln, err := lc.Listen(ctx, dev, netip.AddrPortFrom(dev.Addr(), uint16(port)))
 	if err != nil {
 		return err

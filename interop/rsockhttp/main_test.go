@@ -23,7 +23,7 @@ func TestServe(t *testing.T) {
 	port := uint(clitest.LoopbackUDPPort(t))
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(&cli.DeviceFlags{Bind: "127.0.0.1", Transport: "udp", Port: port}, 8080, 2, 0, 30*time.Second)
+		errc <- run(&cli.DeviceFlags{Bind: "127.0.0.1", Transport: "udp", Port: port}, 8080, 2, 0, 30*time.Second, 0)
 	}()
 	dev, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.2"), Port: uint16(port), PeerPort: uint16(port)}})
 	if err != nil {
