@@ -42,7 +42,8 @@ var Cmd = &cli.Command{
 		"server's status when the server refuses (an errno value). The server writes the files\n" +
 		"its clients send inside --dir, refusing paths that lead out of it, and runs until\n" +
 		"interrupted, or for --count connections.\n\n",
-	Style: cli.Getopt,
+	Style:   cli.Getopt,
+	OneProc: true,
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		o := &options{}
 		o.register(fs)

@@ -44,7 +44,8 @@ var Cmd = &cli.Command{
 		"rstream's lines: name, bytes per transfer, transfers, iterations, bytes moved both ways,\n" +
 		"seconds, Gb/sec and microseconds per one-way transfer. The default is rstream's series of\n" +
 		"latency tests, then bandwidth tests on a second connection; -S, -C or -I run one custom test.\n\n",
-	Style: cli.Getopt,
+	Style:   cli.Getopt,
+	OneProc: true,
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		o := &options{}
 		o.register(fs)
