@@ -75,7 +75,7 @@ func TestBench(t *testing.T) {
 		// against 13: 0.50.
 		"SEND 64 B latency (perf send --lat), avg         13.00 us",
 		"rsocket 64 B request/response (rstream)          13.00 us     1.00x perf send        <= 1.3x perf send  met",
-		"rsocket 64 B req/resp, busy poll, spin            6.50 us     0.50x perf send        <= 1.3x perf send  met",
+		"rsocket 64 B req/resp, busy poll, spin            6.50 us     0.50x perf send        \n",
 		"kernel TCP 64 B request/response (-T s)           4.00 us     0.31x rsocket          \n",
 	} {
 		if !strings.Contains(out.String(), want) {
