@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-
 	"github.com/goroce/goroce/transport"
 )
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-
 	"github.com/goroce/goroce/cm"
 )
 

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
-
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/rsocket"
 )
