@@ -73,6 +73,7 @@ func TestBench(t *testing.T) {
 		"kernel TCP stream 64 KiB writes (-T s)           5.000 GB/s   3.12 of rsocket        \n",
 		// perf's t_avg 13 us against rstream's 13: 1.00; busy poll 6.5
 		// against 13: 0.50.
+		"\nrsocket latency case                           average        ratio                  target\n",
 		"SEND 64 B latency (perf send --lat), avg         13.00 us",
 		"rsocket 64 B request/response (rstream)          13.00 us     1.00x perf send        <= 1.3x perf send  met",
 		"rsocket 64 B req/resp, busy poll, spin            6.50 us     0.50x perf send        \n",

@@ -121,6 +121,7 @@ func (b *bencher) rsLatRounds(ctx context.Context, cases []rsLatCase) error {
 	}
 	keep := b.keep(names, refs)
 	skip := func(i int) bool { return !keep[i] }
+	fmt.Fprintf(b.out, "\n%-44s %9s        %-22s %s\n", "rsocket latency case", "average", "ratio", "target")
 	for round := range b.runs {
 		for i := range cases {
 			c := &cases[i]
