@@ -269,3 +269,45 @@ func SyncMR(mr verbs.MR) {
 		s.Sync()
 	}
 }
+
+// ToolDevice is how the tools that mirror librdmacm's programs (rping,
+// rstream, rcopy) open their device: goroce's flags next to the
+// program's own, in its flag table, and the path MTU to ask for. It is
+// not safe for concurrent use.
+type ToolDevice struct {
+	Transport string // --transport: udp or afpacket (mem where a test joins both ends)
+	Dev       string // --dev: the afpacket transport's interface
+	Pcap      string // --pcap
+	Port      int    // --roce-port
+	MTU       int    // --mtu: the largest path MTU to ask for; 0 is the device's
+}
+
+// Register declares --transport, --dev, --pcap, --roce-port and --mtu on
+// fs, with their defaults.
+func (t *ToolDevice) Register(fs *FlagSet) {
+	fs.String(&t.Transport, "udp", "udp (default; no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("T")
+	fs.String(&t.Dev, "", "network interface of the afpacket transport", "dev").Arg("IFACE")
+	fs.String(&t.Pcap, "", "record every RoCE packet sent and received", "pcap").Arg("FILE")
+	fs.Int(&t.Port, bth.UDPPort, "UDP port of RoCEv2 on both sides (default 4791)", "roce-port").Arg("N")
+	fs.Int(&t.MTU, 0, "largest path MTU to ask for (default: the device's)", "mtu").Arg("BYTES")
+}
+
+// Check reports a bad value of the flags as a *UsageError.
+func (t *ToolDevice) Check() error {
+	switch {
+	case t.Transport != "udp" && t.Transport != "afpacket" && t.Transport != "mem":
+		return Usagef("--transport %q: want udp or afpacket", t.Transport)
+	case t.Port < 1 || t.Port > 65535:
+		return Usagef("--roce-port %d: want 1 to 65535", t.Port)
+	case t.MTU != 0:
+		if _, ok := bth.MTUFromBytes(t.MTU); !ok {
+			return Usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", t.MTU)
+		}
+	}
+	return nil
+}
+
+// Flags returns the DeviceFlags that open the device, at bind.
+func (t *ToolDevice) Flags(bind string) DeviceFlags {
+	return DeviceFlags{Transport: t.Transport, Bind: bind, Dev: t.Dev, Port: uint(t.Port), Pcap: t.Pcap}
+}

@@ -60,13 +60,12 @@ const (
 
 // options are rcopy's flags and goroce's additions.
 type options struct {
-	port                   int
-	dir                    string
-	count                  int
-	bind, transport, iface string
-	pcap                   string
-	rocePort, mtu          int
-	timeout                time.Duration
+	port    int
+	dir     string
+	count   int
+	bind    string
+	dev     cli.ToolDevice
+	timeout time.Duration
 }
 
 func (o *options) register(fs *cli.FlagSet) {
@@ -77,11 +76,7 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Int(&o.count, 0, "server: end after this many connections (default 0: run until interrupted)", "count").Arg("N")
 	fs.String(&o.bind, "", "local IP address of the RoCE device (the server's to listen on; default for a\n"+
 		"client: the address that routes to the server)", "bind").Arg("ADDR")
-	fs.String(&o.transport, "udp", "udp (default; no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("T")
-	fs.String(&o.iface, "", "network interface of the afpacket transport", "dev").Arg("IFACE")
-	fs.String(&o.pcap, "", "record every RoCE packet sent and received", "pcap").Arg("FILE")
-	fs.Int(&o.rocePort, 4791, "UDP port of RoCEv2 on both sides (default 4791)", "roce-port").Arg("N")
-	fs.Int(&o.mtu, 0, "largest path MTU to ask for (default: the device's)", "mtu").Arg("BYTES")
+	o.dev.Register(fs)
 	fs.Duration(&o.timeout, 2*time.Minute, "bound on the connection and on each wait for data or an answer\n"+
 		"(rcopy waits for ever; default 2m)", "timeout").Arg("D")
 	fs.Section("Exit status: 0 success; the server's errno when it refused; 255 other failures (as rcopy);\n" +
@@ -97,18 +92,10 @@ func (o *options) check(args []string) error {
 		return cli.Usagef("-p %d: want a port from 1 to 65535", o.port)
 	case o.count < 0:
 		return cli.Usagef("--count %d: want 0 (no end) or more", o.count)
-	case o.transport != "udp" && o.transport != "afpacket" && o.transport != "mem":
-		return cli.Usagef("--transport %q: want udp or afpacket", o.transport)
-	case o.rocePort < 1 || o.rocePort > 65535:
-		return cli.Usagef("--roce-port %d: want 1 to 65535", o.rocePort)
 	case o.timeout <= 0:
 		return cli.Usagef("--timeout %v: want a positive duration such as 30s", o.timeout)
-	case o.mtu != 0:
-		if _, ok := bth.MTUFromBytes(o.mtu); !ok {
-			return cli.Usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
-		}
 	}
-	return nil
+	return o.dev.Check()
 }
 
 // main runs the server (no arguments) or the client.
@@ -153,8 +140,8 @@ func splitDest(arg, source string) (server, dest string) {
 
 // openDevice opens the RoCE device at --bind, or at def.
 func (o *options) openDevice(env *cli.Env, def string, client bool) (*roce.Device, error) {
-	dev := cli.DeviceFlags{Transport: o.transport, Bind: o.bind, Dev: o.iface, Port: uint(o.rocePort), Pcap: o.pcap,
-		Net: env.MemNet}
+	dev := o.dev.Flags(o.bind)
+	dev.Net = env.MemNet
 	cfg, err := dev.Config(def)
 	if err != nil {
 		return nil, err
@@ -169,7 +156,7 @@ func (o *options) openDevice(env *cli.Env, def string, client bool) (*roce.Devic
 // rsocketOptions are the connections' options: rsockets' defaults,
 // keepalives off as rsockets have them, the path MTU of --mtu.
 func (o *options) rsocketOptions() rsocket.Options {
-	mtu, _ := bth.MTUFromBytes(o.mtu)
+	mtu, _ := bth.MTUFromBytes(o.dev.MTU)
 	return rsocket.Options{KeepAlive: -1, PathMTU: mtu}
 }
 
@@ -181,7 +168,7 @@ func (o *options) serverAddr() (netip.AddrPort, error) {
 		if a, err = cli.ResolveAddr(o.bind); err != nil {
 			return netip.AddrPort{}, cli.Usagef("--bind: %w", err)
 		}
-	} else if o.transport != "afpacket" {
+	} else if o.dev.Transport != "afpacket" {
 		return netip.AddrPort{}, cli.Usagef("the server needs the address to serve on: --bind ADDR")
 	}
 	return netip.AddrPortFrom(a, uint16(o.port)), nil

@@ -147,7 +147,7 @@ func (r *rpinger) runServer(ctx context.Context, addr netip.Addr) error {
 }
 
 func (r *rpinger) pathMTU() bth.MTU {
-	m, _ := bth.MTUAtMost(r.o.mtu)
+	m, _ := bth.MTUAtMost(r.o.dev.MTU)
 	return m
 }
 

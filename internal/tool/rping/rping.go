@@ -30,7 +30,6 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/cli"
 )
@@ -87,19 +86,16 @@ var stateNames = map[int]string{
 
 // options are rping's flags and goroce's additions.
 type options struct {
-	server, client   bool
-	addr             string // -a: the server's address (client), the address to listen on (server)
-	bind             string // --bind / -I: the local address
-	port             int
-	count, size      int
-	verbose, valid   bool
-	debug            bool
-	persistent       bool
-	transport, iface string
-	pcap             string
-	rocePort         int
-	mtu              int
-	timeout          time.Duration
+	server, client bool
+	addr           string // -a: the server's address (client), the address to listen on (server)
+	bind           string // --bind / -I: the local address
+	port           int
+	count, size    int
+	verbose, valid bool
+	debug          bool
+	persistent     bool
+	dev            cli.ToolDevice
+	timeout        time.Duration
 }
 
 func (o *options) register(fs *cli.FlagSet) {
@@ -119,11 +115,7 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Section("goroce's additions:")
 	fs.String(&o.bind, "", "local IP address of the RoCE device (default: the server's -a, or the\n"+
 		"address that routes to the server for a client; else 127.0.0.1)", "bind").Arg("ADDR")
-	fs.String(&o.transport, "udp", "udp (default; no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("T")
-	fs.String(&o.iface, "", "network interface of the afpacket transport", "dev").Arg("IFACE")
-	fs.String(&o.pcap, "", "record every RoCE packet sent and received", "pcap").Arg("FILE")
-	fs.Int(&o.rocePort, bth.UDPPort, "UDP port of RoCEv2 on both sides (default 4791)", "roce-port").Arg("N")
-	fs.Int(&o.mtu, 0, "largest path MTU to ask for (default: the device's)", "mtu").Arg("BYTES")
+	o.dev.Register(fs)
 	fs.Duration(&o.timeout, 2*time.Minute, "bound on every wait: for a client, a connection, a completion (default 2m)", "timeout").Arg("D")
 	fs.Section("Exit status: 0 success, 255 failure (as rping), 2 bad flags, 130 interrupted.")
 }
@@ -145,18 +137,10 @@ func (o *options) check(args []string) error {
 		return cli.Usagef("choose one side: -s (server) or -c (client)")
 	case o.client && o.addr == "":
 		return cli.Usagef("the client needs the server's address: -a ADDR")
-	case o.transport != "udp" && o.transport != "afpacket":
-		return cli.Usagef("--transport %q: want udp or afpacket", o.transport)
-	case o.rocePort < 1 || o.rocePort > 65535:
-		return cli.Usagef("--roce-port %d: want 1 to 65535", o.rocePort)
 	case o.timeout <= 0:
 		return cli.Usagef("--timeout %v: want a positive duration such as 30s", o.timeout)
-	case o.mtu != 0:
-		if _, ok := bth.MTUFromBytes(o.mtu); !ok {
-			return cli.Usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
-		}
 	}
-	return nil
+	return o.dev.Check()
 }
 
 // main runs one rping session until it ends or SIGINT interrupts it,
@@ -198,7 +182,7 @@ func (r *rpinger) run(ctx context.Context) error {
 		local = remote
 	case o.client:
 		local, _ = cli.RouteSource(remote)
-	case o.transport == "udp":
+	case o.dev.Transport == "udp":
 		// A software device has one address; afpacket takes the
 		// interface's.
 		return cli.Usagef("the server needs the address to serve on: -a ADDR or --bind ADDR")
@@ -207,7 +191,8 @@ func (r *rpinger) run(ctx context.Context) error {
 	if o.debug {
 		log = slog.New(slog.NewTextHandler(r.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	dev := cli.DeviceFlags{Transport: o.transport, Bind: o.bind, Dev: o.iface, Port: uint(o.rocePort), Pcap: o.pcap, Logger: log}
+	dev := o.dev.Flags(o.bind)
+	dev.Logger = log
 	def := ""
 	if local.IsValid() {
 		def = local.String()

@@ -216,7 +216,7 @@ func TestRpingFlags(t *testing.T) {
 		err = o.check(fs.Args())
 	}
 	if err != nil || !o.client || !o.verbose || !o.valid || !o.debug || o.addr != "127.0.0.1" || o.count != 3 ||
-		o.size != 100 || o.bind != "127.0.0.2" || o.rocePort != 5000 || o.port != defaultPort {
+		o.size != 100 || o.bind != "127.0.0.2" || o.dev.Port != 5000 || o.port != defaultPort {
 		t.Errorf("parse: %+v, %v", o, err)
 	}
 }

@@ -81,7 +81,7 @@ func (r *runner) addresses() error {
 			if a, err = r.resolve(o.bind); err != nil {
 				return fmt.Errorf("-b: %w", err)
 			}
-		} else if !o.tests.sockets && o.transport != "afpacket" {
+		} else if !o.tests.sockets && o.dev.Transport != "afpacket" {
 			// A software device has one address; afpacket takes the
 			// interface's.
 			return cli.Usagef("the server needs the address to serve on: -b ADDR")
@@ -125,8 +125,8 @@ func (r *runner) openDevice() error {
 			def = a.String()
 		}
 	}
-	dev := cli.DeviceFlags{Transport: o.transport, Bind: o.bind, Dev: o.iface, Port: uint(o.rocePort), Pcap: o.pcap,
-		BusyPoll: o.busyPoll, Net: r.env.MemNet}
+	dev := o.dev.Flags(o.bind)
+	dev.BusyPoll, dev.Net = o.busyPoll, r.env.MemNet
 	cfg, err := dev.Config(def)
 	if err != nil {
 		return err
@@ -160,7 +160,7 @@ func (r *runner) rsocketOptions(opt optimization) rsocket.Options {
 	if o.keepalive > 0 {
 		ro.KeepAlive = time.Duration(o.keepalive) * time.Second
 	}
-	ro.PathMTU, _ = bth.MTUFromBytes(o.mtu)
+	ro.PathMTU, _ = bth.MTUFromBytes(o.dev.MTU)
 	return ro
 }
 

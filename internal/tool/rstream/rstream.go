@@ -29,7 +29,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/internal/cli"
 )
 
@@ -88,11 +87,7 @@ type options struct {
 	port       int    // -p
 	keepalive  int    // -k
 	tests      testOpts
-	transport  string
-	iface      string
-	pcap       string
-	rocePort   int
-	mtu        int
+	dev        cli.ToolDevice
 	busyPoll   time.Duration
 	spin       time.Duration
 	timeout    time.Duration
@@ -154,11 +149,7 @@ func (o *options) register(fs *cli.FlagSet) {
 		"f|fork is not supported", "T").Arg("OPT")
 	fs.Section("goroce's additions:")
 	fs.String(&o.bind, "", "the local address (as -b)", "bind").Arg("ADDR")
-	fs.String(&o.transport, "udp", "udp (default; no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("T")
-	fs.String(&o.iface, "", "network interface of the afpacket transport", "dev").Arg("IFACE")
-	fs.String(&o.pcap, "", "record every RoCE packet sent and received", "pcap").Arg("FILE")
-	fs.Int(&o.rocePort, 4791, "UDP port of RoCEv2 on both sides (default 4791)", "roce-port").Arg("N")
-	fs.Int(&o.mtu, 0, "largest path MTU to ask for (default: the device's)", "mtu").Arg("BYTES")
+	o.dev.Register(fs)
 	fs.Duration(&o.busyPoll, 0, "the device spins this long on an empty socket before sleeping", "busy-poll").Arg("D")
 	fs.Duration(&o.spin, 0, "a waiting call polls the completion queue this long before it sleeps\n"+
 		"(closest to rstream's non-blocking default; pair it with --busy-poll)", "spin").Arg("D")
@@ -222,20 +213,12 @@ func (o *options) checkRanges() error {
 		return cli.Usagef("-p %d: want a port from 1 to 65535", o.port)
 	case o.keepalive < 0:
 		return cli.Usagef("-k %d: want a positive number of seconds", o.keepalive)
-	case o.transport != "udp" && o.transport != "afpacket" && o.transport != "mem":
-		return cli.Usagef("--transport %q: want udp or afpacket", o.transport)
-	case o.rocePort < 1 || o.rocePort > 65535:
-		return cli.Usagef("--roce-port %d: want 1 to 65535", o.rocePort)
 	case o.timeout <= 0:
 		return cli.Usagef("--timeout %v: want a positive duration such as 30s", o.timeout)
 	case o.spin < 0 || o.busyPoll < 0:
 		return cli.Usagef("--spin and --busy-poll take a duration of 0 or more")
-	case o.mtu != 0:
-		if _, ok := bth.MTUFromBytes(o.mtu); !ok {
-			return cli.Usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
-		}
 	}
-	return nil
+	return o.dev.Check()
 }
 
 // main runs the tests of the role the flags ask for, until they end or
