@@ -397,6 +397,14 @@ func TestAdversaryDuplicates(t *testing.T) {
 			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 8), read(a, 3, a.mr.Addr(), a.mr.RKey(), 8))
 		}, want: check{sent: []string{"ACKNOWLEDGE @0" + nakSeq, readOnly(0, 8), "ACKNOWLEDGE @1" + nakSeq},
 			state: verbs.StateRTS, ctrs: map[string]uint64{"out_of_seq_request": 3, "drop_after_nak": 1, "send_seq_err": 2}}},
+		{name: "beyond SeqNAKWindow: dropped without a NAK", opts: advOpts{seqWindow: 1 << 16}, run: func(a *adversary) {
+			for _, off := range []int{1<<16 + 1, 1 << 22, 1<<23 - 1} {
+				a.inject(read(a, off, a.mr.Addr(), a.mr.RKey(), 8))
+			}
+			a.inject(read(a, 1<<16, a.mr.Addr(), a.mr.RKey(), 8)) // the edge: NAKed
+			a.inject(read(a, 0, a.mr.Addr(), a.mr.RKey(), 8))
+		}, want: check{sent: []string{"ACKNOWLEDGE @0" + nakSeq, readOnly(0, 8)},
+			state: verbs.StateRTS, ctrs: map[string]uint64{"out_of_seq_request": 4, "drop_far_psn": 3, "send_seq_err": 1}}},
 	})
 }
 

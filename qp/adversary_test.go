@@ -53,6 +53,7 @@ type advOpts struct {
 	noTimeout bool // timeout 0: no retransmission timer
 	rtr       bool // leave the QP in RTR
 	mwBind    bool // mr allows memory windows
+	seqWindow int  // Config.SeqNAKWindow
 }
 
 type adversary struct {
@@ -97,7 +98,7 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 		o.rnrRetry = u8(7)
 	}
 	a := &adversary{t: t, link: &fakeLink{addr: advLocal}, clk: clock.NewManual(time.Unix(1e9, 0)), mtu: o.mtu.Bytes()}
-	dev, err := New(a.link, &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack})
+	dev, err := New(a.link, &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack, SeqNAKWindow: o.seqWindow})
 	must(t, err)
 	t.Cleanup(func() { dev.Close() })
 	a.dev = dev

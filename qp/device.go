@@ -48,6 +48,22 @@ type Config struct {
 	// drives the whole receive path itself, with no hand-off between
 	// threads, for the lowest latency.
 	BusyPoll bool
+	// SeqNAKWindow, when positive, is how far ahead of the expected PSN
+	// an RC request may be and still draw a PSN sequence error NAK; one
+	// further ahead is dropped in silence and counted (drop_far_psn).
+	// 0 follows the IBTA and rxe: any request in the half of the PSN
+	// space ahead is NAKed (once, until the expected PSN arrives).
+	//
+	// Only the first packet after a gap needs the NAK, and a requester's
+	// packets after a loss arrive close behind the lost one (goroce keeps
+	// at most MaxUnackedPSNs in flight, rxe 128). A request much further
+	// ahead was not sent by the peer's requester, but by someone who
+	// spoofs its address: each NAK makes the requester go back N, resend
+	// what was not lost and halve its window. A window (65,536, say, and
+	// at least the peer's packets in flight) stops that; losing more
+	// packets in a row than it costs a retransmission timeout instead of
+	// a NAK.
+	SeqNAKWindow int
 	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls
 	// the link before it blocks: it spins as long as recent waits took,
 	// up to this, and not at all while they take longer. 0 means
@@ -75,6 +91,7 @@ type Device struct {
 	activeRC      atomic.Int32 // RC QPs with PSNs in flight
 	inflight      atomic.Int64 // their PSNs in flight
 	ackReqEvery   uint32
+	seqNAKWindow  int32 // Config.SeqNAKWindow; 0: none
 	maxPacket     int
 	poller        transport.Poller // set in busy-poll mode
 	link          transport.Poller // the transport, if it is a Poller: waits spin on it
@@ -114,17 +131,18 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		cfg = &Config{}
 	}
 	d := &Device{
-		t:           t,
-		clk:         cfg.Clock,
-		log:         cfg.Logger,
-		gid:         t.LocalAddr(),
-		mrs:         mr.NewTableMax(cfg.MaxMRs),
-		maxQPs:      cfg.MaxQPs,
-		maxUnacked:  uint32(cfg.MaxUnackedPSNs),
-		ackReqEvery: uint32(cfg.AckReqEvery),
-		maxPacket:   t.MaxPacket(),
-		nextQPN:     firstQPN,
-		events:      make(chan verbs.Event, 64),
+		t:            t,
+		clk:          cfg.Clock,
+		log:          cfg.Logger,
+		gid:          t.LocalAddr(),
+		mrs:          mr.NewTableMax(cfg.MaxMRs),
+		maxQPs:       cfg.MaxQPs,
+		maxUnacked:   uint32(cfg.MaxUnackedPSNs),
+		seqNAKWindow: int32(cfg.SeqNAKWindow),
+		ackReqEvery:  uint32(cfg.AckReqEvery),
+		maxPacket:    t.MaxPacket(),
+		nextQPN:      firstQPN,
+		events:       make(chan verbs.Event, 64),
 	}
 	if d.clk == nil {
 		d.clk = clock.Real{}
@@ -181,7 +199,8 @@ func checkNew(t transport.Transport, cfg *Config) error {
 	for _, f := range [...]struct {
 		name string
 		v    int
-	}{{"MaxUnackedPSNs", cfg.MaxUnackedPSNs}, {"SharedUnackedPSNs", cfg.SharedUnackedPSNs}, {"AckReqEvery", cfg.AckReqEvery}} {
+	}{{"MaxUnackedPSNs", cfg.MaxUnackedPSNs}, {"SharedUnackedPSNs", cfg.SharedUnackedPSNs}, {"AckReqEvery", cfg.AckReqEvery},
+		{"SeqNAKWindow", cfg.SeqNAKWindow}} {
 		if f.v < 0 || f.v > bth.PSNMask/2 {
 			return fmt.Errorf("%w: qp: Config.%s %d: want 0 (the default) to %d", verbs.ErrInvalidAttr, f.name, f.v, bth.PSNMask/2)
 		}

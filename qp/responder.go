@@ -106,6 +106,10 @@ func (q *QP) respond(p *bth.Packet, b *txBatch) {
 	}
 	psn := p.BTH.PSN()
 	switch d := psn.Diff(q.resp.psn); {
+	case q.dev.seqNAKWindow > 0 && d > q.dev.seqNAKWindow:
+		q.ctr.OutOfSeqRequest++
+		q.ctr.DropFarPSN++
+		return
 	case d > 0:
 		q.ctr.OutOfSeqRequest++
 		if q.resp.nakSent {

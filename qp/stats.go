@@ -47,15 +47,18 @@ type Counters struct {
 	RDMASends uint64 `rdma:"rdma_sends"`
 	RDMARecvs uint64 `rdma:"rdma_recvs"`
 	// Drops the QP made, by reason.
-	DropBadAddr    uint64 `rdma:"drop_bad_addr"`
-	DropBadState   uint64 `rdma:"drop_bad_state"`
-	DropBadQKey    uint64 `rdma:"drop_bad_qkey"`
-	DropBadPKey    uint64 `rdma:"drop_bad_pkey"`
-	DropBadOpcode  uint64 `rdma:"drop_bad_opcode"`
-	DropNoRecv     uint64 `rdma:"drop_no_recv"`
-	DropBadResp    uint64 `rdma:"drop_bad_resp"`
-	DropUCMessage  uint64 `rdma:"drop_uc_message"`
-	DropSilentPSN  uint64 `rdma:"drop_after_nak"`
+	DropBadAddr   uint64 `rdma:"drop_bad_addr"`
+	DropBadState  uint64 `rdma:"drop_bad_state"`
+	DropBadQKey   uint64 `rdma:"drop_bad_qkey"`
+	DropBadPKey   uint64 `rdma:"drop_bad_pkey"`
+	DropBadOpcode uint64 `rdma:"drop_bad_opcode"`
+	DropNoRecv    uint64 `rdma:"drop_no_recv"`
+	DropBadResp   uint64 `rdma:"drop_bad_resp"`
+	DropUCMessage uint64 `rdma:"drop_uc_message"`
+	DropSilentPSN uint64 `rdma:"drop_after_nak"`
+	// DropFarPSN counts RC requests further ahead of the expected PSN
+	// than Config.SeqNAKWindow: dropped without a NAK.
+	DropFarPSN     uint64 `rdma:"drop_far_psn"`
 	DropDuplicates uint64 `rdma:"drop_duplicate_unknown"`
 
 	// DropUnexpectedResp counts responses that answer no outstanding

@@ -39,6 +39,12 @@ type Config struct {
 	// MaxUnackedPSNs bounds the packets in flight per QP (0: the engine's
 	// default, 512).
 	MaxUnackedPSNs int
+	// SeqNAKWindow, when positive, drops RC requests further ahead of
+	// the expected PSN than this without the PSN sequence error NAK the
+	// IBTA asks for (0, the default): a defence against spoofed requests
+	// that would make the peer's requester resend what was not lost. See
+	// qp.Config.SeqNAKWindow.
+	SeqNAKWindow int
 	// MaxQPs and MaxMRs bound the queue pairs, and the memory regions
 	// and windows together, the device has at once (0: qp.DefaultMaxQPs,
 	// 65,536, and mr.DefaultMaxRegions, 262,144); CreateQP, RegMR and

@@ -153,6 +153,8 @@ func TestNilArgs(t *testing.T) {
 				{Config{Link: &Mem{Network: n}}, verbs.ErrInvalidAttr, []string{"Mem link needs an Addr"}},
 				{Config{Link: &Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.9")}, MaxUnackedPSNs: -1},
 					verbs.ErrInvalidAttr, []string{"MaxUnackedPSNs"}},
+				{Config{Link: &Mem{Network: n, Addr: netip.MustParseAddr("198.18.0.9")}, SeqNAKWindow: 1 << 23},
+					verbs.ErrInvalidAttr, []string{"SeqNAKWindow", "8388607"}},
 				{Config{Link: &Mem{Network: n}, Transport: ep}, verbs.ErrInvalidAttr, []string{"both a Link", "set one"}},
 				{Config{Link: &UDP{Addr: netip.MustParseAddr("192.0.2.1")}}, syscall.EADDRNOTAVAIL, nil},
 			} {

@@ -46,7 +46,7 @@ func Open(cfg *Config) (*Device, error) {
 		}
 	}
 	t, rej := rejectNoAgent(t, c.Logger)
-	eng, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs,
+	eng, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs, SeqNAKWindow: c.SeqNAKWindow,
 		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0})
 	if err != nil {
 		t.Close()
