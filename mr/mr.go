@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/goroce/goroce/verbs"
@@ -268,6 +269,10 @@ type MR struct {
 	valid   bool         // false once invalidated or deregistered
 	gone    bool         // deregistered
 	windows int          // windows bound to the region
+
+	// pins counts packets on their way out that carry bytes of the
+	// region in place (Pin): Dereg and Invalidate wait for them.
+	pins atomic.Int32
 }
 
 // Register registers buf in pd with the given rights. The region's
@@ -324,7 +329,9 @@ func checkRegister(pd *PD, buf []byte, iova uint64, access Access) error {
 }
 
 // Dereg removes the region (ibv_dereg_mr). When it returns, no access is under way
-// and none will start; the memory is the caller's again. It fails with
+// and none will start, and no packet that carries the region's bytes in
+// place (Pin) is still on its way to the link; the memory is the caller's
+// again. It fails with
 // ErrBound while memory windows are bound to the region.
 func (m *MR) Dereg() error {
 	if m == nil || m.pd == nil {
@@ -343,6 +350,7 @@ func (m *MR) Dereg() error {
 	}
 	m.gone, m.valid = true, false
 	m.mu.Unlock()
+	m.waitPins()
 	t := m.pd.t
 	t.mu.Lock()
 	t.keys.remove(m.key)
@@ -352,7 +360,8 @@ func (m *MR) Dereg() error {
 }
 
 // Invalidate makes the region's key unusable, as LOCAL_INV and SEND with
-// invalidate do, until Rekey. It waits for accesses under way.
+// invalidate do, until Rekey. It waits for accesses under way and for the
+// packets that carry the region's bytes in place.
 func (m *MR) Invalidate() {
 	if m == nil {
 		return
@@ -360,6 +369,7 @@ func (m *MR) Invalidate() {
 	m.mu.Lock()
 	m.valid = false
 	m.mu.Unlock()
+	m.waitPins()
 }
 
 // Rekey gives a region a new key and makes it valid again, as a fast
@@ -500,6 +510,33 @@ func (m *MR) hold(pd *PD, key uint32, addr uint64, n uint32, want Access) ([]byt
 		return nil, ErrBounds
 	}
 	return m.buf[off : off+uint64(n) : off+uint64(n)], nil
+}
+
+// Pin keeps Dereg and Invalidate from returning until Unpin. A sender
+// calls it before Release, while the access Lookup began still holds the
+// region, for bytes it reads after Release: a packet's payload sent from
+// the region in place, as a NIC reads it by DMA (no copy). Unpin once the
+// packet is out. A nil MR does nothing.
+func (m *MR) Pin() {
+	if m != nil {
+		m.pins.Add(1)
+	}
+}
+
+// Unpin ends what Pin began. A nil MR does nothing.
+func (m *MR) Unpin() {
+	if m != nil {
+		m.pins.Add(-1)
+	}
+}
+
+// waitPins waits for the packets that carry the region's bytes in place
+// to be sent (microseconds: a pin lasts one send of a batch). No pin can
+// start once the region is invalid.
+func (m *MR) waitPins() {
+	for d := time.Microsecond; m.pins.Load() > 0; d = min(2*d, time.Millisecond) {
+		time.Sleep(d)
+	}
 }
 
 // Release ends an access begun by Lookup. It does nothing on a nil MR,

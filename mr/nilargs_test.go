@@ -171,6 +171,8 @@ func TestNilArgs(t *testing.T) {
 			}
 		},
 		"MR.Release": func(t *testing.T) { (*MR)(nil).Release() },
+		"MR.Pin":     func(t *testing.T) { (*MR)(nil).Pin() },
+		"MR.Unpin":   func(t *testing.T) { (*MR)(nil).Unpin() },
 		"argError.Error": func(t *testing.T) {
 			if got := (*argError)(nil).Error(); got != "<nil>" {
 				t.Errorf("nil argError: %q", got)

@@ -26,6 +26,8 @@ type fakeLink struct {
 	h    transport.Handler
 	sent []transport.Packet
 	refd int // packets sent with their payload in registered memory (Packet.Payload)
+	// onSend, when set, sees each batch before it is taken.
+	onSend func(pkts []transport.Packet)
 }
 
 func (f *fakeLink) Start(h transport.Handler) error { f.h = h; return nil }
@@ -33,6 +35,9 @@ func (f *fakeLink) Start(h transport.Handler) error { f.h = h; return nil }
 // SendsPayload: the engine's in-place payloads go through the replays too.
 func (f *fakeLink) SendsPayload() bool { return true }
 func (f *fakeLink) Send(pkts []transport.Packet) error {
+	if f.onSend != nil {
+		f.onSend(pkts)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range pkts {

@@ -465,6 +465,9 @@ type txBatch struct {
 	pkts []transport.Packet
 	bufs [][]byte
 	held []*QP // the QPs Device.receive holds, at most maxHeldQPs
+	// pinned are the regions whose bytes packets carry in place
+	// (addRef): unpinned once the batch is sent.
+	pinned []*mr.MR
 }
 
 // maxHeldQPs bounds the QPs one receive batch holds the locks of.
@@ -520,8 +523,10 @@ func (b *txBatch) add(n int, dst netip.Addr, sport uint16, tos uint8) {
 // addRef queues a packet whose payload stays in registered memory: the
 // hdr bytes of headers written into the last buf() are followed there by
 // the four bytes of the ICRC, and the transport sends payload between
-// them, with no copy (transport.Packet.Payload).
-func (b *txBatch) addRef(hdr int, payload []byte, dst netip.Addr, sport uint16, tos uint8) {
+// them, with no copy (transport.Packet.Payload). m, the region payload
+// lies in, was pinned (mr.MR.Pin) by the caller; flush unpins it.
+func (b *txBatch) addRef(hdr int, payload []byte, m *mr.MR, dst netip.Addr, sport uint16, tos uint8) {
+	b.pinned = append(b.pinned, m)
 	b.pkts = append(b.pkts, transport.Packet{
 		Data: b.bufs[len(b.pkts)][:hdr+bth.ICRCLen], Payload: payload, Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
 	})
@@ -540,7 +545,13 @@ func (b *txBatch) flush() {
 	if err := b.d.t.Send(b.pkts); err != nil {
 		b.d.ctr.sendErr.Add(1)
 	}
+	clear(b.pkts) // no references to the regions' memory left behind
 	b.pkts = b.pkts[:0]
+	for i, m := range b.pinned {
+		m.Unpin()
+		b.pinned[i] = nil
+	}
+	b.pinned = b.pinned[:0]
 }
 
 var (

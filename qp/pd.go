@@ -91,15 +91,16 @@ func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
 }
 
 // payloadRef returns the n bytes of w's data from byte off as a slice of
-// registered memory, for the packet to carry in place, or nil when they
-// must be copied: a small or padded payload, inline data, or
-// bytes that span SGEs or fail the key check (gather then reports it).
-// The memory is read by the transport after the region's access ends, as
-// a NIC reads it by DMA: a WR's memory must stay registered and unchanged
-// until the WR completes.
-func (q *QP) payloadRef(w *sendWQE, off, n uint64) []byte {
+// registered memory, for the packet to carry in place, and the region
+// they lie in, pinned (mr.MR.Pin) until the batch that carries them is
+// sent; or nil when they must be copied: a small or padded payload,
+// inline data, or bytes that span SGEs or fail the key check (gather then
+// reports it). The memory is read by the transport after the region's
+// access ends, as a NIC reads it by DMA: a WR's memory must stay
+// registered and unchanged until the WR completes.
+func (q *QP) payloadRef(w *sendWQE, off, n uint64) ([]byte, *mr.MR) {
 	if !q.dev.inPlace || n < minRefPayload || n%4 != 0 || w.wr.Flags&verbs.Inline != 0 {
-		return nil
+		return nil, nil
 	}
 	for _, e := range w.sgl {
 		if off >= uint64(e.Length) {
@@ -107,16 +108,17 @@ func (q *QP) payloadRef(w *sendWQE, off, n uint64) []byte {
 			continue
 		}
 		if off+n > uint64(e.Length) {
-			return nil
+			return nil, nil
 		}
 		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
 		if err != nil {
-			return nil
+			return nil, nil
 		}
+		m.Pin()
 		m.Release()
-		return mem
+		return mem, m
 	}
-	return nil
+	return nil, nil
 }
 
 // scatter copies src into the memory of sgl from byte off. It reports

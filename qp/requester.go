@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -354,8 +355,13 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 		// in the same receive batch, and complete the request (and let
 		// the program reuse its memory) before the batch reaches the
 		// link.
-		if ref := q.payloadRef(w, w.sent, n); ref != nil && !q.req.psn.LessThan(q.req.maxSent) {
-			b.addRef(size-int(n)-bth.ICRCLen, ref, dest, q.sport, tos)
+		var ref []byte
+		var m *mr.MR
+		if !q.req.psn.LessThan(q.req.maxSent) {
+			ref, m = q.payloadRef(w, w.sent, n)
+		}
+		if ref != nil {
+			b.addRef(size-int(n)-bth.ICRCLen, ref, m, dest, q.sport, tos)
 		} else {
 			if !q.gather(w, w.sent, p.Payload) {
 				q.failWQE(w, verbs.LocProtErr, b)

@@ -394,9 +394,9 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 		if r.AETH != nil {
 			r.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
 		}
+		var m *mr.MR
 		var mem []byte
 		if n > 0 {
-			var m *mr.MR
 			var err error
 			m, mem, err = q.dev.mrs.LookupRemote(q.pd, q.id, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
 			if err != nil {
@@ -408,12 +408,14 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 			if !q.dev.inPlace || n < minRefPayload || n%4 != 0 {
 				copy(r.Payload, mem)
 				mem = nil
+			} else {
+				m.Pin() // Dereg waits until the batch is sent
 			}
 			m.Release()
 		}
 		if mem != nil {
 			// Large payloads go from the region in place (see payloadRef).
-			b.addRef(size-int(n)-bth.ICRCLen, mem, q.dest, q.sport, q.attr.AH.TrafficClass)
+			b.addRef(size-int(n)-bth.ICRCLen, mem, m, q.dest, q.sport, q.attr.AH.TrafficClass)
 		} else {
 			b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
 		}
