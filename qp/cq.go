@@ -43,6 +43,7 @@ type CQ struct {
 	wake     chan struct{}
 	readyFn  func() bool
 	spin     spinner
+	intr     atomic.Bool // Interrupt was called; the next wait ends
 }
 
 const (
@@ -181,12 +182,27 @@ func (c *CQ) Wait(ctx context.Context) error {
 
 // WaitUntil is Wait with a deadline: it reports true when the CQ holds a
 // completion, false when deadline passed first (the zero Time: no
-// deadline), and ctx's error when ctx ended first.
+// deadline) or Interrupt was called, and ctx's error when ctx ended
+// first.
 func (c *CQ) WaitUntil(ctx context.Context, deadline time.Time) (bool, error) {
 	if !c.ok() {
 		return false, errNilCQ
 	}
 	return c.wait(ctx, deadline)
+}
+
+// Interrupt ends the Wait or WaitUntil under way on c at once, as if a
+// completion had come (WaitUntil reports false, unless one did), or the
+// next one when none is under way. A program that waits for the CQ and
+// for events of its own (another goroutine's word, a close, a deadline
+// moved) wakes its waiter with it, as it would write to an eventfd it
+// polls along with the CQ's channel. It does not block.
+func (c *CQ) Interrupt() {
+	if !c.ok() {
+		return
+	}
+	c.intr.Store(true)
+	c.pushed()
 }
 
 // Destroy frees the CQ; it fails with ErrBusy while queue pairs use it.

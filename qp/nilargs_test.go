@@ -191,6 +191,7 @@ func TestNilArgs(t *testing.T) {
 				t.Error("a nil CQ has a channel")
 			}
 		},
+		"CQ.Interrupt": func(t *testing.T) { (*CQ)(nil).Interrupt() },
 		"CQ.Wait": func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()

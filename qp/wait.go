@@ -83,6 +83,9 @@ func (c *CQ) wait(ctx context.Context, deadline time.Time) (bool, error) {
 	if c.n.Load() > 0 {
 		return true, nil
 	}
+	if c.intr.Swap(false) {
+		return false, nil
+	}
 	d := c.dev
 	start := time.Now()
 	limit := d.waitSpin
@@ -105,8 +108,8 @@ func (c *CQ) wait(ctx context.Context, deadline time.Time) (bool, error) {
 func (c *CQ) spinFor(ctx context.Context, start time.Time, spin time.Duration, deadline time.Time) bool {
 	d := c.dev
 	for i := 0; ; i++ {
-		if c.n.Load() > 0 {
-			return true
+		if c.n.Load() > 0 || c.intr.Load() {
+			return c.n.Load() > 0
 		}
 		if d.pollLink() == 0 {
 			yield.CPU()
@@ -125,6 +128,9 @@ func (c *CQ) spinFor(ctx context.Context, start time.Time, spin time.Duration, d
 func (c *CQ) block(ctx context.Context, deadline time.Time) (bool, error) {
 	d := c.dev
 	for c.n.Load() == 0 {
+		if c.intr.Swap(false) {
+			return false, nil
+		}
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
@@ -315,7 +321,7 @@ func (c *CQ) sleep(ctx context.Context, deadline time.Time) error {
 	}
 	c.sleepers.Add(1)
 	defer c.sleepers.Add(-1)
-	if c.n.Load() > 0 {
+	if c.n.Load() > 0 || c.intr.Load() {
 		return nil
 	}
 	var tc <-chan time.Time
@@ -348,7 +354,7 @@ func (c *CQ) signal() {
 // leading, so that a completion pushed from elsewhere wakes it, then look.
 func (c *CQ) ready() bool {
 	c.leading.Store(true)
-	return c.n.Load() > 0
+	return c.n.Load() > 0 || c.intr.Load()
 }
 
 // pushed wakes who waits for c's completion: a leader blocked in the

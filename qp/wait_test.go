@@ -375,6 +375,63 @@ func TestWaitUntil(t *testing.T) {
 	}
 }
 
+// TestWaitInterrupt: CQ.Interrupt ends a WaitUntil that leads (blocked
+// in the link), one that follows (asleep while another CQ's waiter
+// leads), and, called before, the next one, each reporting false with the
+// CQ empty; and an interrupt is taken once.
+func TestWaitInterrupt(t *testing.T) {
+	la, lb := newWaitLinks()
+	_, bs := waitEnds(t, la, lb, 2, -1)
+	never := time.Now().Add(time.Hour)
+	ended := func(name string, cq *CQ, wait func() (bool, error)) {
+		t.Helper()
+		got := make(chan error, 1)
+		go func() {
+			ok, err := wait()
+			if err == nil && ok {
+				err = errors.New("reported a completion")
+			}
+			got <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // blocked by now, mostly
+		start := time.Now()
+		cq.Interrupt()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Interrupt did not end the wait within 5 s", name)
+		}
+		t.Logf("%s: ended %v after Interrupt", name, time.Since(start))
+	}
+	c0, c1 := bs[0].cq, bs[1].cq
+	for range 20 {
+		ended("leading", c0, func() (bool, error) { return c0.WaitUntil(context.Background(), never) })
+	}
+	// c1's waiter leads; c0's follows.
+	lead := make(chan struct{})
+	go func() {
+		c1.WaitUntil(context.Background(), never)
+		close(lead)
+	}()
+	time.Sleep(10 * time.Millisecond)
+	ended("following", c0, func() (bool, error) { return c0.WaitUntil(context.Background(), never) })
+	c1.Interrupt()
+	<-lead
+	c0.Interrupt()
+	start := time.Now()
+	if ok, err := c0.WaitUntil(context.Background(), never); ok || err != nil || time.Since(start) > time.Second {
+		t.Fatalf("a wait after Interrupt: %v, %v after %v", ok, err, time.Since(start))
+	}
+	start = time.Now()
+	if ok, err := c0.WaitUntil(context.Background(), start.Add(20*time.Millisecond)); ok || err != nil ||
+		time.Since(start) < 20*time.Millisecond {
+		t.Fatalf("the interrupt was taken twice: the next wait ended after %v (%v, %v)", time.Since(start), ok, err)
+	}
+}
+
 // TestSpinner checks the adaptive spin's rules: waits that block and end
 // within the limit double it (from spinGrowStart) up to the limit; waits
 // that outlast it halve it, down to none.
