@@ -53,10 +53,10 @@ func (r *floodRig) protectedMRs() []verbs.MR {
 	return []verbs.MR{r.readonly, r.writeonly, r.atomics, r.private}
 }
 
-func newFloodRig(t *testing.T) *floodRig {
+func newFloodRig(t *testing.T, v func(*roce.Config)) *floodRig {
 	r := &floodRig{t: t, ips: loopbacks(3), want: map[verbs.MR][]byte{}}
 	r.port = freePort(t, r.ips...)
-	r.v = newSide(t, openDev(t, r.ips[0], r.port, nil), 4096)
+	r.v = newSide(t, openDev(t, r.ips[0], r.port, v), 4096)
 	r.l = newSide(t, openDev(t, r.ips[1], r.port, nil), 4096)
 	var err error
 	if r.naks, err = net.ListenPacket("udp4", netip.AddrPortFrom(r.ips[2], r.port).String()); err != nil {
@@ -361,9 +361,19 @@ func floodFrom(t testing.TB, classes []*floodClass, d time.Duration, rate int) (
 // packet must be counted under its reason, and no hostile packet without
 // the connection's PSN may break a connection; the throughput the
 // transfer keeps during the flood is reported (not asserted: it depends
-// on the machine).
+// on the machine). It runs twice: with V as the IBTA has it (a request
+// far ahead draws a sequence NAK, which sends L's requester back), and
+// with V hardened as a device exposed to spoofing should be
+// (roce.Config.SeqNAKWindow).
 func TestFlood(t *testing.T) {
-	r := newFloodRig(t)
+	t.Run("IBTA", func(t *testing.T) { testFlood(t, nil) })
+	t.Run("SeqNAKWindow", func(t *testing.T) {
+		testFlood(t, func(c *roce.Config) { c.SeqNAKWindow = 1 << 16 })
+	})
+}
+
+func testFlood(t *testing.T, v func(*roce.Config)) {
+	r := newFloodRig(t, v)
 	victim := netip.AddrPortFrom(r.ips[0], r.port)
 	spoof := newHostile(t, netip.AddrPortFrom(r.ips[1], 0), victim)
 	asH := newHostile(t, netip.AddrPortFrom(r.ips[2], 0), victim)
@@ -395,6 +405,15 @@ func TestFlood(t *testing.T) {
 	t.Logf("the stream's responder at V: %v", cv.String())
 	after := r.counts()
 	r.checkCounts(classes, &before, &after)
+	if v != nil {
+		// Hardened: every request far ahead at the idle connection (it
+		// has no other traffic) is dropped without a NAK.
+		far, ahead := after.idle.DropFarPSN-before.idle.DropFarPSN, after.idle.OutOfSeqRequest-before.idle.OutOfSeqRequest
+		naks := after.idle.SendSeqErr - before.idle.SendSeqErr
+		if far != ahead || naks != 0 || far == 0 {
+			t.Errorf("idle connection: %d requests far ahead, %d dropped as such, %d sequence NAKs sent", ahead, far, naks)
+		}
+	}
 	r.checkMemory()
 	for _, q := range []verbs.QP{r.streamV, r.idleV} {
 		if st := state(t, q); st != verbs.StateRTS {
