@@ -79,6 +79,7 @@ type Transport struct {
 	waitMu      sync.Mutex
 	ownMu       sync.Mutex
 	waiting     atomic.Bool
+	wanting     atomic.Int32 // Waits on their way to ownMu
 	inRead      atomic.Bool
 	deadlineSet atomic.Bool
 	exitWanted  atomic.Bool
@@ -631,7 +632,7 @@ func (t *Transport) readOwned(rx *rxState) (bool, error) {
 	}
 	t.inRead.Store(true)
 	defer t.inRead.Store(false)
-	if t.polls.Load() != rx.polls { // a waiter came, and may not have seen inRead
+	if t.polls.Load() != rx.polls || t.wanting.Load() > 0 { // a waiter came, and may not have seen inRead
 		return false, nil
 	}
 	err := t.rc.Read(rx.readFn)

@@ -57,13 +57,8 @@ func (t *Transport) Wait(deadline time.Time, ready func() bool) (int, error) {
 		return 0, transport.ErrWaiting
 	}
 	defer t.waitMu.Unlock()
-	t.polls.Add(1)
-	if t.inRead.Load() {
-		t.kick()
-	}
-	t.ownMu.Lock()
+	t.own()
 	defer t.ownMu.Unlock()
-	t.waiting.Store(true)
 	defer t.endWait()
 	if t.closing.Load() {
 		return 0, fmt.Errorf("udp: wait: %w", net.ErrClosed)
@@ -83,6 +78,33 @@ func (t *Transport) Wait(deadline time.Time, ready func() bool) (int, error) {
 	}
 	return t.waitN, nil
 }
+
+// own takes ownMu for a Wait, counted in polls and in wanting until it
+// has it. A receive goroutine in the netpoller is kicked out; one about
+// to go in sees wanting and does not (Dekker: wanting, then inRead here;
+// inRead, then wanting in readOwned), nor does it go back while wanting
+// is set (standBy). A count in polls alone is not enough: a receive
+// goroutine that read polls after the count, stood by for pollerGrace
+// while the Wait was kept from running (a loaded machine), and went back
+// to the socket blocked there with no deadline, and the Wait blocked on
+// ownMu until the next datagram came.
+func (t *Transport) own() {
+	t.polls.Add(1)
+	t.wanting.Add(1)
+	if t.inRead.Load() {
+		t.kick()
+	}
+	if testHookOwn != nil {
+		testHookOwn()
+	}
+	t.ownMu.Lock()
+	t.waiting.Store(true)
+	t.wanting.Add(-1)
+}
+
+// testHookOwn, when set (by tests), runs between a Wait's kick and its
+// try for ownMu.
+var testHookOwn func()
 
 // Wake ends the Wait in progress, if it is blocked in the netpoller
 // (transport.Waiter). A Wait that is not calls its ready before it
@@ -149,7 +171,11 @@ func (t *Transport) waitRead(fd uintptr) bool {
 // Wait is in progress, until it ends.
 func (t *Transport) standBy() {
 	time.Sleep(pollerGrace)
-	for t.waiting.Load() && !t.closing.Load() {
+	for (t.waiting.Load() || t.wanting.Load() > 0) && !t.closing.Load() {
+		if !t.waiting.Load() {
+			time.Sleep(pollerGrace / 8) // a Wait is on its way to the socket
+			continue
+		}
 		t.exitWanted.Store(true)
 		if t.waiting.Load() {
 			<-t.waitExit // Close sends one too

@@ -267,3 +267,33 @@ func TestWaitStream(t *testing.T) {
 	b.Wake()
 	wg.Wait()
 }
+
+// TestWaitKeptFromRunning: a Wait kept from running for longer than
+// pollerGrace between counting itself and taking the socket (a loaded
+// machine, or the race detector) finds the receive goroutine back in the
+// netpoller with no deadline; it must still get the socket and end by its
+// deadline on a quiet link. (A Wait that kicked once then blocked on the
+// socket's owner until the next datagram came: 30 s, a keepalive's
+// period, in rsocket's tests.)
+func TestWaitKeptFromRunning(t *testing.T) {
+	_, b, _ := waitPair(t, 7)
+	testHookOwn = func() { time.Sleep(3 * pollerGrace) }
+	defer func() { testHookOwn = nil }()
+	for i := range 30 {
+		time.Sleep(2 * pollerGrace) // the receive goroutine goes back to the socket
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			_, err := b.Wait(start.Add(5*time.Millisecond), nil)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("wait %d: a Wait with a 5 ms deadline had not returned after 5 s", i)
+		}
+	}
+}
