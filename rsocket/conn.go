@@ -47,11 +47,17 @@ type Conn struct {
 
 	mu      sync.Mutex
 	s       stream // under mu
-	polling bool   // a call waits on the receive CQ's channel; under mu
-	waiting [2]bool
-	wake    [2]chan struct{}
-	cmDone  <-chan struct{} // cc.Done() until seen closed; under mu
-	closed  bool            // under mu
+	polling bool   // a call waits on the receive CQ's channel, or leads; under mu
+	leading int    // the direction of the polling call if it leads (in the CQ's WaitUntil), or noDir; under mu
+	// movedAtWait is the bytes sent and received when a call last
+	// waited, and movedAvg their average between waits (streaming);
+	// under mu.
+	movedAtWait uint64
+	movedAvg    int64
+	waiting     [2]bool
+	wake        [2]chan struct{}
+	cmDone      <-chan struct{} // cc.Done() until seen closed; under mu
+	closed      bool            // under mu
 }
 
 var _ net.Conn = (*Conn)(nil)
@@ -71,6 +77,10 @@ func newConn(ep *endpoint, cc *cm.Conn, o *Options, peer *connData) *Conn {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.s.init(ep, o, peer)
+	c.leading = noDir
+	if w := ep.cq.wait; w != nil {
+		c.rdl.wake, c.wdl.wake = w.Interrupt, w.Interrupt
+	}
 	if o.KeepAlive > 0 {
 		c.keepEvery = o.KeepAlive
 		c.keep = time.AfterFunc(o.KeepAlive, c.keepalive)
@@ -91,9 +101,8 @@ type Stats struct {
 	// CreditsSent and CreditsReceived count credit messages, with or
 	// without a new receive buffer.
 	CreditsSent, CreditsReceived uint64
-	// Sleeps counts the times a Read, Write or Close went to sleep
-	// waiting for completions or for the other call: each ends in a
-	// goroutine wake-up.
+	// Sleeps counts the times a Read, Write or Close waited for
+	// completions or for the other call, past Options.Spin.
 	Sleeps uint64
 }
 
@@ -334,6 +343,9 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		first = true
 		close(c.closing)
+		if w := c.s.ep.cq.wait; w != nil {
+			w.Interrupt() // a call that leads looks at closing
+		}
 	})
 	if !first {
 		return c.opError("close", net.ErrClosed)

@@ -16,6 +16,10 @@ type deadline struct {
 	expired bool // ch is closed
 	stopped bool // for good: the Conn is closed
 	timer   *time.Timer
+	// wake, when set, is called (with mu held) whenever the deadline
+	// moves or passes: a call that waits without watching ch (a Read
+	// leading the device's receive) looks again.
+	wake func()
 }
 
 func newDeadline() *deadline { return &deadline{ch: make(chan struct{})} }
@@ -33,6 +37,9 @@ func (d *deadline) set(t time.Time) {
 	}
 	if d.expired {
 		d.ch, d.expired = make(chan struct{}), false
+	}
+	if d.wake != nil {
+		defer d.wake()
 	}
 	if t.IsZero() {
 		return
@@ -64,6 +71,16 @@ func (d *deadline) fire() {
 	}
 	close(d.ch)
 	d.expired = true
+	if d.wake != nil {
+		d.wake()
+	}
+}
+
+// when returns the deadline; the zero Time means none.
+func (d *deadline) when() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.t
 }
 
 // done returns the channel closed when the deadline passes.

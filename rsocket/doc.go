@@ -65,11 +65,13 @@
 // Write copies once, into the registered send buffer (or inline into the
 // send queue, up to the inline threshold), and the device sends from
 // there; Read copies once, out of the registered receive buffer the peer
-// wrote into. Nothing is allocated per message. Read and Write wait on
-// the completion channels of the connection's CQs themselves (one for
-// receives, one for sends), with no goroutine of the connection's own in
-// between: a message a waiting Read wants costs one goroutine wake-up,
-// and a request answered by a response two (Conn.Stats counts them).
+// wrote into. Nothing is allocated per message. A Read or Write that
+// must wait waits for the connection's CQ (one, for sends and receives,
+// as in rsocket.c) itself, with no goroutine of the connection's own in
+// between; on goroce's device over UDP it receives from the socket
+// itself while it waits (qp.CQ.WaitUntil), so the message it waits for
+// costs no hand-off between goroutines, and the other call (a Write
+// while a Read waits) is woken by it. Conn.Stats counts the waits.
 // BenchmarkStream and BenchmarkRequestResponse measure it against TCP
 // over loopback.
 package rsocket

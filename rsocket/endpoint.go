@@ -1,23 +1,24 @@
 package rsocket
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
 
 // endpoint is a connection's verbs resources, as rsocket.c's
-// rs_create_ep makes them: a PD, CQs, an RC QP that signals every send,
+// rs_create_ep makes them: a PD, a CQ, an RC QP that signals every send,
 // and three registered buffers. It is owned by one connection (or by the
-// Dial or Accept making it). Unlike rsocket.c it gives sends and
-// receives a CQ each, so that a Read waiting for data sleeps on the
-// receive CQ and the acknowledgements of its own writes do not wake it.
+// Dial or Accept making it). As in rsocket.c, one CQ takes the sends'
+// and the receives' completions: the call that waits on it, of either
+// direction, wakes for whatever moves the connection on.
 type endpoint struct {
-	pd  verbs.PD
-	scq cqOf // send completions
-	rcq cqOf // receive completions
-	qp  verbs.QP
+	pd verbs.PD
+	cq cqOf // send and receive completions
+	qp verbs.QP
 	// smr is the send buffer, followed by ctrlSlots target SGL entries
 	// for the credit messages that cannot go inline.
 	smr  verbs.MR
@@ -50,13 +51,10 @@ func newEndpoint(dev verbs.Device, o *Options) (e *endpoint, err error) {
 	if e.pd, err = dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("rsocket: protection domain: %w", err)
 	}
-	if e.scq, err = newCQ(dev, o.SendQueue); err != nil {
+	if e.cq, err = newCQ(dev, o.SendQueue+e.recv); err != nil {
 		return nil, err
 	}
-	if e.rcq, err = newCQ(dev, e.recv); err != nil {
-		return nil, err
-	}
-	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: e.scq.CQ, RecvCQ: e.rcq.CQ, SignalAll: true,
+	e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: e.cq.CQ, RecvCQ: e.cq.CQ, SignalAll: true,
 		Cap: verbs.QPCap{MaxSendWR: uint32(o.SendQueue), MaxRecvWR: uint32(e.recv), MaxSendSGE: 2, MaxRecvSGE: 1,
 			MaxInlineData: uint32(o.Inline)}})
 	if err != nil {
@@ -110,10 +108,8 @@ func (e *endpoint) close() {
 			m.Dereg()
 		}
 	}
-	for _, q := range []verbs.CQ{e.scq.CQ, e.rcq.CQ} {
-		if q != nil {
-			q.Destroy()
-		}
+	if e.cq.CQ != nil {
+		e.cq.Destroy()
 	}
 	if e.pd != nil {
 		e.pd.Dealloc()
@@ -122,10 +118,19 @@ func (e *endpoint) close() {
 
 // cqOf is a CQ and, when it can say (the software device's can), how
 // many completions it holds: an empty one is not polled, as polling it
-// yields the processor.
+// yields the processor; and, when it has them (the software device's
+// does), a wait that receives from the link itself and a way to end it.
 type cqOf struct {
 	verbs.CQ
-	len interface{ Len() int }
+	len  interface{ Len() int }
+	wait cqWaiter
+}
+
+// cqWaiter is a CQ a goroutine can wait on while receiving for the device
+// itself (qp.CQ: the waiter leads), and wake with Interrupt.
+type cqWaiter interface {
+	WaitUntil(ctx context.Context, deadline time.Time) (bool, error)
+	Interrupt()
 }
 
 func newCQ(dev verbs.Device, n int) (cqOf, error) {
@@ -134,7 +139,8 @@ func newCQ(dev verbs.Device, n int) (cqOf, error) {
 		return cqOf{}, fmt.Errorf("rsocket: completion queue of %d: %w", n, err)
 	}
 	l, _ := q.(interface{ Len() int })
-	return cqOf{CQ: q, len: l}, nil
+	w, _ := q.(cqWaiter)
+	return cqOf{CQ: q, len: l, wait: w}, nil
 }
 
 // empty reports whether the CQ is known to hold no completion.

@@ -336,7 +336,7 @@ func TestDisconnectWithWriteInFlight(t *testing.T) {
 // TestDisconnectThenSilence: the peer sends DISCONNECT and vanishes
 // (no DREQ) while a credit message of the Conn's is unacknowledged, which
 // fails after its retries. The orderly end came first: Read returns
-// io.EOF, whichever CQ the Conn polls first.
+// io.EOF.
 func TestDisconnectThenSilence(t *testing.T) {
 	h := memHosts(t, transportNoFaults)
 	p, c := newRawPeer(t, h, 7631, false, &Options{RecvBuffer: 8192, RecvQueue: 16, ACKTimeout: 8})
@@ -346,7 +346,7 @@ func TestDisconnectThenSilence(t *testing.T) {
 		t.Fatalf("Read: %d, %v", n, err)
 	}
 	must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpWriteImm, Imm: 7 << 29}})) // DISCONNECT
-	for deadline := time.Now().Add(10 * time.Second); c.s.ep.scq.empty(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); c.s.ep.cq.empty(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the credit message did not fail in 10 s")
 		}

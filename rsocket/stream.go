@@ -75,6 +75,7 @@ type stream struct {
 const (
 	dirRead  = 0
 	dirWrite = 1
+	noDir    = -1
 )
 
 // init sets the state of a new connection from the two sides' connection
@@ -103,20 +104,13 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 	}
 }
 
-// progress polls the CQs dry and handles every completion, posts the
+// progress polls the CQ dry and handles every completion, posts the
 // receives consumed again and gives the peer credits when due. It
-// returns how many completions it handled. Send completions are taken
-// first, and the two CQs polled until both are empty: a QP that fails
-// completes its failed send before it flushes its receives.
+// returns how many completions it handled. A failed send is judged after
+// the poll: a QP that fails completes its failed send before it flushes
+// its receives, and the peer's DISCONNECT may have come before it.
 func (s *stream) progress() int {
-	total := 0
-	for {
-		n := s.poll(&s.ep.scq) + s.poll(&s.ep.rcq)
-		if n == 0 {
-			break
-		}
-		total += n
-	}
+	total := s.poll(&s.ep.cq)
 	if s.sendErr != nil {
 		if s.connected {
 			s.fail(fmt.Errorf("%w: %w", ErrConnLost, s.sendErr))
@@ -179,8 +173,8 @@ func (s *stream) handle(wc *verbs.WC) {
 		s.sbufAvail += int(msgData(m))
 	}
 	s.ev[dirWrite] = true
-	// A failed send is judged once both CQs are polled: the peer's
-	// DISCONNECT, on the receive CQ, may have come before it.
+	// A failed send is judged once the CQ is polled dry: the peer's
+	// DISCONNECT may have come before it.
 	switch {
 	case wc.Status == verbs.WRFlushErr:
 		// The QP is in ERR: why is found then too.

@@ -1,6 +1,7 @@
 package rsocket
 
 import (
+	"context"
 	"net"
 	"os"
 	"time"
@@ -45,15 +46,13 @@ func (c *Conn) progress() int {
 // (net.ErrClosed). dir is the caller's direction: one Read and one Write
 // (or CloseWrite, or Close's drain) may wait at once.
 //
-// One of the waiting calls sleeps on the receive CQ's completion channel
-// and handles the completions when woken (the receive poller); a call of
-// the write direction also sleeps on the send CQ's channel, which only
-// it watches. A call that is not the receive poller is woken by the
-// poller when a completion concerns it, or to take over when the poller
-// returns. A message a waiting Read wants thus costs one wake-up: the
-// engine's goroutine wakes the reader, which handles the completion
-// itself; and the acknowledgements of a connection's own writes wake
-// only a waiting Write.
+// One of the waiting calls (the poller) waits for the CQ, and handles
+// the completions when woken; the other sleeps until the poller's word
+// (a completion concerned it) or its turn to poll (the poller returned).
+// Where the CQ can be waited on while receiving for the device (the
+// software device's, qp.CQ.WaitUntil), the poller takes the packets from
+// the link itself (lead): what it waits for costs no hand-off between
+// goroutines. Elsewhere it sleeps on the CQ's completion channel.
 func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error {
 	s := &c.s
 	for {
@@ -63,11 +62,7 @@ func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error 
 			c.leave(dir)
 			return nil
 		}
-		var expired <-chan struct{}
-		if dl != nil {
-			expired = dl.done()
-		}
-		if done, err := c.block(dir, w, expired, stop); done || err != nil {
+		if done, err := c.block(dir, w, dl, stop); done || err != nil {
 			c.leave(dir)
 			return err
 		}
@@ -77,16 +72,109 @@ func (c *Conn) await(dir int, w want, dl *deadline, stop <-chan struct{}) error 
 // block waits once: it spins first when Options.Spin says so, then
 // sleeps. It reports whether w was satisfied while spinning; the caller
 // holds c.mu.
-func (c *Conn) block(dir int, w want, expired, stop <-chan struct{}) (bool, error) {
+func (c *Conn) block(dir int, w want, dl *deadline, stop <-chan struct{}) (bool, error) {
+	var expired <-chan struct{}
+	if dl != nil {
+		expired = dl.done()
+	}
 	if !c.polling && c.spinFor > 0 {
 		if ok, err := c.spin(dir, w, expired, stop); ok || err != nil {
 			return ok, err
 		}
 	}
+	if !c.polling && c.s.ep.cq.wait != nil && !c.streaming() {
+		return false, c.lead(dir, dl, stop)
+	}
 	return false, c.sleep(dir, expired, stop)
 }
 
-// spin polls the CQs for up to Options.Spin, letting the other direction
+// streamBytes is the bytes moved (either way) between waits, on
+// average, that make the connection a stream: its waits sleep on the
+// CQ's channel rather than lead, so that the device's receive goroutine
+// takes the packets while this call copies (two threads at work), where
+// a lead would do both in turn. A request answered by a response moves
+// far less between its waits, and leads: its answer costs no hand-off.
+// The average moves slowly (an eighth of the difference each wait), so a
+// connection does not flip between the two: a wait that does not lead
+// right after one that did finds the receive goroutine standing by.
+const streamBytes = 16 << 10
+
+// streaming updates the average bytes moved between waits and reports
+// whether the connection is a stream; the caller holds c.mu.
+func (c *Conn) streaming() bool {
+	moved := c.s.stats.BytesReceived + c.s.stats.BytesSent
+	d := int64(moved - c.movedAtWait)
+	c.movedAtWait = moved
+	c.movedAvg += (d - c.movedAvg) / 8
+	return c.movedAvg >= streamBytes
+}
+
+// leadSlice bounds one wait of a leading call: it then looks whether the
+// connection manager ended the connection (which also fails the QP, and
+// that flushes the receives, so it mostly learns that sooner).
+const leadSlice = 100 * time.Millisecond
+
+// lead is the poller's sleep when the CQ can be waited on while receiving
+// for the device (qp.CQ.WaitUntil): the call itself takes the packet from
+// the link and handles it, so what it waits for costs no hand-off between
+// goroutines, as CQ.Wait gives roce perf. It returns when the CQ has a
+// completion, the other call's word comes, the deadline passes, stop
+// closes, or the connection ends. Each of those but the last interrupts
+// the wait (signal, the deadlines' wake, Close: each calls the CQ's
+// Interrupt after it set what this looks at). The caller holds c.mu.
+func (c *Conn) lead(dir int, dl *deadline, stop <-chan struct{}) error {
+	cq := c.s.ep.cq.wait
+	var expired <-chan struct{}
+	if dl != nil {
+		expired = dl.done()
+	}
+	c.polling, c.leading = true, dir
+	c.waiting[dir] = true
+	c.s.stats.Sleeps++
+	cmDone := c.cmDone
+	c.mu.Unlock()
+	var err error
+	ended := false
+	for {
+		select {
+		case <-c.wake[dir]:
+		case <-cmDone:
+			ended = true
+		case <-expired:
+			err = os.ErrDeadlineExceeded
+		case <-stop:
+			err = net.ErrClosed
+		default:
+			until := time.Now().Add(leadSlice)
+			if dl != nil {
+				if e := dl.done(); e != expired {
+					expired = e // moved after it passed: a new channel
+					continue
+				}
+				if t := dl.when(); !t.IsZero() && t.Before(until) {
+					until = t
+				}
+			}
+			if ok, _ := cq.WaitUntil(context.Background(), until); !ok {
+				continue
+			}
+		}
+		break
+	}
+	c.mu.Lock()
+	c.waiting[dir] = false
+	c.polling, c.leading = false, noDir
+	if ended {
+		c.cmDone = nil
+		c.progress()
+		if c.s.connected {
+			c.s.qpDown(c.cc)
+		}
+	}
+	return err
+}
+
+// spin polls the CQ for up to Options.Spin, letting the other direction
 // in between polls, and reports whether w was satisfied meanwhile; the
 // caller holds c.mu.
 func (c *Conn) spin(dir int, w want, expired, stop <-chan struct{}) (bool, error) {
@@ -115,30 +203,25 @@ func (c *Conn) spin(dir int, w want, expired, stop <-chan struct{}) (bool, error
 	}
 }
 
-// sleep arms the CQs the call watches and sleeps until one of them, its
-// own wake-up channel (the other call's word), the connection manager's
-// end of the connection, the deadline or stop; the caller holds c.mu.
-// The receive CQ is watched by the receive poller only: the first call
-// to sleep takes that part.
+// sleep arms the CQ, when this call polls, and sleeps until it, its own
+// wake-up channel (the other call's word), the connection manager's end
+// of the connection, the deadline or stop; the caller holds c.mu. The
+// CQ is watched by the poller only: the first call to sleep takes that
+// part.
 func (c *Conn) sleep(dir int, expired, stop <-chan struct{}) error {
 	ep := c.s.ep
-	var rch, sch, cmDone <-chan struct{}
+	var cch, cmDone <-chan struct{}
 	recv := !c.polling
 	// A token left from an earlier arming would end the sleep at once:
-	// drop it, arm, and look at the CQs again, which finds what it
+	// drop it, arm, and look at the CQ again, which finds what it
 	// announced.
 	if recv {
-		rch, cmDone = ep.rcq.C(), c.cmDone
-		drain(rch)
-		ep.rcq.ReqNotify(false)
-	}
-	if dir == dirWrite {
-		sch = ep.scq.C()
-		drain(sch)
-		ep.scq.ReqNotify(false)
+		cch, cmDone = ep.cq.C(), c.cmDone
+		drain(cch)
+		ep.cq.ReqNotify(false)
 	}
 	if c.progress() > 0 {
-		// Completions came before the CQs were armed: look again.
+		// Completions came before the CQ was armed: look again.
 		return nil
 	}
 	c.polling = c.polling || recv
@@ -148,8 +231,7 @@ func (c *Conn) sleep(dir int, expired, stop <-chan struct{}) error {
 	var err error
 	ended := false
 	select {
-	case <-rch:
-	case <-sch:
+	case <-cch:
 	case <-c.wake[dir]:
 	case <-cmDone:
 		ended = true
@@ -203,6 +285,9 @@ func (c *Conn) signal(dir int) {
 	select {
 	case c.wake[dir] <- struct{}{}:
 	default:
+	}
+	if c.leading == dir {
+		c.s.ep.cq.wait.Interrupt()
 	}
 }
 
