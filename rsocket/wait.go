@@ -83,7 +83,7 @@ func (c *Conn) block(dir int, w want, dl *deadline, stop <-chan struct{}) (bool,
 		}
 	}
 	if !c.polling && c.s.ep.cq.wait != nil && !c.streaming() {
-		return false, c.lead(dir, dl, stop)
+		return false, c.lead(dir, dl, expired, stop)
 	}
 	return false, c.sleep(dir, expired, stop)
 }
@@ -121,13 +121,10 @@ const leadSlice = 100 * time.Millisecond
 // completion, the other call's word comes, the deadline passes, stop
 // closes, or the connection ends. Each of those but the last interrupts
 // the wait (signal, the deadlines' wake, Close: each calls the CQ's
-// Interrupt after it set what this looks at). The caller holds c.mu.
-func (c *Conn) lead(dir int, dl *deadline, stop <-chan struct{}) error {
+// Interrupt after it set what this looks at). expired is dl's channel.
+// The caller holds c.mu.
+func (c *Conn) lead(dir int, dl *deadline, expired, stop <-chan struct{}) error {
 	cq := c.s.ep.cq.wait
-	var expired <-chan struct{}
-	if dl != nil {
-		expired = dl.done()
-	}
 	c.polling, c.leading = true, dir
 	c.waiting[dir] = true
 	c.s.stats.Sleeps++
@@ -165,11 +162,7 @@ func (c *Conn) lead(dir int, dl *deadline, stop <-chan struct{}) error {
 	c.waiting[dir] = false
 	c.polling, c.leading = false, noDir
 	if ended {
-		c.cmDone = nil
-		c.progress()
-		if c.s.connected {
-			c.s.qpDown(c.cc)
-		}
+		c.cmEnded()
 	}
 	return err
 }
@@ -246,13 +239,20 @@ func (c *Conn) sleep(dir int, expired, stop <-chan struct{}) error {
 		c.polling = false
 	}
 	if ended {
-		c.cmDone = nil
-		c.progress()
-		if c.s.connected {
-			c.s.qpDown(c.cc)
-		}
+		c.cmEnded()
 	}
 	return err
+}
+
+// cmEnded takes the connection manager's end of the connection, seen by
+// a waiting call: what completed meanwhile first, then why the QP went
+// down, if the stream is still up. The caller holds c.mu.
+func (c *Conn) cmEnded() {
+	c.cmDone = nil
+	c.progress()
+	if c.s.connected {
+		c.s.qpDown(c.cc)
+	}
 }
 
 // drain takes a value waiting on ch, if any.
