@@ -226,38 +226,31 @@ func (b *bencher) perf(args ...string) pairCmd {
 // case's median in GB/s and the median of its ratios to the case it is
 // compared with, round by round.
 func (b *bencher) bw(ctx context.Context, cases []bwCase) error {
-	// -only keeps the cases named and those the others are compared with.
-	names, refs := make([]string, len(cases)), make([]int, len(cases))
-	for i, c := range cases {
-		names[i], refs[i] = c.name, -1
-		if c.rt != nil {
-			refs[i] = c.rt.of
+	keep, err := b.rounds(len(cases), func(i int) string { return cases[i].name }, func(i int) int {
+		if cases[i].rt != nil {
+			return cases[i].rt.of
 		}
-	}
-	keep := b.keep(names, refs)
-	skip := func(i int) bool { return !keep[i] }
-	for round := range b.runs {
-		for i := range cases {
-			c := &cases[i]
-			if skip(i) {
-				continue
-			}
-			out, _, err := b.runPair(ctx, c.pc)
-			if err != nil {
-				fmt.Fprintf(b.out, "%-44s round %d failed: %v\n", c.name, round+1, err)
-				return err
-			}
-			v, extra, err := c.pc.parse(out)
-			if err != nil {
-				return err
-			}
-			c.res.Runs = append(c.res.Runs, v)
-			c.res.Extra = extra
+		return -1
+	}, func(i int) error {
+		c := &cases[i]
+		out, _, err := b.runPair(ctx, c.pc)
+		if err != nil {
+			return err
 		}
+		v, extra, err := c.pc.parse(out)
+		if err != nil {
+			return err
+		}
+		c.res.Runs = append(c.res.Runs, v)
+		c.res.Extra = extra
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for i := range cases {
 		c := &cases[i]
-		if skip(i) {
+		if !keep[i] {
 			continue
 		}
 		r := &c.res
@@ -408,6 +401,32 @@ func (w *readyWriter) text() string {
 
 // keep says which cases -only keeps: those whose names contain it, and
 // the cases they are compared with, and theirs.
+// rounds runs b.runs rounds of the n cases -only keeps, each case once a
+// round in turn, so that a ratio compares runs minutes apart at most.
+// -only keeps the cases named and those they are compared with: ref(i)
+// is the case i is compared with, or -1. run runs case i once; the first
+// failure ends the rounds, reported under the case's name. It returns
+// which cases it kept.
+func (b *bencher) rounds(n int, name func(int) string, ref func(int) int, run func(int) error) ([]bool, error) {
+	names, refs := make([]string, n), make([]int, n)
+	for i := range n {
+		names[i], refs[i] = name(i), ref(i)
+	}
+	keep := b.keep(names, refs)
+	for round := range b.runs {
+		for i := range n {
+			if !keep[i] {
+				continue
+			}
+			if err := run(i); err != nil {
+				fmt.Fprintf(b.out, "%-44s round %d failed: %v\n", names[i], round+1, err)
+				return keep, err
+			}
+		}
+	}
+	return keep, nil
+}
+
 func (b *bencher) keep(names []string, refs []int) []bool {
 	keep := make([]bool, len(names))
 	for i, n := range names {

@@ -124,29 +124,18 @@ func (b *bencher) latRound(ctx context.Context, c *latCase) error {
 // CPU time of both processes per message, and the median of its ratios to
 // the case it is held against, round by round.
 func (b *bencher) lat(ctx context.Context, cases []latCase) error {
-	names, refs := make([]string, len(cases)), make([]int, len(cases))
-	for i, c := range cases {
-		names[i], refs[i] = c.name, -1
-		if c.rt != nil {
-			refs[i] = c.rt.of
-		}
-	}
-	keep := b.keep(names, refs)
-	skip := func(i int) bool { return !keep[i] }
 	fmt.Fprintf(b.out, "\n%-44s %9s %9s %9s   %-26s %s\n", "latency case", "typical", "p99", "CPU/msg", "ratio", "target")
-	for round := range b.runs {
-		for i := range cases {
-			if skip(i) {
-				continue
-			}
-			if err := b.latRound(ctx, &cases[i]); err != nil {
-				fmt.Fprintf(b.out, "%-44s round %d failed: %v\n", cases[i].name, round+1, err)
-				return err
-			}
+	keep, err := b.rounds(len(cases), func(i int) string { return cases[i].name }, func(i int) int {
+		if cases[i].rt != nil {
+			return cases[i].rt.of
 		}
+		return -1
+	}, func(i int) error { return b.latRound(ctx, &cases[i]) })
+	if err != nil {
+		return err
 	}
 	for i := range cases {
-		if !skip(i) {
+		if keep[i] {
 			b.latReport(cases, i)
 		}
 	}

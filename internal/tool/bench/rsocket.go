@@ -115,22 +115,12 @@ func (b *bencher) perfLatSize(op, size string, extra ...string) pairCmd {
 // rsLatRounds runs every case once per round, b.runs rounds, and reports
 // each case's median and the median of its round-by-round ratios.
 func (b *bencher) rsLatRounds(ctx context.Context, cases []rsLatCase) error {
-	names, refs := make([]string, len(cases)), make([]int, len(cases))
-	for i, c := range cases {
-		names[i], refs[i] = c.name, c.of
-	}
-	keep := b.keep(names, refs)
-	skip := func(i int) bool { return !keep[i] }
 	fmt.Fprintf(b.out, "\n%-44s %9s        %-22s %s\n", "rsocket latency case", "average", "ratio", "target")
-	for round := range b.runs {
-		for i := range cases {
+	keep, err := b.rounds(len(cases), func(i int) string { return cases[i].name }, func(i int) int { return cases[i].of },
+		func(i int) error {
 			c := &cases[i]
-			if skip(i) {
-				continue
-			}
 			out, _, err := b.runPair(ctx, c.pc)
 			if err != nil {
-				fmt.Fprintf(b.out, "%-44s round %d failed: %v\n", c.name, round+1, err)
 				return err
 			}
 			v, err := c.value(out)
@@ -138,10 +128,13 @@ func (b *bencher) rsLatRounds(ctx context.Context, cases []rsLatCase) error {
 				return err
 			}
 			c.res.Runs = append(c.res.Runs, v)
-		}
+			return nil
+		})
+	if err != nil {
+		return err
 	}
 	for i := range cases {
-		if !skip(i) {
+		if keep[i] {
 			b.rsLatReport(cases, i)
 		}
 	}
