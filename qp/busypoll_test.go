@@ -15,14 +15,17 @@ import (
 
 // pollLink is one end of a two-end link that delivers only when polled
 // (a transport.Poller with no goroutine of its own), and records the
-// opcodes of each Send call.
+// opcodes of each Send call. With signal set (waitLink), a Send signals
+// the peer and a Poll records which goroutine handed the batch over.
 type pollLink struct {
-	mu    sync.Mutex
-	addr  netip.Addr
-	peer  *pollLink
-	h     transport.Handler
-	inbox []transport.Packet
-	sends [][]bth.Opcode // opcodes of each Send call
+	mu      sync.Mutex
+	addr    netip.Addr
+	peer    *pollLink
+	h       transport.Handler
+	inbox   []transport.Packet
+	sends   [][]bth.Opcode // opcodes of each Send call
+	signal  chan struct{}  // cap 1: a packet came, or a Wake; nil: no waits
+	handers []uint64       // the goroutine that handed each batch over, with signal
 }
 
 func newPollLinks() (a, b *pollLink) {
@@ -38,7 +41,7 @@ func (l *pollLink) Send(pkts []transport.Packet) error {
 	var copies []transport.Packet
 	for _, p := range pkts {
 		ops = append(ops, bth.BTH(p.Data).Opcode())
-		p.Data = slices.Clone(p.Data)
+		p.Data, p.Payload = p.AppendTo(nil), nil
 		p.Src = l.addr
 		copies = append(copies, p)
 	}
@@ -48,12 +51,21 @@ func (l *pollLink) Send(pkts []transport.Packet) error {
 	l.peer.mu.Lock()
 	l.peer.inbox = append(l.peer.inbox, copies...)
 	l.peer.mu.Unlock()
+	if l.peer.signal != nil {
+		select {
+		case l.peer.signal <- struct{}{}:
+		default:
+		}
+	}
 	return nil
 }
 func (l *pollLink) Poll() int {
 	l.mu.Lock()
 	in := l.inbox
 	l.inbox = nil
+	if len(in) > 0 && l.signal != nil {
+		l.handers = append(l.handers, goid())
+	}
 	l.mu.Unlock()
 	if len(in) > 0 {
 		l.h(in)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"runtime"
 	"slices"
 	"strconv"
@@ -25,25 +24,16 @@ import (
 // its own), as the udp transport does while waits come. It records which
 // goroutine handed each batch over, and the opcodes of each Send.
 type waitLink struct {
-	addr   netip.Addr
-	peer   *waitLink
-	h      transport.Handler
+	*pollLink
 	waitMu sync.Mutex // one Wait at a time
 	parked atomic.Bool
-	signal chan struct{} // cap 1: a packet came, or a Wake
-
-	mu      sync.Mutex
-	inbox   []transport.Packet
-	sends   [][]bth.Opcode
-	handers []uint64 // the goroutine that handed each batch over
-	waits   int      // Waits that blocked
+	waits  int // Waits that blocked; under mu
 }
 
 func newWaitLinks() (a, b *waitLink) {
-	a = &waitLink{addr: addrA, signal: make(chan struct{}, 1)}
-	b = &waitLink{addr: addrB, peer: a, signal: make(chan struct{}, 1)}
-	a.peer = b
-	return a, b
+	pa, pb := newPollLinks()
+	pa.signal, pb.signal = make(chan struct{}, 1), make(chan struct{}, 1)
+	return &waitLink{pollLink: pa}, &waitLink{pollLink: pb}
 }
 
 // goid returns the calling goroutine's id, from its stack header.
@@ -52,46 +42,6 @@ func goid() uint64 {
 	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
 	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
 	return id
-}
-
-func (l *waitLink) Start(h transport.Handler) error { l.h = h; return nil }
-
-func (l *waitLink) Send(pkts []transport.Packet) error {
-	var ops []bth.Opcode
-	var copies []transport.Packet
-	for _, p := range pkts {
-		ops = append(ops, bth.BTH(p.Data).Opcode())
-		p.Data = p.AppendTo(nil)
-		p.Payload = nil
-		p.Src = l.addr
-		copies = append(copies, p)
-	}
-	l.mu.Lock()
-	l.sends = append(l.sends, ops)
-	l.mu.Unlock()
-	l.peer.mu.Lock()
-	l.peer.inbox = append(l.peer.inbox, copies...)
-	l.peer.mu.Unlock()
-	select {
-	case l.peer.signal <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// Poll hands over what waits.
-func (l *waitLink) Poll() int {
-	l.mu.Lock()
-	in := l.inbox
-	l.inbox = nil
-	if len(in) > 0 {
-		l.handers = append(l.handers, goid())
-	}
-	l.mu.Unlock()
-	if len(in) > 0 {
-		l.h(in)
-	}
-	return len(in)
 }
 
 // Wait is transport.Waiter's: it hands over what waits, or blocks for
@@ -138,25 +88,11 @@ func (l *waitLink) Wake() {
 	}
 }
 
-func (l *waitLink) takeSends() [][]bth.Opcode {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.sends
-	l.sends = nil
-	return s
-}
-
 func (l *waitLink) handedBy() []uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.handers)
 }
-
-func (l *waitLink) LocalAddr() netip.Addr  { return l.addr }
-func (l *waitLink) BatchSize() int         { return 64 }
-func (l *waitLink) MaxPacket() int         { return 4096 + 64 }
-func (l *waitLink) Stats() transport.Stats { return transport.Stats{} }
-func (l *waitLink) Close() error           { return nil }
 
 var _ transport.Waiter = (*waitLink)(nil)
 
