@@ -10,14 +10,18 @@ import (
 
 // compState is the completer's state.
 type compState struct {
-	psn         bth.PSN // oldest PSN not yet acknowledged or answered
-	retryLeft   uint8
-	rnrLeft     uint8
-	timerArmed  bool
-	deadline    time.Time
-	rnrWait     bool
-	rnrPSN      bth.PSN
-	rnrDeadline time.Time
+	psn        bth.PSN // oldest PSN not yet acknowledged or answered
+	retryLeft  uint8
+	rnrLeft    uint8
+	timerArmed bool      // packets are unacknowledged: deadline holds
+	deadline   time.Time // when they time out
+	// timerPending: the Go timer is set to fire at timerAt, which may be
+	// before deadline (armTimer).
+	timerPending bool
+	timerAt      time.Time
+	rnrWait      bool
+	rnrPSN       bth.PSN
+	rnrDeadline  time.Time
 	// retrying is set by a retry and cleared by progress: responses and
 	// NAKs already in flight when the requester went back must not each
 	// start another retry. A timeout retries regardless.

@@ -32,3 +32,46 @@ func TestRetransmitCopiesPayload(t *testing.T) {
 		t.Fatalf("completions %v, want the WRITE's", got)
 	}
 }
+
+// TestTimerFollowsProgress: an ACK that moves the requester on restarts
+// the retransmission timeout from that ACK, though the timer is not set
+// again (armTimer moves only the deadline): the timer, due at the old
+// deadline, sends nothing and waits for the rest, and the packets still
+// unacknowledged go again one whole timeout after the ACK, not before.
+func TestTimerFollowsProgress(t *testing.T) {
+	a := newAdversary(t, advOpts{mtu: bth.MTU1024})
+	timeout := bth.ACKTimeout(14)
+	start := a.clk.Now()
+	a.post(a.write(1, 0, 1024), a.write(2, 1024, 1024))
+	if got := a.sent(); len(got) != 2 {
+		t.Fatalf("sent %v, want the two WRITEs", got)
+	}
+	a.clk.Advance(timeout / 2)
+	a.inject(a.ackAt(0, bth.ACKSyndrome(bth.NoCredits))) // the first WRITE
+	if got := a.polled(); len(got) != 1 {
+		t.Fatalf("completions %v, want the first WRITE's", got)
+	}
+	a.fire() // the timer as first set
+	if now := a.clk.Now(); now.Sub(start) != timeout {
+		t.Fatalf("the timer fired %v after the post, want %v", now.Sub(start), timeout)
+	}
+	if got := a.sent(); len(got) != 0 {
+		t.Fatalf("sent %v half a timeout after the ACK, want nothing", got)
+	}
+	a.fire() // a timeout after the ACK
+	if now := a.clk.Now(); now.Sub(start) != timeout/2+timeout {
+		t.Fatalf("the retransmission came %v after the post, want %v", now.Sub(start), timeout/2+timeout)
+	}
+	if got := a.sent(); len(got) != 1 || got[0] != "RDMA_WRITE_ONLY @1 1024B" {
+		t.Fatalf("sent %v, want the second WRITE again", got)
+	}
+	// Everything acknowledged: the timer still due fires and sends nothing.
+	a.inject(a.ackAt(1, bth.ACKSyndrome(bth.NoCredits)))
+	a.fire()
+	if got := a.sent(); len(got) != 0 {
+		t.Fatalf("sent %v with nothing outstanding", got)
+	}
+	if _, ok := a.clk.Next(); ok {
+		t.Fatal("a timer is still due with nothing outstanding")
+	}
+}

@@ -9,25 +9,38 @@ import (
 
 // armTimer (re)starts the retransmission timer while packets are
 // unacknowledged.
+//
+// Restarting it is only a new deadline: a Go timer already due no later
+// than the new deadline is left alone, and when it fires, onTimeout finds
+// the deadline ahead and sets it for the rest. An ACK, which moves the
+// deadline on, so costs no timer operation (with many QPs each ACK's
+// Reset was a tenth of the requester's time), and a QP that drains leaves
+// its timer to fire once, idle, instead of stopping it.
 func (q *QP) armTimer() {
 	if q.typ != verbs.RC || q.attr.Timeout == 0 || q.comp.rnrWait {
 		return
 	}
 	if q.comp.psn == q.req.psn {
-		if q.comp.timerArmed {
-			q.timer.Stop()
-			q.comp.timerArmed = false
-		}
+		q.comp.timerArmed = false
 		return
 	}
 	d := bth.ACKTimeout(q.attr.Timeout)
 	q.comp.deadline = q.dev.clk.Now().Add(d)
+	q.comp.timerArmed = true
+	if q.comp.timerPending && !q.comp.deadline.Before(q.comp.timerAt) {
+		return
+	}
+	q.setTimer(d, q.comp.deadline)
+}
+
+// setTimer schedules onTimeout d from now, at.
+func (q *QP) setTimer(d time.Duration, at time.Time) {
+	q.comp.timerPending, q.comp.timerAt = true, at
 	if q.timer == nil {
 		q.timer = q.dev.clk.AfterFunc(d, q.onTimeout)
 	} else {
 		q.timer.Reset(d)
 	}
-	q.comp.timerArmed = true
 }
 
 // armTimerIfIdle starts the timer if it is not running; sending more
@@ -43,12 +56,13 @@ func (q *QP) onTimeout() {
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.flushAndUnlock(b)
+	q.comp.timerPending = false
 	if q.destroyed || !q.comp.timerArmed || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return
 	}
 	if now := q.dev.clk.Now(); now.Before(q.comp.deadline) {
-		// Reset raced with this call; wait for the rest.
-		q.timer.Reset(q.comp.deadline.Sub(now))
+		// The deadline moved on since the timer was set (armTimer).
+		q.setTimer(q.comp.deadline.Sub(now), q.comp.deadline)
 		return
 	}
 	q.comp.timerArmed = false
@@ -78,10 +92,7 @@ func (q *QP) onRNRTimer() {
 }
 
 func (q *QP) startRNRWait(psn bth.PSN, d time.Duration) {
-	if q.comp.timerArmed {
-		q.timer.Stop()
-		q.comp.timerArmed = false
-	}
+	q.comp.timerArmed = false // a pending timer fires and does nothing
 	q.comp.rnrWait, q.comp.rnrPSN = true, psn
 	q.comp.rnrDeadline = q.dev.clk.Now().Add(d)
 	if q.rnrTimer == nil {
@@ -98,6 +109,6 @@ func (q *QP) stopTimers() {
 	if q.rnrTimer != nil {
 		q.rnrTimer.Stop()
 	}
-	q.comp.timerArmed = false
+	q.comp.timerArmed, q.comp.timerPending = false, false
 	q.comp.rnrWait = false
 }
