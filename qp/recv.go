@@ -19,53 +19,103 @@ import (
 // it meanwhile. It never waits for a lock while holding one: a QP held
 // elsewhere first sends what the held ones queued.
 func (d *Device) receive(pkts []transport.Packet) {
-	polling := d.polling.Load() > 0
-	var cur *QP
-	var held []*QP
-	var b *txBatch
-	var own bth.Packet // the parse of a packet the transport left unparsed
+	r := batchRun{d: d, polling: d.polling.Load() > 0}
+	// Responses first. A responder sends its ACK and the request it
+	// posts in answer together (post), after the answer so that the two
+	// go in one GSO send when the ACK is the shorter; handled here in
+	// the batch's order, the answer would complete before the request it
+	// answers. An ACK handled ahead of requests that came with it is one
+	// that travelled a little faster: the requester and the responder of
+	// a QP are independent.
+	requests := 0
 	for i := range pkts {
-		tp := &pkts[i]
-		pkt := tp.Parsed
-		if pkt == nil {
-			if own.Parse(tp.Data) != nil {
-				d.ctr.drop(dropMalformed)
-				continue
-			}
-			pkt = &own
+		if isResponse(pkts[i].Data) {
+			r.handle(&pkts[i])
+		} else {
+			requests++
 		}
-		if pkt.BTH.TVer() != 0 {
-			d.ctr.drop(dropTVer)
-			continue
-		}
-		q := d.qps.get(pkt.BTH.DestQP())
-		if q == nil {
-			d.ctr.drop(dropNoQP)
-			continue
-		}
-		if q != cur {
-			if b == nil {
-				b = d.getBatch()
-				held = b.held[:0]
-			}
-			cur = q
-			if !slices.Contains(held, q) {
-				if len(held) == cap(held) || len(held) > 0 && !q.mu.TryLock() {
-					d.releaseQPs(held, b, polling)
-					held = held[:0]
-					q.mu.Lock()
-				} else if len(held) == 0 {
-					q.mu.Lock()
-				}
-				held = append(held, q)
-			}
-		}
-		q.recv(pkt, tp, b)
 	}
-	if b != nil {
-		d.releaseQPs(held, b, polling)
-		b.held = held[:0]
-		d.putBatch(b)
+	if requests > 0 {
+		for i := range pkts {
+			if !isResponse(pkts[i].Data) {
+				r.handle(&pkts[i])
+			}
+		}
+	}
+	r.end()
+}
+
+// isResponse reports whether data is a response (an ACK or NAK, a READ
+// response, an atomic ACK), by its opcode.
+func isResponse(data []byte) bool {
+	if len(data) == 0 {
+		return false
+	}
+	switch bth.Opcode(data[0]).Info().Operation {
+	case bth.OpAcknowledge, bth.OpReadResponse, bth.OpAtomicAcknowledge:
+		return true
+	}
+	return false
+}
+
+// batchRun is the handling of one batch (Device.receive): the QPs whose
+// locks it holds and the batch their answers go out in.
+type batchRun struct {
+	d       *Device
+	polling bool
+	cur     *QP
+	held    []*QP
+	b       *txBatch
+	own     bth.Packet // the parse of a packet the transport left unparsed
+}
+
+// handle hands one packet to its QP, taking the QP's lock if the run does
+// not hold it yet.
+func (r *batchRun) handle(tp *transport.Packet) {
+	d := r.d
+	pkt := tp.Parsed
+	if pkt == nil {
+		if r.own.Parse(tp.Data) != nil {
+			d.ctr.drop(dropMalformed)
+			return
+		}
+		pkt = &r.own
+	}
+	if pkt.BTH.TVer() != 0 {
+		d.ctr.drop(dropTVer)
+		return
+	}
+	q := d.qps.get(pkt.BTH.DestQP())
+	if q == nil {
+		d.ctr.drop(dropNoQP)
+		return
+	}
+	if q != r.cur {
+		if r.b == nil {
+			r.b = d.getBatch()
+			r.held = r.b.held[:0]
+		}
+		r.cur = q
+		if !slices.Contains(r.held, q) {
+			if len(r.held) == cap(r.held) || len(r.held) > 0 && !q.mu.TryLock() {
+				d.releaseQPs(r.held, r.b, r.polling)
+				r.held = r.held[:0]
+				q.mu.Lock()
+			} else if len(r.held) == 0 {
+				q.mu.Lock()
+			}
+			r.held = append(r.held, q)
+		}
+	}
+	q.recv(pkt, tp, r.b)
+}
+
+// end sends what the run's QPs answered and lets them go.
+func (r *batchRun) end() {
+	if r.b != nil {
+		r.d.releaseQPs(r.held, r.b, r.polling)
+		r.b.held = r.held[:0]
+		r.d.putBatch(r.b)
 	}
 }
 

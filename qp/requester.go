@@ -23,16 +23,19 @@ func (q *QP) post(wrs []verbs.SendWR, verb bool) error {
 	b := q.dev.getBatch()
 	q.mu.Lock()
 	err := q.postSend(wrs, verb)
-	// An ACK left for this post (deferack.go) goes first: the peer then
-	// completes its request before it sees what this one answers, as
-	// when every ACK leaves at once.
-	q.sendPendingAck(b)
 	switch q.state {
 	case verbs.StateRTS:
 		q.request(b)
 	case verbs.StateErr, verbs.StateSQE:
 		q.flushSend()
 	}
+	// An ACK left for this post (deferack.go) goes with it, after it: an
+	// ACK is as short as a packet gets, so it joins the request's GSO
+	// send (a shorter packet may end a run, not start one), one datagram
+	// for the peer's kernel to carry instead of two. The peer handles the
+	// ACK first all the same (Device.receive), and so completes its
+	// request before it sees what this one answers.
+	q.sendPendingAck(b)
 	q.flushAndUnlock(b)
 	q.dev.putBatch(b)
 	return err

@@ -151,7 +151,7 @@ func waitOne(t *testing.T, e *end) verbs.WC {
 // wait with CQ.Wait, spinning first or not: every completion comes in
 // order; the waiting goroutine itself receives what it waits for; and
 // the ACK of what a waiter received leaves with the answer it posts, in
-// one Send.
+// one Send, after it.
 func TestWaitLeads(t *testing.T) {
 	for _, spin := range []time.Duration{-1, time.Millisecond} {
 		la, lb := newWaitLinks()
@@ -177,8 +177,8 @@ func TestWaitLeads(t *testing.T) {
 				}
 				must(t, b.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(mb, 0, 16)}}}))
 				if i == 0 {
-					if s := lb.takeSends(); len(s) != 1 || !slices.Equal(s[0], []bth.Opcode{bth.RCAcknowledge, bth.RCSendOnly}) {
-						done <- fmt.Errorf("b's ACK did not leave first with its answer: %v", s)
+					if s := lb.takeSends(); len(s) != 1 || !slices.Equal(s[0], []bth.Opcode{bth.RCSendOnly, bth.RCAcknowledge}) {
+						done <- fmt.Errorf("b's ACK did not leave with its answer, after it: %v", s)
 						return
 					}
 				}
@@ -192,7 +192,7 @@ func TestWaitLeads(t *testing.T) {
 				SGL: []verbs.SGE{sge(ma, 0, 32)}}}))
 			// The SEND completes before the answer comes, as when
 			// every ACK leaves at once (the ACK that waited for the
-			// answer leaves first, in the same Send).
+			// answer leaves with it, and a handles it first).
 			want := []verbs.WC{{ID: uint64(i), Opcode: verbs.WCSend}, {ID: uint64(1000 + i), Opcode: verbs.WCRecv}}
 			for _, w := range want {
 				if wc := waitOne(t, a); wc.ID != w.ID || wc.Opcode != w.Opcode || wc.Status != verbs.Success {
