@@ -175,6 +175,22 @@ func TestBusyPollDeferredAck(t *testing.T) {
 		t.Fatalf("ACKs sent: a %d, b %d; want 1 each", sa, sb)
 	}
 
+	// A longer answer: the ACK goes first, not to wait behind it.
+	ping(7)
+	must(t, a.qp.PostRecv([]verbs.RecvWR{{ID: 10, SGL: []verbs.SGE{sge(ma, 0, 4096)}}}))
+	must(t, b.qp.PostSend([]verbs.SendWR{{ID: 8, Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(mb, 0, 2048)}}}))
+	sends = lb.takeSends()
+	if len(sends) != 1 || !slices.Equal(sends[0], []bth.Opcode{bth.RCAcknowledge, bth.RCSendFirst, bth.RCSendLast}) {
+		t.Fatalf("b's two-packet answer went out as %v, want one Send of the ACK, then the SEND", sends)
+	}
+	if n := a.cq.Poll(wc); n != 2 || wc[0].Opcode != verbs.WCSend || wc[0].ID != 7 || wc[1].ID != 10 {
+		t.Fatalf("a polled %d completions (%+v), want its SEND's, then its receive's", n, wc[:n])
+	}
+	if n := a.cq.Poll(wc); n != 0 { // a's ACK for the answer goes with its next poll
+		t.Fatalf("a polled %d", n)
+	}
+	lb.takeSends()
+
 	// No answer: the next poll sends it.
 	ping(3)
 	if n := b.cq.Poll(wc); n != 0 {

@@ -23,22 +23,44 @@ func (q *QP) post(wrs []verbs.SendWR, verb bool) error {
 	b := q.dev.getBatch()
 	q.mu.Lock()
 	err := q.postSend(wrs, verb)
+	// An ACK left for this post (deferack.go) goes with it. Before a
+	// short answer it would end the GSO run at once (a run's later
+	// packets may be shorter, not longer, and an ACK is as short as a
+	// packet gets), so after a one-packet answer it goes after it, and
+	// the two make one datagram for the peer's kernel to carry instead
+	// of two; the peer handles the ACK first all the same
+	// (Device.receive), and so completes its request before it sees the
+	// answer. Before a longer answer it goes first, not to wait for it.
+	ackAfter := q.resp.ackPending && q.onePacketToSend()
+	if !ackAfter {
+		q.sendPendingAck(b)
+	}
 	switch q.state {
 	case verbs.StateRTS:
 		q.request(b)
 	case verbs.StateErr, verbs.StateSQE:
 		q.flushSend()
 	}
-	// An ACK left for this post (deferack.go) goes with it, after it: an
-	// ACK is as short as a packet gets, so it joins the request's GSO
-	// send (a shorter packet may end a run, not start one), one datagram
-	// for the peer's kernel to carry instead of two. The peer handles the
-	// ACK first all the same (Device.receive), and so completes its
-	// request before it sees what this one answers.
 	q.sendPendingAck(b)
 	q.flushAndUnlock(b)
 	q.dev.putBatch(b)
 	return err
+}
+
+// onePacketToSend reports whether the requester has one request to send,
+// in one packet.
+func (q *QP) onePacketToSend() bool {
+	if q.state != verbs.StateRTS || q.sq.tail-q.sq.next != 1 {
+		return false
+	}
+	w := q.sq.at(q.sq.next)
+	switch {
+	case w.wr.Opcode == verbs.OpRead || w.wr.Opcode.IsAtomic():
+		return true
+	case w.wr.Opcode.IsLocal():
+		return false
+	}
+	return w.length-w.sent <= uint64(q.mtu)
 }
 
 func (q *QP) postSend(wrs []verbs.SendWR, verb bool) error {
