@@ -28,7 +28,9 @@ type Config struct {
 	MaxUnackedPSNs int
 	// SharedUnackedPSNs bounds the packets in flight over all the QPs of
 	// the device that have some: each gets an equal share, down to a
-	// floor of 8. 0 means twice MaxUnackedPSNs.
+	// floor of 8, and when more QPs send than it has room for turns of
+	// 64 PSNs (SharedUnackedPSNs/64 QPs, at least one), they take turns,
+	// in order. 0 means twice MaxUnackedPSNs.
 	SharedUnackedPSNs int
 	// AckReqEvery sets AckReq on at least every so many packets of a long
 	// message, besides the last (rxe: 64). 0 means 64.
@@ -104,6 +106,7 @@ type Device struct {
 	polling       atomic.Int32     // polls receiving on programs' threads now
 	emptyPolls    atomic.Uint32    // busy polls that found nothing: every busyYieldEvery-th yields
 	acks          ackDeferrer
+	adm           admission // turns at the shared window (admit.go)
 
 	qpMu    sync.Mutex // serializes QP creation and destruction
 	qps     qpTable
@@ -163,6 +166,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if d.ackReqEvery == 0 {
 		d.ackReqEvery = 64
 	}
+	d.adm.max = max(1, int(d.sharedUnacked/turnPSNs))
 	d.inPlace = transport.SendsPayload(t)
 	if p, ok := t.(transport.Poller); ok {
 		d.link = p
@@ -239,6 +243,11 @@ func (d *Device) Close() error {
 	for _, q := range qps {
 		q.Destroy()
 	}
+	d.adm.mu.Lock()
+	if d.adm.guard != nil {
+		d.adm.guard.Stop()
+	}
+	d.adm.mu.Unlock()
 	return d.t.Close()
 }
 

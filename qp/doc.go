@@ -11,12 +11,14 @@
 //     ICRC (transport.Packet.Parsed: a packet is parsed once), checks
 //     its headers (transport version, destination QP, the QP's type and
 //     state, addresses, P_Key, Q_Key) and hands requests to the QP's
-//     responder, responses to its completer; it holds the locks of the
-//     QPs a batch reaches and sends what they answered in one go;
+//     responder, responses to its completer (a batch's responses
+//     first); it holds the locks of the QPs a batch reaches and sends
+//     what they answered in one go;
 //   - requester.go (rxe_req.c): PostSend, and the requester, which turns
 //     send work requests into request packets, within the window,
 //     fences and the READ/atomic limit, and goes back to an earlier PSN
-//     when told to;
+//     when told to; admit.go: the turns many sending QPs take at the
+//     device's shared window;
 //   - completer.go (rxe_comp.c): the completer matches ACKs, NAKs, READ
 //     responses and atomic ACKs with the requests they answer, completes
 //     work requests in order, and decides retries and RNR waits;

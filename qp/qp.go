@@ -35,6 +35,12 @@ type QP struct {
 	mtu       int        // path MTU in bytes
 	destroyed bool
 	commEst   bool
+	// admTurn: the QP has a turn at sending (admit.go), under mu;
+	// admQueued and admGiven: it waits in line, it was given a turn,
+	// under the device's adm.mu.
+	admTurn   bool
+	admQueued bool
+	admGiven  bool
 
 	sq   sendQueue
 	rq   recvQueue
@@ -283,6 +289,7 @@ func (q *QP) Destroy() error {
 	ctr := q.ctr
 	q.mu.Unlock()
 	d := q.dev
+	d.kickTurns()
 	d.qpMu.Lock()
 	d.qps.set(q.qpn, nil)
 	if d.gsi == q {
@@ -314,6 +321,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	}
 	b := q.dev.getBatch()
 	defer q.dev.putBatch(b)
+	defer q.dev.kickTurns() // after the unlock
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	defer q.updateActive()
@@ -606,6 +614,7 @@ func (q *QP) flushAndUnlock(b *txBatch) {
 	b.flush()
 	q.updateActive()
 	q.mu.Unlock()
+	q.dev.kickTurns()
 }
 
 // LogValue makes a QP print as the minimal sample's QP dump in slog.

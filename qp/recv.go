@@ -43,6 +43,7 @@ func (d *Device) receive(pkts []transport.Packet) {
 		}
 	}
 	r.end()
+	d.kickTurns()
 }
 
 // isResponse reports whether data is a response (an ACK or NAK, a READ

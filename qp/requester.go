@@ -152,6 +152,7 @@ type reqState struct {
 	// counted is how many of its PSNs Device.inflight holds.
 	active  bool
 	counted uint32
+	turnEnd bth.PSN // the first PSN after the QP's turn (admit.go)
 }
 
 // minWindow is the smallest window the requester shrinks to.
@@ -160,7 +161,7 @@ const minWindow = 8
 // request sends what the send queue holds, as far as the QP's state, the
 // window, fences and the READ/atomic limit allow.
 func (q *QP) request(b *txBatch) {
-	if q.state != verbs.StateRTS && q.state != verbs.StateSQD || q.comp.rnrWait {
+	if q.state != verbs.StateRTS && q.state != verbs.StateSQD || q.comp.rnrWait || !q.startTurn() {
 		return
 	}
 	if !q.req.active && q.typ == verbs.RC && q.sq.next != q.sq.tail {
@@ -247,7 +248,7 @@ func (q *QP) packets(n uint64) uint32 {
 // windowFull reports whether npsn more PSNs would exceed the number of
 // unacknowledged PSNs allowed. A request always fits an empty window.
 func (q *QP) windowFull(npsn uint32) bool {
-	return q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn)), npsn)
+	return q.turnOver() || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn)), npsn)
 }
 
 // windowFullAt is windowFull with out PSNs unacknowledged.
@@ -300,6 +301,7 @@ func (q *QP) updateActive() {
 		q.dev.inflight.Add(int64(out) - int64(q.req.counted))
 		q.req.counted = out
 	}
+	q.endTurn(out)
 }
 
 // grow widens the window as n more PSNs are acknowledged: by an eighth
@@ -348,10 +350,11 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			PSN:    q.req.psn,
 			// rxe asks for an ACK on RC (see ackReq) and, though no
 			// one answers it, on every QP1 datagram; UC and UD never.
-			// A packet that fills the window asks too, or nothing
-			// would open it but the retransmission timer.
-			AckReq: q.typ == verbs.RC && (q.ackReq(last) || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn))+1, 1)) ||
-				q.typ == verbs.GSI,
+			// A packet that fills the window, or ends the QP's turn
+			// (admit.go), asks too, or nothing would open it but the
+			// retransmission timer.
+			AckReq: q.typ == verbs.RC && (q.turnLast(q.req.psn) || q.ackReq(last) ||
+				q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn))+1, 1)) || q.typ == verbs.GSI,
 		}
 		dest, tos := q.dest, q.attr.AH.TrafficClass
 		if q.typ == verbs.UD || q.typ == verbs.GSI {

@@ -9,10 +9,10 @@ import (
 // TestSharedWindow streams WRITEs on four QPs of one device at once and
 // checks the device's shared window: the PSNs in flight over the device
 // stay within SharedUnackedPSNs (plus the one message a QP may always
-// send), a QP past its share only drains while others are active, the QPs
-// progress together, every
-// byte arrives, and the counts of active QPs and PSNs in flight return to
-// zero.
+// send), a QP past its share only drains while others are active, the
+// QPs take turns (two at once: 128 PSNs / turnPSNs) and progress
+// together, every byte arrives, and the counts of active QPs, PSNs in
+// flight and turns return to zero.
 func TestSharedWindow(t *testing.T) {
 	const nqp, msgs, size = 4, 24, 16 << 10
 	o := pairOpts{maxUnack: 64}
@@ -95,8 +95,8 @@ func TestSharedWindow(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%d of %d completions: %v", got, nqp*msgs, err)
 	}
-	if maxActive != nqp {
-		t.Errorf("at most %d QPs were active at once, want %d", maxActive, nqp)
+	if want := int32(shared / turnPSNs); maxActive != want {
+		t.Errorf("at most %d QPs were active at once, want %d (turns)", maxActive, want)
 	}
 	if maxTotal > shared+nqp*16 {
 		t.Errorf("%d PSNs in flight over the device, shared window %d", maxTotal, shared)
@@ -116,5 +116,11 @@ func TestSharedWindow(t *testing.T) {
 	}
 	if n, f := p.a.dev.activeRC.Load(), p.a.dev.inflight.Load(); n != 0 || f != 0 {
 		t.Errorf("%d QPs counted active after Destroy, %d PSNs in flight", n, f)
+	}
+	a := &p.a.dev.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.turns != 0 || a.queue.n != 0 || a.kicks.n != 0 {
+		t.Errorf("%d turns, %d QPs in line, %d to start after the QPs went", a.turns, a.queue.n, a.kicks.n)
 	}
 }
