@@ -20,11 +20,10 @@ import (
 // elsewhere first sends what the held ones queued.
 func (d *Device) receive(pkts []transport.Packet) {
 	r := batchRun{d: d, polling: d.polling.Load() > 0}
-	// Responses first. A responder sends its ACK and the request it
-	// posts in answer together (post), after the answer so that the two
-	// go in one GSO send when the ACK is the shorter; handled here in
-	// the batch's order, the answer would complete before the request it
-	// answers. An ACK handled ahead of requests that came with it is one
+	// Responses first. A responder sends its ACK with the one-packet
+	// request it posts in answer (post), after it, so that the two go in
+	// one GSO send; handled here in the batch's order, the answer would
+	// complete before the request it answers. An ACK handled ahead of requests that came with it is one
 	// that travelled a little faster: the requester and the responder of
 	// a QP are independent.
 	requests := 0
