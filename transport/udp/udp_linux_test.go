@@ -667,3 +667,50 @@ func TestFlowLabelIPv6(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptiveSpin: the receive goroutine's spin on an empty socket,
+// when no stream runs, follows how long it slept before its wakes
+// (rxState.learn): a short sleep makes the next spin outlast it, up to
+// adaptMax; long sleeps halve it down to none. A read step with a spin
+// learned looks for that long before it sleeps, and notes how long.
+func TestAdaptiveSpin(t *testing.T) {
+	b := mustNew(t, &Config{Addr: netip.MustParseAddrPort("127.71.37.4:4791")})
+	rx := newRxState(b)
+	steps := []struct {
+		gap, want time.Duration
+	}{
+		{10 * time.Microsecond, 15 * time.Microsecond},
+		{10 * time.Microsecond, 30 * time.Microsecond},
+		{40 * time.Microsecond, adaptMax},
+		{time.Millisecond, adaptMax / 2},
+		{time.Millisecond, adaptMax / 4},
+		{time.Second, adaptMax / 8},
+	}
+	for i, s := range steps {
+		rx.learn(s.gap)
+		if rx.adapt != s.want {
+			t.Fatalf("step %d: after a gap of %v the spin is %v, want %v", i, s.gap, rx.adapt, s.want)
+		}
+	}
+	for rx.adapt > 0 {
+		rx.learn(time.Second)
+	}
+	var fd int
+	if err := b.rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		t.Fatal(err)
+	}
+	rx.adapt = adaptMax
+	start := time.Now()
+	if rx.read(uintptr(fd)) {
+		t.Fatal("a read step on an empty socket returned a batch")
+	}
+	if took := time.Since(start); took < adaptMax || rx.spun < adaptMax || rx.parked.IsZero() {
+		t.Fatalf("the read step looked for %v (noted %v, parked %v), want at least %v", took, rx.spun, rx.parked, adaptMax)
+	}
+	// The next step learns from the sleep and the look before it.
+	rx.parked = time.Now().Add(-time.Second)
+	rx.read(uintptr(fd))
+	if rx.adapt != adaptMax/2 {
+		t.Fatalf("after a second's sleep the spin is %v, want %v", rx.adapt, adaptMax/2)
+	}
+}
