@@ -639,7 +639,11 @@ func (t *Transport) receive(rx *rxState, rcv *receiver) {
 	failures := 0
 	for !t.closing.Load() {
 		if p := t.polls.Load(); p != rx.polls {
+			// Pollers or waiters take the socket: what the receive
+			// goroutine learned of the gaps between datagrams is theirs
+			// to use, and its spin would only take their datagrams.
 			rx.polls = p
+			rx.adapt, rx.parked = 0, time.Time{}
 			t.standBy()
 			continue
 		}
