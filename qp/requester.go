@@ -348,13 +348,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			PKey:   bth.DefaultPKey,
 			DestQP: q.attr.DestQPN,
 			PSN:    q.req.psn,
-			// rxe asks for an ACK on RC (see ackReq) and, though no
-			// one answers it, on every QP1 datagram; UC and UD never.
-			// A packet that fills the window, or ends the QP's turn
-			// (admit.go), asks too, or nothing would open it but the
-			// retransmission timer.
-			AckReq: q.typ == verbs.RC && (q.turnLast(q.req.psn) || q.ackReq(last) ||
-				q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn))+1, 1)) || q.typ == verbs.GSI,
+			AckReq: q.askAck(last),
 		}
 		dest, tos := q.dest, q.attr.AH.TrafficClass
 		if q.typ == verbs.UD || q.typ == verbs.GSI {
@@ -408,6 +402,21 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			return true
 		}
 	}
+}
+
+// askAck decides the AckReq bit of the next packet, the last of its
+// message or not. rxe asks for an ACK on RC (see ackReq) and, though no
+// one answers it, on every QP1 datagram; UC and UD never. A packet that
+// fills the window, or ends the QP's turn (admit.go), asks too, or
+// nothing would open it but the retransmission timer.
+func (q *QP) askAck(last bool) bool {
+	switch q.typ {
+	case verbs.RC:
+		return q.turnLast(q.req.psn) || q.ackReq(last) || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn))+1, 1)
+	case verbs.GSI:
+		return true
+	}
+	return false
 }
 
 // ackReq decides the AckReq bit: on the last packet of a message, and at
