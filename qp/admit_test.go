@@ -10,44 +10,6 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// morePairs adds n-1 connected QP pairs to p's devices, and returns all n
-// ends on each side (p.a and p.b first).
-func morePairs(t *testing.T, p *pair, o pairOpts, n int) (as, bs []*end) {
-	t.Helper()
-	o.defaults()
-	as, bs = []*end{&p.a}, []*end{&p.b}
-	for range n - 1 {
-		a, b := p.a, p.b
-		var err error
-		a.qp, err = p.a.dev.createQP(a.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: a.cq, RecvCQ: a.cq, Cap: o.cap})
-		must(t, err)
-		b.qp, err = p.b.dev.createQP(b.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: b.cq, RecvCQ: b.cq, Cap: o.cap})
-		must(t, err)
-		connect(t, &a, &b, o)
-		connect(t, &b, &a, o)
-		as, bs = append(as, &a), append(bs, &b)
-	}
-	return as, bs
-}
-
-// streamAll posts msgs WRITEs of size bytes on each of the QPs as, into
-// each QP's own part of a region of B's, and returns the source and
-// destination regions.
-func streamAll(t *testing.T, p *pair, as []*end, msgs, size int) (src, dst []byte) {
-	t.Helper()
-	s, d := p.a.reg(t, len(as)*size), p.b.reg(t, len(as)*size)
-	fill(s.Bytes(), 5)
-	for i, e := range as {
-		var wrs []verbs.SendWR
-		for range msgs {
-			wrs = append(wrs, verbs.SendWR{ID: uint64(i), Opcode: verbs.OpWrite, Flags: verbs.Signaled,
-				SGL: []verbs.SGE{sge(s, i*size, size)}, RemoteAddr: d.Addr() + uint64(i*size), RKey: d.RKey()})
-		}
-		must(t, e.qp.PostSend(wrs))
-	}
-	return s.Bytes(), d.Bytes()
-}
-
 // TestTurnsFewAcks streams on 32 QPs sharing a window of 128 PSNs, with
 // turns (two QPs at a time, 64 PSNs each) and without (every QP sending
 // at once, four PSNs each): every byte arrives both ways, and with turns

@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/goroce/goroce/verbs"
@@ -17,33 +18,12 @@ func TestSharedWindow(t *testing.T) {
 	const nqp, msgs, size = 4, 24, 16 << 10
 	o := pairOpts{maxUnack: 64}
 	p := newPair(t, o)
-	o.defaults()
 	shared := p.a.dev.sharedUnacked
 	if shared != 2*64 {
 		t.Fatalf("shared window %d, want twice MaxUnackedPSNs", shared)
 	}
-	as, bs := []*end{&p.a}, []*end{&p.b}
-	for range nqp - 1 {
-		a, b := p.a, p.b
-		var err error
-		a.qp, err = p.a.dev.createQP(a.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: a.cq, RecvCQ: a.cq, Cap: o.cap})
-		must(t, err)
-		b.qp, err = p.b.dev.createQP(b.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: b.cq, RecvCQ: b.cq, Cap: o.cap})
-		must(t, err)
-		connect(t, &a, &b, o)
-		connect(t, &b, &a, o)
-		as, bs = append(as, &a), append(bs, &b)
-	}
-	src, dst := p.a.reg(t, nqp*size), p.b.reg(t, nqp*size)
-	fill(src.Bytes(), 7)
-	for i, e := range as {
-		var wrs []verbs.SendWR
-		for m := range msgs {
-			wrs = append(wrs, verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWrite, Flags: verbs.Signaled,
-				SGL: []verbs.SGE{sge(src, i*size, size)}, RemoteAddr: dst.Addr() + uint64(i*size), RKey: dst.RKey()})
-		}
-		must(t, e.qp.PostSend(wrs))
-	}
+	as, bs := morePairs(t, p, o, nqp)
+	src, dst := streamAll(t, p, as, msgs, size)
 	maxActive, maxTotal := int32(0), uint32(0)
 	prev := map[*QP]uint32{}
 	done := map[uint32]int{} // completions per QP
@@ -101,7 +81,7 @@ func TestSharedWindow(t *testing.T) {
 	if maxTotal > shared+nqp*16 {
 		t.Errorf("%d PSNs in flight over the device, shared window %d", maxTotal, shared)
 	}
-	if string(dst.Bytes()) != string(src.Bytes()) {
+	if !bytes.Equal(dst, src) {
 		t.Error("the data differs")
 	}
 	p.drain()
