@@ -15,13 +15,12 @@ type compState struct {
 	rnrLeft    uint8
 	timerArmed bool      // packets are unacknowledged: deadline holds
 	deadline   time.Time // when they time out
-	// timerPending: the Go timer is set to fire at timerAt, which may be
-	// before deadline (armTimer).
-	timerPending bool
-	timerAt      time.Time
-	rnrWait      bool
-	rnrPSN       bth.PSN
-	rnrDeadline  time.Time
+	// timerAt: the Go timer is set to fire then, which may be before
+	// deadline (armTimer); zero when it is not set.
+	timerAt     time.Time
+	rnrWait     bool
+	rnrPSN      bth.PSN
+	rnrDeadline time.Time
 	// retrying is set by a retry and cleared by progress: responses and
 	// NAKs already in flight when the requester went back must not each
 	// start another retry. A timeout retries regardless.

@@ -27,7 +27,7 @@ func (q *QP) armTimer() {
 	d := bth.ACKTimeout(q.attr.Timeout)
 	q.comp.deadline = q.dev.clk.Now().Add(d)
 	q.comp.timerArmed = true
-	if q.comp.timerPending && !q.comp.deadline.Before(q.comp.timerAt) {
+	if !q.comp.timerAt.IsZero() && !q.comp.deadline.Before(q.comp.timerAt) {
 		return
 	}
 	q.setTimer(d, q.comp.deadline)
@@ -35,7 +35,7 @@ func (q *QP) armTimer() {
 
 // setTimer schedules onTimeout d from now, at.
 func (q *QP) setTimer(d time.Duration, at time.Time) {
-	q.comp.timerPending, q.comp.timerAt = true, at
+	q.comp.timerAt = at
 	if q.timer == nil {
 		q.timer = q.dev.clk.AfterFunc(d, q.onTimeout)
 	} else {
@@ -56,7 +56,7 @@ func (q *QP) onTimeout() {
 	defer q.dev.putBatch(b)
 	q.mu.Lock()
 	defer q.flushAndUnlock(b)
-	q.comp.timerPending = false
+	q.comp.timerAt = time.Time{}
 	if q.destroyed || !q.comp.timerArmed || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
 		return
 	}
@@ -109,6 +109,6 @@ func (q *QP) stopTimers() {
 	if q.rnrTimer != nil {
 		q.rnrTimer.Stop()
 	}
-	q.comp.timerArmed, q.comp.timerPending = false, false
+	q.comp.timerArmed, q.comp.timerAt = false, time.Time{}
 	q.comp.rnrWait = false
 }
