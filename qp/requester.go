@@ -60,7 +60,7 @@ func (q *QP) onePacketToSend() bool {
 	case w.wr.Opcode.IsLocal():
 		return false
 	}
-	return w.length-w.sent <= uint64(q.mtu)
+	return q.packets(w.length-w.sent) == 1
 }
 
 func (q *QP) postSend(wrs []verbs.SendWR, verb bool) error {
