@@ -103,10 +103,27 @@ type Config struct {
 	// SendTimeout bounds how long Send waits for room in the socket's
 	// send buffer; 0 means DefaultSendTimeout.
 	SendTimeout time.Duration
+	// Paths is how many receive and send paths the transport runs, for
+	// machines with cores to spare: 0 or 1 means one. Each path is a
+	// receiving socket on Addr (the paths' sockets share it with
+	// SO_REUSEPORT), a sending socket of its own and a receive goroutine.
+	// Packets leave on the path their destination QP number picks, from
+	// that path's port, chosen so that the port modulo Paths is the path's
+	// index; a received packet takes the path its UDP source port modulo
+	// Paths picks (a BPF program on the sockets). A QP's packets therefore
+	// always take one path each way, in order, and between two transports
+	// with the same Paths a QP is handled on the same path at both ends.
+	// Peers that set the source port per QP, as rxe and RNICs do, spread
+	// their QPs over the paths too. Poll and Wait receive on the first
+	// path; the others are served by their goroutines. At most MaxPaths.
+	Paths int
 	// Logger receives state changes (Debug) and fallbacks (Warn); nil
 	// discards them. Nothing is logged per packet.
 	Logger *slog.Logger
 }
+
+// MaxPaths bounds Config.Paths.
+const MaxPaths = 64
 
 // Errors returned by New and Send. They are wrapped with detail; check them
 // with errors.Is.
@@ -173,6 +190,10 @@ func (c *Config) resolve() (resolved, error) {
 			return r, errorf(ErrBadConfig, "offload mode %d", o)
 		}
 	}
+	if r.Paths < 0 || r.Paths > MaxPaths {
+		return r, errorf(ErrBadConfig, "paths %d not in 0..%d", r.Paths, MaxPaths)
+	}
+	r.Paths = max(r.Paths, 1)
 	if r.BusyPoll < 0 || r.ReadBuffer < 0 || r.WriteBuffer < 0 || r.SendTimeout < 0 {
 		return r, errorf(ErrBadConfig, "negative busy poll, buffer size or timeout")
 	}

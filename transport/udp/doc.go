@@ -46,5 +46,15 @@
 // path. The kernel also fails the send that follows an ICMP error with
 // it, once; Send sends that packet again.
 //
+// Config.Paths runs several receive and send paths, for machines with
+// cores to spare: a receiving socket each, all bound to the address with
+// SO_REUSEPORT (after a plain bind has found it free, so that no other
+// socket shares it), a sending socket each on a port whose remainder
+// modulo the number of paths is the path's index, and a receive goroutine
+// each. A packet leaves on the path of its destination QP number; the
+// kernel hands a received datagram to the path its UDP source port picks
+// (a classic BPF program, SO_ATTACH_REUSEPORT_CBPF), so that each QP's
+// packets keep to one path and their order, GRO trains included.
+//
 // The socket code is Linux-only; on other systems New returns an error.
 package udp

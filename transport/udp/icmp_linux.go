@@ -63,7 +63,18 @@ func (t *Transport) NotifyUnreachable(f func(transport.Unreachable)) (stop func(
 			t.log.Warn("udp: no ICMP errors", "addr", t.local, "err", err)
 		}
 	}
-	return stop
+	if len(t.more) == 0 {
+		return stop
+	}
+	stops := []func(){stop} // each path sends from a socket of its own
+	for _, p := range t.more {
+		stops = append(stops, p.NotifyUnreachable(f))
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 }
 
 // startICMP turns the send socket's error queue on and starts its reader,

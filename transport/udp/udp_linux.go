@@ -90,6 +90,15 @@ type Transport struct {
 	waitFn      func(uintptr) bool
 
 	icmp icmpState // the send socket's ICMP errors (icmp_linux.go)
+
+	// Paths (paths_linux.go). more are the other paths of a transport
+	// with Config.Paths > 1, each a Transport of its own; path is this
+	// one's index. sel and selAt are Send's scratch for the packets of
+	// one path and where they came from, under sendMu.
+	more  []*Transport
+	path  int
+	sel   []transport.Packet
+	selAt []int
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -107,16 +116,29 @@ func New(cfg *Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.Paths > 1 {
+		return openPaths(r)
+	}
+	return open(r, 0)
+}
+
+// open opens path k of a transport as r says: the only one, or one of
+// r.Paths that share r.Addr with SO_REUSEPORT.
+func open(r resolved, k int) (*Transport, error) {
 	network := "udp6"
 	if r.ipv4 {
 		network = "udp4"
 	}
-	pc, err := (&net.ListenConfig{}).ListenPacket(context.Background(), network, r.Addr.String())
+	var lc net.ListenConfig
+	if r.Paths > 1 {
+		lc.Control = reusePort
+	}
+	pc, err := lc.ListenPacket(context.Background(), network, r.Addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("udp: listen on %v: %w", r.Addr, err)
 	}
 	conn := pc.(*net.UDPConn)
-	t := &Transport{cfg: r, conn: conn, log: r.Logger, waitExit: make(chan struct{}, 1)}
+	t := &Transport{cfg: r, conn: conn, log: r.Logger, waitExit: make(chan struct{}, 1), path: k}
 	t.waitFn = t.waitRead
 	if err := t.setup(); err != nil {
 		conn.Close()
@@ -191,7 +213,7 @@ func (t *Transport) setup() error {
 	if t.maxPacket < bth.BTHLen+bth.ICRCLen {
 		return errorf(ErrBadConfig, "max packet %d is too small", t.maxPacket)
 	}
-	if err := t.openSender(); err != nil {
+	if err := t.openPathSender(); err != nil {
 		return err
 	}
 	t.tx.init(t)
@@ -204,7 +226,7 @@ func (t *Transport) setup() error {
 // openSender opens the sending socket: the receiving socket's address
 // with an ephemeral port, IPv4's DF, the send buffer and, as the bound on
 // a send waiting for buffer space, SendTimeout.
-func (t *Transport) openSender() error {
+func (t *Transport) openSender(port uint16) error {
 	r := &t.cfg
 	fam := unix.AF_INET6
 	if r.ipv4 {
@@ -227,7 +249,7 @@ func (t *Transport) openSender() error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
 			return fail("setsockopt", err)
 		}
-		sa = &unix.SockaddrInet4{Addr: t.local.Addr().As4()}
+		sa = &unix.SockaddrInet4{Addr: t.local.Addr().As4(), Port: int(port)}
 	} else {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
 			return fail("setsockopt", err)
@@ -239,7 +261,7 @@ func (t *Transport) openSender() error {
 		// flow (net.ipv6.auto_flowlabels). A kernel without the option
 		// may label; the ICRC does not cover the label.
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL, 0)
-		sa = &unix.SockaddrInet6{Addr: t.local.Addr().As16()}
+		sa = &unix.SockaddrInet6{Addr: t.local.Addr().As16(), Port: int(port)}
 	}
 	setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, r.WriteBuffer)
 	if err := unix.Bind(fd, sa); err != nil {
@@ -391,7 +413,11 @@ func (t *Transport) Stats() transport.Stats {
 	if !t.ok() {
 		return transport.Stats{}
 	}
-	return t.stats.Snapshot()
+	s := t.stats.Snapshot()
+	for _, p := range t.more {
+		s = addStats(s, p.stats.Snapshot())
+	}
+	return s
 }
 
 // Start begins delivering received packets to h from a goroutine the
@@ -422,6 +448,11 @@ func (t *Transport) Start(h transport.Handler) error {
 	t.rxRun.Store(true)
 	t.wg.Add(1)
 	go t.receive(rx, rcv)
+	for _, p := range t.more {
+		if err := p.Start(h); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -466,6 +497,9 @@ func (t *Transport) Close() error {
 		return fmt.Errorf("udp: close: %w", net.ErrClosed)
 	}
 	t.mu.Unlock()
+	for _, p := range t.more {
+		p.Close()
+	}
 	err := t.conn.Close()
 	select { // a receive goroutine standing by for a Wait's end
 	case t.waitExit <- struct{}{}:
@@ -776,8 +810,16 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 	if t.closing.Load() {
 		return fmt.Errorf("udp: send: %w", net.ErrClosed)
 	}
+	if len(t.more) > 0 {
+		return t.sendPaths(pkts)
+	}
 	t.sendMu.Lock()
 	defer t.sendMu.Unlock()
+	return t.send(pkts)
+}
+
+// send is Send on this path's socket; the caller holds sendMu.
+func (t *Transport) send(pkts []transport.Packet) error {
 	tx := &t.tx
 	if t.txFD < 0 {
 		t.stats.AddTx(0, 0, uint64(len(pkts)))
