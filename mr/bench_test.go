@@ -25,16 +25,16 @@ func BenchmarkLookup(b *testing.B) {
 		b.Run(fmt.Sprintf("hit/%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				r, _, err := tab.Lookup(pd, keys[i%n], m.Addr(), 0, 0)
+				r, _, err := tab.Lookup(pd, 0, keys[i%n], m.Addr(), 0, 0)
 				if err == nil {
-					r.Release()
+					r.Release(0)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("miss/%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				if _, _, err := tab.Lookup(pd, uint32(i)*0x9E3779B9, 0, 1, RemoteWrite); err == nil {
+				if _, _, err := tab.Lookup(pd, 0, uint32(i)*0x9E3779B9, 0, 1, RemoteWrite); err == nil {
 					b.Fatal("a guessed key was accepted")
 				}
 			}

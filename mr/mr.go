@@ -128,6 +128,35 @@ type Table struct {
 	gen  keyGen       // its secret made at the first registration of a zero Table
 	max  int          // the most regions at once; 0 means DefaultMaxRegions
 	pds  atomic.Uint32
+	// spread is how many slots each region's accesses count themselves
+	// in (SetSpread); 0 means 1.
+	spread atomic.Int32
+}
+
+// MaxSpread bounds Table.SetSpread.
+const MaxSpread = 16
+
+// SetSpread makes the accesses to each region count themselves in n
+// cache lines of the region's (n at most MaxSpread), one for each QP
+// number modulo n, instead of one: for an engine that handles QPs on n
+// cores at once, whose accesses to a region they share would otherwise
+// all write one cache line. The lines past the first are made for a
+// region when an access first names one: 64 bytes each. It must be
+// called before the first region is registered, and fails after.
+func (t *Table) SetSpread(n int) error {
+	if t == nil {
+		return nilError("SetSpread on a nil *Table", "NewTable")
+	}
+	if n < 1 || n > MaxSpread {
+		return badArg(ErrBounds, "spread %d not in 1..%d", n, MaxSpread)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keys.live > 0 || t.keys.used > 0 {
+		return fmt.Errorf("%w: SetSpread after regions were registered: set it when the table is made", verbs.ErrInvalidAttr)
+	}
+	t.spread.Store(int32(n))
+	return nil
 }
 
 const (
@@ -264,15 +293,11 @@ type MR struct {
 	iova   uint64
 	access Access
 
-	mu      sync.RWMutex // held for reading during every access
-	key     uint32       // from Table.newKey
-	valid   bool         // false once invalidated or deregistered
-	gone    bool         // deregistered
-	windows int          // windows bound to the region
-
-	// pins counts packets on their way out that carry bytes of the
-	// region in place (Pin): Dereg and Invalidate wait for them.
-	pins atomic.Int32
+	mu      accessLock // held for reading during every access
+	key     uint32     // from Table.newKey
+	valid   bool       // false once invalidated or deregistered
+	gone    bool       // deregistered
+	windows int        // windows bound to the region
 }
 
 // Register registers buf in pd with the given rights. The region's
@@ -337,19 +362,19 @@ func (m *MR) Dereg() error {
 	if m == nil || m.pd == nil {
 		return nilError("Dereg of a nil *MR", "PD.Register")
 	}
-	m.mu.Lock()
+	m.mu.lock()
 	if m.gone {
-		m.mu.Unlock()
+		m.mu.unlock()
 		return fmt.Errorf("%w: Dereg called twice on the region of key %#x", ErrDeregistered, m.key)
 	}
 	if m.windows > 0 {
 		n := m.windows
-		m.mu.Unlock()
+		m.mu.unlock()
 		return fmt.Errorf("%w: the region of key %#x has %d: invalidate or deallocate them first "+
 			"(ibv_dereg_mr fails so too)", ErrBound, m.key, n)
 	}
 	m.gone, m.valid = true, false
-	m.mu.Unlock()
+	m.mu.unlock()
 	m.waitPins()
 	t := m.pd.t
 	t.mu.Lock()
@@ -366,9 +391,9 @@ func (m *MR) Invalidate() {
 	if m == nil {
 		return
 	}
-	m.mu.Lock()
+	m.mu.lock()
 	m.valid = false
-	m.mu.Unlock()
+	m.mu.unlock()
 	m.waitPins()
 }
 
@@ -382,8 +407,8 @@ func (m *MR) Rekey() (uint32, error) {
 	t := m.pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.lock()
+	defer m.mu.unlock()
 	if m.gone {
 		return 0, fmt.Errorf("%w: Rekey after Dereg: register the memory again", ErrDeregistered)
 	}
@@ -407,9 +432,8 @@ func (m *MR) Sync() {
 	if m == nil {
 		return
 	}
-	m.mu.Lock()
-	//lint:ignore SA2001 taking the lock is the point: it orders the accesses on either side
-	m.mu.Unlock()
+	m.mu.lock() // taking the lock is the point: it orders the accesses on either side
+	m.mu.unlock()
 }
 
 // LKey returns the local key.
@@ -417,8 +441,9 @@ func (m *MR) LKey() uint32 {
 	if m == nil {
 		return 0
 	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	s := &m.mu.slot0
+	m.mu.rlock(s)
+	defer m.mu.runlock(s)
 	return m.key
 }
 
@@ -473,7 +498,7 @@ func (m *MR) PD() *PD {
 // (ErrKey, ErrPD, ErrAccessRights, ErrBounds), which the engine turns
 // into NAKs and completion statuses: a peer's bad request costs no
 // allocation.
-func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (*MR, []byte, error) {
+func (t *Table) Lookup(pd *PD, qp uint64, key uint32, addr uint64, n uint32, want Access) (*MR, []byte, error) {
 	if t == nil {
 		return nil, nil, nilError("Lookup on a nil *Table", "NewTable")
 	}
@@ -481,7 +506,7 @@ func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (
 	if m == nil {
 		return nil, nil, ErrKey
 	}
-	mem, err := m.hold(pd, key, addr, n, want)
+	mem, err := m.hold(m.slotOf(qp), pd, key, addr, n, want)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -489,44 +514,46 @@ func (t *Table) Lookup(pd *PD, key uint32, addr uint64, n uint32, want Access) (
 }
 
 // hold checks an access to [addr, addr+n) of m with key in pd and, when
-// it passes, returns the memory with m held for reading.
-func (m *MR) hold(pd *PD, key uint32, addr uint64, n uint32, want Access) ([]byte, error) {
-	m.mu.RLock()
+// it passes, returns the memory with m held for reading in slot s.
+func (m *MR) hold(s *accessSlot, pd *PD, key uint32, addr uint64, n uint32, want Access) ([]byte, error) {
+	m.mu.rlock(s)
 	if !m.valid || m.key != key {
-		m.mu.RUnlock()
+		m.mu.runlock(s)
 		return nil, ErrKey
 	}
 	if m.pd != pd {
-		m.mu.RUnlock()
+		m.mu.runlock(s)
 		return nil, ErrPD
 	}
 	if m.access&want != want {
-		m.mu.RUnlock()
+		m.mu.runlock(s)
 		return nil, ErrAccessRights
 	}
 	off := addr - m.iova
 	if addr < m.iova || off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
-		m.mu.RUnlock()
+		m.mu.runlock(s)
 		return nil, ErrBounds
 	}
 	return m.buf[off : off+uint64(n) : off+uint64(n)], nil
 }
 
 // Pin keeps Dereg and Invalidate from returning until Unpin. A sender
-// calls it before Release, while the access Lookup began still holds the
-// region, for bytes it reads after Release: a packet's payload sent from
-// the region in place, as a NIC reads it by DMA (no copy). Unpin once the
-// packet is out. A nil MR does nothing.
-func (m *MR) Pin() {
+// calls it before Release, while the access Lookup began for the QP
+// numbered qp still holds the region, for bytes it reads after Release:
+// a packet's payload sent from the region in place, as a NIC reads it by
+// DMA (no copy). Unpin, with the same qp, once the packet is out; the
+// packets that carry the region's bytes in place are counted where its
+// accesses are (Table.SetSpread). A nil MR does nothing.
+func (m *MR) Pin(qp uint64) {
 	if m != nil {
-		m.pins.Add(1)
+		m.slotOf(qp).pins.Add(1)
 	}
 }
 
-// Unpin ends what Pin began. A nil MR does nothing.
-func (m *MR) Unpin() {
+// Unpin ends what Pin(qp) began. A nil MR does nothing.
+func (m *MR) Unpin(qp uint64) {
 	if m != nil {
-		m.pins.Add(-1)
+		m.slotOf(qp).pins.Add(-1)
 	}
 }
 
@@ -534,17 +561,28 @@ func (m *MR) Unpin() {
 // to be sent (microseconds: a pin lasts one send of a batch). No pin can
 // start once the region is invalid.
 func (m *MR) waitPins() {
-	for d := time.Microsecond; m.pins.Load() > 0; d = min(2*d, time.Millisecond) {
+	for d := time.Microsecond; m.mu.pinned(); d = min(2*d, time.Millisecond) {
 		time.Sleep(d)
 	}
 }
 
-// Release ends an access begun by Lookup. It does nothing on a nil MR,
-// which Lookup never returns with a nil error.
-func (m *MR) Release() {
+// Release ends an access begun by Lookup or LookupRemote for the QP
+// numbered qp. It does nothing on a nil MR, which they never return with
+// a nil error.
+func (m *MR) Release(qp uint64) {
 	if m != nil {
-		m.mu.RUnlock()
+		m.mu.runlock(m.slotOf(qp))
 	}
+}
+
+// slotOf returns the slot of m's lock that accesses for the QP numbered
+// qp count themselves in (Table.SetSpread).
+func (m *MR) slotOf(qp uint64) *accessSlot {
+	spread := int(m.pd.t.spread.Load())
+	if spread <= 1 {
+		return &m.mu.slot0
+	}
+	return m.mu.slot(int(qp%uint64(spread)), spread)
 }
 
 // Find returns the registered region with key in pd, valid or not, for

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
 )
 
 // TestKeys: keys are never 0, never issued twice, and every one of their
@@ -78,7 +81,7 @@ func TestStaleKey(t *testing.T) {
 	for i := range 5000 {
 		m, err := pd.Register(make([]byte, 64), LocalWrite|RemoteWrite)
 		must(t, err)
-		if _, _, err := tab.Lookup(pd, stale, m.Addr(), 1, RemoteWrite); !errors.Is(err, ErrKey) {
+		if _, _, err := tab.Lookup(pd, 0, stale, m.Addr(), 1, RemoteWrite); !errors.Is(err, ErrKey) {
 			t.Fatalf("registration %d: the stale key %#x reaches a new region (%v)", i, stale, err)
 		}
 		must(t, m.Dereg())
@@ -129,9 +132,9 @@ func TestTableShrinks(t *testing.T) {
 	if n := len(tab.keys.slots.Load().keys); n > minSlots || big < 2*len(ms) {
 		t.Fatalf("%d slots for 50000 regions, %d left for 1", big, n)
 	}
-	got, _, err := tab.Lookup(pd, ms[0].LKey(), ms[0].Addr(), 1, 0)
+	got, _, err := tab.Lookup(pd, 0, ms[0].LKey(), ms[0].Addr(), 1, 0)
 	must(t, err)
-	got.Release()
+	got.Release(0)
 }
 
 // TestPermutation: the key permutation is one (it has an inverse, and
@@ -190,14 +193,14 @@ func TestConcurrentChurn(t *testing.T) {
 					return
 				default:
 				}
-				r, _, err := tab.Lookup(pd, key, fixed.Addr(), 64, RemoteRead)
+				r, _, err := tab.Lookup(pd, 0, key, fixed.Addr(), 64, RemoteRead)
 				if err != nil {
 					misses.Add(1)
 				} else {
-					r.Release()
+					r.Release(0)
 					hits.Add(1)
 				}
-				if _, _, err := tab.Lookup(pd, i*0x9E3779B9|1, 0, 1, 0); err == nil {
+				if _, _, err := tab.Lookup(pd, 0, i*0x9E3779B9|1, 0, 1, 0); err == nil {
 					misses.Add(1 << 20) // a guess hit: counted as a failure below
 				}
 			}
@@ -261,7 +264,7 @@ func TestLookupChecks(t *testing.T) {
 		{"other PD", other, k, 0x1000, 1, 0, ErrPD},
 		{"no remote write", pd, k, 0x1000, 1, RemoteWrite, ErrAccessRights},
 	} {
-		got, mem, err := tab.Lookup(c.pd, c.key, c.addr, c.n, c.want)
+		got, mem, err := tab.Lookup(c.pd, 0, c.key, c.addr, c.n, c.want)
 		if !errors.Is(err, c.err) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.err)
 			continue
@@ -270,7 +273,7 @@ func TestLookupChecks(t *testing.T) {
 			if len(mem) != int(c.n) {
 				t.Errorf("%s: %d bytes", c.name, len(mem))
 			}
-			got.Release()
+			got.Release(0)
 		}
 	}
 	if _, err := pd.Register(buf, RemoteWrite); !errors.Is(err, ErrInvalidAccess) {
@@ -293,7 +296,7 @@ func TestInvalidateRekey(t *testing.T) {
 	must(t, err)
 	k := m.LKey()
 	m.Invalidate()
-	if _, _, err := tab.Lookup(pd, k, m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
+	if _, _, err := tab.Lookup(pd, 0, k, m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
 		t.Fatalf("invalidated key: %v", err)
 	}
 	if f, err := tab.Find(pd, k); err != nil || f != m {
@@ -304,48 +307,105 @@ func TestInvalidateRekey(t *testing.T) {
 	if k2 == k {
 		t.Fatalf("rekey %#x -> %#x", k, k2)
 	}
-	if _, _, err := tab.Lookup(pd, k, m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
+	if _, _, err := tab.Lookup(pd, 0, k, m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
 		t.Fatal("the old key still works after a rekey")
 	}
-	got, _, err := tab.Lookup(pd, k2, m.Addr(), 1, 0)
+	got, _, err := tab.Lookup(pd, 0, k2, m.Addr(), 1, 0)
 	must(t, err)
-	got.Release()
+	got.Release(0)
 }
 
 // TestDeregWaitsForAccess: Dereg returns only when no access is under way,
-// and no access starts after it.
+// and no access starts after it, with the accesses counted in one slot
+// and spread over four (SetSpread), each goroutine a QP of its own.
 func TestDeregWaitsForAccess(t *testing.T) {
-	tab := NewTable()
-	pd := tab.AllocPD()
-	for range 50 {
-		m, err := pd.Register(make([]byte, 4096), LocalWrite)
-		must(t, err)
-		key := m.LKey()
-		var gone atomic.Bool
-		var bad atomic.Int32
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 2000 {
-					r, mem, err := tab.Lookup(pd, key, m.Addr(), 4096, LocalWrite)
-					if err != nil {
-						return
+	for _, spread := range []int{1, 4} {
+		tab := NewTable()
+		must(t, tab.SetSpread(spread))
+		pd := tab.AllocPD()
+		for range 50 {
+			m, err := pd.Register(make([]byte, 4096), LocalWrite)
+			must(t, err)
+			key := m.LKey()
+			var gone atomic.Bool
+			var bad atomic.Int32
+			var wg sync.WaitGroup
+			for g := range 4 {
+				qp := uint64(g)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 2000 {
+						r, mem, err := tab.Lookup(pd, qp, key, m.Addr(), 4096, LocalWrite)
+						if err != nil {
+							return
+						}
+						mem[g]++
+						if gone.Load() {
+							bad.Add(1) // an access while deregistered
+						}
+						r.Release(qp)
 					}
-					mem[0]++
-					if gone.Load() {
-						bad.Add(1) // an access while deregistered
-					}
-					r.Release()
-				}
-			}()
+				}()
+			}
+			must(t, m.Dereg())
+			gone.Store(true)
+			wg.Wait()
+			if bad.Load() != 0 {
+				t.Fatalf("spread %d: %d accesses after Dereg returned", spread, bad.Load())
+			}
 		}
-		must(t, m.Dereg())
-		gone.Store(true)
-		wg.Wait()
-		if bad.Load() != 0 {
-			t.Fatalf("%d accesses after Dereg returned", bad.Load())
+	}
+}
+
+// TestSpreadHeld: an access held, or a pin, in any slot of a spread
+// region keeps Invalidate from returning until it is released or
+// unpinned, and SetSpread refuses bad counts and a table that has
+// regions.
+func TestSpreadHeld(t *testing.T) {
+	tab := NewTable()
+	for _, n := range []int{0, -1, MaxSpread + 1} {
+		if err := tab.SetSpread(n); !errors.Is(err, ErrBounds) {
+			t.Errorf("SetSpread(%d): %v, want ErrBounds", n, err)
+		}
+	}
+	must(t, tab.SetSpread(4))
+	pd := tab.AllocPD()
+	m, err := pd.Register(make([]byte, 64), LocalWrite)
+	must(t, err)
+	if err := tab.SetSpread(2); !errors.Is(err, verbs.ErrInvalidAttr) {
+		t.Errorf("SetSpread after Register: %v, want ErrInvalidAttr", err)
+	}
+	for qp := range uint64(5) {
+		// Held, then pinned: Invalidate waits for each in turn.
+		r, _, err := tab.Lookup(pd, qp, m.LKey(), m.Addr(), 8, 0)
+		must(t, err)
+		done := make(chan struct{})
+		go func() {
+			m.Invalidate()
+			close(done)
+		}()
+		for _, step := range []struct {
+			what string
+			end  func()
+		}{
+			{"an access was held", func() { m.Pin(qp); r.Release(qp) }},
+			{"a pin was held", func() { m.Unpin(qp) }},
+		} {
+			select {
+			case <-done:
+				t.Fatalf("QP %d: Invalidate returned while %s", qp, step.what)
+			case <-time.After(20 * time.Millisecond):
+			}
+			step.end()
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("QP %d: Invalidate still waits after the release and the unpin", qp)
+		}
+		if _, err := m.Rekey(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -180,9 +180,9 @@ func (w *MW) Dealloc() error {
 // caller holds w.mu.
 func (w *MW) unbind() {
 	if m := w.mr; m != nil {
-		m.mu.Lock()
+		m.mu.lock()
 		m.windows--
-		m.mu.Unlock()
+		m.mu.unlock()
 	}
 	w.mr, w.addr, w.length, w.access, w.qp = nil, 0, 0, 0, 0
 }
@@ -238,12 +238,12 @@ func (w *MW) Bind(b *Bind) error {
 		return nil
 	}
 	m := b.MR
-	m.mu.Lock()
+	m.mu.lock()
 	err := checkBindRegion(m, w.pd, b)
 	if err == nil {
 		m.windows++
 	}
-	m.mu.Unlock()
+	m.mu.unlock()
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (t *Table) LookupRemote(pd *PD, qp uint64, key uint32, addr uint64, n uint3
 		return nil, nil, nilError("LookupRemote on a nil *Table", "NewTable")
 	}
 	if m := t.keys.get(key); m != nil {
-		mem, err := m.hold(pd, key, addr, n, want)
+		mem, err := m.hold(m.slotOf(qp), pd, key, addr, n, want)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -326,10 +326,11 @@ func (t *Table) LookupRemote(pd *PD, qp uint64, key uint32, addr uint64, n uint3
 		return nil, nil, err
 	}
 	m := w.mr
-	m.mu.RLock()
+	s := m.slotOf(qp)
+	m.mu.rlock(s)
 	w.mu.RUnlock()
 	if !m.valid { // MR.Invalidate, which Table.Invalidate refuses here
-		m.mu.RUnlock()
+		m.mu.runlock(s)
 		return nil, nil, ErrKey
 	}
 	// The bind checked the range against the region, which cannot be
@@ -377,8 +378,8 @@ func (t *Table) Invalidate(pd *PD, key uint32, remoteQP uint64) error {
 		return nilError("Invalidate on a nil *Table", "NewTable")
 	}
 	if m := t.keys.get(key); m != nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
+		m.mu.lock()
+		defer m.mu.unlock()
 		switch {
 		case m.key != key || m.gone:
 			return ErrKey

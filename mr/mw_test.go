@@ -207,17 +207,17 @@ func TestMWLookupRemote(t *testing.T) {
 		if m != f.m || len(mem) != int(c.n) || mem[0] != c.first || cap(mem) != int(c.n) {
 			t.Errorf("%s: region %p, %d bytes from %#x (cap %d)", c.name, m, len(mem), mem[0], cap(mem))
 		}
-		m.Release()
+		m.Release(0)
 	}
 	for _, k := range []uint32{k1, k2, k3} {
-		if _, _, err := f.tab.Lookup(f.pd, k, 0x1040, 1, 0); !errors.Is(err, ErrKey) {
+		if _, _, err := f.tab.Lookup(f.pd, 0, k, 0x1040, 1, 0); !errors.Is(err, ErrKey) {
 			t.Errorf("a window's key %#x as an lkey: %v", k, err)
 		}
 	}
 	// The region's own key still reaches all of it.
 	m, _, err := f.tab.LookupRemote(f.pd, qpB, f.m.RKey(), 0x1000, 0x100, RemoteAccess)
 	must(t, err)
-	m.Release()
+	m.Release(0)
 }
 
 // TestMWInvalidate: what LOCAL_INV (remoteQP 0) and a peer's SEND with
@@ -269,7 +269,7 @@ func TestMWInvalidate(t *testing.T) {
 	}
 	m, _, err := f.tab.LookupRemote(f.pd, qpA, f.m.RKey(), 0x1000, 1, RemoteRead)
 	must(t, err)
-	m.Release()
+	m.Release(0)
 }
 
 // TestMWRegionBusy: a region with windows bound can be neither
@@ -416,7 +416,7 @@ func TestMWWaitsForAccess(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 			copy(mem, "data")
-			m.Release()
+			m.Release(0)
 			select {
 			case err := <-done:
 				must(t, err)
@@ -450,7 +450,7 @@ func TestMWConcurrent(t *testing.T) {
 					continue
 				}
 				mem[0]++
-				m.Release()
+				m.Release(0)
 				hits.Add(1)
 			}
 		})

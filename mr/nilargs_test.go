@@ -57,10 +57,10 @@ func TestNilArgs(t *testing.T) {
 			if err != nil || m.LKey() == 0 {
 				t.Fatalf("zero Table: key %#x, %v", m.LKey(), err)
 			}
-			if _, b, err := z.Lookup(m.PD(), m.LKey(), m.Addr(), 8, 0); err != nil || len(b) != 8 {
+			if _, b, err := z.Lookup(m.PD(), 0, m.LKey(), m.Addr(), 8, 0); err != nil || len(b) != 8 {
 				t.Errorf("zero Table lookup: %v", err)
 			} else {
-				m.Release()
+				m.Release(0)
 			}
 		},
 		"PD.ID": func(t *testing.T) {
@@ -131,7 +131,7 @@ func TestNilArgs(t *testing.T) {
 			if _, err := tab.Find(pd, m.LKey()); err != nil {
 				t.Errorf("Find an invalidated region: %v", err)
 			}
-			if _, _, err := tab.Lookup(pd, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
+			if _, _, err := tab.Lookup(pd, 0, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, ErrKey) {
 				t.Errorf("Lookup an invalidated region: %v", err)
 			}
 		},
@@ -158,21 +158,27 @@ func TestNilArgs(t *testing.T) {
 			}
 		},
 		"Table.Lookup": func(t *testing.T) {
-			_, _, err := (*Table)(nil).Lookup(nil, 0, 0, 0, 0)
+			_, _, err := (*Table)(nil).Lookup(nil, 0, 0, 0, 0, 0)
 			apitest.Err(t, err, verbs.ErrNil, "nil *Table")
 			for _, key := range []uint32{0, 1<<32 - 1} {
-				if _, _, err := tab.Lookup(nil, key, 0, 0, 0); !errors.Is(err, ErrKey) {
+				if _, _, err := tab.Lookup(nil, 0, key, 0, 0, 0); !errors.Is(err, ErrKey) {
 					t.Errorf("key %#x: %v", key, err)
 				}
 			}
 			m := reg(t)
-			if _, _, err := tab.Lookup(nil, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, ErrPD) {
+			if _, _, err := tab.Lookup(nil, 0, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, ErrPD) {
 				t.Errorf("nil PD: %v", err)
 			}
 		},
-		"MR.Release": func(t *testing.T) { (*MR)(nil).Release() },
-		"MR.Pin":     func(t *testing.T) { (*MR)(nil).Pin() },
-		"MR.Unpin":   func(t *testing.T) { (*MR)(nil).Unpin() },
+		"Table.SetSpread": func(t *testing.T) {
+			apitest.Err(t, (*Table)(nil).SetSpread(0), verbs.ErrNil, "nil *Table")
+			if err := NewTable().SetSpread(0); !errors.Is(err, ErrBounds) {
+				t.Errorf("SetSpread(0): %v", err)
+			}
+		},
+		"MR.Release": func(t *testing.T) { (*MR)(nil).Release(0) },
+		"MR.Pin":     func(t *testing.T) { (*MR)(nil).Pin(0) },
+		"MR.Unpin":   func(t *testing.T) { (*MR)(nil).Unpin(0) },
 		"argError.Error": func(t *testing.T) {
 			if got := (*argError)(nil).Error(); got != "<nil>" {
 				t.Errorf("nil argError: %q", got)

@@ -3,6 +3,7 @@ package qp
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,23 +157,42 @@ func (l *discardLink) Close() error                    { return nil }
 // connected to peer QP 0x99 at addrA from PSN 0, and a region of size
 // bytes it may write.
 func benchResponder(b *testing.B, size int) (*discardLink, *QP, *mr.MR) {
+	link, qps, m := benchResponders(b, size, 1)
+	return link, qps[0], m
+}
+
+// benchResponders is benchResponder with n QPs, each on a CQ of its own,
+// on a device told that n receive paths feed it (Config.Paths), and a
+// region of n times size bytes.
+func benchResponders(b *testing.B, size, n int) (*discardLink, []*QP, *mr.MR) {
 	link := &discardLink{addr: addrB}
-	d, err := New(link, &Config{Clock: clock.NewManual(time.Unix(1e9, 0))})
+	d, err := New(link, &Config{Clock: clock.NewManual(time.Unix(1e9, 0)), Paths: n})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
 	pd, _ := d.AllocPD()
-	cq, _ := d.CreateCQ(64)
-	q, err := d.createQP(pd.(*PD), &verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	m, err := pd.(*PD).pd.Register(make([]byte, n*size), verbs.LocalWrite|verbs.RemoteWrite)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := pd.(*PD).pd.Register(make([]byte, size), verbs.LocalWrite|verbs.RemoteWrite)
-	if err != nil {
-		b.Fatal(err)
+	qps := make([]*QP, n)
+	for i := range qps {
+		cq, _ := d.CreateCQ(64)
+		q, err := d.createQP(pd.(*PD), &verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchConnect(b, q)
+		qps[i] = q
 	}
+	return link, qps, m
+}
+
+// benchConnect brings q to RTS, connected to peer QP 0x99 at addrA from
+// PSN 0.
+func benchConnect(b *testing.B, q *QP) {
 	for _, step := range []struct {
 		a    verbs.QPAttr
 		mask verbs.AttrMask
@@ -190,7 +210,6 @@ func benchResponder(b *testing.B, size int) (*discardLink, *QP, *mr.MR) {
 			b.Fatal(err)
 		}
 	}
-	return link, q, m
 }
 
 // BenchmarkReceive measures the receive path alone (Device.receive, the
@@ -209,34 +228,104 @@ func BenchmarkReceive(b *testing.B) {
 }
 
 func benchReceive(b *testing.B, size int, parsed bool) {
-	const batch = 64
 	link, q, m := benchResponder(b, size)
-	pkts := make([]transport.Packet, batch)
-	views := make([]bth.Packet, batch)
+	pkts := writeOnlies(q, m, 0, size, parsed)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	feed(link.h, pkts, b.N)
+	b.StopTimer()
+	if c := q.Counters(); c.RcvdPkts != uint64(b.N) || c.DuplicateRequest+c.OutOfSeqRequest != 0 || q.State() != verbs.StateRTS {
+		b.Fatalf("%d packets handed over: %v, QP in %v", b.N, &c, q.State())
+	}
+}
+
+// writeOnlies returns a batch of 64 RC WRITE ONLY packets of size bytes
+// into m at offset off for q, asking for an ACK, with their parses
+// (parsed) or without.
+func writeOnlies(q *QP, m *mr.MR, off uint64, size int, parsed bool) []transport.Packet {
+	pkts := make([]transport.Packet, 64)
+	views := make([]bth.Packet, len(pkts))
 	for i := range pkts {
 		data := make([]byte, bth.Len(bth.RCWriteOnly, size))
 		p := &views[i]
 		p.Build(data, &bth.BTHFields{Opcode: bth.RCWriteOnly, PKey: bth.DefaultPKey, DestQP: q.QPN(), AckReq: true}, size)
-		p.RETH.Encode(&bth.RETHFields{VA: m.Addr(), RKey: m.RKey(), DMALen: uint32(size)})
+		p.RETH.Encode(&bth.RETHFields{VA: m.Addr() + off, RKey: m.RKey(), DMALen: uint32(size)})
 		pkts[i] = transport.Packet{Data: data, Src: addrA, Dst: addrB}
 		if parsed {
 			pkts[i].Parsed = p
 		}
 	}
+	return pkts
+}
+
+// feed hands h n packets, batches of pkts numbered from PSN 0 on.
+func feed(h transport.Handler, pkts []transport.Packet, n int) {
 	psn := bth.PSN(0)
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for n := 0; n < b.N; n += batch {
-		k := min(batch, b.N-n)
+	for done := 0; done < n; done += len(pkts) {
+		k := min(len(pkts), n-done)
 		for i := range pkts[:k] {
 			bth.BTH(pkts[i].Data).SetPSN(psn)
 			psn = psn.Next()
 		}
-		link.h(pkts[:k])
+		h(pkts[:k])
 	}
+}
+
+// BenchmarkReceivePaths measures the receive path fed from several
+// goroutines at once, as a transport of several receive paths
+// (udp.Config.Paths) feeds it: each goroutine hands over batches of 64
+// 1 KiB WRITE ONLY packets for a QP of its own, into a region of the QP's
+// own (mr=own) or a part of its own of one region for all (mr=shared, as
+// perftest registers one buffer for all its QPs). ns/op is the wall time per packet of all
+// the goroutines together: with a core for each, it falls in proportion
+// to the paths as long as nothing the packets touch is shared.
+func BenchmarkReceivePaths(b *testing.B) {
+	const size = 1024
+	for _, shared := range []bool{false, true} {
+		for _, paths := range []int{1, 2} {
+			b.Run(fmt.Sprintf("mr=%s/paths=%d", map[bool]string{false: "own", true: "shared"}[shared], paths), func(b *testing.B) {
+				benchReceivePaths(b, size, paths, shared)
+			})
+		}
+	}
+}
+
+func benchReceivePaths(b *testing.B, size, paths int, shared bool) {
+	link, qps, m := benchResponders(b, size, paths)
+	batches := make([][]transport.Packet, paths)
+	for k, q := range qps {
+		into, off := m, uint64(k*size) // a part of the region each
+		if !shared {
+			var err error
+			if into, err = q.pd.Register(make([]byte, size), verbs.LocalWrite|verbs.RemoteWrite); err != nil {
+				b.Fatal(err)
+			}
+			off = 0
+		}
+		batches[k] = writeOnlies(q, into, off, size, true)
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for k := range qps {
+		wg.Go(func() { feed(link.h, batches[k], share(b.N, paths, k)) })
+	}
+	wg.Wait()
 	b.StopTimer()
-	if c := q.Counters(); c.RcvdPkts != uint64(b.N) || c.DuplicateRequest+c.OutOfSeqRequest != 0 || q.State() != verbs.StateRTS {
-		b.Fatalf("%d packets handed over: %v, QP in %v", b.N, &c, q.State())
+	for k, q := range qps {
+		if c := q.Counters(); c.RcvdPkts != uint64(share(b.N, paths, k)) || c.DuplicateRequest+c.OutOfSeqRequest != 0 {
+			b.Fatalf("QP %d: %v", k, &c)
+		}
 	}
+}
+
+// share is goroutine k's share of n packets fed by paths of them.
+func share(n, paths, k int) int {
+	s := n / paths
+	if k == 0 {
+		s += n % paths
+	}
+	return s
 }

@@ -66,6 +66,13 @@ type Config struct {
 	// packets in a row than it costs a retransmission timeout instead of
 	// a NAK.
 	SeqNAKWindow int
+	// Paths is how many receive paths the transport hands packets over
+	// from at once (udp.Config.Paths); 0 or 1 means one. With more, the
+	// engine spreads what QPs of different paths would share: each memory
+	// region's access count is kept in that many cache lines, one per QP
+	// number modulo Paths (up to mr.MaxSpread), rather than one that
+	// every core writes. roce.Open sets it to its UDP link's Paths.
+	Paths int
 	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls
 	// the link before it blocks: it spins as long as recent waits took,
 	// up to this, and not at all while they take longer. 0 means
@@ -147,6 +154,11 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		nextQPN:      firstQPN,
 		events:       make(chan verbs.Event, 64),
 	}
+	if cfg.Paths > 1 {
+		if err := d.mrs.SetSpread(min(cfg.Paths, mr.MaxSpread)); err != nil {
+			return nil, err
+		}
+	}
 	if d.clk == nil {
 		d.clk = clock.Real{}
 	}
@@ -208,6 +220,9 @@ func checkNew(t transport.Transport, cfg *Config) error {
 		if f.v < 0 || f.v > bth.PSNMask/2 {
 			return fmt.Errorf("%w: qp: Config.%s %d: want 0 (the default) to %d", verbs.ErrInvalidAttr, f.name, f.v, bth.PSNMask/2)
 		}
+	}
+	if cfg.Paths < 0 {
+		return fmt.Errorf("%w: qp: Config.Paths %d: want 0 or 1 (one receive path) or more", verbs.ErrInvalidAttr, cfg.Paths)
 	}
 	return nil
 }
@@ -476,7 +491,7 @@ type txBatch struct {
 	held []*QP // the QPs Device.receive holds, at most maxHeldQPs
 	// pinned are the regions whose bytes packets carry in place
 	// (addRef): unpinned once the batch is sent.
-	pinned []*mr.MR
+	pinned []pin
 }
 
 // maxHeldQPs bounds the QPs one receive batch holds the locks of.
@@ -534,11 +549,17 @@ func (b *txBatch) add(n int, dst netip.Addr, sport uint16, tos uint8) {
 // the four bytes of the ICRC, and the transport sends payload between
 // them, with no copy (transport.Packet.Payload). m, the region payload
 // lies in, was pinned (mr.MR.Pin) by the caller; flush unpins it.
-func (b *txBatch) addRef(hdr int, payload []byte, m *mr.MR, dst netip.Addr, sport uint16, tos uint8) {
+func (b *txBatch) addRef(hdr int, payload []byte, m pin, dst netip.Addr, sport uint16, tos uint8) {
 	b.pinned = append(b.pinned, m)
 	b.pkts = append(b.pkts, transport.Packet{
 		Data: b.bufs[len(b.pkts)][:hdr+bth.ICRCLen], Payload: payload, Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
 	})
+}
+
+// pin is a region pinned (mr.MR.Pin) for the QP numbered qp.
+type pin struct {
+	m  *mr.MR
+	qp uint64
 }
 
 // minRefPayload is the smallest payload sent from registered memory in
@@ -556,9 +577,9 @@ func (b *txBatch) flush() {
 	}
 	clear(b.pkts) // no references to the regions' memory left behind
 	b.pkts = b.pkts[:0]
-	for i, m := range b.pinned {
-		m.Unpin()
-		b.pinned[i] = nil
+	for i, p := range b.pinned {
+		p.m.Unpin(p.qp)
+		b.pinned[i] = pin{}
 	}
 	b.pinned = b.pinned[:0]
 }

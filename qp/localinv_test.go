@@ -15,9 +15,9 @@ import (
 // and the QP goes to ERR.
 func TestAdversaryLocalInv(t *testing.T) {
 	valid := func(a *adversary) bool {
-		m, _, err := a.dev.mrs.Lookup(a.pd.pd, a.lbuf.LKey(), a.lbuf.Addr(), 8, 0)
+		m, _, err := a.dev.mrs.Lookup(a.pd.pd, 0, a.lbuf.LKey(), a.lbuf.Addr(), 8, 0)
 		if err == nil {
-			m.Release()
+			m.Release(0)
 		}
 		return err == nil
 	}

@@ -79,7 +79,7 @@ func runOp(t *testing.T, p *pair, op verbs.WROpcode, size, nsge int) {
 		victim := p.b.reg(t, 64)
 		wr.InvRKey = victim.RKey()
 		defer func() {
-			if _, _, err := p.b.dev.mrs.Lookup(p.b.pd.pd, victim.RKey(), victim.Addr(), 1, 0); err == nil {
+			if _, _, err := p.b.dev.mrs.Lookup(p.b.pd.pd, 0, victim.RKey(), victim.Addr(), 1, 0); err == nil {
 				t.Error("SEND_WITH_INV left the key valid")
 			}
 		}()
@@ -127,10 +127,10 @@ func runOp(t *testing.T, p *pair, op verbs.WROpcode, size, nsge int) {
 		// The local SGEs now hold what the remote had.
 		var read []byte
 		for _, s := range sgl {
-			m, mem, err := p.a.dev.mrs.Lookup(p.a.pd.pd, s.LKey, s.Addr, s.Length, 0)
+			m, mem, err := p.a.dev.mrs.Lookup(p.a.pd.pd, 0, s.LKey, s.Addr, s.Length, 0)
 			must(t, err)
 			read = append(read, mem...)
-			m.Release()
+			m.Release(0)
 		}
 		if !bytes.Equal(read, before[8:8+size]) {
 			t.Fatal("READ data differs")

@@ -78,12 +78,12 @@ func (q *QP) gather(w *sendWQE, off uint64, dst []byte) bool {
 			continue
 		}
 		n := min(uint64(e.Length)-off, uint64(len(dst)))
-		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.id, e.LKey, e.Addr+off, uint32(n), 0)
 		if err != nil {
 			return false
 		}
 		copy(dst, mem)
-		m.Release()
+		m.Release(q.id)
 		dst = dst[n:]
 		off = 0
 	}
@@ -110,12 +110,12 @@ func (q *QP) payloadRef(w *sendWQE, off, n uint64) ([]byte, *mr.MR) {
 		if off+n > uint64(e.Length) {
 			return nil, nil
 		}
-		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), 0)
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.id, e.LKey, e.Addr+off, uint32(n), 0)
 		if err != nil {
 			return nil, nil
 		}
-		m.Pin()
-		m.Release()
+		m.Pin(q.id)
+		m.Release(q.id)
 		return mem, m
 	}
 	return nil, nil
@@ -134,12 +134,12 @@ func (q *QP) scatter(sgl []verbs.SGE, off uint64, src []byte) bool {
 			continue
 		}
 		n := min(uint64(e.Length)-off, uint64(len(src)))
-		m, mem, err := q.dev.mrs.Lookup(q.pd, e.LKey, e.Addr+off, uint32(n), localWrite)
+		m, mem, err := q.dev.mrs.Lookup(q.pd, q.id, e.LKey, e.Addr+off, uint32(n), localWrite)
 		if err != nil {
 			return false
 		}
 		copy(mem, src[:n])
-		m.Release()
+		m.Release(q.id)
 		src = src[n:]
 		off = 0
 	}

@@ -383,7 +383,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			ref, m = q.payloadRef(w, w.sent, n)
 		}
 		if ref != nil {
-			b.addRef(size-int(n)-bth.ICRCLen, ref, m, dest, q.sport, tos)
+			b.addRef(size-int(n)-bth.ICRCLen, ref, pin{m, q.id}, dest, q.sport, tos)
 		} else {
 			if !q.gather(w, w.sent, p.Payload) {
 				q.failWQE(w, verbs.LocProtErr, b)

@@ -291,7 +291,7 @@ func (q *QP) receiveWrite(p *bth.Packet, psn bth.PSN, start, end bool, b *txBatc
 			return
 		}
 		copy(mem, p.Payload)
-		m.Release()
+		m.Release(q.id)
 	}
 	q.resp.va += n
 	q.resp.resid -= n
@@ -346,7 +346,7 @@ func (q *QP) checkRETH(b *txBatch, psn bth.PSN, f *bth.RETHFields, access verbs.
 		q.respError(b, bth.NAKRemoteAccessError, psn, verbs.RemAccessErr, err.Error())
 		return false
 	}
-	m.Release()
+	m.Release(q.id)
 	return true
 }
 
@@ -409,13 +409,13 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 				copy(r.Payload, mem)
 				mem = nil
 			} else {
-				m.Pin() // Dereg waits until the batch is sent
+				m.Pin(q.id) // Dereg waits until the batch is sent
 			}
-			m.Release()
+			m.Release(q.id)
 		}
 		if mem != nil {
 			// Large payloads go from the region in place (see payloadRef).
-			b.addRef(size-int(n)-bth.ICRCLen, mem, m, q.dest, q.sport, q.attr.AH.TrafficClass)
+			b.addRef(size-int(n)-bth.ICRCLen, mem, pin{m, q.id}, q.dest, q.sport, q.attr.AH.TrafficClass)
 		} else {
 			b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
 		}
@@ -434,7 +434,7 @@ func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	if f.VA%8 != 0 {
-		m.Release()
+		m.Release(q.id)
 		q.dev.atomicMu.Unlock()
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "atomic not 8-byte aligned")
 		return
@@ -448,7 +448,7 @@ func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	case bth.OpFetchAdd:
 		binary.NativeEndian.PutUint64(mem, orig+f.SwapAdd)
 	}
-	m.Release()
+	m.Release(q.id)
 	q.dev.atomicMu.Unlock()
 	q.saveResource(readResource{valid: true, atomic: true, firstPSN: psn, npsn: 1, orig: orig})
 	q.resp.msn++
@@ -706,7 +706,7 @@ func (q *QP) ucReceiveWrite(p *bth.Packet, psn bth.PSN, start, end bool) {
 			return
 		}
 		copy(mem, p.Payload)
-		m.Release()
+		m.Release(q.id)
 	}
 	q.resp.va += n
 	q.resp.resid -= n
