@@ -95,6 +95,11 @@ type UDP struct {
 	Port, PeerPort uint16
 	// NoOffload turns UDP GSO and GRO off.
 	NoOffload bool
+	// Paths is how many receive and send paths (a socket pair and a
+	// receive goroutine each) the link runs, for machines with more
+	// cores than the engine keeps busy on one: 0 or 1 means one. Each
+	// QP's packets keep to one path; see udp.Config.Paths.
+	Paths int
 }
 
 // AFPacket is the link of raw Ethernet frames (AF_PACKET): goroce builds

@@ -47,7 +47,7 @@ func Open(cfg *Config) (*Device, error) {
 	}
 	t, rej := rejectNoAgent(t, c.Logger)
 	eng, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs, SeqNAKWindow: c.SeqNAKWindow,
-		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0})
+		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0, Paths: c.paths()})
 	if err != nil {
 		t.Close()
 		dc.closePcap()
@@ -60,6 +60,14 @@ func Open(cfg *Config) (*Device, error) {
 		return dc.self.traced(c.Trace), nil
 	}
 	return dc.self, nil
+}
+
+// paths returns the receive paths of c's link: UDP's Paths, else one.
+func (c *Config) paths() int {
+	if u, ok := c.Link.(*UDP); ok && u != nil {
+		return u.Paths
+	}
+	return 1
 }
 
 // link returns the transport c describes.
@@ -104,7 +112,8 @@ func (l *UDP) open(c *Config) (transport.Transport, error) {
 	if u.Port == 0 {
 		u.Port = bth.UDPPort
 	}
-	uc := &udp.Config{Addr: netip.AddrPortFrom(u.Addr, u.Port), PeerPort: u.PeerPort, Logger: c.Logger, BusyPoll: c.BusyPoll}
+	uc := &udp.Config{Addr: netip.AddrPortFrom(u.Addr, u.Port), PeerPort: u.PeerPort, Logger: c.Logger, BusyPoll: c.BusyPoll,
+		Paths: u.Paths}
 	if u.NoOffload {
 		uc.GSO, uc.GRO = udp.OffloadOff, udp.OffloadOff
 	}

@@ -26,12 +26,14 @@ import (
 type soakLevel struct {
 	name   string
 	faults transport.Faults
+	paths  int // the links' receive and send paths (roce.UDP.Paths)
 }
 
 var soakLevels = []soakLevel{
-	{"0%", transport.Faults{}},
-	{"1%", transport.Faults{Drop: 0.01, Duplicate: 0.01, Reorder: 0.01}},
-	{"5%", transport.Faults{Drop: 0.05, Duplicate: 0.05, Reorder: 0.05}},
+	{"0%", transport.Faults{}, 0},
+	{"1%", transport.Faults{Drop: 0.01, Duplicate: 0.01, Reorder: 0.01}, 0},
+	{"5%", transport.Faults{Drop: 0.05, Duplicate: 0.05, Reorder: 0.05}, 0},
+	{"1%, 3 paths", transport.Faults{Drop: 0.01, Duplicate: 0.01, Reorder: 0.01}, 3},
 }
 
 const (
@@ -439,17 +441,17 @@ type soakSample struct {
 
 // TestSoak runs 64 RC connections between two devices over UDP loopback
 // at each fault level in turn (0 %, then 1 % and 5 % loss, duplication
-// and reordering each way), every connection doing one operation after
-// another, of every kind, of random sizes up to 1 MiB with random
+// and reordering each way, then 1 % again over links of three paths),
+// every connection doing one operation after another, of every kind, of random sizes up to 1 MiB with random
 // scatter/gather lists, and checks every completion and every byte;
 // resident memory, the heap and goroutines must stay flat once warm, and
 // no QP may be left in error. A connection that runs out of retries
 // (eight tries of a packet in a row lost, which at 5 % loss each way
 // happens about once in 10^8 retries: see RELIABILITY.md) is made again
 // and counted; at 0 % and 1 % that is a failure. GOROCE_SOAK sets the
-// whole run's length (2 minutes without it).
+// whole run's length (2 minutes 40 without it).
 func TestSoak(t *testing.T) {
-	total := soakFor(t, 2*time.Minute)
+	total := soakFor(t, 160*time.Second)
 	for _, lv := range soakLevels {
 		t.Run(lv.name, func(t *testing.T) { soakLevelRun(t, lv, total/time.Duration(len(soakLevels))) })
 	}
@@ -460,7 +462,10 @@ func soakLevelRun(t *testing.T, lv soakLevel, d time.Duration) {
 	t.Logf("fault seed %#x", seed)
 	ips := loopbacks(2)
 	port := freePort(t, ips...)
-	mod := func(c *roce.Config) { c.Faults, c.FaultSeed = lv.faults, seed }
+	mod := func(c *roce.Config) {
+		c.Faults, c.FaultSeed = lv.faults, seed
+		c.Link.(*roce.UDP).Paths = lv.paths
+	}
 	da, db := openDev(t, ips[0], port, mod), openDev(t, ips[1], port, mod)
 	a, b := newSide(t, da, 16), newSide(t, db, 16)
 	pool := make([]byte, 2*soakBuf)

@@ -141,6 +141,9 @@ func TestDeviceConfig(t *testing.T) {
 		{DeviceFlags{Transport: "udp", Port: 0}, "", "--roce-port must be 1-65535"},
 		{DeviceFlags{Transport: "mem", Port: 1}, "", "--transport mem joins ends in one process only"},
 		{DeviceFlags{Transport: "udp", Port: 1, Bind: "no such host.invalid"}, "", "--bind: \"no such host.invalid\" is not an IP address"},
+		{DeviceFlags{Transport: "udp", Port: 1, Paths: -1}, "", "--paths must be 1-64"},
+		{DeviceFlags{Transport: "udp", Port: 1, Paths: 65}, "", "--paths must be 1-64"},
+		{DeviceFlags{Transport: "afpacket", Port: 1, Paths: 2}, "", "--paths is for --transport udp; afpacket has one"},
 	} {
 		cfg, err := tc.d.Config(tc.def)
 		got := ""
@@ -157,7 +160,10 @@ func TestDeviceConfig(t *testing.T) {
 			t.Errorf("%+v %q: got %q, want %q", tc.d, tc.def, got, tc.want)
 		}
 	}
-	var d DeviceFlags
+	d := DeviceFlags{Transport: "udp", Port: 1, Paths: 3}
+	if cfg, err := d.Config("127.0.0.1"); err != nil || cfg.Link.(*roce.UDP).Paths != 3 {
+		t.Errorf("--paths 3: %v, %+v", err, cfg)
+	}
 	if _, err := d.Open(nil, false, nil); err == nil {
 		t.Error("Open(nil) succeeded")
 	}

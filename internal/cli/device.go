@@ -16,6 +16,7 @@ import (
 	"github.com/goroce/goroce/hwverbs"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/transport/udp"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -31,6 +32,7 @@ type DeviceFlags struct {
 	Trace     bool          // -v, --trace: narrate each verb, work request and completion
 	BusyPoll  time.Duration // --busy-poll
 	NoOffload bool          // --no-offload: no UDP GSO/GRO
+	Paths     int           // --paths: the udp link's receive and send paths
 
 	// Net is the network of --transport mem, set by programs (and
 	// tests) that run both ends in one process.
@@ -50,6 +52,7 @@ func (d *DeviceFlags) Register(fs *FlagSet) {
 	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions", "trace")
 	fs.Duration(&d.BusyPoll, 0, "spin this long on an empty socket before sleeping (lower latency)", "busy-poll")
 	fs.Bool(&d.NoOffload, false, "do not use UDP GSO/GRO", "no-offload")
+	fs.Int(&d.Paths, 1, "receive and send `paths` of the udp transport (a socket pair and goroutine each; each QP keeps to one), for machines with cores to spare", "paths")
 }
 
 // Config turns the flags into the configuration of a device at --bind, or
@@ -63,6 +66,12 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 	}
 	if d.Port == 0 || d.Port > 65535 {
 		return nil, Usagef("--roce-port must be 1-65535")
+	}
+	if d.Paths < 0 || d.Paths > udp.MaxPaths { // 0: as 1, for callers that leave it unset
+		return nil, Usagef("--paths must be 1-%d", udp.MaxPaths)
+	}
+	if d.Paths > 1 && d.Transport != "udp" {
+		return nil, Usagef("--paths is for --transport udp; %s has one receive path", d.Transport)
 	}
 	if d.Transport == "mem" && d.Net == nil {
 		return nil, Usagef("--transport mem joins ends in one process only (roce demo); between processes use udp or afpacket")
@@ -93,7 +102,7 @@ func (d *DeviceFlags) Link(a netip.Addr) roce.Link {
 	case "mem":
 		return &roce.Mem{Network: d.Net, Addr: a}
 	}
-	return &roce.UDP{Addr: a, Port: p, PeerPort: p, NoOffload: d.NoOffload}
+	return &roce.UDP{Addr: a, Port: p, PeerPort: p, NoOffload: d.NoOffload, Paths: d.Paths}
 }
 
 // Open opens the software RoCE device cfg describes (from Config), traced
