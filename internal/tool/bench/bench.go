@@ -139,6 +139,11 @@ func (b *bencher) run(ctx context.Context) error {
 			rt: &ratio{of: 3, name: "1 QP", min: 1.0}},
 		{name: "WRITE 64 KiB, MTU 4096, 1024 QPs", pc: b.perf("write", "-s", "65536", "-m", "4096", "-q", "1024"),
 			rt: &ratio{of: 3, name: "1 QP", min: 0.9}},
+		// Two receive and send paths a side (--paths) on a 2-core
+		// machine, where client and server share the cores: no gain
+		// expected, and none lost beside one path.
+		{name: "WRITE 64 KiB, 64 QPs, 2 paths", pc: b.perf("write", "-s", "65536", "-m", "4096", "-q", "64", "--paths", "2"),
+			rt: &ratio{of: 6, name: "1 path", info: true}},
 	}
 	cases = append(cases, b.rsocketBW(3, len(cases))...)
 	if err := b.bw(ctx, cases); err != nil {

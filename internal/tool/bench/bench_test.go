@@ -59,6 +59,7 @@ func TestBench(t *testing.T) {
 		"READ 64 KiB, MTU 4096, 1 QP                      2.000 GB/s   1.00 of WRITE          >= 0.80 of WRITE  met",
 		"WRITE 64 KiB, MTU 4096, 1024 QPs                 2.000 GB/s   1.00 of 1 QP           >= 0.90 of 1 QP  met",
 		"(0.250 allocs/msg; runs 2.000 2.000)",
+		"WRITE 64 KiB, 64 QPs, 2 paths                    2.000 GB/s   1.00 of 1 path         \n",
 		// CPU per message: both processes' time over two messages per
 		// round trip of the 100: (1000+600)/200, (300+100)*2/200.
 		"raw UDP 36 B ping-pong, blocking               3.50 us   7.00 us   8.00 us                              p99 <= 3x typical  met",
@@ -91,11 +92,12 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 23 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || *results[3].Met ||
-		results[12].Name != "WRITE 2 B latency, no busy poll" || results[12].Unit != "us" || results[12].Value != 4 ||
-		results[12].P99 != 9 || results[12].CPUPerMsg != 4 || results[12].Ratio != 4.0/3.5 ||
-		results[8].Name != "rsocket stream 64 KiB writes (rstream)" || results[19].Name != "rsocket 64 B request/response (rstream)" ||
-		results[19].Value != 13 || results[19].Ratio != 1 {
+	if len(results) != 24 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || *results[3].Met ||
+		results[8].Name != "WRITE 64 KiB, 64 QPs, 2 paths" || results[8].Ratio != 1 || results[8].Met != nil ||
+		results[13].Name != "WRITE 2 B latency, no busy poll" || results[13].Unit != "us" || results[13].Value != 4 ||
+		results[13].P99 != 9 || results[13].CPUPerMsg != 4 || results[13].Ratio != 4.0/3.5 ||
+		results[9].Name != "rsocket stream 64 KiB writes (rstream)" || results[20].Name != "rsocket 64 B request/response (rstream)" ||
+		results[20].Value != 13 || results[20].Ratio != 1 {
 		t.Errorf("bench.json: %s", data)
 	}
 }
