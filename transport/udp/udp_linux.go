@@ -28,9 +28,9 @@ import (
 
 // Transport carries RoCEv2 packets over a UDP socket. It is safe for
 // concurrent use: Send may be called from many goroutines (sends are
-// serialized on one set of buffers), and received packets are delivered
-// from one goroutine the Transport owns, started by Start and stopped by
-// Close.
+// serialized on one set of buffers per path), and received packets are
+// delivered from one goroutine per path (Config.Paths) the Transport
+// owns, started by Start and stopped by Close.
 type Transport struct {
 	cfg       resolved
 	conn      *net.UDPConn
@@ -224,7 +224,7 @@ func (t *Transport) setup() error {
 }
 
 // openSender opens the sending socket: the receiving socket's address
-// with an ephemeral port, IPv4's DF, the send buffer and, as the bound on
+// with port (0: an ephemeral one), IPv4's DF, the send buffer and, as the bound on
 // a send waiting for buffer space, SendTimeout.
 func (t *Transport) openSender(port uint16) error {
 	r := &t.cfg
@@ -420,8 +420,8 @@ func (t *Transport) Stats() transport.Stats {
 	return s
 }
 
-// Start begins delivering received packets to h from a goroutine the
-// Transport owns, until Close.
+// Start begins delivering received packets to h from a goroutine per
+// path the Transport owns, until Close.
 func (t *Transport) Start(h transport.Handler) error {
 	if !t.ok() {
 		return errNilTransport
