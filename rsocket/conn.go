@@ -101,6 +101,11 @@ type Stats struct {
 	// CreditsSent and CreditsReceived count credit messages, with or
 	// without a new receive buffer.
 	CreditsSent, CreditsReceived uint64
+	// IOWrites and IOBytesSent count the RDMA WRITEs IOWrite sent and
+	// their bytes; IOMapsSent and IOMapsReceived the iomap entries
+	// published to the peer (Map) and by it.
+	IOWrites, IOBytesSent      uint64
+	IOMapsSent, IOMapsReceived uint64
 	// Sleeps counts the times a Read, Write or Close waited for
 	// completions or for the other call, past Options.Spin.
 	Sleeps uint64

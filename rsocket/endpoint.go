@@ -27,10 +27,16 @@ type endpoint struct {
 	rmr  verbs.MR
 	rbuf []byte
 	// tmr is this side's target SGL: sglEntries entries the peer writes
-	// to publish its receive buffers.
-	tmr  verbs.MR
-	tsgl []byte
-	recv int // receives posted: credits plus extraRecvs
+	// to publish its receive buffers, followed by its iomap table
+	// (tiomap, Options.IOMapSize entries), where the peer publishes the
+	// buffers it maps.
+	tmr    verbs.MR
+	tsgl   []byte
+	tiomap []byte
+	recv   int // receives posted: credits plus extraRecvs
+	// maps are the buffers this side mapped for the peer (Conn.Map),
+	// deregistered by close; under Conn.mu once the Conn exists.
+	maps []*mapping
 }
 
 // recvFlag marks a receive's work request ID (rsocket.c's
@@ -69,8 +75,9 @@ func newEndpoint(dev verbs.Device, o *Options) (e *endpoint, err error) {
 	if e.rmr, err = e.pd.RegMR(e.rbuf, verbs.LocalWrite|verbs.RemoteWrite); err != nil {
 		return nil, fmt.Errorf("rsocket: receive buffer: %w", err)
 	}
-	e.tsgl = make([]byte, sglEntries*sgeLen)
-	if e.tmr, err = e.pd.RegMR(e.tsgl, verbs.LocalWrite|verbs.RemoteWrite); err != nil {
+	tbuf := make([]byte, sglEntries*sgeLen+o.IOMapSize*iomapEntryLen)
+	e.tsgl, e.tiomap = tbuf[:sglEntries*sgeLen], tbuf[sglEntries*sgeLen:]
+	if e.tmr, err = e.pd.RegMR(tbuf, verbs.LocalWrite|verbs.RemoteWrite); err != nil {
 		return nil, fmt.Errorf("rsocket: target SGL: %w", err)
 	}
 	if err = roce.ModifyToInit(e.qp, &roce.ConnParams{Access: verbs.LocalWrite | verbs.RemoteWrite}); err != nil {
@@ -87,11 +94,13 @@ func newEndpoint(dev verbs.Device, o *Options) (e *endpoint, err error) {
 }
 
 // connData returns this side's rs_conn_data: its credits, its target SGL
-// and the first half of its receive buffer. Target SGL entries are
-// little-endian whatever the host, so flagNet is never set.
+// and iomap table and the first half of its receive buffer. Target SGL
+// and iomap entries are little-endian whatever the host, so flagNet is
+// never set.
 func (e *endpoint) connData(credits int) *connData {
 	return &connData{
 		version: connVersion, flags: flagIomap, credits: uint16(credits),
+		iomapSize: iomapScale(len(e.tiomap) / iomapEntryLen),
 		targetSGL: sge{addr: e.tmr.Addr(), key: e.tmr.RKey(), length: sglEntries},
 		dataBuf:   sge{addr: e.rmr.Addr(), key: e.rmr.RKey(), length: uint32(len(e.rbuf) / 2)},
 	}
@@ -103,6 +112,10 @@ func (e *endpoint) close() {
 	if e.qp != nil {
 		e.qp.Destroy()
 	}
+	for _, m := range e.maps {
+		m.mr.Dereg()
+	}
+	e.maps = nil
 	for _, m := range []verbs.MR{e.smr, e.rmr, e.tmr} {
 		if m != nil {
 			m.Dereg()

@@ -78,6 +78,14 @@ type Options struct {
 	// passes. Close then waits up to 2 s more for the peer to answer the
 	// disconnect (DREQ/DREP).
 	Linger time.Duration
+	// IOMapSize is the number of entries of this side's iomap table
+	// (librdmacm's RDMA_IOMAPSIZE): how many buffers the peer may have
+	// mapped (Conn.Map) at once for this side to write into with
+	// Conn.IOWrite. 0, the default (as librdmacm's), offers none: IOWrite
+	// fails and the peer's Map is refused. The size travels in a byte:
+	// above 128 it is rounded down to a multiple of 256, as rsockets
+	// round it, and it is at most 32512.
+	IOMapSize int
 	// Agent is the connection manager to connect through; nil means the
 	// device's agent, as cm.Dial and cm.Listen find it (the program's own,
 	// from cm.NewAgent, or one they start).
@@ -167,10 +175,12 @@ func (o *Options) withDefaults() (Options, error) {
 		{"Inline", c.Inline, 0, maxInline},
 		{"MaxMessage", c.MaxMessage, 1, msgDataMask},
 		{"ACKTimeout", int(c.ACKTimeout), 0, 31},
+		{"IOMapSize", c.IOMapSize, 0, maxIomapEntries},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return c, fmt.Errorf("%w: %s is %d; use 0 for the default, or %d to %d", ErrOption, f.name, f.v, f.lo, f.hi)
 		}
 	}
+	c.IOMapSize = iomapEntries(iomapScale(c.IOMapSize))
 	return c, nil
 }

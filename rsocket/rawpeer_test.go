@@ -22,7 +22,7 @@ type rawPeer struct {
 	cq    verbs.CQ
 	qp    verbs.QP
 	rbuf  verbs.MR // 8 KiB receive buffer; the first half in the conn data
-	tsgl  verbs.MR // 2-entry target SGL
+	tsgl  verbs.MR // 2-entry target SGL, then a rawIomap-entry iomap table
 	sbuf  verbs.MR
 	cc    *cm.Conn
 
@@ -31,10 +31,14 @@ type rawPeer struct {
 	flags     byte
 	connSGL   [3]uint64 // target SGL: addr, rkey, entries
 	connFirst [3]uint64 // first receive buffer: addr, rkey, bytes
+	connIomap byte      // its iomap table's size, scaled
 	peerSGE   int       // the entry of the Conn's target SGL written next
 }
 
-const rawCredits = 16
+const (
+	rawCredits = 16
+	rawIomap   = 2 // entries of the raw peer's iomap table
+)
 
 // newRawPeer listens on h.b at port with a raw peer whose SGL entries
 // are big-endian when bigEndian, and returns it once a Conn dialled from
@@ -51,7 +55,7 @@ func newRawPeer(t *testing.T, h *hosts, port uint16, bigEndian bool, opts *Optio
 	must(t, err)
 	p.rbuf, err = pd.RegMR(make([]byte, 8192), verbs.LocalWrite|verbs.RemoteWrite)
 	must(t, err)
-	p.tsgl, err = pd.RegMR(make([]byte, 32), verbs.LocalWrite|verbs.RemoteWrite)
+	p.tsgl, err = pd.RegMR(make([]byte, 32+rawIomap*24), verbs.LocalWrite|verbs.RemoteWrite)
 	must(t, err)
 	p.sbuf, err = pd.RegMR(make([]byte, 1<<16), verbs.LocalWrite)
 	must(t, err)
@@ -59,9 +63,9 @@ func newRawPeer(t *testing.T, h *hosts, port uint16, bigEndian bool, opts *Optio
 	must(t, p.qp.PostRecv(make([]verbs.RecvWR, 32)))
 
 	cd := make([]byte, 40)
-	cd[0], cd[1] = 1, 0
+	cd[0], cd[1], cd[7] = 1, 2, rawIomap // RS_CONN_FLAG_IOMAP
 	if bigEndian {
-		cd[1], p.order = 1, binary.BigEndian
+		cd[1], p.order = 3, binary.BigEndian
 	}
 	binary.BigEndian.PutUint16(cd[2:], rawCredits)
 	binary.BigEndian.PutUint64(cd[8:], p.tsgl.Addr())
@@ -79,7 +83,7 @@ func newRawPeer(t *testing.T, h *hosts, port uint16, bigEndian bool, opts *Optio
 			if b[0] != 1 {
 				t.Errorf("conn data version %d", b[0])
 			}
-			p.flags, p.credits = b[1], binary.BigEndian.Uint16(b[2:])
+			p.flags, p.credits, p.connIomap = b[1], binary.BigEndian.Uint16(b[2:]), b[7]
 			p.connSGL = [3]uint64{binary.BigEndian.Uint64(b[8:]), uint64(binary.BigEndian.Uint32(b[16:])),
 				uint64(binary.BigEndian.Uint32(b[20:]))}
 			p.connFirst = [3]uint64{binary.BigEndian.Uint64(b[24:]), uint64(binary.BigEndian.Uint32(b[32:])),
@@ -168,6 +172,26 @@ func (p *rawPeer) send(imm uint32, data []byte, addr uint64, rkey uint32) {
 func (p *rawPeer) sgeAt(i int) (addr uint64, key, length uint32) {
 	b := p.tsgl.Bytes()[i*16:]
 	return p.order.Uint64(b), p.order.Uint32(b[8:]), p.order.Uint32(b[12:])
+}
+
+// iomapAt reads entry i of the raw peer's iomap table, in its byte order:
+// offset, buffer address, rkey, bytes.
+func (p *rawPeer) iomapAt(i int) (offset, addr uint64, key, length uint32) {
+	b := p.tsgl.Bytes()[32+i*24:]
+	return p.order.Uint64(b), p.order.Uint64(b[8:]), p.order.Uint32(b[16:]), p.order.Uint32(b[20:])
+}
+
+// publishIomap writes entry (offset; addr, rkey, length) at index i of
+// the Conn's iomap table with an iomap SGL message of index imm, as a
+// peer's riomap does (imm is i unless a test lies).
+func (p *rawPeer) publishIomap(i, imm uint32, offset, addr uint64, rkey, length uint32) {
+	p.t.Helper()
+	e := make([]byte, 24)
+	binary.LittleEndian.PutUint64(e, offset)
+	binary.LittleEndian.PutUint64(e[8:], addr)
+	binary.LittleEndian.PutUint32(e[16:], rkey)
+	binary.LittleEndian.PutUint32(e[20:], length)
+	p.send(6<<29|imm, e, p.connSGL[0]+p.connSGL[2]*16+uint64(i)*24, uint32(p.connSGL[1]))
 }
 
 // publish writes a new entry into the Conn's target SGL (little-endian,

@@ -55,12 +55,22 @@ type stream struct {
 	rqSize           int
 	reposts          int
 
+	// The iomap extension. iomap is this side's iomap table as the peer
+	// filled it, each entry checked when its iomap SGL message came (a
+	// zero entry is free); IOWrite writes where it says. peerIomap is the
+	// peer's table (length: its entries, 0 when it offers none), and
+	// peerUsed the entries of it this side's mappings hold.
+	iomap     []iomapEntry
+	peerIomap sge
+	peerUsed  []bool
+
 	// Reused work requests and completions: no allocation per message.
-	wcs     [32]verbs.WC
-	swr     [1]verbs.SendWR
-	ssge    [2]verbs.SGE
-	rwrs    []verbs.RecvWR
-	ctrlBuf [sgeLen]byte
+	wcs      [32]verbs.WC
+	swr      [1]verbs.SendWR
+	ssge     [2]verbs.SGE
+	rwrs     []verbs.RecvWR
+	ctrlBuf  [sgeLen]byte
+	iomapBuf [iomapEntryLen]byte
 
 	// Counters, for Conn.Stats.
 	stats Stats
@@ -101,6 +111,11 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 	s.rwrs = make([]verbs.RecvWR, ep.recv)
 	for i := range s.rwrs {
 		s.rwrs[i].ID = recvFlag
+	}
+	s.iomap = make([]iomapEntry, len(ep.tiomap)/iomapEntryLen)
+	if peer.flags&flagIomap != 0 {
+		t := peer.targetSGL
+		s.peerIomap = sge{addr: t.addr + uint64(t.length)*sgeLen, key: t.key, length: uint32(iomapEntries(peer.iomapSize))}
 	}
 }
 
@@ -167,8 +182,10 @@ func (s *stream) handle(wc *verbs.WC) {
 	switch msgOp(m) {
 	case opSGL, opCtrl:
 		s.ctrlMax++
-	case opIomapSGL, opWrite:
-	default:
+	case opIomapSGL:
+		s.sqeAvail++
+		s.sbufAvail += iomapEntryLen
+	default: // data, and IOWrite's plain RDMA WRITEs (opWrite)
 		s.sqeAvail++
 		s.sbufAvail += int(msgData(m))
 	}
@@ -192,7 +209,9 @@ func (s *stream) receive(imm, n uint32) {
 		s.takeSGLEntry()
 		s.ev[dirWrite] = true
 		s.stats.CreditsReceived++
-	case opIomapSGL, opWrite:
+	case opIomapSGL:
+		s.takeIomapEntry(msgData(imm))
+	case opWrite:
 	case opCtrl:
 		switch msgData(imm) {
 		case ctrlDisconnect:

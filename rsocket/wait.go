@@ -15,6 +15,8 @@ const (
 	wantSend                // room to send a data message, or no sending at all
 	wantCtrl                // a free control slot, or no connection
 	wantDrained             // every message sent completed, or a failure
+	wantIomap               // room to publish an iomap entry, or no sending at all
+	wantDirect              // room for an IOWrite's RDMA WRITE, or no sending at all
 )
 
 // satisfied reports whether what w waits for has happened; the caller
@@ -27,6 +29,10 @@ func (s *stream) satisfied(w want) bool {
 		return s.canSend() || s.writeErr() != nil
 	case wantCtrl:
 		return s.ctrlSeq != s.ctrlMax || !s.connected
+	case wantIomap:
+		return s.canPublish() || s.writeErr() != nil
+	case wantDirect:
+		return s.canWriteDirect() || s.writeErr() != nil
 	}
 	return s.sendsDone() || s.err != nil
 }

@@ -16,7 +16,8 @@ import (
 //	000 data      bytes written into the next receive buffer
 //	100 SGL       credits: the receiver's new sequence limit; the write
 //	              may carry (16 bytes) a new entry of the target SGL
-//	110 iomap SGL index of an updated iomap entry (not used here)
+//	110 iomap SGL index of the entry of the receiver's iomap table the
+//	              write (24 bytes) updated: a buffer the sender mapped
 //	111 control   0 DISCONNECT, 1 KEEPALIVE, 2 SHUTDOWN
 //
 // librdmacm treats the reserved operations 001, 011 and 101 as data too
@@ -61,7 +62,7 @@ type connData struct {
 	version   uint8
 	flags     uint8
 	credits   uint16
-	iomapSize uint8 // rsockets' scaled form; 0 here
+	iomapSize uint8 // entries of the iomap table, scaled (iomapEntries)
 	targetSGL sge   // length: number of entries
 	dataBuf   sge
 }
@@ -74,9 +75,9 @@ const (
 	// host's byte order, in librdmacm): the peer writes entries into it
 	// in that order.
 	flagNet = 1
-	// flagIomap says the sender has the iomap extension; with an iomap
-	// size of 0 it has no entries, which is what librdmacm sends by
-	// default.
+	// flagIomap says the sender has the iomap extension: its iomap
+	// table (iomapSize entries, librdmacm's default being 0) follows its
+	// target SGL in the same registered region.
 	flagIomap = 2
 )
 
@@ -146,4 +147,56 @@ func order(flags uint8) binary.ByteOrder {
 		return binary.BigEndian
 	}
 	return binary.LittleEndian
+}
+
+// The iomap extension: a side announces an iomap table of entries in
+// rs_conn_data (target_iomap_size, scaled to fit a byte), right after its
+// target SGL in the region of the target SGL's rkey. A peer maps a
+// buffer (riomap) by writing an entry (struct rs_iomap, 24 bytes, in the
+// byte order of the table's owner, as target SGL entries) into a free
+// slot with an iomap SGL message whose argument is the slot's index; the
+// owner then writes into that buffer with plain RDMA WRITEs (riowrite),
+// at the offsets the entries give:
+//
+//	0  offset (64)   8  buffer: addr (64), rkey (32), bytes (32)
+const (
+	iomapEntryLen = 8 + sgeLen
+	// maxIomapEntries is the largest table the scaled size can announce.
+	maxIomapEntries = 0x7f << 8
+)
+
+// iomapEntry is struct rs_iomap: a mapped buffer and the offset it is
+// mapped at.
+type iomapEntry struct {
+	offset uint64
+	buf    sge
+}
+
+func (e iomapEntry) put(b []byte, o binary.ByteOrder) {
+	o.PutUint64(b, e.offset)
+	e.buf.put(b[8:], o)
+}
+
+func getIomapEntry(b []byte, o binary.ByteOrder) iomapEntry {
+	return iomapEntry{offset: o.Uint64(b), buf: getSGE(b[8:], o)}
+}
+
+// iomapScale is how rs_conn_data carries a table size n in a byte
+// (rsocket.c's rs_value_to_scale with 8 bits): up to 128 as it is, above
+// that as 0x80 | n/256, so that sizes above 128 are rounded down to a
+// multiple of 256 (and 129 to 255 to 128). n is at most maxIomapEntries.
+func iomapScale(n int) uint8 {
+	if n <= 0x80 {
+		return uint8(n)
+	}
+	return uint8(0x80 | n>>8)
+}
+
+// iomapEntries is the table size a scaled byte announces
+// (rs_scale_to_value).
+func iomapEntries(v uint8) int {
+	if v <= 0x80 {
+		return int(v)
+	}
+	return int(v&0x7f) << 8
 }
