@@ -37,6 +37,7 @@ var commands = []*cli.Command{
 	perf.Cmd,
 	rping.Cmd,
 	rstream.Cmd,
+	rstream.Riostream,
 	rcopy.Cmd,
 	rawudp.Cmd,
 	decode.Cmd,

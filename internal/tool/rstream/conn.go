@@ -138,9 +138,9 @@ func (r *runner) openDevice() error {
 }
 
 // rsocketOptions are the options of a connection tuned for opt, as
-// rstream sets them: -B doubled (as setsockopt doubles SO_SNDBUF and
-// SO_RCVBUF), the inline size of the optimization, keepalives only with
-// -k.
+// rstream and riostream set them: -B doubled (as setsockopt doubles
+// SO_SNDBUF and SO_RCVBUF), the inline size of the optimization,
+// keepalives only with -k, and for riostream an iomap table of one.
 func (r *runner) rsocketOptions(opt optimization) rsocket.Options {
 	o := r.o
 	buf := 2 * defaultSockBuf
@@ -148,6 +148,9 @@ func (r *runner) rsocketOptions(opt optimization) rsocket.Options {
 		buf = max(2*o.bufSize, 4096)
 	}
 	ro := rsocket.Options{SendBuffer: buf, RecvBuffer: buf, KeepAlive: -1, Spin: o.spin}
+	if o.io {
+		ro.IOMapSize = 1 // riostream's RDMA_IOMAPSIZE: the peer maps one buffer
+	}
 	switch opt {
 	case optLatency:
 		ro.Inline = o.inline

@@ -1,8 +1,11 @@
-// Package rstream is roce rstream: librdmacm's rstream, the rsocket
-// streaming test, in either role over goroce's rsocket package, with its
-// flags and its result lines, so that it runs against rstream on Linux
-// (kernel rxe or an RNIC, through librdmacm's rsockets) and users measure
-// goroce the way they measure rsockets.
+// Package rstream is roce rstream and roce riostream: librdmacm's
+// rstream and riostream, the rsocket streaming tests, in either role
+// over goroce's rsocket package, with their flags and their result
+// lines, so that they run against rstream and riostream on Linux (kernel
+// rxe or an RNIC, through librdmacm's rsockets) and users measure goroce
+// the way they measure rsockets. The two share their connections, series
+// and result lines, as rdma-core's share common.c; riostream.go holds
+// what riostream does differently.
 //
 // Without -s it is the server: it listens on -b's address and rdma_cm
 // port -p (default 7471). With -s ADDR it is the client of that server.
@@ -47,7 +50,7 @@ var Cmd = &cli.Command{
 	OneProc: true,
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		o := &options{}
-		o.register(fs)
+		o.register(fs, "rstream")
 		return func(ctx context.Context, env *cli.Env, args []string) error {
 			if err := o.check(fs, args); err != nil {
 				return err
@@ -96,12 +99,14 @@ type options struct {
 	sizeCustom int  // -S N
 	warnFormat bool // -f of a format rstream does not know: a warning
 	cpuProfile string
+	io         bool // roce riostream: the transfers are IOWrites
 }
 
 // testOpts is -T, which may be given more than once ("-T b -T v").
 type testOpts struct {
 	sockets, verify bool
 	given           []string
+	io              bool // riostream's: s, r and f are unknown
 }
 
 // String returns the options given.
@@ -115,6 +120,8 @@ func (t *testOpts) Set(v string) error {
 		return name == letter || len(name) > 1 && strings.HasPrefix(name, long)
 	}
 	switch {
+	case t.io && (is("s", "socket") || is("r", "resolve") || is("f", "fork")):
+		return fmt.Errorf("unknown test option %q (want a, b, n or v)", v)
 	case is("s", "socket"):
 		t.sockets = true
 	case is("v", "verify"):
@@ -132,7 +139,11 @@ func (t *testOpts) Set(v string) error {
 	return nil
 }
 
-func (o *options) register(fs *cli.FlagSet) {
+// register declares the flags of tool (rstream or riostream: it has
+// no -k, and fewer -T options).
+func (o *options) register(fs *cli.FlagSet, tool string) {
+	o.io = tool == "riostream"
+	o.tests.io = o.io
 	fs.SetLayout(cli.FlagTable)
 	fs.String(&o.server, "", "the server's address: run as the client (default: the server)", "s").Arg("ADDR")
 	fs.String(&o.bind, "", "local address: the server's to listen on, the client's RoCE device's", "b").Arg("ADDR")
@@ -142,11 +153,17 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Int(&o.iters, 1, "iterations of a custom test (default 1)", "I").Arg("N")
 	fs.Int(&o.count, defaultCount, "transfers each way per iteration of a custom test (default 1000)", "C").Arg("N")
 	fs.String(&o.size, "", "transfer size of a custom test (default 1000), or all: the series with every size", "S").Arg("BYTES|all")
-	fs.Int(&o.port, defaultPort, "rdma_cm (or with -T s TCP) port (default 7471)", "p").Arg("PORT")
-	fs.Int(&o.keepalive, 0, "keepalive time in seconds (default: keepalives off)", "k").Arg("SECONDS")
-	fs.Var(&o.tests, "test option, repeatable: s|socket (kernel TCP), v|verify (check the data);\n"+
-		"a|async, b|blocking, n|nonblocking, r|resolve are accepted (Go's calls block);\n"+
-		"f|fork is not supported", "T").Arg("OPT")
+	if o.io {
+		fs.Int(&o.port, defaultPort, "rdma_cm port (default 7471)", "p").Arg("PORT")
+		fs.Var(&o.tests, "test option, repeatable: v|verify (check the data);\n"+
+			"a|async, b|blocking, n|nonblocking are accepted (Go's calls block)", "T").Arg("OPT")
+	} else {
+		fs.Int(&o.port, defaultPort, "rdma_cm (or with -T s TCP) port (default 7471)", "p").Arg("PORT")
+		fs.Int(&o.keepalive, 0, "keepalive time in seconds (default: keepalives off)", "k").Arg("SECONDS")
+		fs.Var(&o.tests, "test option, repeatable: s|socket (kernel TCP), v|verify (check the data);\n"+
+			"a|async, b|blocking, n|nonblocking, r|resolve are accepted (Go's calls block);\n"+
+			"f|fork is not supported", "T").Arg("OPT")
+	}
 	fs.Section("goroce's additions:")
 	fs.String(&o.bind, "", "the local address (as -b)", "bind").Arg("ADDR")
 	o.dev.Register(fs)
@@ -156,7 +173,7 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Duration(&o.timeout, 2*time.Minute, "fail when a connection or no transfer completes for this long\n"+
 		"(rstream waits for ever; default 2m)", "timeout").Arg("D")
 	fs.String(&o.cpuProfile, "", "write a pprof CPU profile of the run to this file", "cpuprofile").Arg("FILE")
-	fs.Section("Exit status: 0 success, 255 a test failed (as rstream), 2 bad flags, 1 other failures.")
+	fs.Section("Exit status: 0 success, 255 a test failed (as " + tool + "), 2 bad flags, 1 other failures.")
 }
 
 // check checks the flags as rstream reads them, and goroce's.

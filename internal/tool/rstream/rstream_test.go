@@ -242,7 +242,7 @@ func TestFlags(t *testing.T) {
 	}
 	o := &options{}
 	fs := cli.NewFlagSet(cli.Getopt)
-	o.register(fs)
+	o.register(fs, "rstream")
 	err := fs.Parse([]string{"-s127.0.0.1", "-Tv", "-T", "b", "-T", "socket", "-Sall", "-B", "65536", "-k5", "--spin=1ms"})
 	if err == nil {
 		err = o.check(fs, fs.Args())

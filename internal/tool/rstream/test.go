@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goroce/goroce/rsocket"
 )
 
 // seriesSize is a size of rstream's series; one with all set runs only
@@ -96,6 +98,9 @@ func (r *runner) seriesCount(size int) int {
 // bytes from the client to the server and count back, timed, and its
 // result line.
 func (r *runner) runTest(ctx context.Context, c net.Conn, name string, size, count, iters int) error {
+	if r.o.io {
+		return r.runIOTest(ctx, c.(*rsocket.Conn), name, size, count, iters)
+	}
 	w := startWatchdog(ctx, c, r.o.timeout)
 	client := r.o.server != ""
 	err := r.exchange(c, w, syncSize, 1, client)
