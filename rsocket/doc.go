@@ -19,7 +19,7 @@
 //	resp, err := (&http.Client{Transport: tr}).Get("http://198.18.0.1/")
 //
 // Dialer and ListenConfig carry the Options: buffer sizes, queue depths,
-// the inline threshold, keepalives. A Conn serves one Read and one Write
+// the inline threshold, keepalives, the iomap table. A Conn serves one Read and one Write
 // at a time, concurrently (more callers queue), and Close, deadlines and
 // addresses from any goroutine.
 //
@@ -51,14 +51,45 @@
 // off unless SO_KEEPALIVE) and waiting calls sleep at once (librdmacm
 // polls 10 µs first: Options.Spin).
 //
+// # Direct placement: Map and IOWrite
+//
+// rsockets' iomap extension (riomap, riounmap, riowrite) lets one side
+// write straight into a buffer of the peer's, by offset, with no copy out
+// of a receive buffer and no message the peer's program must read:
+//
+//	buf := make([]byte, 1<<20)
+//	off, err := server.Map(buf, 0)           // riomap(PROT_WRITE): buf is at offsets 0 to 1<<20-1
+//	n, err := client.IOWrite(data, off+4096) // riowrite: data lands in buf[4096:]
+//	err = server.Unmap(off)                  // riounmap: buf is the program's again
+//
+// A side offers the peer a table of iomap entries (Options.IOMapSize,
+// librdmacm's RDMA_IOMAPSIZE; 0, the default as in librdmacm, offers
+// none); Map registers a buffer and publishes it in a free entry of the
+// peer's table, at the offset given or (-1) one it chooses; IOWrite, on
+// the peer, finds the buffer by its offset in its own table and writes
+// with plain RDMA WRITEs. The names follow Go's io.WriterAt (IOWrite(p,
+// off) is riowrite), and Map returns the offset as riomap does. IOWrite's
+// bytes come before anything written after them on the connection, so
+// the usual way to tell the peer they have come is a message (Write)
+// after them; a program that watches its mapped buffer itself (as
+// riostream polls its last byte) calls SyncMapped once it sees the
+// change. Bytes outside the peer's mappings are refused (ErrNotMapped)
+// before anything is sent; a table that is full or absent refuses Map
+// (ErrIOMapFull); an entry the peer publishes outside its table, of no
+// bytes, or past the largest offset or address is a protocol error that
+// ends the connection. As with riounmap, Unmap does not tell the peer:
+// it must have stopped writing there. On the wire: the table follows the
+// target SGL in its region and its size travels scaled in rs_conn_data;
+// an entry is 24 bytes (offset, address, rkey, length) written with an
+// iomap SGL message, which takes a credit; IOWrite's writes take none.
+//
 // # Not supported (yet)
 //
-// iomap and riowrite (direct placement into a peer's mapped buffer: this
-// side announces an iomap of 0 entries, as librdmacm does by default),
-// the datagram (UD) protocol, and iWARP's SEND-based messages. The
-// connection's QP runs on goroce's software device only: a hardware
-// device's connections belong to its kernel's rdma_cm (use librdmacm's
-// rsockets there).
+// The datagram (UD) rsockets, riomap's local-only mappings (PROT_NONE:
+// Map always maps for the peer's writes), and iWARP's SEND-based
+// messages. The connection's QP runs on goroce's software device only: a
+// hardware device's connections belong to its kernel's rdma_cm (use
+// librdmacm's rsockets there).
 //
 // # Performance
 //
