@@ -58,11 +58,13 @@ type stream struct {
 	// The iomap extension. iomap is this side's iomap table as the peer
 	// filled it, each entry checked when its iomap SGL message came (a
 	// zero entry is free); IOWrite writes where it says. peerIomap is the
-	// peer's table (length: its entries, 0 when it offers none), and
-	// peerUsed the entries of it this side's mappings hold.
+	// peer's table (length: its entries, 0 when it offers none),
+	// peerUsed the entries of it this side's mappings hold, and peerNext
+	// the entry Map tries first.
 	iomap     []iomapEntry
 	peerIomap sge
 	peerUsed  []bool
+	peerNext  int
 
 	// Reused work requests and completions: no allocation per message.
 	wcs      [32]verbs.WC
