@@ -13,19 +13,25 @@ import (
 // readers on different cores (QPs of different receive paths) write
 // different cache lines instead of all of them the one of a
 // sync.RWMutex's reader count: a region that QPs of two paths wrote into
-// made each packet three times as slow (qp's BenchmarkReceivePaths). A
-// table without spread counts in slot0, in the region; one with (the
-// table's spread of them) in slots made apart, each in a cache line of
-// its own (and none in the one of the region's fields, which every
-// access reads), the first time an access comes. A writer announces
-// itself, then waits for every slot to empty; a reader that sees it
-// waits for it to finish.
+// made each packet three times as slow (qp's BenchmarkReceivePaths).
+//
+// A region of a table without spread counts in slot0; one with (n slots)
+// in slots made with the region, apart from it, each in a cache line of
+// its own and none in the region's, whose fields every access reads. A reader adds one to its slot, and reads it as the sign of the
+// sum: a writer takes wmu and subtracts writerBias from every slot, then
+// waits for each to come down to -writerBias (its readers gone), and
+// adds writerBias back when it is done; a reader that finds its sum
+// negative takes its one back and waits for wmu. So a read costs one
+// atomic add to begin and one to end, as sync.RWMutex's does.
 type accessLock struct {
-	wmu     sync.Mutex // held by the writer
-	writing atomic.Bool
-	slot0   accessSlot
-	spread  atomic.Pointer[[]accessSlot]
+	wmu   sync.Mutex // held by the writer
+	slot0 accessSlot
+	slots []accessSlot // the spread slots, if any; set before the first access
 }
+
+// writerBias is what a writer subtracts from every slot: more than
+// readers can ever add.
+const writerBias = 1 << 30
 
 // accessSlot is a count of readers and one of pins (MR.Pin), alone in
 // its cache line.
@@ -35,35 +41,27 @@ type accessSlot struct {
 	_       [56]byte
 }
 
-// slot returns slot i of n spread slots, making them if they are not yet.
-func (l *accessLock) slot(i, n int) *accessSlot {
-	p := l.spread.Load()
-	if p == nil {
-		// n times 64 bytes: a size class whose objects are 64-byte
-		// aligned.
-		s := make([]accessSlot, n)
-		if !l.spread.CompareAndSwap(nil, &s) {
-			p = l.spread.Load()
-		} else {
-			p = &s
-		}
-	}
-	return &(*p)[i]
-}
+// spreadSlots returns n slots apart: n times 64 bytes, a size class
+// whose objects are 64-byte aligned.
+func spreadSlots(n int) []accessSlot { return make([]accessSlot, n) }
 
 // rlock takes the lock for reading in slot s.
 func (l *accessLock) rlock(s *accessSlot) {
+	if s.readers.Add(1) <= 0 {
+		l.rlockSlow(s)
+	}
+}
+
+// rlockSlow is rlock once it has found a writer at work.
+func (l *accessLock) rlockSlow(s *accessSlot) {
 	for {
-		s.readers.Add(1)
-		// The writer sets writing, then looks at the slots: one of the
-		// two sees the other.
-		if !l.writing.Load() {
-			return
-		}
 		s.readers.Add(-1)
 		l.wmu.Lock()
 		//lint:ignore SA2001 the writer holds wmu: taking it is waiting for the writer to finish
 		l.wmu.Unlock()
+		if s.readers.Add(1) > 0 {
+			return
+		}
 	}
 }
 
@@ -74,40 +72,36 @@ func (l *accessLock) runlock(s *accessSlot) { s.readers.Add(-1) }
 // and none takes it until unlock.
 func (l *accessLock) lock() {
 	l.wmu.Lock()
-	l.writing.Store(true)
-	waitEmpty(&l.slot0)
-	if p := l.spread.Load(); p != nil {
-		for i := range *p {
-			waitEmpty(&(*p)[i])
-		}
-	}
+	l.each(func(s *accessSlot) { s.readers.Add(-writerBias) })
+	l.each(waitReaders)
 }
 
 // unlock ends what lock began.
 func (l *accessLock) unlock() {
-	l.writing.Store(false)
+	l.each(func(s *accessSlot) { s.readers.Add(writerBias) })
 	l.wmu.Unlock()
+}
+
+// each calls f for every slot.
+func (l *accessLock) each(f func(*accessSlot)) {
+	f(&l.slot0)
+	for i := range l.slots {
+		f(&l.slots[i])
+	}
 }
 
 // pinned reports whether a slot counts a pin.
 func (l *accessLock) pinned() bool {
-	if l.slot0.pins.Load() > 0 {
-		return true
-	}
-	if p := l.spread.Load(); p != nil {
-		for i := range *p {
-			if (*p)[i].pins.Load() > 0 {
-				return true
-			}
-		}
-	}
-	return false
+	n := false
+	l.each(func(s *accessSlot) { n = n || s.pins.Load() > 0 })
+	return n
 }
 
-// waitEmpty waits for the readers of s to leave: a read lasts a copy of
-// one packet's bytes, so a few yields first, then short sleeps.
-func waitEmpty(s *accessSlot) {
-	for i := 0; s.readers.Load() > 0; i++ {
+// waitReaders waits for the readers of s, which a writer has biased, to
+// leave: a read lasts a copy of one packet's bytes, so a few yields
+// first, then short sleeps.
+func waitReaders(s *accessSlot) {
+	for i := 0; s.readers.Load() != -writerBias; i++ {
 		if i < 64 {
 			runtime.Gosched()
 		} else {

@@ -134,15 +134,15 @@ type Table struct {
 }
 
 // MaxSpread bounds Table.SetSpread.
-const MaxSpread = 16
+const MaxSpread = 8
 
 // SetSpread makes the accesses to each region count themselves in n
 // cache lines of the region's (n at most MaxSpread), one for each QP
 // number modulo n, instead of one: for an engine that handles QPs on n
 // cores at once, whose accesses to a region they share would otherwise
-// all write one cache line. The lines past the first are made for a
-// region when an access first names one: 64 bytes each. It must be
-// called before the first region is registered, and fails after.
+// all write one cache line. Each region then takes n times 64 bytes
+// more. It must be called before the first region is registered, and
+// fails after.
 func (t *Table) SetSpread(n int) error {
 	if t == nil {
 		return nilError("SetSpread on a nil *Table", "NewTable")
@@ -288,15 +288,16 @@ func (pd *PD) Dealloc() error {
 // It is safe for concurrent use. Its methods on a nil MR (or one not made
 // by Register) return zero values, or an error wrapping verbs.ErrNil.
 type MR struct {
+	// What every access reads, in the region's first cache line.
 	pd     *PD
 	buf    []byte
 	iova   uint64
 	access Access
+	key    uint32 // from Table.newKey
+	valid  bool   // false once invalidated or deregistered
+	gone   bool   // deregistered
 
-	mu      accessLock // held for reading during every access
-	key     uint32     // from Table.newKey
-	valid   bool       // false once invalidated or deregistered
-	gone    bool       // deregistered
+	mu      accessLock // held for reading during every access; guards the fields above it that change
 	windows int        // windows bound to the region
 }
 
@@ -327,6 +328,9 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 		return nil, err
 	}
 	m := &MR{pd: pd, buf: buf, iova: iova, access: access, valid: true}
+	if n := t.spread.Load(); n > 1 {
+		m.mu.slots = spreadSlots(int(n))
+	}
 	m.key = t.newKey()
 	t.keys.put(m.key, m)
 	pd.Hold()
@@ -578,11 +582,10 @@ func (m *MR) Release(qp uint64) {
 // slotOf returns the slot of m's lock that accesses for the QP numbered
 // qp count themselves in (Table.SetSpread).
 func (m *MR) slotOf(qp uint64) *accessSlot {
-	spread := int(m.pd.t.spread.Load())
-	if spread <= 1 {
-		return &m.mu.slot0
+	if n := len(m.mu.slots); n > 0 {
+		return &m.mu.slots[qp%uint64(n)]
 	}
-	return m.mu.slot(int(qp%uint64(spread)), spread)
+	return &m.mu.slot0
 }
 
 // Find returns the registered region with key in pd, valid or not, for
