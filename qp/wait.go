@@ -32,11 +32,20 @@ import (
 // Adaptive spin. A wait that blocked and ended within the limit would
 // have been caught by a spin that long: the spin doubles (from
 // spinGrowStart) up to the limit. A wait that outlasted the limit spun
-// for nothing: the spin halves, down to 0 below spinGrowStart.
+// for nothing: the spin halves, down to 0 below spinGrowStart. But how
+// long a wait that blocked took counts the wake-up, which on a busy
+// machine can take longer than the limit itself (sysmon, the scheduler):
+// once there, every wait blocks and outlasts the limit, and the spin
+// never came back, though spinning would catch each completion in a few
+// microseconds (a 2-byte WRITE round trip at 7-10 us instead of 4, READ
+// at 35-60 instead of 6). So a spinner that no longer spins spins the
+// whole limit once in probeEvery waits, and one such spin that catches
+// its completion starts the spin again.
 const (
 	// DefaultWaitSpin is Config.WaitSpin's default.
 	DefaultWaitSpin = 50 * time.Microsecond
 	spinGrowStart   = 2 * time.Microsecond
+	probeEvery      = 16
 	// waitSlice bounds one blocking wait when the context has no
 	// deadline but can end: the wait looks at the context that often.
 	waitSlice = 5 * time.Millisecond
@@ -54,12 +63,26 @@ type leadState struct {
 // spinner is the adaptive spin of one kind of wait (a CQ's, the
 // device's ProgressWait).
 type spinner struct {
-	ns atomic.Int64 // how long the next wait spins
+	ns    atomic.Int64  // how long the next wait spins
+	waits atomic.Uint32 // waits that did not spin, counted for the probes
 }
 
-// next returns how long to spin, at most limit.
-func (s *spinner) next(limit time.Duration) time.Duration {
-	return min(time.Duration(s.ns.Load()), limit)
+// next returns how long to spin, at most limit, and whether the spin is
+// a probe of a spinner that no longer spins.
+func (s *spinner) next(limit time.Duration) (time.Duration, bool) {
+	if cur := time.Duration(s.ns.Load()); cur > 0 {
+		return min(cur, limit), false
+	}
+	if s.waits.Add(1)%probeEvery == 0 {
+		return limit, true
+	}
+	return 0, false
+}
+
+// caught starts the spin again after a probe caught its completion
+// after took: a spin twice that long.
+func (s *spinner) caught(took, limit time.Duration) {
+	s.ns.Store(int64(min(max(2*took, spinGrowStart), limit)))
 }
 
 // blocked adapts the spin to a wait that blocked after its spin and
@@ -91,8 +114,11 @@ func (c *CQ) wait(ctx context.Context, deadline time.Time) (bool, error) {
 	limit := d.waitSpin
 	// Spinning polls the link, which sends the transport's receive
 	// goroutine to stand by: only where a waiter then takes over.
-	if spin := c.spin.next(limit); spin > 0 && d.link != nil && d.canLead() {
+	if spin, probe := c.spin.next(limit); spin > 0 && d.link != nil && d.canLead() {
 		if c.spinFor(ctx, start, spin, deadline) {
+			if probe {
+				c.spin.caught(time.Since(start), limit)
+			}
 			return true, nil
 		}
 	}
@@ -273,9 +299,12 @@ func (d *Device) ProgressWait(ctx context.Context, deadline time.Time) (int, err
 		return 0, errNilDevice
 	}
 	start := time.Now()
-	if spin := d.progressSpin.next(d.waitSpin); spin > 0 && d.link != nil && d.canLead() {
+	if spin, probe := d.progressSpin.next(d.waitSpin); spin > 0 && d.link != nil && d.canLead() {
 		for i := 0; ; i++ {
 			if n := d.pollLink(); n > 0 {
+				if probe {
+					d.progressSpin.caught(time.Since(start), d.waitSpin)
+				}
 				return n, nil
 			}
 			yield.CPU()

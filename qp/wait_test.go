@@ -370,26 +370,46 @@ func TestWaitInterrupt(t *testing.T) {
 
 // TestSpinner checks the adaptive spin's rules: waits that block and end
 // within the limit double it (from spinGrowStart) up to the limit; waits
-// that outlast it halve it, down to none.
+// that outlast it halve it, down to none; a spinner at none spins the
+// whole limit once in probeEvery waits, and a probe that catches its
+// completion starts the spin again.
 func TestSpinner(t *testing.T) {
 	var s spinner
 	limit := 50 * time.Microsecond
 	want := func(d time.Duration) {
 		t.Helper()
-		if got := s.next(limit); got != d {
-			t.Fatalf("spin %v, want %v", got, d)
+		if got, probe := s.next(limit); got != d || probe {
+			t.Fatalf("spin %v (probe %v), want %v", got, probe, d)
 		}
 	}
-	want(0)
+	s.ns.Store(int64(spinGrowStart / 2))
+	want(spinGrowStart / 2)
+	s.ns.Store(0)
 	for _, w := range []time.Duration{spinGrowStart, 4 * time.Microsecond, 8 * time.Microsecond, 16 * time.Microsecond,
 		32 * time.Microsecond, limit, limit} {
 		s.blocked(10*time.Microsecond, limit)
 		want(w)
 	}
-	for _, w := range []time.Duration{limit / 2, limit / 4, limit / 8, limit / 16, 0, 0} {
+	for _, w := range []time.Duration{limit / 2, limit / 4, limit / 8, limit / 16} {
 		s.blocked(time.Millisecond, limit)
 		want(w)
 	}
+	s.blocked(time.Millisecond, limit)
+	probes := 0
+	for range 2 * probeEvery {
+		switch got, probe := s.next(limit); {
+		case probe && got == limit:
+			probes++
+		case probe || got != 0:
+			t.Fatalf("a spinner at none spins %v (probe %v)", got, probe)
+		}
+		s.blocked(time.Millisecond, limit) // the probes catch nothing: none stays none
+	}
+	if probes != 2 {
+		t.Fatalf("%d probes in %d waits, want 2", probes, 2*probeEvery)
+	}
+	s.caught(3*time.Microsecond, limit)
+	want(6 * time.Microsecond)
 	s.ns.Store(int64(time.Second)) // a limit lowered since: the spin stays under it
 	want(limit)
 }

@@ -532,6 +532,12 @@ type rxState struct {
 	adapt  time.Duration
 	parked time.Time
 	spun   time.Duration
+	// sleeps counts the sleeps without a spin: once in probeEvery the
+	// goroutine spins adaptMax all the same, and a datagram caught by
+	// that probe starts the spin again (learn's gaps count the wake-up,
+	// which on a busy machine may outlast adaptMax for good).
+	sleeps uint32
+	probe  bool // the spin under way is a probe
 	polls  uint64     // Transport.polls when the receive goroutine last looked
 	n      int        // datagrams the last recvmmsg returned
 	errno  unix.Errno // its error, if any
@@ -584,14 +590,21 @@ func (rx *rxState) read(fd uintptr) bool {
 		rx.parked = time.Time{}
 	}
 	spin, yield := rx.busy, false
-	if spin <= 0 && rx.spin > 0 && (rx.stream || rx.adapt > 0) {
+	rx.probe = false
+	if spin <= 0 && rx.spin > 0 {
 		// Look again while the stream may go on, or for as long as the
-		// next datagram took to come lately, letting the process's
-		// other goroutines run between looks: with one Go processor
-		// they would wait otherwise.
-		spin, yield = rx.spin, true
-		if !rx.stream {
-			spin = rx.adapt
+		// next datagram took to come lately (or to probe), letting the
+		// process's other goroutines run between looks: with one Go
+		// processor they would wait otherwise.
+		switch {
+		case rx.stream:
+			spin, yield = rx.spin, true
+		case rx.adapt > 0:
+			spin, yield = rx.adapt, true
+		default:
+			if rx.sleeps++; rx.sleeps%probeEvery == 0 {
+				spin, yield, rx.probe = min(rx.spin, adaptMax), true, true
+			}
 		}
 	}
 	var spinStart, spinUntil time.Time
@@ -600,6 +613,9 @@ func (rx *rxState) read(fd uintptr) bool {
 		switch e {
 		case 0:
 			rx.n, rx.errno = n, 0
+			if rx.probe && try > 0 {
+				rx.adapt = min(rx.spin, adaptMax, max(2*time.Since(spinStart), time.Microsecond))
+			}
 			return true
 		case unix.EAGAIN:
 			if rx.t.closing.Load() || rx.t.polls.Load() != rx.polls {
@@ -636,8 +652,12 @@ func (rx *rxState) read(fd uintptr) bool {
 }
 
 // adaptMax bounds the receive goroutine's spin when no stream runs: a
-// few wake-ups' worth.
-const adaptMax = 50 * time.Microsecond
+// few wake-ups' worth. probeEvery is how often a goroutine that no
+// longer spins spins all the same.
+const (
+	adaptMax   = 50 * time.Microsecond
+	probeEvery = 16
+)
 
 // park notes that the receive goroutine goes to sleep in the poller,
 // having looked since spinStart (zero: not at all), and releases rxMu.

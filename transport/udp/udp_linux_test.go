@@ -713,4 +713,41 @@ func TestAdaptiveSpin(t *testing.T) {
 	if rx.adapt != adaptMax/2 {
 		t.Fatalf("after a second's sleep the spin is %v, want %v", rx.adapt, adaptMax/2)
 	}
+
+	// A goroutine that no longer spins spins all the same once in
+	// probeEvery sleeps, and a probe that catches a datagram starts the
+	// spin again.
+	rx.adapt, rx.sleeps = 0, 0
+	spun := 0
+	for range 2 * probeEvery {
+		rx.parked = time.Time{}
+		if rx.read(uintptr(fd)) {
+			t.Fatal("a read step on an empty socket returned a batch")
+		}
+		if rx.spun > 0 {
+			spun++
+		}
+	}
+	if spun != 2 || rx.adapt != 0 {
+		t.Fatalf("%d of %d sleeps spun (spin now %v), want 2 probes and no spin", spun, 2*probeEvery, rx.adapt)
+	}
+	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(b.LocalAddrPort()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for try := 0; rx.adapt == 0 && try < 50; try++ {
+		rx.sleeps, rx.parked = probeEvery-1, time.Time{}
+		go func() {
+			for t0 := time.Now(); time.Since(t0) < 10*time.Microsecond; {
+			}
+			c.Write([]byte("probe"))
+		}()
+		if rx.read(uintptr(fd)) {
+			b.rxMu.Unlock()
+		}
+	}
+	if rx.adapt == 0 {
+		t.Fatal("no probe caught a datagram sent 10 us into it in 50 tries")
+	}
 }
