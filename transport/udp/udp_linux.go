@@ -537,7 +537,7 @@ type rxState struct {
 	// that probe starts the spin again (learn's gaps count the wake-up,
 	// which on a busy machine may outlast adaptMax for good).
 	sleeps uint32
-	probe  bool // the spin under way is a probe
+	probe  bool       // the spin under way is a probe
 	polls  uint64     // Transport.polls when the receive goroutine last looked
 	n      int        // datagrams the last recvmmsg returned
 	errno  unix.Errno // its error, if any
