@@ -277,9 +277,10 @@ func feed(h transport.Handler, pkts []transport.Packet, n int) {
 // (udp.Config.Paths) feeds it: each goroutine hands over batches of 64
 // 1 KiB WRITE ONLY packets for a QP of its own, into a region of the QP's
 // own (mr=own) or a part of its own of one region for all (mr=shared, as
-// perftest registers one buffer for all its QPs). ns/op is the wall time per packet of all
-// the goroutines together: with a core for each, it falls in proportion
-// to the paths as long as nothing the packets touch is shared.
+// perftest registers one buffer for all its QPs). ns/op is the wall time
+// per packet of all the goroutines together: with a core for each, it
+// falls in proportion to the paths as long as nothing the packets touch
+// is shared.
 func BenchmarkReceivePaths(b *testing.B) {
 	const size = 1024
 	for _, shared := range []bool{false, true} {
