@@ -210,19 +210,10 @@ func (s *stream) publish(m *mapping) error {
 	s.sqeAvail--
 	s.sbufAvail -= iomapEntryLen
 	imm := msg(opIomapSGL, uint32(m.index))
-	wr := &s.swr[0]
-	*wr = verbs.SendWR{ID: uint64(imm), Opcode: verbs.OpWriteImm, Imm: imm,
+	s.swr[0] = verbs.SendWR{ID: uint64(imm), Opcode: verbs.OpWriteImm, Imm: imm,
 		RemoteAddr: s.peerIomap.addr + uint64(m.index)*iomapEntryLen, RKey: s.peerIomap.key}
-	if s.inline >= iomapEntryLen {
-		wr.Flags, wr.InlineData = verbs.Inline, s.iomapBuf[:]
-	} else {
-		wr.SGL = s.copyToSendBuffer(s.iomapBuf[:])
-	}
-	err := s.ep.qp.PostSend(s.swr[:])
-	wr.InlineData, wr.SGL = nil, nil
-	if err != nil {
-		s.fail(fmt.Errorf("%w: posting an iomap entry: %w", ErrConnLost, err))
-		return s.err
+	if err := s.post(s.iomapBuf[:], "iomap entry"); err != nil {
+		return err
 	}
 	s.stats.IOMapsSent++
 	return nil
@@ -402,18 +393,9 @@ func (s *stream) writeDirect(p []byte, off uint64) (int, error) {
 	s.sqeAvail--
 	s.sbufAvail -= n
 	m := msg(opWrite, uint32(n))
-	wr := &s.swr[0]
-	*wr = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWrite, RemoteAddr: e.buf.addr + rel, RKey: e.buf.key}
-	if n <= s.inline {
-		wr.Flags, wr.InlineData = verbs.Inline, p[:n]
-	} else {
-		wr.SGL = s.copyToSendBuffer(p[:n])
-	}
-	err := s.ep.qp.PostSend(s.swr[:])
-	wr.InlineData, wr.SGL = nil, nil
-	if err != nil {
-		s.fail(fmt.Errorf("%w: posting a %d-byte RDMA WRITE: %w", ErrConnLost, n, err))
-		return 0, s.err
+	s.swr[0] = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWrite, RemoteAddr: e.buf.addr + rel, RKey: e.buf.key}
+	if err := s.post(p[:n], "RDMA WRITE"); err != nil {
+		return 0, err
 	}
 	s.stats.IOWrites++
 	s.stats.IOBytesSent += uint64(n)

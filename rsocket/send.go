@@ -24,22 +24,33 @@ func (s *stream) sendData(p []byte) (int, error) {
 	s.sqeAvail--
 	s.sbufAvail -= n
 	m := msg(opData, uint32(n))
-	wr := &s.swr[0]
-	*wr = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m, RemoteAddr: addr, RKey: rkey}
-	if n <= s.inline {
-		wr.Flags, wr.InlineData = verbs.Inline, p[:n]
-	} else {
-		wr.SGL = s.copyToSendBuffer(p[:n])
-	}
-	err := s.ep.qp.PostSend(s.swr[:])
-	wr.InlineData, wr.SGL = nil, nil
-	if err != nil {
-		s.fail(fmt.Errorf("%w: posting a %d-byte write: %w", ErrConnLost, n, err))
-		return 0, s.err
+	s.swr[0] = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m, RemoteAddr: addr, RKey: rkey}
+	if err := s.post(p[:n], "write"); err != nil {
+		return 0, err
 	}
 	s.stats.MessagesSent++
 	s.stats.BytesSent += uint64(n)
 	return n, nil
+}
+
+// post posts s.swr[0], a write whose data is p: inline when p fits the
+// inline threshold (the device copies it at post time), else from the
+// send buffer, into which it is copied. A failure to post breaks the
+// connection; what names the write in its error.
+func (s *stream) post(p []byte, what string) error {
+	wr := &s.swr[0]
+	if len(p) <= s.inline {
+		wr.Flags, wr.InlineData = verbs.Inline, p
+	} else {
+		wr.SGL = s.copyToSendBuffer(p)
+	}
+	err := s.ep.qp.PostSend(s.swr[:])
+	wr.InlineData, wr.SGL = nil, nil
+	if err != nil {
+		s.fail(fmt.Errorf("%w: posting a %d-byte %s: %w", ErrConnLost, len(p), what, err))
+		return s.err
+	}
+	return nil
 }
 
 // copyToSendBuffer copies p to the send buffer's ring where the last copy

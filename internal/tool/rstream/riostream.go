@@ -65,17 +65,9 @@ func (r *runner) runIOTest(ctx context.Context, c *rsocket.Conn, name string, si
 		err = r.ioIterations(ctx, c, w, buf, count, iters, client)
 		elapsed = time.Since(start)
 	}
-	if w.end() {
-		return fmt.Errorf("%s: no transfer completed for %v (--timeout)", name, r.o.timeout)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
+	if err := r.report(ctx, w, err, name, size, count, iters, elapsed); err != nil {
 		return err
 	}
-	res := newResult(name, size, count, iters, elapsed)
-	res.print(r.env.Stdout)
 	if err := c.Unmap(off); err != nil {
 		return fmt.Errorf("riounmap: %w", err)
 	}

@@ -114,6 +114,13 @@ func (r *runner) runTest(ctx context.Context, c net.Conn, name string, size, cou
 		}
 		elapsed = time.Since(start)
 	}
+	return r.report(ctx, w, err, name, size, count, iters, elapsed)
+}
+
+// report ends a test whose iterations ended with err after elapsed: the
+// watchdog's firing, the context's end or err fails it; otherwise its
+// result line is printed.
+func (r *runner) report(ctx context.Context, w *watchdog, err error, name string, size, count, iters int, elapsed time.Duration) error {
 	if w.end() {
 		return fmt.Errorf("%s: no transfer completed for %v (--timeout)", name, r.o.timeout)
 	}
