@@ -21,19 +21,7 @@ import (
 // each other (IPv4: two loopback addresses; IPv6: ::1 and two ports).
 func pathsPair(t *testing.T, ipv6 bool, n int, subnet byte) (a, b *Transport, cb *transporttest.Collector) {
 	t.Helper()
-	var ca, cfgb Config
-	if ipv6 {
-		lo := netip.IPv6Loopback()
-		pa, pb := freePort(t, lo), freePort(t, lo)
-		for pb == pa {
-			pb = freePort(t, lo)
-		}
-		ca = Config{Addr: netip.AddrPortFrom(lo, pa), PeerPort: pb}
-		cfgb = Config{Addr: netip.AddrPortFrom(lo, pb), PeerPort: pa}
-	} else {
-		ca = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 72, subnet, 1}), bth.UDPPort)}
-		cfgb = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 72, subnet, 2}), bth.UDPPort)}
-	}
+	ca, cfgb := pairConfigs(t, ipv6, 72, subnet)
 	ca.Paths, cfgb.Paths = n, n
 	a, b = mustNew(t, &ca), mustNew(t, &cfgb)
 	cb = transporttest.NewCollector(t)

@@ -39,19 +39,7 @@ func freePort(t testing.TB, addr netip.Addr) uint16 {
 // and two ports.
 func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transport, ca, cb *transporttest.Collector) {
 	t.Helper()
-	var ca1, cb1 Config
-	if ipv6 {
-		lo := netip.IPv6Loopback()
-		pa, pb := freePort(t, lo), freePort(t, lo)
-		for pb == pa {
-			pb = freePort(t, lo)
-		}
-		ca1 = Config{Addr: netip.AddrPortFrom(lo, pa), PeerPort: pb}
-		cb1 = Config{Addr: netip.AddrPortFrom(lo, pb), PeerPort: pa}
-	} else {
-		ca1 = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, subnet, 1}), bth.UDPPort)}
-		cb1 = Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 71, subnet, 2}), bth.UDPPort)}
-	}
+	ca1, cb1 := pairConfigs(t, ipv6, 71, subnet)
 	ca1.GSO, ca1.GRO, cb1.GSO, cb1.GRO = gso, gro, gso, gro
 	a, b = mustNew(t, &ca1), mustNew(t, &cb1)
 	ca, cb = transporttest.NewCollector(t), transporttest.NewCollector(t)
@@ -62,6 +50,23 @@ func pair(t *testing.T, ipv6 bool, gso, gro Offload, subnet byte) (a, b *Transpo
 		t.Fatal(err)
 	}
 	return a, b, ca, cb
+}
+
+// pairConfigs returns the configurations of two transports that send to
+// each other: IPv4 on 127.x.subnet.1 and .2, port 4791; IPv6 on ::1 and
+// two free ports.
+func pairConfigs(t *testing.T, ipv6 bool, x, subnet byte) (a, b Config) {
+	t.Helper()
+	if !ipv6 {
+		return Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, subnet, 1}), bth.UDPPort)},
+			Config{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, subnet, 2}), bth.UDPPort)}
+	}
+	lo := netip.IPv6Loopback()
+	pa, pb := freePort(t, lo), freePort(t, lo)
+	for pb == pa {
+		pb = freePort(t, lo)
+	}
+	return Config{Addr: netip.AddrPortFrom(lo, pa), PeerPort: pb}, Config{Addr: netip.AddrPortFrom(lo, pb), PeerPort: pa}
 }
 
 // exchange sends batches from a to b and checks that every packet arrives
