@@ -183,3 +183,47 @@ func TestPathsPortInUse(t *testing.T) {
 		}
 	}
 }
+
+// TestPathsUnreachable: packets to a port where nothing listens, sent
+// from every path's socket (to a QP of each path), each draw their ICMP
+// port unreachable notice, and the stop function ends every path's.
+func TestPathsUnreachable(t *testing.T) {
+	const n = 3
+	lo := netip.MustParseAddr("127.72.11.1")
+	dead := freePort(t, lo)
+	tr := mustNew(t, &Config{Addr: netip.AddrPortFrom(lo, freePort(t, lo)), PeerPort: dead, Paths: n})
+	if err := tr.Start(func([]transport.Packet) {}); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan transport.Unreachable, 16)
+	stop := tr.NotifyUnreachable(func(u transport.Unreachable) { ch <- u })
+	rng := rand.New(rand.NewPCG(4, 4))
+	send := func() {
+		t.Helper()
+		pkts := make([]transport.Packet, n)
+		for k := range pkts {
+			pkts[k] = transport.Packet{Data: transporttest.BuildPacket(rng, bth.UDSendOnly, 64, 0), Dst: lo}
+			setDestQP(pkts[k].Data, uint32(0x100+k)) // QP k's path is k
+		}
+		if err := tr.Send(pkts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	paths := map[uint32]bool{}
+	for len(paths) < n {
+		select {
+		case u := <-ch:
+			paths[destQP(u.Packet)%n] = true
+		case <-time.After(3 * time.Second):
+			t.Fatalf("notices for the packets of paths %v only", paths)
+		}
+	}
+	stop()
+	send()
+	select {
+	case u := <-ch:
+		t.Fatalf("a notice after stop: %+v", u)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
