@@ -55,7 +55,7 @@ bench:
 	bin/roce bench -json bin/bench.json
 
 # The long versions of the stress suite (stress/, RELIABILITY.md): the
-# soak for SOAK (an hour; SOAK=15m for less), a third of it at each fault
+# soak for SOAK (an hour; SOAK=15m for less), a quarter of it at each fault
 # level, and the flood, key-guessing and exhaustion cases at their long
 # sizes. make test runs the short versions.
 SOAK ?= 1h
