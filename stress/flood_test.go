@@ -370,6 +370,11 @@ func TestFlood(t *testing.T) {
 	t.Run("SeqNAKWindow", func(t *testing.T) {
 		testFlood(t, func(c *roce.Config) { c.SeqNAKWindow = 1 << 16 })
 	})
+	// The victim's link of three receive paths: the flood's packets,
+	// from many source ports, spread over its three goroutines.
+	t.Run("Paths", func(t *testing.T) {
+		testFlood(t, func(c *roce.Config) { c.Link.(*roce.UDP).Paths = 3 })
+	})
 }
 
 func testFlood(t *testing.T, v func(*roce.Config)) {
@@ -405,7 +410,7 @@ func testFlood(t *testing.T, v func(*roce.Config)) {
 	t.Logf("the stream's responder at V: %v", cv.String())
 	after := r.counts()
 	r.checkCounts(classes, &before, &after)
-	if v != nil {
+	if hardened(v) {
 		// Hardened: every request far ahead at the idle connection (it
 		// has no other traffic) is dropped without a NAK.
 		far, ahead := after.idle.DropFarPSN-before.idle.DropFarPSN, after.idle.OutOfSeqRequest-before.idle.OutOfSeqRequest
@@ -430,6 +435,15 @@ func testFlood(t *testing.T, v func(*roce.Config)) {
 			t.Fatalf("L's idle QP is in %v: the sequence NAK V sent it for a hostile packet with a PSN far ahead killed it", st)
 		}
 	})
+}
+
+// hardened reports whether the variant v sets SeqNAKWindow.
+func hardened(v func(*roce.Config)) bool {
+	c := roce.Config{Link: &roce.UDP{}}
+	if v != nil {
+		v(&c)
+	}
+	return c.SeqNAKWindow > 0
 }
 
 // floodAlone floods V for a second before the stream starts, and returns

@@ -217,7 +217,8 @@ func heap() uint64 {
 }
 
 // socketDrops returns the kernel's count of datagrams dropped at the UDP
-// socket bound to ap (its receive buffer was full), from /proc/net/udp;
+// sockets bound to ap (their receive buffers were full), from
+// /proc/net/udp: the sum over a device's receive paths (roce.UDP.Paths);
 // -1 where it cannot tell.
 func socketDrops(ap netip.AddrPort) int64 {
 	f, err := os.Open("/proc/net/udp")
@@ -229,6 +230,7 @@ func socketDrops(ap netip.AddrPort) int64 {
 	// /proc/net/udp prints the address as the host-order uint32.
 	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], ap.Port())
 	sc := bufio.NewScanner(f)
+	sum, found := int64(0), false
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		if len(fs) >= 13 && fs[1] == want {
@@ -236,10 +238,13 @@ func socketDrops(ap netip.AddrPort) int64 {
 			if err != nil {
 				return -1
 			}
-			return n
+			sum, found = sum+n, true
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return sum
 }
 
 // slope fits y = a + b·x by least squares and returns b.
