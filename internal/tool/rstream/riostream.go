@@ -114,10 +114,7 @@ func (r *runner) ioIterations(ctx context.Context, c *rsocket.Conn, w *watchdog,
 		buf[len(buf)-1] = marker
 		marker++
 		if r.o.tests.verify {
-			for i := range buf[:len(buf)-1] {
-				buf[i] = r.sent
-				r.sent++
-			}
+			r.fill(buf[:len(buf)-1])
 		}
 		c.SyncMapped() // the writes above, before the peer's next
 		if err := sendIO(c, w, buf); err != nil {
@@ -170,14 +167,7 @@ func (r *runner) recvIO(ctx context.Context, c *rsocket.Conn, w *watchdog, buf [
 	if !r.o.tests.verify {
 		return nil
 	}
-	for _, v := range buf[:len(buf)-1] {
-		if v != r.recvd {
-			return fmt.Errorf("data verification failed byte %d: %#02x, want %#02x", r.verified, v, r.recvd)
-		}
-		r.recvd++
-		r.verified++
-	}
-	return nil
+	return r.check(buf[:len(buf)-1])
 }
 
 // loadByte reads a byte that the peer's RDMA WRITE fills behind the

@@ -1,6 +1,7 @@
 package rstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -160,10 +161,7 @@ func (r *runner) exchange(c net.Conn, w *watchdog, size, count int, client bool)
 func (r *runner) sendXfer(c net.Conn, size int) error {
 	b := r.buf[:size]
 	if r.o.tests.verify {
-		for i := range b {
-			b[i] = r.sent
-			r.sent++
-		}
+		r.fill(b)
 	}
 	if _, err := c.Write(b); err != nil {
 		return fmt.Errorf("rsend: %w", err)
@@ -182,13 +180,48 @@ func (r *runner) recvXfer(c net.Conn, size int) error {
 		return fmt.Errorf("rrecv: %w", err)
 	}
 	if r.o.tests.verify {
-		for _, v := range b {
-			if v != r.recvd {
-				return fmt.Errorf("data verification failed byte %d: %#02x, want %#02x", r.verified, v, r.recvd)
+		return r.check(b)
+	}
+	return nil
+}
+
+// pattern is the verify pattern, byte i being byte(i): a window of it
+// from any of its first 256 bytes on is a run of the pattern.
+var pattern = func() []byte {
+	p := make([]byte, patternWindow+256)
+	for i := range p {
+		p[i] = byte(i)
+	}
+	return p
+}()
+
+// patternWindow is how much of the pattern fill and check take at once.
+const patternWindow = 64 << 10
+
+// fill fills b with the next bytes of the verify pattern.
+func (r *runner) fill(b []byte) {
+	for len(b) > 0 {
+		n := copy(b, pattern[r.sent:int(r.sent)+patternWindow])
+		b = b[n:]
+		r.sent += byte(n)
+	}
+}
+
+// check checks that b holds the next bytes of the verify pattern, a
+// window at a time, and says which byte differs first when one does.
+func (r *runner) check(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), patternWindow)
+		if want := pattern[r.recvd : int(r.recvd)+n]; !bytes.Equal(b[:n], want) {
+			i := 0
+			for b[i] == want[i] {
+				i++
 			}
-			r.recvd++
-			r.verified++
+			return fmt.Errorf("data verification failed byte %d: %#02x, want %#02x", r.verified+int64(i), b[i], want[i])
 		}
+		b = b[n:]
+		r.recvd += byte(n)
+		r.verified += int64(n)
 	}
 	return nil
 }
