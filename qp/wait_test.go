@@ -15,6 +15,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
 )
@@ -97,13 +98,17 @@ func (l *waitLink) handedBy() []uint64 {
 var _ transport.Waiter = (*waitLink)(nil)
 
 // waitEnds makes a device on each link with nq connected RC QPs, each
-// with a CQ of its own; spin is Config.WaitSpin.
-func waitEnds(t *testing.T, la, lb *waitLink, nq int, spin time.Duration) (a, b []end) {
+// with a CQ of its own; spin is Config.WaitSpin, clk the devices' clock
+// (nil: the system's).
+func waitEnds(t *testing.T, la, lb *waitLink, nq int, spin time.Duration, clk clock.Clock) (a, b []end) {
 	t.Helper()
 	o := pairOpts{}
 	o.defaults()
 	mk := func(l *waitLink) (*Device, *PD) {
-		d, err := New(l, &Config{Clock: clock.Real{}, Logger: testLogger(t), WaitSpin: spin})
+		if clk == nil {
+			clk = clock.Real{}
+		}
+		d, err := New(l, &Config{Clock: clk, Logger: testLogger(t), WaitSpin: spin})
 		must(t, err)
 		t.Cleanup(func() { d.Close() })
 		pd, err := d.AllocPD()
@@ -155,38 +160,26 @@ func waitOne(t *testing.T, e *end) verbs.WC {
 func TestWaitLeads(t *testing.T) {
 	for _, spin := range []time.Duration{-1, time.Millisecond} {
 		la, lb := newWaitLinks()
-		as, bs := waitEnds(t, la, lb, 1, spin)
+		// A clock that does not run: the ACK that waits for b's answer
+		// leaves with it, never by its 50 us timer, which a loaded
+		// machine lets fire first (every posted receive is up before the
+		// SEND for it, so no RNR timer is needed either).
+		as, bs := waitEnds(t, la, lb, 1, spin, clock.NewManual(time.Unix(1e9, 0)))
 		a, b := &as[0], &bs[0]
 		ma, mb := a.reg(t, 4096), b.reg(t, 4096)
 		const rounds = 200
 		done := make(chan error, 1)
-		go func() { // b: the echo
-			me := goid()
-			for i := range rounds {
-				must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{sge(mb, 0, 64)}}}))
-				if i == 0 {
-					done <- nil // b's first receive is posted
-				}
-				if wc := waitOne(t, b); wc.Opcode != verbs.WCRecv || wc.ID != uint64(i) || wc.Status != verbs.Success {
-					done <- errors.New("b: " + wc.Status.String())
-					return
-				}
-				if by := lb.handedBy(); by[len(by)-1] != me {
-					done <- errors.New("b's SEND was received by another goroutine than the one waiting for it")
-					return
-				}
-				must(t, b.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(mb, 0, 16)}}}))
-				if i == 0 {
-					if s := lb.takeSends(); len(s) != 1 || !slices.Equal(s[0], []bth.Opcode{bth.RCSendOnly, bth.RCAcknowledge}) {
-						done <- fmt.Errorf("b's ACK did not leave with its answer, after it: %v", s)
-						return
-					}
-				}
-			}
-			done <- nil
-		}()
-		<-done
+		recv := func(i int) error {
+			return b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{sge(mb, 0, 64)}}})
+		}
+		must(t, recv(0))
+		go func() { done <- echo(b, mb, lb, rounds, recv) }() // b: the echo
 		for i := range rounds {
+			select {
+			case err := <-done: // b stopped early: say why
+				t.Fatalf("spin %v, round %d: b: %v", spin, i, err)
+			default:
+			}
 			must(t, a.qp.PostRecv([]verbs.RecvWR{{ID: uint64(1000 + i), SGL: []verbs.SGE{sge(ma, 64, 64)}}}))
 			must(t, a.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.Signaled,
 				SGL: []verbs.SGE{sge(ma, 0, 32)}}}))
@@ -206,13 +199,51 @@ func TestWaitLeads(t *testing.T) {
 	}
 }
 
+// echo is TestWaitLeads's b: it answers each of rounds SENDs from m,
+// waiting for each with CQ.Wait; recv(i) posts receive i, that for round
+// 0 being up already. The waiting goroutine must be the one that received the
+// SEND, and the first answer must carry the ACK that waited for it,
+// after it, in one Send.
+func echo(b *end, m *mr.MR, lb *waitLink, rounds int, recv func(int) error) error {
+	me := goid()
+	for i := range rounds {
+		// waitOne's t.Fatalf is of the test's goroutine: wait here.
+		wc := make([]verbs.WC, 1)
+		for n := 0; n == 0; n = b.cq.Poll(wc) {
+			if ok, err := b.cq.WaitUntil(context.Background(), time.Now().Add(10*time.Second)); err != nil || !ok {
+				return fmt.Errorf("round %d: no completion within 10 s: %v, %v", i, ok, err)
+			}
+		}
+		if wc[0].Opcode != verbs.WCRecv || wc[0].ID != uint64(i) || wc[0].Status != verbs.Success {
+			return fmt.Errorf("round %d: %v %d %v", i, wc[0].Opcode, wc[0].ID, wc[0].Status)
+		}
+		if by := lb.handedBy(); by[len(by)-1] != me {
+			return fmt.Errorf("round %d: the SEND was received by another goroutine than the one waiting for it", i)
+		}
+		if i+1 < rounds {
+			if err := recv(i + 1); err != nil { // up before a's next SEND
+				return err
+			}
+		}
+		if err := b.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend, SGL: []verbs.SGE{sge(m, 0, 16)}}}); err != nil {
+			return err
+		}
+		if i == 0 {
+			if s := lb.takeSends(); len(s) != 1 || !slices.Equal(s[0], []bth.Opcode{bth.RCSendOnly, bth.RCAcknowledge}) {
+				return fmt.Errorf("the ACK did not leave with the first answer, after it: %v", s)
+			}
+		}
+	}
+	return nil
+}
+
 // TestWaitWokenFromElsewhere checks that a completion made by another
 // goroutine than the leader's (a receive flushed by a Modify to ERR)
 // ends the leader's blocked wait: a lost wake-up would leave it until
 // its context's end.
 func TestWaitWokenFromElsewhere(t *testing.T) {
 	la, lb := newWaitLinks()
-	_, bs := waitEnds(t, la, lb, 1, -1)
+	_, bs := waitEnds(t, la, lb, 1, -1, nil)
 	b := &bs[0]
 	mb := b.reg(t, 4096)
 	for i := range 50 {
@@ -243,7 +274,7 @@ func TestWaitWokenFromElsewhere(t *testing.T) {
 func TestWaitFollowers(t *testing.T) {
 	before := runtime.NumGoroutine()
 	la, lb := newWaitLinks()
-	as, bs := waitEnds(t, la, lb, 2, -1)
+	as, bs := waitEnds(t, la, lb, 2, -1, nil)
 	ma, mb := as[0].reg(t, 4096), bs[0].reg(t, 4096)
 	for round := range 30 {
 		var wg sync.WaitGroup
@@ -287,7 +318,7 @@ func TestWaitFollowers(t *testing.T) {
 // packets it handled when some come.
 func TestWaitUntil(t *testing.T) {
 	la, lb := newWaitLinks()
-	as, bs := waitEnds(t, la, lb, 1, -1)
+	as, bs := waitEnds(t, la, lb, 1, -1, nil)
 	a, b := &as[0], &bs[0]
 	start := time.Now()
 	if ok, err := b.cq.WaitUntil(context.Background(), start.Add(20*time.Millisecond)); ok || err != nil ||
@@ -317,7 +348,7 @@ func TestWaitUntil(t *testing.T) {
 // CQ empty; and an interrupt is taken once.
 func TestWaitInterrupt(t *testing.T) {
 	la, lb := newWaitLinks()
-	_, bs := waitEnds(t, la, lb, 2, -1)
+	_, bs := waitEnds(t, la, lb, 2, -1, nil)
 	never := time.Now().Add(time.Hour)
 	ended := func(name string, cq *CQ, wait func() (bool, error)) {
 		t.Helper()
