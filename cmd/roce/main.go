@@ -38,6 +38,7 @@ var commands = []*cli.Command{
 	rping.Cmd,
 	rstream.Cmd,
 	rstream.Riostream,
+	rstream.Udpong,
 	rcopy.Cmd,
 	rawudp.Cmd,
 	decode.Cmd,

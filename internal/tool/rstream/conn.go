@@ -112,29 +112,38 @@ func (r *runner) resolve(s string) (netip.Addr, error) {
 // openDevice opens the RoCE device at -b, or for a client at the address
 // that routes to the server.
 func (r *runner) openDevice() error {
-	o := r.o
+	var err error
+	r.dev, err = openDevice(&r.o.dev, r.o.bind, r.o.server != "", r.server.Addr(), r.o.busyPoll, r.env)
+	return err
+}
+
+// openDevice opens the RoCE device of a tool's flags at bind; without
+// it, a server's is at its address (unless unspecified) and a client's
+// at the address that routes to server.
+func openDevice(td *cli.ToolDevice, bind string, client bool, server netip.Addr, busyPoll time.Duration, env *cli.Env) (*roce.Device, error) {
 	def := ""
 	switch {
-	case o.bind != "":
-	case o.server == "":
-		if !r.server.Addr().IsUnspecified() {
-			def = r.server.Addr().String()
+	case bind != "":
+	case !client:
+		if !server.IsUnspecified() {
+			def = server.String()
 		}
 	default:
-		if a, err := cli.RouteSource(r.server.Addr()); err == nil {
+		if a, err := cli.RouteSource(server); err == nil {
 			def = a.String()
 		}
 	}
-	dev := o.dev.Flags(o.bind)
-	dev.BusyPoll, dev.Net = o.busyPoll, r.env.MemNet
+	dev := td.Flags(bind)
+	dev.BusyPoll, dev.Net = busyPoll, env.MemNet
 	cfg, err := dev.Config(def)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if r.dev, err = dev.Open(cfg, o.server != "", nil); err != nil {
-		return fmt.Errorf("open the RoCE device: %w", err)
+	d, err := dev.Open(cfg, client, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open the RoCE device: %w", err)
 	}
-	return nil
+	return d, nil
 }
 
 // rsocketOptions are the options of a connection tuned for opt, as

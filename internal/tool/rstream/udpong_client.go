@@ -1,0 +1,133 @@
+package rstream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/goroce/goroce/internal/cli"
+)
+
+// The client of roce udpong: udpong.c's client_run.
+
+// errNoAnswer means a message got no answer within --timeout.
+var errNoAnswer = errors.New("no answer from the server")
+
+// client logs in and runs the series or the custom test, printing
+// udpong's lines. A test that fails is reported on stderr and the next
+// one runs, as udpong's do; failing to log in fails the run.
+func (p *pong) client(ctx context.Context) error {
+	fmt.Fprint(p.env.Stdout, pongHeader)
+	p.msg[0] = pongLogin
+	if n, err := p.sendRecv(pongCtrl, time.Second); err != nil || n != pongCtrl {
+		return &cli.ExitError{Code: exitFailure, Err: fmt.Errorf("login to %v: %w", p.server, err)}
+	}
+	if p.o.custom {
+		p.test(ctx, "custom", p.o.size, p.o.count, p.o.echo)
+		return nil
+	}
+	for _, echo := range []bool{true, false} {
+		for _, size := range pongSizes {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if echo {
+				p.test(ctx, seriesName(size, "lat"), size, sizeToCount(size)/10, true)
+			} else {
+				p.test(ctx, seriesName(size, "bw"), size, sizeToCount(size), false)
+			}
+		}
+	}
+	return nil
+}
+
+// test is udpong's run_test: start (the server resets this client's
+// count), count messages of size (each echoed in a latency test), end
+// (the server answers with its count), then the result line.
+func (p *pong) test(ctx context.Context, name string, size, count int, echo bool) {
+	err := p.runTest(name, size, count, echo)
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(p.env.Stderr, "%s: %v\n", name, err)
+	}
+}
+
+func (p *pong) runTest(name string, size, count int, echo bool) error {
+	p.msg[0] = pongStart
+	if _, err := p.sendRecv(pongCtrl, time.Second); err != nil {
+		return err
+	}
+	p.msg[0] = pongData
+	if echo {
+		p.msg[0] = pongEcho
+	}
+	start := time.Now()
+	for range count {
+		var err error
+		if echo {
+			_, err = p.sendRecv(size, time.Millisecond)
+		} else {
+			err = p.send(size)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	p.msg[0] = pongEnd
+	if _, err := p.sendRecv(pongCtrl, time.Millisecond); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	transfers := int64(binary.BigEndian.Uint32(p.msg[4:8]))
+	if echo {
+		transfers = int64(count) * 2
+	}
+	p.printResult(name, size, transfers, elapsed)
+	return nil
+}
+
+// printResult writes udpong's show_perf line: the elapsed microseconds
+// kept in a float, the rates computed as udpong computes them.
+func (p *pong) printResult(name string, size int, transfers int64, elapsed time.Duration) {
+	usec := float32(elapsed.Microseconds())
+	bytes := transfers * int64(size)
+	fmt.Fprintf(p.env.Stdout, "%-10s%-8s%-8s%-8s%8.2fs%10.2f%11.2f\n", name, sizeStr(int64(size)), cntStr(transfers),
+		sizeStr(bytes), float64(usec)/1e6, float64(bytes*8)/(1000*float64(usec)), float64(usec/float32(transfers)))
+}
+
+// send sends the first size bytes of the message to the server.
+func (p *pong) send(size int) error {
+	if _, err := p.c.WriteTo(p.msg[:size], net.UDPAddrFromAddrPort(p.server)); err != nil {
+		return fmt.Errorf("rsend: %w", err)
+	}
+	return nil
+}
+
+// sendRecv is udpong's client_send_recv: the message, with the next
+// sequence number, is sent again each time wait passes without the
+// answer of that number, for --timeout at most; the answer is read into
+// the message.
+func (p *pong) sendRecv(size int, wait time.Duration) (int, error) {
+	seq := p.seqno
+	p.msg[2] = seq
+	for end := time.Now().Add(p.o.timeout); time.Now().Before(end); {
+		if err := p.send(size); err != nil {
+			return 0, err
+		}
+		p.c.SetReadDeadline(time.Now().Add(wait))
+		n, _, err := p.c.ReadFrom(p.msg[:size])
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		case err != nil:
+			return 0, fmt.Errorf("rrecv: %w", err)
+		case n > 2 && p.msg[2] == seq:
+			p.seqno++
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%w within --timeout %v", errNoAnswer, p.o.timeout)
+}
