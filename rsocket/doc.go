@@ -1,7 +1,8 @@
 // Package rsocket is a net.Conn over RDMA: librdmacm's rsocket stream
 // protocol on goroce's software device, so that Go programs speak
 // net.Conn over RoCEv2 and talk to programs using rsockets (rstream,
-// riostream, rcopy, and socket programs run under librspreload.so).
+// riostream, rcopy, and socket programs run under librspreload.so); and
+// its datagram rsockets, a net.PacketConn (udpong's).
 //
 //	ln, err := rsocket.Listen(ctx, dev, netip.MustParseAddrPort("198.18.0.1:7471")) // a net.Listener
 //	c, err := ln.Accept()                                                            // an *rsocket.Conn
@@ -83,13 +84,48 @@
 // an entry is 24 bytes (offset, address, rkey, length) written with an
 // iomap SGL message, which takes a credit; IOWrite's writes take none.
 //
+// # Datagram rsockets: ListenPacket
+//
+// librdmacm's SOCK_DGRAM rsockets (rsendto, rrecvfrom, and udpong) are a
+// net.PacketConn:
+//
+//	c, err := rsocket.ListenPacket(ctx, dev, netip.MustParseAddrPort("198.18.0.1:7174")) // an *rsocket.PacketConn
+//	n, err := c.WriteTo(msg, &net.UDPAddr{IP: net.ParseIP("198.18.0.2"), Port: 7174})
+//	n, from, err := c.ReadFrom(buf)
+//
+// A datagram rsocket is a UDP socket at its address (an IP address and
+// a UDP port) and a UD QP on the device, with rdma_cm's Q_Key
+// (RDMA_UDP_QKEY). A datagram to a destination whose QP this side does
+// not know travels on the UDP socket, after a ds_udp_header (a tag, the
+// version, the sender's QPN and address); the receiver learns the
+// sender's QPN from it, answers with a control message carrying its own,
+// and takes the datagram. Later datagrams between the two are UD SENDs
+// after a ds_header (version, the sender's address and port), which is
+// how the receiver tells whom a datagram is from and where ReadFrom's
+// address comes from; an answer to that address goes straight on the UD
+// QP. A datagram is at most 2048 bytes with its header (a receive
+// buffer of librdmacm's), and no larger than the path MTU:
+// PacketConn.MaxDatagram says, and a larger write fails with
+// ErrMessageSize. IPv4 and IPv6 both work. The queues are at most the
+// buffer sizes over 2048 (64 datagrams each way by default, as in
+// librdmacm).
+//
+// Delivery is UDP's: a datagram arrives whole or not at all, may be lost
+// (by the link, or by a receiver whose queue is full), and is not
+// acknowledged; ordering is not promised. A datagram with a malformed
+// header, on either path, is dropped and counted (PacketConn.Stats), as
+// is one on the UD QP whose header names another address than its
+// packet's source, or another QP than the one learned for that address.
+// The rsocket's address is the device's: it sends with the device's
+// address and listens on the UDP socket there.
+//
 // # Not supported (yet)
 //
-// The datagram (UD) rsockets, riomap's local-only mappings (PROT_NONE:
-// Map always maps for the peer's writes), and iWARP's SEND-based
-// messages. The connection's QP runs on goroce's software device only: a
-// hardware device's connections belong to its kernel's rdma_cm (use
-// librdmacm's rsockets there).
+// riomap's local-only mappings (PROT_NONE: Map always maps for the
+// peer's writes), iWARP's SEND-based messages, and datagram rsockets over
+// the in-memory link (their UDP socket is the kernel's). The QPs run on
+// goroce's software device only: a hardware device's connections belong
+// to its kernel's rdma_cm (use librdmacm's rsockets there).
 //
 // # Performance
 //

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/rsocket"
@@ -106,4 +107,52 @@ func ExampleConn_IOWrite() {
 	fmt.Printf("%q\n", buf[4:19])
 	server.Unmap(1000)
 	// Output: "placed directly"
+}
+
+// Datagram rsockets (librdmacm's SOCK_DGRAM rsockets, as udpong uses
+// them): two sockets on two software devices over UDP loopback. The first
+// datagram goes on the receiver's UDP socket and teaches it the sender's
+// QP; the answer, and what follows, are UD SENDs.
+func ExamplePacketConn() {
+	ctx := context.Background()
+	a, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: 14791, PeerPort: 14791}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	b, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.2"), Port: 14791, PeerPort: 14791}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	server, err := rsocket.ListenPacket(ctx, b, netip.MustParseAddrPort("127.0.0.2:7174"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer server.Close()
+	client, err := rsocket.ListenPacket(ctx, a, netip.MustParseAddrPort("127.0.0.1:0")) // any free port
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	if _, err := client.WriteTo([]byte("ping"), server.LocalAddr()); err != nil {
+		log.Fatal(err)
+	}
+	buf := make([]byte, server.MaxDatagram())
+	n, from, err := server.ReadFrom(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("server: %q from the client: %v\n", buf[:n], from.String() == client.LocalAddr().String())
+	server.WriteTo([]byte("pong"), from)
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err = client.ReadFrom(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("client: %q\n", buf[:n])
+	// Output:
+	// server: "ping" from the client: true
+	// client: "pong"
 }
