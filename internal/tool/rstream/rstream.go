@@ -115,10 +115,7 @@ func (t *testOpts) String() string { return strings.Join(t.given, ",") }
 // Set takes one -T value: a letter or its long name, as rstream does.
 func (t *testOpts) Set(v string) error {
 	t.given = append(t.given, v)
-	name := strings.ToLower(v)
-	is := func(letter, long string) bool {
-		return name == letter || len(name) > 1 && strings.HasPrefix(name, long)
-	}
+	is := testOption(v)
 	switch {
 	case t.io && (is("s", "socket") || is("r", "resolve") || is("f", "fork")):
 		return fmt.Errorf("unknown test option %q (want a, b, n or v)", v)
@@ -137,6 +134,16 @@ func (t *testOpts) Set(v string) error {
 		return fmt.Errorf("unknown test option %q (want s, a, b, n, r or v)", v)
 	}
 	return nil
+}
+
+// testOption returns what tells whether the -T value v is an option:
+// its letter, or (case aside) a word that starts with its long name, as
+// rdma-core's tools read -T.
+func testOption(v string) func(letter, long string) bool {
+	name := strings.ToLower(v)
+	return func(letter, long string) bool {
+		return name == letter || len(name) > 1 && strings.HasPrefix(name, long)
+	}
 }
 
 // register declares the flags of tool (rstream or riostream: it has

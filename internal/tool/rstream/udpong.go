@@ -117,10 +117,7 @@ func (t pongTests) String() string {
 // Set takes one -T value: a letter or its long name, as udpong does.
 func (t pongTests) Set(v string) error {
 	t.o.tests = append(t.o.tests, v)
-	name := strings.ToLower(v)
-	is := func(letter, long string) bool {
-		return name == letter || len(name) > 1 && strings.HasPrefix(name, long)
-	}
+	is := testOption(v)
 	switch {
 	case is("s", "socket"):
 		t.o.sockets = true
