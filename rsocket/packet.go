@@ -489,6 +489,20 @@ type dgramEndpoint struct {
 	smr, rmr   verbs.MR
 	sbuf, rbuf []byte
 	inline     int
+	// swr and rwr are each slot's work request and SGE, made once: a
+	// slot's are not used again before its completion.
+	swr []slotWR
+	rwr []slotRecv
+}
+
+type slotWR struct {
+	wr  [1]verbs.SendWR
+	sge [1]verbs.SGE
+}
+
+type slotRecv struct {
+	wr  [1]verbs.RecvWR
+	sge [1]verbs.SGE
 }
 
 // rslot is the size of a receive slot.
@@ -513,6 +527,7 @@ func newDgramEndpoint(dev verbs.Device, rq, sq, inline int) (e dgramEndpoint, er
 		return e, fmt.Errorf("rsocket: UD queue pair (send queue %d, receive queue %d): %w", sq, rq, err)
 	}
 	e.sbuf, e.rbuf = make([]byte, sq*dsSlot), make([]byte, rq*rslot)
+	e.swr, e.rwr = make([]slotWR, sq), make([]slotRecv, rq)
 	if e.smr, err = e.pd.RegMR(e.sbuf, 0); err != nil {
 		return e, fmt.Errorf("rsocket: send buffer: %w", err)
 	}
@@ -532,8 +547,10 @@ func newDgramEndpoint(dev verbs.Device, rq, sq, inline int) (e dgramEndpoint, er
 
 // postRecv posts receive slot i.
 func (e *dgramEndpoint) postRecv(i int) error {
-	sge := []verbs.SGE{{Addr: e.rmr.Addr() + uint64(i*rslot), Length: rslot, LKey: e.rmr.LKey()}}
-	if err := e.qp.PostRecv([]verbs.RecvWR{{ID: recvFlag | uint64(i), SGL: sge}}); err != nil {
+	r := &e.rwr[i]
+	r.sge[0] = verbs.SGE{Addr: e.rmr.Addr() + uint64(i*rslot), Length: rslot, LKey: e.rmr.LKey()}
+	r.wr[0] = verbs.RecvWR{ID: recvFlag | uint64(i), SGL: r.sge[:]}
+	if err := e.qp.PostRecv(r.wr[:]); err != nil {
 		return fmt.Errorf("rsocket: posting a receive: %w", err)
 	}
 	return nil
@@ -541,13 +558,15 @@ func (e *dgramEndpoint) postRecv(i int) error {
 
 // post sends b, in send slot i, to d with librdmacm's Q_Key.
 func (e *dgramEndpoint) post(i int, b []byte, d dest) error {
-	wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, AH: d.ah, RemoteQPN: d.qpn, RemoteQKey: verbs.DefaultQKey}
+	s := &e.swr[i]
+	s.wr[0] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, AH: d.ah, RemoteQPN: d.qpn, RemoteQKey: verbs.DefaultQKey}
 	if len(b) <= e.inline {
-		wr.Flags, wr.InlineData = verbs.Inline, b
+		s.wr[0].Flags, s.wr[0].InlineData = verbs.Inline, b
 	} else {
-		wr.SGL = []verbs.SGE{{Addr: e.smr.Addr() + uint64(i*dsSlot), Length: uint32(len(b)), LKey: e.smr.LKey()}}
+		s.sge[0] = verbs.SGE{Addr: e.smr.Addr() + uint64(i*dsSlot), Length: uint32(len(b)), LKey: e.smr.LKey()}
+		s.wr[0].SGL = s.sge[:]
 	}
-	return e.qp.PostSend([]verbs.SendWR{wr})
+	return e.qp.PostSend(s.wr[:])
 }
 
 // close frees what newDgramEndpoint made, QP first.
