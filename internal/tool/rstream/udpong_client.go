@@ -109,25 +109,43 @@ func (p *pong) send(size int) error {
 // sendRecv is udpong's client_send_recv: the message, with the next
 // sequence number, is sent again each time wait passes without the
 // answer of that number, for --timeout at most; the answer is read into
-// the message.
+// the message. (udpong also sends again for each stale answer it reads,
+// the answer to a copy of an earlier message sent again: when the round
+// trip is longer than wait, the copies in flight then never stop growing.
+// This reads on until wait passes instead, and sends the message's own op
+// and number again, not what a stale answer left in it.)
 func (p *pong) sendRecv(size int, wait time.Duration) (int, error) {
-	seq := p.seqno
-	p.msg[2] = seq
+	op, seq := p.msg[0], p.seqno
 	for end := time.Now().Add(p.o.timeout); time.Now().Before(end); {
+		p.msg[0], p.msg[2] = op, seq
 		if err := p.send(size); err != nil {
 			return 0, err
 		}
-		p.c.SetReadDeadline(time.Now().Add(wait))
-		n, _, err := p.c.ReadFrom(p.msg[:size])
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			continue
-		case err != nil:
-			return 0, fmt.Errorf("rrecv: %w", err)
-		case n > 2 && p.msg[2] == seq:
+		n, err := p.recvSeq(size, seq, time.Now().Add(wait))
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
 			p.seqno++
 			return n, nil
 		}
 	}
 	return 0, fmt.Errorf("%w within --timeout %v", errNoAnswer, p.o.timeout)
+}
+
+// recvSeq reads answers until one has sequence number seq (its length is
+// returned) or deadline passes (0).
+func (p *pong) recvSeq(size int, seq byte, deadline time.Time) (int, error) {
+	p.c.SetReadDeadline(deadline)
+	for {
+		n, _, err := p.c.ReadFrom(p.msg[:size])
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return 0, nil
+		case err != nil:
+			return 0, fmt.Errorf("rrecv: %w", err)
+		case n > 2 && p.msg[2] == seq:
+			return n, nil
+		}
+	}
 }
