@@ -32,7 +32,7 @@ GOROCE_BIN="$STATE/roce" # host commands run with $STATE first on PATH, so "roce
 HTTPD_BIN="$STATE/rsockhttp" # the lab's net/http server on rsockets (interop/rsockhttp), built with roce
 PEERS_SRC="$IOP/peers"   # goroce's C peers (interop/peers), built on the host and pushed to the guests
 PEERS_BIN="$STATE/peers"
-PEERS="rdmaex_server rdmaex_client minimal_server minimal_client imm_server imm_client rdmalib"
+PEERS="rdmaex_server rdmaex_client minimal_server minimal_client imm_server imm_client rdmalib dsahfix.so udpong_rxe"
 
 # Variants, in run order (grouped by MTU so the guests switch MTU twice) and matrix column order.
 #   mode: the word in cases.txt that selects the variant
