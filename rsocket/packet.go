@@ -116,6 +116,9 @@ func listenPacket(ctx context.Context, dev verbs.Device, addr netip.AddrPort, o 
 	if dev == nil {
 		return nil, errNoDevice
 	}
+	if ctx == nil {
+		return nil, fmt.Errorf("rsocket: a nil context: %w", syscall.EINVAL)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -138,7 +141,11 @@ func listenPacket(ctx context.Context, dev verbs.Device, addr netip.AddrPort, o 
 		return nil, err
 	}
 	c := newPacketConn(u, ep, ip, rq, sq, opts.Logger)
-	c.max = min(dsSlot, dev.ActiveMTU().Bytes()) - dsHdrLen(ip)
+	mtu := dev.ActiveMTU().Bytes()
+	if mtu == 0 { // not known: the buffer bounds it
+		mtu = dsSlot
+	}
+	c.max = min(dsSlot, mtu) - dsHdrLen(ip)
 	c.max = min(c.max, dsSlot-dsUDPHdrLen(ip)) // what a receiver reads from its UDP socket
 	var ctx2 context.Context
 	ctx2, c.cancel = context.WithCancel(context.Background())

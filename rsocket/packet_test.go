@@ -240,6 +240,8 @@ func TestPacketBadArguments(t *testing.T) {
 	var zero PacketConn
 	for name, err := range map[string]error{
 		"nil device": func() error { _, err := ListenPacket(ctx, nil, netip.AddrPort{}); return err }(),
+		//lint:ignore SA1012 a nil context must not panic
+		"nil context": func() error { _, err := ListenPacket(nil, h.a, netip.AddrPort{}); return err }(),
 		"bad option": func() error {
 			_, err := (&ListenConfig{Options: Options{SendQueue: -1}}).ListenPacket(ctx, h.a, netip.AddrPort{})
 			return err
