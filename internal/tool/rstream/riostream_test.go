@@ -115,25 +115,13 @@ func must(t *testing.T, err error) {
 // TestRiostreamFlags checks riostream's flags: rstream's without -k, and
 // -T without s, r and f.
 func TestRiostreamFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args   []string
-		code   int
-		stderr string
-	}{
+	checkFlags(t, Riostream, []flagCase{
 		{[]string{"-T", "s"}, cli.ExitUsage, `unknown test option "s" (want a, b, n or v)`},
 		{[]string{"-T", "resolve"}, cli.ExitUsage, `unknown test option "resolve"`},
 		{[]string{"-k", "5"}, cli.ExitUsage, "-k"},
 		{[]string{"-S", "0", "-b", "127.0.0.1"}, cli.ExitUsage, `-S "0": want a size from 1`},
 		{nil, cli.ExitUsage, "the server needs the address to serve on: -b ADDR"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
-			code := clitest.Run(Riostream, nil, out, errb, tc.args...)
-			if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), tc.code, tc.stderr)
-			}
-		})
-	}
+	})
 	o := &options{}
 	fs := cli.NewFlagSet(cli.Getopt)
 	o.register(fs, "riostream")

@@ -207,13 +207,31 @@ func TestSeries(t *testing.T) {
 	checkLines(t, "server", header+sout.String(), want...)
 }
 
+// flagCase is a command line and the exit code and the words of the
+// error it must draw.
+type flagCase struct {
+	args   []string
+	code   int
+	stderr string
+}
+
+// checkFlags runs cmd with each case's arguments.
+func checkFlags(t *testing.T, cmd *cli.Command, cases []flagCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
+			code := clitest.Run(cmd, nil, out, errb, tc.args...)
+			if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), tc.code, tc.stderr)
+			}
+		})
+	}
+}
+
 // TestFlags checks how the command line is read and refused.
 func TestFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args   []string
-		code   int
-		stderr string
-	}{
+	checkFlags(t, Cmd, []flagCase{
 		{[]string{"-S", "0", "-b", "127.0.0.1"}, cli.ExitUsage, `-S "0": want a size from 1`},
 		{[]string{"-S", "big"}, cli.ExitUsage, `-S "big"`},
 		{[]string{"-C", "0"}, cli.ExitUsage, "-C 0: want 1 or more transfers"},
@@ -231,15 +249,7 @@ func TestFlags(t *testing.T) {
 		{nil, cli.ExitUsage, "the server needs the address to serve on: -b ADDR"},
 		{[]string{"-s", "not an address!"}, cli.ExitFailure, "not an IP address"},
 		{[]string{"-s", "localhost", "-f", "ip"}, cli.ExitFailure, `"localhost" is not a numeric address (-f ip)`},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
-			code := clitest.Run(Cmd, nil, out, errb, tc.args...)
-			if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), tc.code, tc.stderr)
-			}
-		})
-	}
+	})
 	o := &options{}
 	fs := cli.NewFlagSet(cli.Getopt)
 	o.register(fs, "rstream")
