@@ -5,58 +5,23 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/clitest"
 	"github.com/goroce/goroce/transport/mem"
 )
 
-// runIO runs roce riostream, the server and then the client, with args
-// on both, over UDP loopback or the in-memory network.
-func runIO(t *testing.T, useMem bool, args []string) (srv, client clitest.Result) {
-	t.Helper()
-	saddr, caddr := "127.0.0.1", "127.0.0.2"
-	var n *mem.Network
-	common := append([]string(nil), args...)
-	if useMem {
-		n = mem.NewNetwork(&mem.Config{Live: true})
-		t.Cleanup(n.Close)
-		saddr, caddr = "198.18.0.1", "198.18.0.2"
-		common = append(common, "--transport", "mem")
-	} else {
-		common = append(common, "--roce-port", strconv.Itoa(clitest.LoopbackUDPPort(t)))
-	}
-	common = append(common, "-p", strconv.Itoa(clitest.FreeTCPPort(t)), "--timeout", "30s")
-	return clitest.RunPair(t, Riostream, "name ", append([]string{"-b", saddr}, common...),
-		append([]string{"-s", saddr, "--bind", caddr}, common...), n, 2*time.Minute)
-}
-
 // TestRiostreamCustom runs custom riostream tests, goroce against
 // goroce, with the data verified on both sides: latency and bandwidth
 // shapes, inline and larger transfers, buffers smaller than a transfer.
 func TestRiostreamCustom(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		mem  bool
-		args []string
-		want string
-	}{
+	checkCustom(t, Riostream, []customCase{
 		{"latency 64", false, []string{"-S", "64", "-C", "1", "-I", "300"}, "custom 64 1 300 37k"},
 		{"bandwidth 64K", false, []string{"-S", "65536", "-C", "50"}, "custom 64k 50 1 6.2m"},
 		{"small buffers 100K", false, []string{"-S", "100000", "-C", "10", "-I", "2", "-B", "8192"}, "custom 97k 10 2 3.8m"},
 		{"odd sizes over mem", true, []string{"-S", "3001", "-C", "7", "-I", "30"}, "custom 2.9k 7 30 1.2m"},
 		{"one byte over mem", true, []string{"-S", "1", "-C", "3", "-I", "20"}, "custom 1 3 20 120"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			srv, cl := runIO(t, c.mem, append([]string{"-T", "v"}, c.args...))
-			if srv.Code != 0 || cl.Code != 0 {
-				t.Fatalf("server exit %d: %s%s\nclient exit %d: %s%s", srv.Code, srv.Stdout, srv.Stderr, cl.Code, cl.Stdout, cl.Stderr)
-			}
-			checkLines(t, "server", srv.Stdout, c.want)
-			checkLines(t, "client", cl.Stdout, c.want)
-		})
-	}
+	})
 }
 
 // TestRiostreamSeries runs riostream's default series (latency tests,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,12 +61,14 @@ func TestReportFormat(t *testing.T) {
 	}
 }
 
-// run runs roce rstream, the server with sargs and then the client with
-// cargs (common added to both), and returns their outcomes.
-func run(t *testing.T, useMem bool, common, sargs, cargs []string) (srv, client clitest.Result) {
+// runCmd runs cmd (roce rstream or roce riostream), the server with sargs
+// and then the client with cargs (common added to both), over UDP
+// loopback or the in-memory network, and returns their outcomes.
+func runCmd(t *testing.T, cmd *cli.Command, useMem bool, common, sargs, cargs []string) (srv, client clitest.Result) {
 	t.Helper()
 	saddr, caddr := "127.0.0.1", "127.0.0.2"
 	var n *mem.Network
+	common = slices.Clone(common)
 	if useMem {
 		n = mem.NewNetwork(&mem.Config{Live: true})
 		t.Cleanup(n.Close)
@@ -75,7 +78,7 @@ func run(t *testing.T, useMem bool, common, sargs, cargs []string) (srv, client 
 		common = append(common, "--roce-port", strconv.Itoa(clitest.LoopbackUDPPort(t)))
 	}
 	common = append(common, "-p", strconv.Itoa(clitest.FreeTCPPort(t)), "--timeout", "30s")
-	return clitest.RunPair(t, Cmd, "name ", append(append([]string{"-b", saddr}, common...), sargs...),
+	return clitest.RunPair(t, cmd, "name ", append(append([]string{"-b", saddr}, common...), sargs...),
 		append(append([]string{"-s", saddr, "--bind", caddr}, common...), cargs...), n, 2*time.Minute)
 }
 
@@ -102,22 +105,32 @@ func checkLines(t *testing.T, who, out string, want ...string) {
 // TestCustom runs custom tests of several sizes and shapes, goroce
 // against goroce, with the data verified on both sides.
 func TestCustom(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		mem  bool
-		args []string
-		want string
-	}{
+	checkCustom(t, Cmd, []customCase{
 		{"latency 64", false, []string{"-S", "64", "-C", "1", "-I", "500"}, "custom 64 1 500 62k"},
 		{"bandwidth 64K", false, []string{"-S", "65536", "-C", "100"}, "custom 64k 100 1 12m"},
 		{"small buffers 100K", false, []string{"-S", "100000", "-C", "20", "-I", "2", "-B", "8192"}, "custom 97k 20 2 7.6m"},
 		{"defaults", false, []string{"-C", "1000"}, "custom 1000 1k 1 1.9m"},
 		{"odd sizes over mem", true, []string{"-S", "3001", "-C", "7", "-I", "30"}, "custom 2.9k 7 30 1.2m"},
 		{"sockets", false, []string{"-T", "s", "-S", "4096", "-C", "50", "-I", "3"}, "custom 4k 50 3 1.1m"},
-	} {
+	})
+}
+
+// customCase is a custom test: its arguments, over the in-memory network
+// or not, and the result line both sides must print.
+type customCase struct {
+	name string
+	mem  bool
+	args []string
+	want string
+}
+
+// checkCustom runs cmd's custom tests with the data verified (-T v),
+// server and client, and checks both sides' result lines.
+func checkCustom(t *testing.T, cmd *cli.Command, cases []customCase) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"-T", "v"}, c.args...)
-			srv, cl := run(t, c.mem, args, nil, nil)
+			srv, cl := runCmd(t, cmd, c.mem, append([]string{"-T", "v"}, c.args...), nil, nil)
 			if srv.Code != 0 || cl.Code != 0 {
 				t.Fatalf("server exit %d: %s%s\nclient exit %d: %s%s", srv.Code, srv.Stdout, srv.Stderr, cl.Code, cl.Stdout, cl.Stderr)
 			}
