@@ -59,6 +59,14 @@ func newRawPeer(t *testing.T, h *hosts, port uint16, bigEndian bool, opts *Optio
 	must(t, err)
 	p.sbuf, err = pd.RegMR(make([]byte, 1<<16), verbs.LocalWrite)
 	must(t, err)
+	t.Cleanup(func() { // after the connections' cleanup, registered later
+		p.qp.Destroy()
+		p.cq.Destroy()
+		for _, m := range []verbs.MR{p.rbuf, p.tsgl, p.sbuf} {
+			m.Dereg()
+		}
+		pd.Dealloc()
+	})
 	must(t, roce.ModifyToInit(p.qp, nil))
 	must(t, p.qp.PostRecv(make([]verbs.RecvWR, 32)))
 
