@@ -17,7 +17,7 @@ var fuzzOps = []bth.Opcode{
 	bth.RCReadRequest, bth.RCReadResponseFirst, bth.RCReadResponseMiddle, bth.RCReadResponseLast,
 	bth.RCReadResponseOnly, bth.RCAcknowledge, bth.RCAtomicAcknowledge, bth.RCCompareSwap, bth.RCFetchAdd,
 	bth.RCSendLastInvalidate, bth.RCSendOnlyInvalidate, bth.RCFlush, bth.RCAtomicWrite,
-	bth.RCSendOnly.WithTransport(bth.TransportUC),
+	bth.RCSendOnly.WithTransport(bth.TransportUC), bth.UDSendOnly, bth.UDSendOnlyImm,
 }
 
 // fuzzSyndromes are the AETH syndromes of the peer's responses.
@@ -28,14 +28,15 @@ var fuzzSyndromes = []bth.Syndrome{
 }
 
 // FuzzAdversary runs goroce's QP against a peer that obeys nothing: RC
-// (MTU 256 or 1024, with or without an SRQ) or UC, by the script's length
-// modulo 4. A script is a run of 8-byte steps:
+// (MTU 256 or 1024, with or without an SRQ), UC or UD, by the script's
+// length modulo 5. A script is a run of 8-byte steps:
 //
 //	b0%8   0-4 a packet of the peer: opcode fuzzOps[b1], PSN int8(b2)
 //	           from the peer's next request PSN (a request opcode) or
 //	           goroce's first (a response), b3 the AckReq and SE bits, a
-//	           wrong key, the pad, the syndrome; b4-b5 the payload length,
-//	           b6-b7 where its RETH or atomic points in the peer's region
+//	           target the peer has no right to, the pad, the Q_Key, the
+//	           syndrome; b4-b5 the payload length, b6-b7 where its RETH or
+//	           atomic points
 //	       5-6 a work request of goroce's: WRITE, READ, FETCH_AND_ADD,
 //	           SEND or a receive (b1)
 //	       7   the clock runs to goroce's next timer
@@ -63,13 +64,15 @@ func FuzzAdversary(f *testing.F) {
 			script = script[:8*48]
 		}
 		o := advOpts{recvs: 2, cqe: 512}
-		switch len(script) % 4 {
+		switch len(script) % 5 {
 		case 1:
 			o.srq = true
 		case 2:
 			o.mtu = bth.MTU1024
 		case 3:
 			o.typ = verbs.UC
+		case 4:
+			o.typ = verbs.UD
 		}
 		a := newAdversary(t, o)
 		rbufOrig, lbufOrig := bytes.Clone(a.rbuf.Bytes()), bytes.Clone(a.lbuf.Bytes())
@@ -135,14 +138,18 @@ func (a *adversary) fuzzPacket(s []byte) *wire {
 	if s[3]&8 != 0 {
 		w.pad = int(s[3]>>3) % 4
 	}
-	key := a.mr.RKey()
+	key, va := a.mr.RKey(), a.mr.Addr()+uint64(s[6])*64
 	if s[3]&4 != 0 {
-		key = a.rbuf.RKey() // a region the peer has no right to
+		// The part of the receive buffer no receive names: the peer has
+		// no right to it, with its key or any other.
+		key, va = a.rbuf.RKey()+uint32(s[6]&1), a.rbuf.Addr()+8192+uint64(s[6])*16
 	}
-	va := a.mr.Addr() + uint64(s[6])*64
 	w.rethOf(va, key, uint32(s[7])*4)
 	w.atomicOf(va&^7+uint64(s[7]&7), key, 1, 0)
 	w.ieth = key
+	if s[3]&16 != 0 {
+		w.qkey = advQKey // a UD QP's: the others get none
+	}
 	return w
 }
 
