@@ -42,8 +42,9 @@ var fuzzSyndromes = []bth.Syndrome{
 //	       7   the clock runs to goroce's next timer
 //
 // Then the QP is moved to the error state. Whatever came: nothing panics;
-// every work request posted completes exactly once (an SRQ's receives at
-// most once: they outlive the QP); memory no remote
+// everything goroce sends parses, is of its QP's transport and goes to
+// the peer's address and QP; every work request posted completes exactly
+// once (an SRQ's receives at most once: they outlive the QP); memory no remote
 // right covers (the receive buffer past the receives posted, the local
 // buffer past what goroce's own requests name) is not touched.
 func FuzzAdversary(f *testing.F) {
@@ -63,7 +64,7 @@ func FuzzAdversary(f *testing.F) {
 		if len(script) > 8*48 {
 			script = script[:8*48]
 		}
-		o := advOpts{recvs: 2, cqe: 512}
+		o := advOpts{typ: verbs.RC, recvs: 2, cqe: 512}
 		switch len(script) % 5 {
 		case 1:
 			o.srq = true
@@ -97,12 +98,13 @@ func FuzzAdversary(f *testing.F) {
 				}
 			}
 			a.fuzzPoll(done)
-			a.link.take()
+			a.fuzzSent(o.typ)
 		}
 		if err := a.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
 			t.Fatalf("Modify to ERR: %v", err)
 		}
 		a.fuzzPoll(done)
+		a.fuzzSent(o.typ)
 		for id, n := range done {
 			if _, ok := posted[id]; !ok {
 				t.Errorf("a completion for work request %d, never posted", id)
@@ -183,6 +185,21 @@ func (a *adversary) fuzzPoll(done map[uint64]int) {
 	for n := a.cq.Poll(wcs); n > 0; n = a.cq.Poll(wcs) {
 		for _, wc := range wcs[:n] {
 			done[wc.ID]++
+		}
+	}
+}
+
+// fuzzSent checks what goroce sent since the last call: whole packets of
+// the QP's transport (typ), to the peer's address and QP.
+func (a *adversary) fuzzSent(typ verbs.QPType) {
+	a.t.Helper()
+	for _, s := range a.link.take() {
+		var p bth.Packet
+		if err := p.Parse(s.Data); err != nil {
+			a.t.Fatalf("goroce sent a packet that does not parse: %v: % x", err, s.Data)
+		}
+		if p.Info.Transport != transportOf(typ) || p.BTH.DestQP() != advPeerQPN || s.Dst != advPeer {
+			a.t.Fatalf("goroce sent %v to QP %#x at %v, not its peer's QP %#x at %v", p.BTH.Opcode(), p.BTH.DestQP(), s.Dst, advPeerQPN, advPeer)
 		}
 	}
 }
