@@ -29,7 +29,8 @@ import (
 //	        4 a credit message whose SGL entry says anything
 //	        5 an iomap SGL message of any index and entry
 //
-// Then the peer disconnects. Whatever came, nothing panics or hangs: the
+// Then the peer disconnects. Whatever came, every message the Conn sends
+// is one of the protocol's (checkMsg) and nothing panics or hangs: the
 // Conn's reader ends within seconds, with io.EOF or a *net.OpError, its
 // writer returns (deadlines bound a Write waiting for credits), and Close
 // returns, and its queue pair is gone.
@@ -162,10 +163,11 @@ func (p *rawPeer) fuzzStep(step []byte) bool {
 }
 
 // await waits for the completion of the peer's one send, taking (and
-// replacing) the receives that come meanwhile, and reports whether it
-// succeeded.
+// replacing) the receives that come meanwhile, each checked, and reports
+// whether it succeeded. A send still waiting after 2 s (a Conn out of
+// receives answers RNR, and the peer retries for ever) ends the script.
 func (p *rawPeer) await() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for {
 		wc, err := roce.PollOne(ctx, p.cq)
@@ -175,8 +177,29 @@ func (p *rawPeer) await() bool {
 		if wc.Opcode&verbs.WCRecv == 0 {
 			return true
 		}
+		p.checkMsg(&wc)
 		if p.qp.PostRecv(make([]verbs.RecvWR, 1)) != nil {
 			return false
 		}
+	}
+}
+
+// checkMsg checks a message the Conn sent, provoked or not: a WRITE with
+// immediate of an operation a Conn sends (data as long as it says, a
+// credit update with or without its SGL entry, a control message of a
+// known code; no iomap entries, as the Conn maps no buffer here).
+func (p *rawPeer) checkMsg(wc *verbs.WC) {
+	p.t.Helper()
+	if wc.Opcode != verbs.WCRecvRDMAWithIm || wc.Flags&verbs.WithImm == 0 {
+		p.t.Errorf("the Conn sent a message other than a WRITE with immediate: %v", wc)
+		return
+	}
+	op, arg := wc.Imm>>29, wc.Imm&msgDataMask
+	switch {
+	case op == opData && arg == wc.ByteLen && arg > 0:
+	case op == opSGL && (wc.ByteLen == 0 || wc.ByteLen == 16):
+	case op == opCtrl && arg <= ctrlShutdown && wc.ByteLen == 0:
+	default:
+		p.t.Errorf("the Conn sent immediate %#x with %d bytes", wc.Imm, wc.ByteLen)
 	}
 }
