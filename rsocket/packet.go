@@ -341,15 +341,7 @@ func (c *PacketConn) checkWrite(p []byte, to netip.AddrPort) error {
 // send sends p to to: on the UD QP when its QPN is known, else on the
 // UDP socket with a ds_udp_header, as dsend does.
 func (c *PacketConn) send(p []byte, to netip.AddrPort) error {
-	c.mu.Lock()
-	d := c.dests[to]
-	var cur dest
-	if d != nil {
-		cur = *d
-	}
-	c.mu.Unlock()
-	if cur.ah == nil {
-		c.stats.viaUDP.Add(1)
+	if _, ok := c.dest(to); !ok {
 		return c.sendUDP(opData, p, to)
 	}
 	var slot int
@@ -365,14 +357,31 @@ func (c *PacketConn) send(p []byte, to netip.AddrPort) error {
 	if c.ready(c.wdl) == net.ErrClosed {
 		return net.ErrClosed
 	}
+	// Address handles are destroyed only under sendMu (learn, Close):
+	// the one looked up now stays valid through the post.
+	d, ok := c.dest(to)
+	if !ok { // forgotten meanwhile: by UDP, as a destination not known
+		c.slots <- slot
+		return c.sendUDPLocked(opData, p, to)
+	}
 	b := c.ep.sbuf[slot*dsSlot : (slot+1)*dsSlot]
 	n := putDSHeader(b, c.local)
 	n += copy(b[n:], p)
-	if err := c.ep.post(slot, b[:n], cur); err != nil {
+	if err := c.ep.post(slot, b[:n], d); err != nil {
 		c.slots <- slot
 		return err
 	}
 	return nil
+}
+
+// dest returns what c knows of the destination to, if anything.
+func (c *PacketConn) dest(to netip.AddrPort) (dest, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.dests[to]; d != nil {
+		return *d, true
+	}
+	return dest{}, false
 }
 
 // sendUDP sends a ds_udp_header of op, and p, to to's UDP socket; the
@@ -380,6 +389,14 @@ func (c *PacketConn) send(p []byte, to netip.AddrPort) error {
 func (c *PacketConn) sendUDP(op uint8, p []byte, to netip.AddrPort) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	return c.sendUDPLocked(op, p, to)
+}
+
+// sendUDPLocked is sendUDP with sendMu held.
+func (c *PacketConn) sendUDPLocked(op uint8, p []byte, to netip.AddrPort) error {
+	if op == opData {
+		c.stats.viaUDP.Add(1)
+	}
 	h := udpHeader{op: op, qpn: c.ep.qp.QPN(), addr: c.local.Addr()}
 	n := h.put(c.udpBuf)
 	n += copy(c.udpBuf[n:], p)

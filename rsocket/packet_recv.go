@@ -149,8 +149,11 @@ func (c *PacketConn) udpDatagram(b []byte, from netip.AddrPort) {
 	c.deliver(from, b[n:])
 }
 
-// learn records that from's QP is qpn, with an address handle to it.
+// learn records that from's QP is qpn, with an address handle to it. It
+// holds sendMu too: a send's address handle is not destroyed under it.
 func (c *PacketConn) learn(from netip.AddrPort, qpn uint32) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d := c.dests[from]; d != nil {
