@@ -57,6 +57,14 @@ func dsHdrLen(a netip.Addr) int {
 	return dsHdrLen6
 }
 
+// dsUDPHdrLen returns the ds_udp_header length for a's family.
+func dsUDPHdrLen(a netip.Addr) int {
+	if a.Is4() {
+		return dsUDPHdrLen4
+	}
+	return dsUDPHdrLen6
+}
+
 // putDSHeader writes the ds_header of from at the start of b, which must
 // hold dsHdrLen(from.Addr()) bytes, and returns its length.
 func putDSHeader(b []byte, from netip.AddrPort) int {

@@ -170,14 +170,6 @@ func deviceAddr(dev verbs.Device, want netip.Addr) (netip.Addr, error) {
 	return have, nil
 }
 
-// dsUDPHdrLen returns the ds_udp_header length for a's family.
-func dsUDPHdrLen(a netip.Addr) int {
-	if a.Is4() {
-		return dsUDPHdrLen4
-	}
-	return dsUDPHdrLen6
-}
-
 func newPacketConn(u *net.UDPConn, ep dgramEndpoint, ip netip.Addr, rq, sq int, log *slog.Logger) *PacketConn {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
