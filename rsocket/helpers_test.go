@@ -52,6 +52,13 @@ func memHosts(t testing.TB, f transport.Faults) *hosts {
 // memHostsAt is memHosts with the devices at a and b.
 func memHostsAt(t testing.TB, f transport.Faults, a, b netip.Addr) *hosts {
 	t.Helper()
+	return memHostsMax(t, f, a, b, 0)
+}
+
+// memHostsMax is memHostsAt with devices that hold at most maxQPs queue
+// pairs each (0: the default).
+func memHostsMax(t testing.TB, f transport.Faults, a, b netip.Addr, maxQPs int) *hosts {
+	t.Helper()
 	h := &hosts{backend: "mem", addrA: a, addrB: b}
 	n := mem.NewNetwork(&mem.Config{Live: true, Faults: f, Seed: 1,
 		DropIf: func(src, _ netip.Addr, _ []byte) bool {
@@ -59,8 +66,8 @@ func memHostsAt(t testing.TB, f transport.Faults, a, b netip.Addr) *hosts {
 			return h.cut.Load() || m != nil && *m == src
 		}})
 	t.Cleanup(n.Close)
-	h.a = openDev(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrA}})
-	h.b = openDev(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrB}})
+	h.a = openDev(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrA}, MaxQPs: maxQPs})
+	h.b = openDev(t, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrB}, MaxQPs: maxQPs})
 	h.agents(t)
 	return h
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/roce"
-	"github.com/goroce/goroce/transport/mem"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -49,12 +48,7 @@ func FuzzPeer(f *testing.F) {
 	f.Add([]byte{5, 0, 1, 0, 0, 5, 0, 200, 0, 0}) // iomap entries, in range and not
 	// The Conn's device holds few QPs: a Conn whose QP outlived Close
 	// would make a later Dial fail.
-	h := &hosts{backend: "mem", addrA: netip.MustParseAddr("198.18.0.1"), addrB: netip.MustParseAddr("198.18.0.2")}
-	n := mem.NewNetwork(&mem.Config{Live: true, Seed: 1})
-	f.Cleanup(n.Close)
-	h.a = openDev(f, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrA}, MaxQPs: 16})
-	h.b = openDev(f, &roce.Config{Link: &roce.Mem{Network: n, Addr: h.addrB}, MaxQPs: 16})
-	h.agents(f)
+	h := memHostsMax(f, transportNoFaults, netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2"), 16)
 	var port atomic.Uint32
 	f.Fuzz(func(t *testing.T, script []byte) {
 		if len(script) > 5*64 {
