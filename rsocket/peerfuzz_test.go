@@ -146,10 +146,7 @@ func (p *rawPeer) fuzzStep(step []byte) bool {
 	for i := range data {
 		data[i] = byte(i) ^ y
 	}
-	if len(data) > 0 {
-		copy(p.sbuf.Bytes(), data)
-		wr.SGL = []verbs.SGE{{Addr: p.sbuf.Addr(), Length: uint32(len(data)), LKey: p.sbuf.LKey()}}
-	}
+	p.load(&wr, data)
 	if p.qp.PostSend([]verbs.SendWR{wr}) != nil {
 		return false
 	}

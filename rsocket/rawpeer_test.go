@@ -162,10 +162,7 @@ func (p *rawPeer) recv() (imm, n uint32) {
 func (p *rawPeer) send(imm uint32, data []byte, addr uint64, rkey uint32) {
 	p.t.Helper()
 	wr := verbs.SendWR{Opcode: verbs.OpWriteImm, Flags: verbs.Signaled, Imm: imm, RemoteAddr: addr, RKey: rkey}
-	if len(data) > 0 {
-		copy(p.sbuf.Bytes(), data)
-		wr.SGL = []verbs.SGE{{Addr: p.sbuf.Addr(), Length: uint32(len(data)), LKey: p.sbuf.LKey()}}
-	}
+	p.load(&wr, data)
 	must(p.t, p.qp.PostSend([]verbs.SendWR{wr}))
 	for {
 		wc := p.next()
@@ -173,6 +170,14 @@ func (p *rawPeer) send(imm uint32, data []byte, addr uint64, rkey uint32) {
 			return
 		}
 		p.t.Fatalf("raw peer: a receive while waiting for its write: %v", &wc)
+	}
+}
+
+// load puts data in the send buffer as wr's one SGE (none for no data).
+func (p *rawPeer) load(wr *verbs.SendWR, data []byte) {
+	if len(data) > 0 {
+		copy(p.sbuf.Bytes(), data)
+		wr.SGL = []verbs.SGE{{Addr: p.sbuf.Addr(), Length: uint32(len(data)), LKey: p.sbuf.LKey()}}
 	}
 }
 
