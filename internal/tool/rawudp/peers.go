@@ -19,7 +19,7 @@ import (
 )
 
 // The two sides talk over a TCP connection to the server's port: the
-// client says "start SIZE GSO FIRST" (or "lat SIZE BUSY"), the server
+// client says "start SIZE GSO FIRST WORK" (or "lat SIZE BUSY ACK"), the server
 // answers "ready", the client sends its datagrams and then "stop SENT"
 // (or "stop"), and the server answers with its result as one JSON line
 // (or "echoed N").
@@ -74,13 +74,13 @@ func serve(ctx context.Context, c *config, stdout io.Writer) error {
 
 // receiveServe counts a bandwidth run's datagrams and sends the result.
 func receiveServe(s *socket, c *config, conn net.Conn, br *bufio.Reader, line string, stdout io.Writer) error {
-	var size, gso, first int
-	if _, err := fmt.Sscanf(line, "start %d %d %d", &size, &gso, &first); err != nil {
+	var size, gso, first, work int
+	if n, _ := fmt.Sscanf(line, "start %d %d %d %d", &size, &gso, &first, &work); n < 3 {
 		return fmt.Errorf("control: not a rawudp client (%.40q)", line)
 	}
 	var stop atomic.Bool
 	done := make(chan result, 1)
-	go func() { done <- s.receive(size, first, &stop) }()
+	go func() { done <- s.receive(size, first, work == 1, &stop) }()
 	if _, err := io.WriteString(conn, "ready\n"); err != nil {
 		stop.Store(true)
 		<-done
@@ -97,7 +97,7 @@ func receiveServe(s *socket, c *config, conn net.Conn, br *bufio.Reader, line st
 		return fmt.Errorf("control: the client did not finish (%v)", err)
 	}
 	res.Sent, _ = strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "stop ")), 10, 64)
-	res.Size, res.GSO, res.First = size, gso, first
+	res.Size, res.GSO, res.First, res.Work = size, gso, first, work == 1
 	res.compute()
 	b, _ := json.Marshal(&res)
 	if _, err := conn.Write(append(b, '\n')); err != nil {
@@ -111,9 +111,14 @@ func receiveServe(s *socket, c *config, conn net.Conn, br *bufio.Reader, line st
 // where it came from until the client says stop on the control
 // connection.
 func echoServe(s *socket, conn net.Conn, br *bufio.Reader, line string, stdout io.Writer) error {
-	var size, busy int
-	if _, err := fmt.Sscanf(line, "lat %d %d", &size, &busy); err != nil || size < 4 || size > 8192 {
+	var size, busy, ack int
+	if n, _ := fmt.Sscanf(line, "lat %d %d %d", &size, &busy, &ack); n < 2 || size < 4 || size > 8192 || ack == 1 && size < ackSize {
 		return fmt.Errorf("control: not a rawudp client (%.40q)", line)
+	}
+	if ack == 1 {
+		if err := s.setAck(size); err != nil {
+			return err
+		}
 	}
 	if busy == 1 {
 		if err := s.setNonblock(); err != nil {
@@ -187,7 +192,7 @@ func runClient(ctx context.Context, c *config, server string, stdout io.Writer) 
 
 // sendRun is a bandwidth run's client.
 func sendRun(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c *config, stdout io.Writer) error {
-	fmt.Fprintf(conn, "start %d %d %d\n", c.size, c.gso, c.first)
+	fmt.Fprintf(conn, "start %d %d %d %d\n", c.size, c.gso, c.first, b2i(c.work))
 	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
 		return fmt.Errorf("control: the server did not start (%v)", err)
 	}
@@ -229,7 +234,12 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	} else if err := s.setRecvTimeout(200 * time.Millisecond); err != nil {
 		return err
 	}
-	fmt.Fprintf(conn, "lat %d %d\n", c.size, busy)
+	if c.ack {
+		if err := s.setAck(c.size); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(conn, "lat %d %d %d\n", c.size, busy, b2i(c.ack))
 	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
 		return fmt.Errorf("control: the server did not start (%v)", err)
 	}
@@ -248,7 +258,7 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	var echoed, peerCPU int64 // a server that does not say its CPU time leaves 0
 	fmt.Sscanf(line, "echoed %d %d", &echoed, &peerCPU)
 	l := perfstat.Latencies(tposted, 2)
-	res := latResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Results: map[string]float64{
+	res := latResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Ack: c.ack, Results: map[string]float64{
 		"t_min_us": perfstat.Round(l.Min, 2), "t_max_us": perfstat.Round(l.Max, 2), "t_typical_us": perfstat.Round(l.Typical, 2),
 		"t_avg_us": perfstat.Round(l.Avg, 2), "t_99_us": perfstat.Round(l.P99, 2), "p99_us": perfstat.Round(l.P99, 2),
 		"p99_9_us": perfstat.Round(l.P999, 2),
@@ -262,6 +272,9 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	if c.busy {
 		mode = "busy poll"
 	}
+	if c.ack {
+		mode += ", each with a 20-byte ACK"
+	}
 	fmt.Fprintf(stdout, "rawudp: %d-byte datagrams, %d round trips (%s), half round trip: t_min %.2f us, t_typical %.2f us, t_avg %.2f us, t_99 %.2f us; %d lost\n",
 		c.size, c.iters, mode, l.Min, l.Typical, l.Avg, l.P99, lost)
 	return nil
@@ -272,7 +285,7 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 // many were lost.
 func rounds(ctx context.Context, s *socket, c *config) ([]time.Duration, int, error) {
 	const warmup, maxLost = 100, 10
-	out := make([]byte, c.size)
+	out := make([]byte, c.size+s.ackLen)
 	in := make([]byte, 65536)
 	tposted := make([]time.Duration, 0, c.iters+1)
 	start := time.Now()
@@ -302,4 +315,12 @@ func rounds(ctx context.Context, s *socket, c *config) ([]time.Duration, int, er
 		}
 	}
 	return append(tposted, time.Since(start)), lost, nil // the end of the last round trip
+}
+
+// b2i is 1 for true, 0 for false: a flag on the control connection.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -3,10 +3,15 @@
 // processes with the batching goroce's UDP transport uses (GSO runs of one
 // message's packets on the sender, GRO on the receiver), and nothing else:
 // no headers to build, no ICRC, no engine. It is the ceiling of a
-// UDP-socket stack on the machine at hand. With --lat it is the latency
-// floor instead: a ping-pong of small datagrams between the two
-// processes, timed as perftest times a latency test. It runs on Linux
-// (socket_linux.go); elsewhere it says so.
+// UDP-socket stack on the machine at hand. With --work each side also
+// does the per-byte work RoCE asks of any implementation: the sender
+// computes every datagram's ICRC, the receiver checks it and copies the
+// payload to where an RDMA WRITE would place it. With --lat it is the
+// latency floor instead: a ping-pong of small datagrams between the two
+// processes, timed as perftest times a latency test; --ack sends each
+// with an ACK-sized datagram, as a WRITE ping-pong's answers carry the
+// ACK of the request before them. It runs on Linux (socket_linux.go);
+// elsewhere it says so.
 package rawudp
 
 import (
@@ -23,7 +28,7 @@ import (
 
 // Cmd is roce rawudp.
 var Cmd = &cli.Command{
-	UsageLine: "rawudp [-s BYTES] [--gso N] [--first BYTES] [-D SECS] [--lat [-n ITERS] [--busy-poll]] [-p PORT] [--bind ADDR] [--json] [SERVER]",
+	UsageLine: "rawudp [-s BYTES] [--gso N] [--first BYTES] [--work] [-D SECS] [--lat [-n ITERS] [--busy-poll] [--ack]] [-p PORT] [--bind ADDR] [--json] [SERVER]",
 	Short:     summary,
 	Long: summary + ".\nStart the server (no SERVER argument), then the client; the client prints what the server " +
 		"received.\n\n",
@@ -50,6 +55,9 @@ const summary = "the raw-UDP baseline: datagrams of RoCE packet size between two
 // 2-byte RDMA WRITE (BTH, RETH, 2 bytes and their pad, ICRC).
 const latSize = 36
 
+// ackSize is the datagram --ack adds: an RC ACK (BTH, AETH, ICRC).
+const ackSize = 20
+
 // config is roce rawudp's flags.
 type config struct {
 	size     int
@@ -64,6 +72,8 @@ type config struct {
 	lat      bool
 	iters    int
 	busy     bool
+	ack      bool
+	work     bool
 }
 
 func (c *config) register(fs *cli.FlagSet) {
@@ -78,6 +88,8 @@ func (c *config) register(fs *cli.FlagSet) {
 	fs.Bool(&c.lat, false, "measure latency instead: a ping-pong of datagrams (-s defaults to 36 bytes, a 2-byte RDMA WRITE), reported as half round trips like perftest's", "lat")
 	fs.Int(&c.iters, 1000, "round trips of --lat", "n")
 	fs.Bool(&c.busy, false, "with --lat, both sides spin on non-blocking receives instead of sleeping in them", "busy-poll")
+	fs.Bool(&c.ack, false, "with --lat, every datagram goes out with a 20-byte one (an RC ACK's size) as the second segment of one GSO send, received with GRO: the packets of a WRITE ping-pong, whose answers carry the ACK of the request before them", "ack")
+	fs.Bool(&c.work, false, "the sender computes each datagram's ICRC (over a fixed flow) into its last 4 bytes, the receiver checks it and copies the payload into a 64 KiB region where an RDMA WRITE would place it: the per-byte work RoCE asks of any implementation", "work")
 }
 
 // check applies the defaults that depend on other flags and checks the
@@ -103,6 +115,10 @@ func (c *config) check(fs *cli.FlagSet) error {
 		return cli.Usagef("-n must be %d to 10000000", perfstat.MinIters)
 	case c.busy && !c.lat:
 		return cli.Usagef("--busy-poll goes with --lat")
+	case c.ack && (!c.lat || c.size < ackSize):
+		return cli.Usagef("--ack goes with --lat and -s of at least %d bytes (the ACK must be the shorter segment)", ackSize)
+	case c.work && (c.lat || c.gso == 0):
+		return cli.Usagef("--work goes with a bandwidth run with --gso (not --lat, not --gso 0)")
 	case fs.NArg() > 1:
 		return cli.Usagef("want at most one argument, the server's address")
 	}
@@ -119,9 +135,13 @@ type result struct {
 	Size      int     `json:"size"`
 	GSO       int     `json:"gso"`
 	First     int     `json:"first,omitempty"`
-	GBps      float64 `json:"gb_per_sec"`
-	MiBps     float64 `json:"mib_per_sec"`
-	Mpps      float64 `json:"mpps"`
+	// Work is --work's: the datagrams whose ICRC was wrong (none, unless
+	// the kernel changed a byte).
+	Work       bool    `json:"work,omitempty"`
+	ICRCErrors uint64  `json:"icrc_errors,omitempty"`
+	GBps       float64 `json:"gb_per_sec"`
+	MiBps      float64 `json:"mib_per_sec"`
+	Mpps       float64 `json:"mpps"`
 }
 
 func (r *result) compute() {
@@ -137,8 +157,12 @@ func (r *result) text() string {
 	if r.First > 0 {
 		first = fmt.Sprintf(" after a %d-byte one", r.First)
 	}
-	return fmt.Sprintf("rawudp: %d-byte datagrams, gso %d%s: received %d of %d in %.3f s: %.3f GB/s (%.2f MiB/s), %.3f Mpps",
-		r.Size, r.GSO, first, r.Datagrams, r.Sent, r.Seconds, r.GBps, r.MiBps, r.Mpps)
+	work := ""
+	if r.Work {
+		work = fmt.Sprintf(", ICRC and placement (%d bad ICRCs)", r.ICRCErrors)
+	}
+	return fmt.Sprintf("rawudp: %d-byte datagrams, gso %d%s%s: received %d of %d in %.3f s: %.3f GB/s (%.2f MiB/s), %.3f Mpps",
+		r.Size, r.GSO, first, work, r.Datagrams, r.Sent, r.Seconds, r.GBps, r.MiBps, r.Mpps)
 }
 
 // latResult is what a --lat client measured.
@@ -147,6 +171,7 @@ type latResult struct {
 	Iters    int                `json:"iterations"`
 	BusyPoll bool               `json:"busy_poll"`
 	Lost     int                `json:"lost"`
+	Ack      bool               `json:"ack,omitempty"`
 	Results  map[string]float64 `json:"results"`
 	// CPU and PeerCPU are the user and system time, in microseconds, the
 	// client and the server used over the round trips.

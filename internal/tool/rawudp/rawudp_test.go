@@ -1,8 +1,10 @@
 package rawudp
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,20 +31,32 @@ func rawudpPair(t *testing.T, args ...string) (clientOut, serverOut string) {
 // and without GSO, and checks what the client reports: datagrams counted
 // by the server, a rate from them.
 func TestRawUDP(t *testing.T) {
-	for _, tc := range []struct{ gso, first string }{{"15", "0"}, {"0", "0"}, {"15", "4128"}} {
+	for _, tc := range []struct {
+		gso, first string
+		work       bool
+	}{{"15", "0", false}, {"0", "0", false}, {"15", "4128", false}, {"15", "0", true}, {"15", "4128", true}} {
 		gso := tc.gso
-		t.Run("gso"+gso+"/first"+tc.first, func(t *testing.T) {
-			out, sout := rawudpPair(t, "--gso", gso, "--first", tc.first, "-D", "0.3", "--json")
+		t.Run(fmt.Sprintf("gso%s/first%s/work=%v", gso, tc.first, tc.work), func(t *testing.T) {
+			args := []string{"--gso", gso, "--first", tc.first, "-D", "0.3", "--json"}
+			if tc.work {
+				args = append(args, "--work")
+			}
+			out, sout := rawudpPair(t, args...)
 			var r result
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("%v: %s", err, out)
+			}
+			// --work's receiver checked every datagram's ICRC: the
+			// sender's, over the same flow.
+			if r.Work != tc.work || r.ICRCErrors != 0 {
+				t.Errorf("work %v, %d bad ICRCs", r.Work, r.ICRCErrors)
 			}
 			if r.Datagrams == 0 || r.Datagrams > r.Sent || r.Seconds <= 0 || r.GBps <= 0 ||
 				tc.first == "0" && r.Bytes != r.Datagrams*4112 ||
 				tc.first != "0" && (r.Bytes <= r.Datagrams*4112 || r.Bytes >= r.Datagrams*4128) {
 				t.Errorf("implausible result %+v", r)
 			}
-			if !strings.Contains(sout, "rawudp: 4112-byte datagrams, gso "+gso) {
+			if !strings.Contains(sout, "rawudp: 4112-byte datagrams, gso "+gso) || tc.work != strings.Contains(sout, "ICRC and placement (0 bad ICRCs)") {
 				t.Errorf("server printed %q", sout)
 			}
 		})
@@ -52,11 +66,15 @@ func TestRawUDP(t *testing.T) {
 // TestRawUDPLatency runs the ping-pong over loopback, blocking and busy
 // polling, and checks the half round trips it reports.
 func TestRawUDPLatency(t *testing.T) {
-	for _, busy := range []bool{false, true} {
-		t.Run(map[bool]string{false: "blocking", true: "busy-poll"}[busy], func(t *testing.T) {
+	for _, tc := range []struct{ busy, ack bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		busy := tc.busy
+		t.Run(fmt.Sprintf("busy=%v/ack=%v", busy, tc.ack), func(t *testing.T) {
 			args := []string{"--lat", "-n", "300", "--json"}
 			if busy {
 				args = append(args, "--busy-poll")
+			}
+			if tc.ack {
+				args = append(args, "--ack")
 			}
 			out, sout := rawudpPair(t, args...)
 			var r latResult
@@ -64,7 +82,7 @@ func TestRawUDPLatency(t *testing.T) {
 				t.Fatalf("%v: %s", err, out)
 			}
 			lo, typ, hi := r.Results["t_min_us"], r.Results["t_typical_us"], r.Results["t_max_us"]
-			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || lo <= 0 || typ < lo || hi < typ ||
+			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || r.Ack != tc.ack || lo <= 0 || typ < lo || hi < typ ||
 				r.Results["p99_us"] < typ || r.Results["p99_9_us"] < r.Results["p99_us"] {
 				t.Errorf("implausible result %+v", r)
 			}
@@ -82,10 +100,42 @@ func TestRawUDPLatency(t *testing.T) {
 }
 
 func TestRawUDPUsage(t *testing.T) {
-	for _, args := range [][]string{{"--lat", "-s", "2"}, {"--busy-poll"}, {"--lat", "-n", "1"}, {"-s", "10"}, {"--gso", "65"}, {"-D", "0"}, {"-p", "0"}, {"a", "b"}, {"--gso", "20", "-s", "4112"}, {"--gso", "0", "--first", "4128"}, {"--first", "10"}} {
+	for _, args := range [][]string{{"--lat", "-s", "2"}, {"--busy-poll"}, {"--lat", "-n", "1"}, {"-s", "10"}, {"--gso", "65"}, {"-D", "0"}, {"-p", "0"}, {"a", "b"}, {"--gso", "20", "-s", "4112"}, {"--gso", "0", "--first", "4128"}, {"--first", "10"},
+		{"--ack"}, {"--lat", "--ack", "-s", "19"}, {"--work", "--lat"}, {"--work", "--gso", "0"}} {
 		out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
 		if code := clitest.Run(Cmd, nil, out, errb, args...); code != cli.ExitUsage || !strings.Contains(errb.String(), "roce help rawudp") {
 			t.Errorf("%v: exit %d, %q", args, code, errb.String())
 		}
+	}
+}
+
+// TestPlacer checks --work's receiver on datagrams sealed by its sender:
+// a run of two middle packets and a first packet land one payload after
+// the other; a datagram with a changed byte or too short is counted, not
+// placed.
+func TestPlacer(t *testing.T) {
+	const size, first = 64, 80
+	run := make([]byte, 2*size)
+	head := make([]byte, first)
+	for i := range run {
+		run[i] = byte(i)
+	}
+	for i := range head {
+		head[i] = byte(200 + i)
+	}
+	seal(run, size)
+	seal(head, first)
+	var p placer
+	p.place(run, size, first)
+	p.place(head, size, first)
+	want := append(append(slices.Clone(run[12:60]), run[76:124]...), head[28:76]...)
+	if p.bad != 0 || p.off != len(want) || !bytes.Equal(p.region[:p.off], want) {
+		t.Fatalf("placed %d bytes (%d bad): %x, want %x", p.off, p.bad, p.region[:p.off], want)
+	}
+	run[20] ^= 1
+	p.place(run[:size], size, first)
+	p.place(run[:10], size, first)
+	if p.bad != 2 || p.off != len(want) {
+		t.Errorf("a changed and a short datagram: %d bad, %d bytes placed", p.bad, p.off)
 	}
 }

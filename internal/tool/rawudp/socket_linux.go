@@ -19,7 +19,13 @@ import (
 // it takes the calls goroce's UDP transport makes (sendmmsg with a
 // UDP_SEGMENT run, recvmmsg with GRO) and none of its work. It is used by
 // one goroutine at a time.
-type socket struct{ fd int }
+type socket struct {
+	fd int
+	// With --ack, oob is the UDP_SEGMENT control message that sends each
+	// ping-pong datagram and its ackLen-byte ACK as one GSO run.
+	oob    []byte
+	ackLen int
+}
 
 // openSocket opens the socket on addr; rcvTimeo bounds each receive, so
 // that a receiver sees when it should stop.
@@ -63,6 +69,18 @@ func (s *socket) enableGRO() error { return unix.SetsockoptInt(s.fd, unix.SOL_UD
 
 func (s *socket) setNonblock() error { return unix.SetNonblock(s.fd, true) }
 
+// setAck makes the ping-pong's sends carry an ackSize-byte datagram
+// after each size-byte one, in one GSO send, and its receives take the
+// two as one (GRO), as goroce's transport sends a WRITE's answer and the
+// ACK before it.
+func (s *socket) setAck(size int) error {
+	if err := s.enableGRO(); err != nil {
+		return fmt.Errorf("UDP_GRO: %w", err)
+	}
+	s.oob, s.ackLen = segmentCmsg(size), ackSize
+	return nil
+}
+
 func (s *socket) setRecvTimeout(d time.Duration) error {
 	tv := unix.NsecToTimeval(d.Nanoseconds())
 	return unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
@@ -70,10 +88,15 @@ func (s *socket) setRecvTimeout(d time.Duration) error {
 
 // receive counts what arrives until stop, timing from the first datagram
 // to the last. GRO hands over runs of size-byte segments, and the
-// first-byte datagrams that precede them alone.
-func (s *socket) receive(size, first int, stop *atomic.Bool) result {
+// first-byte datagrams that precede them alone. With work, each datagram
+// goes through a placer.
+func (s *socket) receive(size, first int, work bool, stop *atomic.Bool) result {
 	msgs := make([]mmsg.Msg, 16)
-	mmsg.Buffers(msgs, 65536)
+	bufs := mmsg.Buffers(msgs, 65536)
+	var pl *placer
+	if work {
+		pl = &placer{}
+	}
 	var res result
 	var start, last time.Time
 	for !stop.Load() {
@@ -86,6 +109,11 @@ func (s *socket) receive(size, first int, stop *atomic.Bool) result {
 			start = now
 		}
 		last = now
+		if pl != nil {
+			for i := range n {
+				pl.place(bufs[i][:msgs[i].Len], size, first)
+			}
+		}
 		for i := range n {
 			b := uint64(msgs[i].Len)
 			res.Bytes += b
@@ -98,6 +126,9 @@ func (s *socket) receive(size, first int, stop *atomic.Bool) result {
 	}
 	if !start.IsZero() {
 		res.Seconds = last.Sub(start).Seconds()
+	}
+	if pl != nil {
+		res.ICRCErrors = pl.bad
 	}
 	return res
 }
@@ -135,6 +166,9 @@ func (s *socket) sendRuns(ctx context.Context, c *config, payload []byte, end ti
 	for i := 0; ; i++ {
 		if i%64 == 0 && (time.Now().After(end) || ctx.Err() != nil) {
 			return sent, nil
+		}
+		if c.work {
+			seal(run, c.size)
 		}
 		if _, err := unix.SendmsgN(s.fd, run, oob, nil, 0); err != nil {
 			if retryable(err) {
@@ -175,6 +209,10 @@ func (s *socket) sendFirst(ctx context.Context, c *config, payload []byte, end t
 	for i := 0; ; i++ {
 		if i%64 == 0 && (time.Now().After(end) || ctx.Err() != nil) {
 			return sent, nil
+		}
+		if c.work {
+			seal(head, c.first)
+			seal(payload[:c.gso*c.size], c.size)
 		}
 		n, e := mmsg.Send(uintptr(s.fd), msgs, 0)
 		if e != 0 {
@@ -232,7 +270,7 @@ func (s *socket) echo(stop *atomic.Bool) uint64 {
 			if err != nil || from == nil {
 				continue
 			}
-			if unix.Sendto(s.fd, buf[:m], 0, from) == nil {
+			if _, err := unix.SendmsgN(s.fd, buf[:m], s.oob, from, 0); err == nil {
 				n++
 			}
 			connected = unix.Connect(s.fd, from) == nil
@@ -242,15 +280,20 @@ func (s *socket) echo(stop *atomic.Bool) uint64 {
 		if err != nil {
 			continue // EAGAIN: the receive timeout, or nothing yet when spinning
 		}
-		if _, err := unix.Write(s.fd, buf[:m]); err == nil {
+		if s.write(buf[:m]) == nil {
 			n++
 		}
 	}
 	return n
 }
 
-// write sends b to the connected peer.
+// write sends b to the connected peer: with --ack, as a GSO run whose
+// second segment is the ACK.
 func (s *socket) write(b []byte) error {
+	if s.oob != nil {
+		_, err := unix.SendmsgN(s.fd, b, s.oob, nil, 0)
+		return err
+	}
 	_, err := unix.Write(s.fd, b)
 	return err
 }

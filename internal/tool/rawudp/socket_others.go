@@ -16,7 +16,7 @@ var errNotSupported = fmt.Errorf("not supported on %s: the baseline measures Lin
 
 // socket stands for the Linux socket of socket_linux.go; openSocket
 // returns errNotSupported, so the other methods are never called.
-type socket struct{}
+type socket struct{ ackLen int }
 
 func openSocket(netip.AddrPort, time.Duration) (*socket, error) { return nil, errNotSupported }
 
@@ -25,7 +25,8 @@ func (s *socket) connect(netip.AddrPort) error                  { return errNotS
 func (s *socket) enableGRO() error                              { return errNotSupported }
 func (s *socket) setNonblock() error                            { return errNotSupported }
 func (s *socket) setRecvTimeout(time.Duration) error            { return errNotSupported }
-func (s *socket) receive(int, int, *atomic.Bool) result         { return result{} }
+func (s *socket) receive(int, int, bool, *atomic.Bool) result   { return result{} }
+func (s *socket) setAck(int) error                              { return errNotSupported }
 func (s *socket) send(context.Context, *config) (uint64, error) { return 0, errNotSupported }
 func (s *socket) echo(*atomic.Bool) uint64                      { return 0 }
 func (s *socket) write([]byte) error                            { return errNotSupported }
