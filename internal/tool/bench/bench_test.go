@@ -17,8 +17,11 @@ import (
 // ratios and targets can be checked without measuring anything.
 const fakeRoce = `#!/bin/sh
 case "$*" in
+*rawudp*--lat*--ack\ --busy-poll*) echo '{"results":{"t_typical_us":2.5,"t_avg_us":3,"p99_us":5},"cpu_us":500,"peer_cpu_us":300}' ;;
+*rawudp*--lat*--ack*) echo '{"results":{"t_typical_us":4.2,"t_avg_us":5,"p99_us":8},"cpu_us":1000,"peer_cpu_us":600}' ;;
 *rawudp*--lat*--busy-poll*) echo '{"results":{"t_typical_us":2,"t_avg_us":2.5,"p99_us":5},"cpu_us":500,"peer_cpu_us":300}' ;;
 *rawudp*--lat*--json*) echo '{"results":{"t_typical_us":3.5,"t_avg_us":4,"p99_us":7},"cpu_us":1000,"peer_cpu_us":600}' ;;
+*rawudp*--first\ 4128\ --work*) echo '{"gb_per_sec":1.75,"datagrams":90,"sent_datagrams":100}' ;;
 *rawudp*--gso\ 15\ *--first*) echo '{"gb_per_sec":2.5,"datagrams":90,"sent_datagrams":100}' ;;
 *rawudp*--json*) echo '{"gb_per_sec":2.0,"datagrams":100,"sent_datagrams":100}' ;;
 *rawudp*) echo 'rawudp server on 127.0.0.1:1' ;;
@@ -54,6 +57,7 @@ func TestBench(t *testing.T) {
 	for _, want := range []string{
 		"raw UDP, a WRITE's framing (1 + GSO 15)          2.500 GB/s                          (baseline)",
 		"(90 of 100 datagrams arrived; runs 2.500 2.500)",
+		"raw UDP, the same, with ICRC and placement       1.750 GB/s   0.70 of raw UDP        \n",
 		// 1907.35 MiB/s is 2.0 GB/s: 0.80 of the framing's 2.5, its target.
 		"WRITE 64 KiB, MTU 4096, 1 QP                     2.000 GB/s   0.80 of raw UDP        >= 2.0 GB/s and >= 0.85 of raw UDP  NOT MET",
 		"READ 64 KiB, MTU 4096, 1 QP                      2.000 GB/s   1.00 of WRITE          >= 0.80 of WRITE  met",
@@ -63,6 +67,8 @@ func TestBench(t *testing.T) {
 		// CPU per message: both processes' time over two messages per
 		// round trip of the 100: (1000+600)/200, (300+100)*2/200.
 		"raw UDP 36 B ping-pong, blocking               3.50 us   7.00 us   8.00 us                              p99 <= 3x typical  met",
+		"raw UDP 36 B + 20 B ACK, blocking              4.20 us   8.00 us   8.00 us   1.20 of UDP blocking       p99 <= 3x typical  met",
+		"raw UDP 36 B + 20 B ACK, busy poll             2.50 us   5.00 us   4.00 us   1.25 of UDP busy poll      p99 <= 3x typical  met",
 		"WRITE 2 B latency, no busy poll                4.00 us   9.00 us   4.00 us   1.14 of UDP blocking       <= 1.5 of UDP blocking, p99 <= 3x typical  met",
 		// A READ's message is its round trip: 800 us over 100.
 		"READ 2 B latency, no busy poll                 5.00 us  30.00 us   8.00 us   1.25 of WRITE              <= 1.5 of WRITE, p99 <= 3x typical  NOT MET",
@@ -92,12 +98,14 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 24 || results[3].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[3].Met == nil || *results[3].Met ||
-		results[8].Name != "WRITE 64 KiB, 64 QPs, 2 paths" || results[8].Ratio != 1 || results[8].Met != nil ||
-		results[13].Name != "WRITE 2 B latency, no busy poll" || results[13].Unit != "us" || results[13].Value != 4 ||
-		results[13].P99 != 9 || results[13].CPUPerMsg != 4 || results[13].Ratio != 4.0/3.5 ||
-		results[9].Name != "rsocket stream 64 KiB writes (rstream)" || results[20].Name != "rsocket 64 B request/response (rstream)" ||
-		results[20].Value != 13 || results[20].Ratio != 1 {
+	if len(results) != 27 || results[4].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[4].Met == nil || *results[4].Met ||
+		results[1].Ratio != 0.7 || results[1].Met != nil ||
+		results[9].Name != "WRITE 64 KiB, 64 QPs, 2 paths" || results[9].Ratio != 1 || results[9].Met != nil ||
+		results[15].Name != "raw UDP 36 B + 20 B ACK, busy poll" || results[15].Ratio != 1.25 || results[15].Target != "p99 <= 3x typical" ||
+		results[16].Name != "WRITE 2 B latency, no busy poll" || results[16].Unit != "us" || results[16].Value != 4 ||
+		results[16].P99 != 9 || results[16].CPUPerMsg != 4 || results[16].Ratio != 4.0/3.5 ||
+		results[10].Name != "rsocket stream 64 KiB writes (rstream)" || results[23].Name != "rsocket 64 B request/response (rstream)" ||
+		results[23].Value != 13 || results[23].Ratio != 1 {
 		t.Errorf("bench.json: %s", data)
 	}
 }
