@@ -19,7 +19,8 @@ import (
 )
 
 // The two sides talk over a TCP connection to the server's port: the
-// client says "start SIZE GSO FIRST WORK" (or "lat SIZE BUSY ACK"), the server
+// client says "start SIZE GSO FIRST WORK" (or "lat SIZE BUSY ACK CALLS
+// ADDR", ADDR its receiving socket's address or "-"), the server
 // answers "ready", the client sends its datagrams and then "stop SENT"
 // (or "stop"), and the server answers with its result as one JSON line
 // (or "echoed N").
@@ -67,7 +68,7 @@ func serve(ctx context.Context, c *config, stdout io.Writer) error {
 		return fmt.Errorf("control: %w", err)
 	}
 	if strings.HasPrefix(line, "lat ") {
-		return echoServe(s, conn, br, line, stdout)
+		return echoServe(s, addr.Addr(), conn, br, line, stdout)
 	}
 	return receiveServe(s, c, conn, br, line, stdout)
 }
@@ -110,10 +111,20 @@ func receiveServe(s *socket, c *config, conn net.Conn, br *bufio.Reader, line st
 // echoServe answers a --lat client: every datagram goes straight back to
 // where it came from until the client says stop on the control
 // connection.
-func echoServe(s *socket, conn net.Conn, br *bufio.Reader, line string, stdout io.Writer) error {
-	var size, busy, ack int
-	if n, _ := fmt.Sscanf(line, "lat %d %d %d", &size, &busy, &ack); n < 2 || size < 4 || size > 8192 || ack == 1 && size < ackSize {
+func echoServe(s *socket, local netip.Addr, conn net.Conn, br *bufio.Reader, line string, stdout io.Writer) error {
+	var size, busy, ack, calls int
+	var peer string
+	if n, _ := fmt.Sscanf(line, "lat %d %d %d %d %s", &size, &busy, &ack, &calls, &peer); n < 2 || size < 4 || size > 8192 || ack == 1 && size < ackSize {
 		return fmt.Errorf("control: not a rawudp client (%.40q)", line)
+	}
+	if calls == 1 {
+		to, err := netip.ParseAddrPort(peer)
+		if err != nil {
+			return fmt.Errorf("control: --calls without the client's address (%.60q)", line)
+		}
+		if err := s.setCalls(local, to); err != nil {
+			return err
+		}
 	}
 	if ack == 1 {
 		if err := s.setAck(size); err != nil {
@@ -179,7 +190,13 @@ func runClient(ctx context.Context, c *config, server string, stdout io.Writer) 
 		return err
 	}
 	defer s.close()
-	if err := s.connect(saddr); err != nil {
+	if c.calls {
+		// The server answers from its second socket: take datagrams from
+		// any source, as goroce's transport does.
+		if err := s.setCalls(ip, saddr); err != nil {
+			return err
+		}
+	} else if err := s.connect(saddr); err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	conn.SetDeadline(time.Now().Add(c.timeout))
@@ -239,7 +256,15 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 			return err
 		}
 	}
-	fmt.Fprintf(conn, "lat %d %d %d\n", c.size, busy, b2i(c.ack))
+	rx := "-"
+	if c.calls {
+		a, err := s.localAddr()
+		if err != nil {
+			return err
+		}
+		rx = a.String()
+	}
+	fmt.Fprintf(conn, "lat %d %d %d %d %s\n", c.size, busy, b2i(c.ack), b2i(c.calls), rx)
 	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
 		return fmt.Errorf("control: the server did not start (%v)", err)
 	}
@@ -258,7 +283,7 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	var echoed, peerCPU int64 // a server that does not say its CPU time leaves 0
 	fmt.Sscanf(line, "echoed %d %d", &echoed, &peerCPU)
 	l := perfstat.Latencies(tposted, 2)
-	res := latResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Ack: c.ack, Results: map[string]float64{
+	res := latResult{Size: c.size, Iters: c.iters, BusyPoll: c.busy, Lost: lost, Ack: c.ack, Calls: c.calls, Results: map[string]float64{
 		"t_min_us": perfstat.Round(l.Min, 2), "t_max_us": perfstat.Round(l.Max, 2), "t_typical_us": perfstat.Round(l.Typical, 2),
 		"t_avg_us": perfstat.Round(l.Avg, 2), "t_99_us": perfstat.Round(l.P99, 2), "p99_us": perfstat.Round(l.P99, 2),
 		"p99_9_us": perfstat.Round(l.P999, 2),
@@ -274,6 +299,9 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	}
 	if c.ack {
 		mode += ", each with a 20-byte ACK"
+	}
+	if c.calls {
+		mode += ", goroce's system calls"
 	}
 	fmt.Fprintf(stdout, "rawudp: %d-byte datagrams, %d round trips (%s), half round trip: t_min %.2f us, t_typical %.2f us, t_avg %.2f us, t_99 %.2f us; %d lost\n",
 		c.size, c.iters, mode, l.Min, l.Typical, l.Avg, l.P99, lost)

@@ -10,7 +10,8 @@
 // latency floor instead: a ping-pong of small datagrams between the two
 // processes, timed as perftest times a latency test; --ack sends each
 // with an ACK-sized datagram, as a WRITE ping-pong's answers carry the
-// ACK of the request before them. It runs on Linux (socket_linux.go);
+// ACK of the request before them, and --calls takes the system calls
+// goroce's transport takes. It runs on Linux (socket_linux.go);
 // elsewhere it says so.
 package rawudp
 
@@ -28,7 +29,7 @@ import (
 
 // Cmd is roce rawudp.
 var Cmd = &cli.Command{
-	UsageLine: "rawudp [-s BYTES] [--gso N] [--first BYTES] [--work] [-D SECS] [--lat [-n ITERS] [--busy-poll] [--ack]] [-p PORT] [--bind ADDR] [--json] [SERVER]",
+	UsageLine: "rawudp [-s BYTES] [--gso N] [--first BYTES] [--work] [-D SECS] [--lat [-n ITERS] [--busy-poll] [--ack] [--calls]] [-p PORT] [--bind ADDR] [--json] [SERVER]",
 	Short:     summary,
 	Long: summary + ".\nStart the server (no SERVER argument), then the client; the client prints what the server " +
 		"received.\n\n",
@@ -73,6 +74,7 @@ type config struct {
 	iters    int
 	busy     bool
 	ack      bool
+	calls    bool
 	work     bool
 }
 
@@ -89,6 +91,7 @@ func (c *config) register(fs *cli.FlagSet) {
 	fs.Int(&c.iters, 1000, "round trips of --lat", "n")
 	fs.Bool(&c.busy, false, "with --lat, both sides spin on non-blocking receives instead of sleeping in them", "busy-poll")
 	fs.Bool(&c.ack, false, "with --lat, every datagram goes out with a 20-byte one (an RC ACK's size) as the second segment of one GSO send, received with GRO: the packets of a WRITE ping-pong, whose answers carry the ACK of the request before them", "ack")
+	fs.Bool(&c.calls, false, "with --lat, take the system calls goroce's UDP transport takes: recvmmsg of up to 8 datagrams with the destination, TOS and GRO control messages, and sendmmsg from a second, unconnected socket", "calls")
 	fs.Bool(&c.work, false, "the sender computes each datagram's ICRC (over a fixed flow) into its last 4 bytes, the receiver checks it and copies the payload into a 64 KiB region where an RDMA WRITE would place it: the per-byte work RoCE asks of any implementation", "work")
 }
 
@@ -117,6 +120,8 @@ func (c *config) check(fs *cli.FlagSet) error {
 		return cli.Usagef("--busy-poll goes with --lat")
 	case c.ack && (!c.lat || c.size < ackSize):
 		return cli.Usagef("--ack goes with --lat and -s of at least %d bytes (the ACK must be the shorter segment)", ackSize)
+	case c.calls && !c.lat:
+		return cli.Usagef("--calls goes with --lat")
 	case c.work && (c.lat || c.gso == 0):
 		return cli.Usagef("--work goes with a bandwidth run with --gso (not --lat, not --gso 0)")
 	case fs.NArg() > 1:
@@ -172,6 +177,7 @@ type latResult struct {
 	BusyPoll bool               `json:"busy_poll"`
 	Lost     int                `json:"lost"`
 	Ack      bool               `json:"ack,omitempty"`
+	Calls    bool               `json:"calls,omitempty"`
 	Results  map[string]float64 `json:"results"`
 	// CPU and PeerCPU are the user and system time, in microseconds, the
 	// client and the server used over the round trips.

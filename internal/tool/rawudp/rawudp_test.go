@@ -66,9 +66,10 @@ func TestRawUDP(t *testing.T) {
 // TestRawUDPLatency runs the ping-pong over loopback, blocking and busy
 // polling, and checks the half round trips it reports.
 func TestRawUDPLatency(t *testing.T) {
-	for _, tc := range []struct{ busy, ack bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+	for _, tc := range []struct{ busy, ack, calls bool }{{false, false, false}, {true, false, false}, {false, true, false},
+		{true, true, false}, {true, false, true}, {false, true, true}, {true, true, true}} {
 		busy := tc.busy
-		t.Run(fmt.Sprintf("busy=%v/ack=%v", busy, tc.ack), func(t *testing.T) {
+		t.Run(fmt.Sprintf("busy=%v/ack=%v/calls=%v", busy, tc.ack, tc.calls), func(t *testing.T) {
 			args := []string{"--lat", "-n", "300", "--json"}
 			if busy {
 				args = append(args, "--busy-poll")
@@ -76,13 +77,16 @@ func TestRawUDPLatency(t *testing.T) {
 			if tc.ack {
 				args = append(args, "--ack")
 			}
+			if tc.calls {
+				args = append(args, "--calls")
+			}
 			out, sout := rawudpPair(t, args...)
 			var r latResult
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
 			lo, typ, hi := r.Results["t_min_us"], r.Results["t_typical_us"], r.Results["t_max_us"]
-			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || r.Ack != tc.ack || lo <= 0 || typ < lo || hi < typ ||
+			if r.Size != latSize || r.Iters != 300 || r.BusyPoll != busy || r.Ack != tc.ack || r.Calls != tc.calls || lo <= 0 || typ < lo || hi < typ ||
 				r.Results["p99_us"] < typ || r.Results["p99_9_us"] < r.Results["p99_us"] {
 				t.Errorf("implausible result %+v", r)
 			}
@@ -101,7 +105,7 @@ func TestRawUDPLatency(t *testing.T) {
 
 func TestRawUDPUsage(t *testing.T) {
 	for _, args := range [][]string{{"--lat", "-s", "2"}, {"--busy-poll"}, {"--lat", "-n", "1"}, {"-s", "10"}, {"--gso", "65"}, {"-D", "0"}, {"-p", "0"}, {"a", "b"}, {"--gso", "20", "-s", "4112"}, {"--gso", "0", "--first", "4128"}, {"--first", "10"},
-		{"--ack"}, {"--lat", "--ack", "-s", "19"}, {"--work", "--lat"}, {"--work", "--gso", "0"}} {
+		{"--ack"}, {"--lat", "--ack", "-s", "19"}, {"--calls"}, {"--work", "--lat"}, {"--work", "--gso", "0"}} {
 		out, errb := clitest.NewBuffer(""), clitest.NewBuffer("")
 		if code := clitest.Run(Cmd, nil, out, errb, args...); code != cli.ExitUsage || !strings.Contains(errb.String(), "roce help rawudp") {
 			t.Errorf("%v: exit %d, %q", args, code, errb.String())

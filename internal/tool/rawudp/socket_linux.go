@@ -25,6 +25,7 @@ type socket struct {
 	// ping-pong datagram and its ackLen-byte ACK as one GSO run.
 	oob    []byte
 	ackLen int
+	calls  *calls // --calls
 }
 
 // openSocket opens the socket on addr; rcvTimeo bounds each receive, so
@@ -61,7 +62,12 @@ func sockaddr(a netip.AddrPort) unix.Sockaddr {
 	return &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
 }
 
-func (s *socket) close() error { return unix.Close(s.fd) }
+func (s *socket) close() error {
+	if s.calls != nil {
+		s.calls.close()
+	}
+	return unix.Close(s.fd)
+}
 
 func (s *socket) connect(to netip.AddrPort) error { return unix.Connect(s.fd, sockaddr(to)) }
 
@@ -263,6 +269,14 @@ func (s *socket) sendBatches(ctx context.Context, c *config, payload []byte, end
 func (s *socket) echo(stop *atomic.Bool) uint64 {
 	buf := make([]byte, 65536)
 	var n uint64
+	if s.calls != nil {
+		for !stop.Load() {
+			if d, err := s.calls.recv(s.fd); err == nil && s.calls.send(d, s.oob) == nil {
+				n++
+			}
+		}
+		return n
+	}
 	connected := false
 	for !stop.Load() {
 		if !connected {
@@ -288,8 +302,12 @@ func (s *socket) echo(stop *atomic.Bool) uint64 {
 }
 
 // write sends b to the connected peer: with --ack, as a GSO run whose
-// second segment is the ACK.
+// second segment is the ACK; with --calls, by sendmmsg from the second
+// socket.
 func (s *socket) write(b []byte) error {
+	if s.calls != nil {
+		return s.calls.send(b, s.oob)
+	}
 	if s.oob != nil {
 		_, err := unix.SendmsgN(s.fd, b, s.oob, nil, 0)
 		return err
@@ -304,9 +322,9 @@ func (s *socket) write(b []byte) error {
 func (s *socket) await(in []byte, seq uint32, busy bool) (bool, error) {
 	deadline := time.Now().Add(200 * time.Millisecond)
 	for {
-		m, err := unix.Read(s.fd, in)
+		d, err := s.read(in)
 		switch {
-		case err == nil && m >= 4 && binary.LittleEndian.Uint32(in) == seq:
+		case err == nil && len(d) >= 4 && binary.LittleEndian.Uint32(d) == seq:
 			return true, nil
 		case err == nil || err == unix.EINTR:
 			// a late echo of an earlier round
@@ -316,4 +334,17 @@ func (s *socket) await(in []byte, seq uint32, busy bool) (bool, error) {
 			return false, nil
 		}
 	}
+}
+
+// read receives one datagram: into in from the connected socket, or with
+// --calls from recvmmsg's first buffer.
+func (s *socket) read(in []byte) ([]byte, error) {
+	if s.calls != nil {
+		return s.calls.recv(s.fd)
+	}
+	m, err := unix.Read(s.fd, in)
+	if err != nil {
+		return nil, err
+	}
+	return in[:m], nil
 }

@@ -27,6 +27,8 @@ func (s *socket) setNonblock() error                            { return errNotS
 func (s *socket) setRecvTimeout(time.Duration) error            { return errNotSupported }
 func (s *socket) receive(int, int, bool, *atomic.Bool) result   { return result{} }
 func (s *socket) setAck(int) error                              { return errNotSupported }
+func (s *socket) setCalls(netip.Addr, netip.AddrPort) error     { return errNotSupported }
+func (s *socket) localAddr() (netip.AddrPort, error)            { return netip.AddrPort{}, errNotSupported }
 func (s *socket) send(context.Context, *config) (uint64, error) { return 0, errNotSupported }
 func (s *socket) echo(*atomic.Bool) uint64                      { return 0 }
 func (s *socket) write([]byte) error                            { return errNotSupported }
