@@ -242,31 +242,8 @@ func sendRun(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c 
 // in a run; each carries its round's number, so a late echo is not taken
 // for the next one's.
 func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c *config, stdout io.Writer) error {
-	busy := 0
-	if c.busy {
-		busy = 1
-		if err := s.setNonblock(); err != nil {
-			return err
-		}
-	} else if err := s.setRecvTimeout(200 * time.Millisecond); err != nil {
+	if err := latStart(s, conn, br, c); err != nil {
 		return err
-	}
-	if c.ack {
-		if err := s.setAck(c.size); err != nil {
-			return err
-		}
-	}
-	rx := "-"
-	if c.calls {
-		a, err := s.localAddr()
-		if err != nil {
-			return err
-		}
-		rx = a.String()
-	}
-	fmt.Fprintf(conn, "lat %d %d %d %d %s\n", c.size, busy, b2i(c.ack), b2i(c.calls), rx)
-	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
-		return fmt.Errorf("control: the server did not start (%v)", err)
 	}
 	cpu := perfstat.ProcessCPU()
 	tposted, lost, err := rounds(ctx, s, c)
@@ -305,6 +282,36 @@ func pingPong(ctx context.Context, s *socket, conn net.Conn, br *bufio.Reader, c
 	}
 	fmt.Fprintf(stdout, "rawudp: %d-byte datagrams, %d round trips (%s), half round trip: t_min %.2f us, t_typical %.2f us, t_avg %.2f us, t_99 %.2f us; %d lost\n",
 		c.size, c.iters, mode, l.Min, l.Typical, l.Avg, l.P99, lost)
+	return nil
+}
+
+// latStart sets the client's socket up for c's ping-pong and has the
+// server set up its own.
+func latStart(s *socket, conn net.Conn, br *bufio.Reader, c *config) error {
+	if c.busy {
+		if err := s.setNonblock(); err != nil {
+			return err
+		}
+	} else if err := s.setRecvTimeout(200 * time.Millisecond); err != nil {
+		return err
+	}
+	if c.ack {
+		if err := s.setAck(c.size); err != nil {
+			return err
+		}
+	}
+	rx := "-"
+	if c.calls {
+		a, err := s.localAddr()
+		if err != nil {
+			return err
+		}
+		rx = a.String()
+	}
+	fmt.Fprintf(conn, "lat %d %d %d %d %s\n", c.size, b2i(c.busy), b2i(c.ack), b2i(c.calls), rx)
+	if line, err := br.ReadString('\n'); err != nil || line != "ready\n" {
+		return fmt.Errorf("control: the server did not start (%v)", err)
+	}
 	return nil
 }
 
