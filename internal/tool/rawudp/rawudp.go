@@ -140,8 +140,8 @@ type result struct {
 	Size      int     `json:"size"`
 	GSO       int     `json:"gso"`
 	First     int     `json:"first,omitempty"`
-	// Work is --work's: the datagrams whose ICRC was wrong (none, unless
-	// the kernel changed a byte).
+	// Work says the run was --work's; ICRCErrors counts its datagrams
+	// whose ICRC was wrong (none, unless the kernel changed a byte).
 	Work       bool    `json:"work,omitempty"`
 	ICRCErrors uint64  `json:"icrc_errors,omitempty"`
 	GBps       float64 `json:"gb_per_sec"`
