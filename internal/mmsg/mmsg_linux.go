@@ -7,6 +7,8 @@
 package mmsg
 
 import (
+	"encoding/binary"
+	"net/netip"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -75,4 +77,39 @@ func Buffers(msgs []Msg, size int) [][]byte {
 		msgs[i].Hdr.SetIovlen(1)
 	}
 	return bufs
+}
+
+// Sockaddr is room for either raw socket address, as a message header
+// names it.
+type Sockaddr struct {
+	unix.RawSockaddrInet6
+}
+
+// Set writes ap as a sockaddr_in (ipv4) or sockaddr_in6 and returns its
+// length.
+func (s *Sockaddr) Set(ap netip.AddrPort, ipv4 bool) uint32 {
+	port := ap.Port()
+	if ipv4 {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.RawSockaddrInet6))
+		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().Unmap().As4()}
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], port)
+		return unix.SizeofSockaddrInet4
+	}
+	s.RawSockaddrInet6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ap.Addr().As16()}
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&s.Port))[:], port)
+	return unix.SizeofSockaddrInet6
+}
+
+// Get reads the address the kernel wrote; ok is false for another family.
+func (s *Sockaddr) Get() (netip.AddrPort, bool) {
+	switch s.Family {
+	case unix.AF_INET:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.RawSockaddrInet6))
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), port), true
+	case unix.AF_INET6:
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&s.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom16(s.Addr), port), true
+	}
+	return netip.AddrPort{}, false
 }

@@ -4,6 +4,7 @@ package mmsg
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 	"unsafe"
 
@@ -55,5 +56,26 @@ func TestSendRecv(t *testing.T) {
 		if got := bufs[i][:rx[i].Len]; !bytes.Equal(got, p) {
 			t.Errorf("message %d: %q, want %q", i, got, p)
 		}
+	}
+}
+
+// TestSockaddr writes each family's address and reads it back as the
+// kernel would leave it, and refuses a family it does not know.
+func TestSockaddr(t *testing.T) {
+	for _, ap := range []netip.AddrPort{netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("[2001:db8::1]:49152")} {
+		var s Sockaddr
+		n := s.Set(ap, ap.Addr().Is4())
+		want := uint32(unix.SizeofSockaddrInet6)
+		if ap.Addr().Is4() {
+			want = unix.SizeofSockaddrInet4
+		}
+		if got, ok := s.Get(); !ok || got != ap || n != want {
+			t.Errorf("%v: read back %v (%v), length %d, want %d", ap, got, ok, n, want)
+		}
+	}
+	s := Sockaddr{}
+	s.Family = unix.AF_UNIX
+	if got, ok := s.Get(); ok {
+		t.Errorf("AF_UNIX read as %v", got)
 	}
 }

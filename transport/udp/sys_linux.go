@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"github.com/goroce/goroce/internal/mmsg"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,36 +77,5 @@ func parseCmsgs(b []byte, m *rxMeta) {
 	}
 }
 
-// sockaddr is room for either raw socket address.
-type sockaddr struct {
-	unix.RawSockaddrInet6
-}
-
-// set writes ap as a sockaddr_in (ipv4) or sockaddr_in6 and returns its
-// length.
-func (s *sockaddr) set(ap netip.AddrPort, ipv4 bool) uint32 {
-	port := ap.Port()
-	if ipv4 {
-		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.RawSockaddrInet6))
-		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().Unmap().As4()}
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], port)
-		return unix.SizeofSockaddrInet4
-	}
-	s.RawSockaddrInet6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ap.Addr().As16()}
-	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&s.Port))[:], port)
-	return unix.SizeofSockaddrInet6
-}
-
-// get reads the address the kernel wrote; ok is false for another family.
-func (s *sockaddr) get() (netip.AddrPort, bool) {
-	switch s.Family {
-	case unix.AF_INET:
-		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.RawSockaddrInet6))
-		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), port), true
-	case unix.AF_INET6:
-		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&s.Port))[:])
-		return netip.AddrPortFrom(netip.AddrFrom16(s.Addr), port), true
-	}
-	return netip.AddrPort{}, false
-}
+// sockaddr is room for either raw socket address (mmsg.Sockaddr).
+type sockaddr = mmsg.Sockaddr

@@ -769,7 +769,7 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 			rcv.malformed++
 			continue
 		}
-		src, ok := rx.names[i].get()
+		src, ok := rx.names[i].Get()
 		if !ok {
 			rcv.malformed++
 			continue
@@ -968,7 +968,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 		}
 		h := &tx.msgs[m].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&tx.names[m]))
-		h.Namelen = tx.names[m].set(netip.AddrPortFrom(dst, t.cfg.PeerPort), t.cfg.ipv4)
+		h.Namelen = tx.names[m].Set(netip.AddrPortFrom(dst, t.cfg.PeerPort), t.cfg.ipv4)
 		h.Iov = &tx.iovs[niov]
 		h.SetIovlen(nv)
 		t.setControl(m, p, cnt, src)

@@ -1,7 +1,6 @@
 package rawudp
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"unsafe"
@@ -28,11 +27,11 @@ type calls struct {
 	tx    int
 	rx    []mmsg.Msg
 	bufs  [][]byte
-	names []unix.RawSockaddrInet6
+	names []mmsg.Sockaddr
 	ctrl  []byte
 	out   [1]mmsg.Msg
 	iov   unix.Iovec
-	to    unix.RawSockaddrInet6
+	to    mmsg.Sockaddr
 	tolen uint32
 }
 
@@ -53,14 +52,14 @@ func (s *socket) setCalls(local netip.Addr, peer netip.AddrPort) error {
 	if err != nil {
 		return err
 	}
-	c := &calls{tx: tx.fd, rx: make([]mmsg.Msg, callsBatch), names: make([]unix.RawSockaddrInet6, callsBatch),
+	c := &calls{tx: tx.fd, rx: make([]mmsg.Msg, callsBatch), names: make([]mmsg.Sockaddr, callsBatch),
 		ctrl: make([]byte, callsBatch*callsCmsgSpace)}
 	c.bufs = mmsg.Buffers(c.rx, 65536)
 	for i := range c.rx {
 		c.rx[i].Hdr.Name = (*byte)(unsafe.Pointer(&c.names[i]))
 		c.rx[i].Hdr.Control = &c.ctrl[i*callsCmsgSpace]
 	}
-	c.setPeer(peer)
+	c.tolen = c.to.Set(peer, peer.Addr().Is4())
 	h := &c.out[0].Hdr
 	h.Name = (*byte)(unsafe.Pointer(&c.to))
 	h.Iov = &c.iov
@@ -69,26 +68,13 @@ func (s *socket) setCalls(local netip.Addr, peer netip.AddrPort) error {
 	return nil
 }
 
-// setPeer makes a the destination of the sends.
-func (c *calls) setPeer(a netip.AddrPort) {
-	c.to, c.tolen = unix.RawSockaddrInet6{}, unix.SizeofSockaddrInet6
-	if a.Addr().Is4() {
-		p := (*unix.RawSockaddrInet4)(unsafe.Pointer(&c.to))
-		p.Family, p.Addr = unix.AF_INET, a.Addr().As4()
-		c.tolen = unix.SizeofSockaddrInet4
-	} else {
-		c.to.Family, c.to.Addr = unix.AF_INET6, a.Addr().As16()
-	}
-	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&c.to.Port))[:], a.Port())
-}
-
 // recv is one recvmmsg of up to callsBatch datagrams, as the transport's:
 // it waits for the first only on a blocking socket. It returns the first
 // datagram, which the next recv overwrites.
 func (c *calls) recv(fd int) ([]byte, error) {
 	for i := range c.rx {
 		h := &c.rx[i].Hdr
-		h.Namelen = unix.SizeofSockaddrInet6
+		h.Namelen = uint32(unsafe.Sizeof(mmsg.Sockaddr{}))
 		h.SetControllen(callsCmsgSpace)
 		h.Flags = 0
 	}
