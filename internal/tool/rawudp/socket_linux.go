@@ -115,12 +115,10 @@ func (s *socket) receive(size, first int, work bool, stop *atomic.Bool) result {
 			start = now
 		}
 		last = now
-		if pl != nil {
-			for i := range n {
+		for i := range n {
+			if pl != nil {
 				pl.place(bufs[i][:msgs[i].Len], size, first)
 			}
-		}
-		for i := range n {
 			b := uint64(msgs[i].Len)
 			res.Bytes += b
 			if first > 0 && b == uint64(first) {
