@@ -39,6 +39,10 @@ type stream struct {
 	peerOrder        binary.ByteOrder
 	inline           int
 	maxMsg           int
+	// gsoMTU is the path MTU on goroce's engine, whose UDP transport
+	// sends a message's packets in GSO runs (tailSplit); 0 on a device
+	// that segments messages itself.
+	gsoMTU int
 	// spin: the connection spins (Options.Spin), so polling an empty CQ
 	// is how a busy-polled device receives: poll it even when empty.
 	spin bool
@@ -68,8 +72,8 @@ type stream struct {
 
 	// Reused work requests and completions: no allocation per message.
 	wcs      [32]verbs.WC
-	swr      [1]verbs.SendWR
-	ssge     [2]verbs.SGE
+	swr      [2]verbs.SendWR
+	ssge     [4]verbs.SGE
 	rwrs     []verbs.RecvWR
 	ctrlBuf  [sgeLen]byte
 	iomapBuf [iomapEntryLen]byte
@@ -101,6 +105,11 @@ func (s *stream) init(ep *endpoint, o *Options, peer *connData) {
 	s.sqeAvail = s.sqSize - ctrlSlots
 	s.sbufSize, s.sbufAvail = o.SendBuffer, o.SendBuffer
 	s.inline, s.maxMsg, s.spin = o.Inline, o.MaxMessage, o.Spin > 0
+	if ep.cq.wait != nil { // goroce's engine (qp.CQ)
+		if a, err := ep.qp.Query(); err == nil {
+			s.gsoMTU = a.PathMTU.Bytes()
+		}
+	}
 	s.sseqComp = peer.credits
 	s.tgt[0] = peer.dataBuf
 	s.tgtFill = 1
