@@ -138,7 +138,12 @@
 // between; on goroce's device over UDP it receives from the socket
 // itself while it waits (qp.CQ.WaitUntil), so the message it waits for
 // costs no hand-off between goroutines, and the other call (a Write
-// while a Read waits) is woken by it. Conn.Stats counts the waits.
+// while a Read waits) is woken by it. Conn.Stats counts the waits. On
+// goroce's device a data message that would end within 4 bytes of a
+// packet boundary (a 64 KiB Write's does) goes as two, its last 1 to 4
+// bytes apart, so that the first's packets leave in equal-sized GSO
+// runs: the immediate would make its last packet the one longer than
+// the others, a datagram of its own.
 // BenchmarkStream and BenchmarkRequestResponse measure it against TCP
 // over loopback.
 package rsocket
