@@ -184,18 +184,7 @@ func TestPathMTU(t *testing.T) {
 		t.Fatalf("path MTU: client %v, server %v; want 1024 on both", cm, sm)
 	}
 	want := pattern(5000, 9)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Write(want)
-		errc <- err
-	}()
-	got := make([]byte, len(want))
-	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("ReadFull: %v; equal prefix %d of %d", err, commonPrefix(got, want), len(want))
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	writeRead(t, c, s, want)
 }
 
 // TestCloseDeliversAll: Close waits until the peer's device has

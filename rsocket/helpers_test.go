@@ -1,7 +1,9 @@
 package rsocket
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -267,3 +269,21 @@ func checkNoLeak(t *testing.T) {
 
 // transportNoFaults is a link that loses nothing.
 var transportNoFaults transport.Faults
+
+// writeRead writes want on c and reads it whole on s, and fails the test
+// unless both succeed and the bytes match.
+func writeRead(t *testing.T, c, s *Conn, want []byte) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		errc <- err
+	}()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("ReadFull: %v; equal prefix %d of %d", err, commonPrefix(got, want), len(want))
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

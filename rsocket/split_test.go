@@ -2,7 +2,6 @@ package rsocket
 
 import (
 	"bytes"
-	"io"
 	"net/netip"
 	"sync"
 	"testing"
@@ -65,18 +64,7 @@ func TestWriteFramedForGSO(t *testing.T) {
 	want := pattern(64<<10, 3)
 	before := c.Stats().MessagesSent
 	rec.start()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Write(want)
-		errc <- err
-	}()
-	got := make([]byte, len(want))
-	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("ReadFull: %v; equal prefix %d of %d", err, commonPrefix(got, want), len(want))
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	writeRead(t, c, s, want)
 	if n := c.Stats().MessagesSent - before; n != 2 {
 		t.Errorf("the 64 KiB Write sent %d data messages, want 2", n)
 	}
