@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/goroce/goroce/bth"
-
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -73,6 +72,8 @@ func (s *stream) tailSplit(n int) int {
 // connection.
 func (s *stream) postSplit(p []byte, tail int, addr uint64, rkey uint32) error {
 	head := len(p) - tail
+	s.sseqNo += 2
+	s.sqeAvail -= 2
 	m0, m1 := msg(opData, uint32(head)), msg(opData, uint32(tail))
 	s.swr[0] = verbs.SendWR{ID: uint64(m0), Opcode: verbs.OpWriteImm, Imm: m0, RemoteAddr: addr, RKey: rkey,
 		SGL: s.copyToSendBuffer(p[:head], s.ssge[0:2])}
@@ -84,8 +85,6 @@ func (s *stream) postSplit(p []byte, tail int, addr uint64, rkey uint32) error {
 		s.fail(fmt.Errorf("%w: posting a %d-byte write: %w", ErrConnLost, len(p), err))
 		return s.err
 	}
-	s.sseqNo += 2
-	s.sqeAvail -= 2
 	s.stats.MessagesSent += 2
 	s.stats.BytesSent += uint64(len(p))
 	return nil
