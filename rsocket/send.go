@@ -24,19 +24,34 @@ func (s *stream) sendData(p []byte) (int, error) {
 		s.tgtIdx = (s.tgtIdx + 1) % sglEntries
 	}
 	s.sbufAvail -= n
+	k := 1
 	if tail > 0 {
-		return n, s.postSplit(p[:n], tail, addr, rkey)
+		// Both from the send buffer, in the order they take it.
+		head := n - tail
+		k = 2
+		s.swr[0] = dataWR(head, addr, rkey)
+		s.swr[0].SGL = s.copyToSendBuffer(p[:head], s.ssge[0:2])
+		s.swr[1] = dataWR(tail, addr+uint64(head), rkey)
+		s.swr[1].SGL = s.copyToSendBuffer(p[head:n], s.ssge[2:4])
+	} else {
+		s.swr[0] = dataWR(n, addr, rkey)
+		s.stage(p[:n])
 	}
-	s.sseqNo++
-	s.sqeAvail--
-	m := msg(opData, uint32(n))
-	s.swr[0] = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m, RemoteAddr: addr, RKey: rkey}
-	if err := s.post(p[:n], "write"); err != nil {
+	s.sseqNo += uint16(k)
+	s.sqeAvail -= k
+	if err := s.postN(k, n, "write"); err != nil {
 		return 0, err
 	}
-	s.stats.MessagesSent++
+	s.stats.MessagesSent += uint64(k)
 	s.stats.BytesSent += uint64(n)
 	return n, nil
+}
+
+// dataWR is the work request of a data message of size bytes into the
+// peer's buffer at addr; the caller gives it its data.
+func dataWR(size int, addr uint64, rkey uint32) verbs.SendWR {
+	m := msg(opData, uint32(size))
+	return verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m, RemoteAddr: addr, RKey: rkey}
 }
 
 // tailSplit returns how many bytes at the end of an n-byte data message
@@ -67,44 +82,35 @@ func (s *stream) tailSplit(n int) int {
 	return max(0, last-(mtu-bth.ImmDtLen))
 }
 
-// postSplit posts the data message p as two (tailSplit): all but its
-// last tail bytes, then those, in one post. A failure to post breaks the
-// connection.
-func (s *stream) postSplit(p []byte, tail int, addr uint64, rkey uint32) error {
-	head := len(p) - tail
-	s.sseqNo += 2
-	s.sqeAvail -= 2
-	m0, m1 := msg(opData, uint32(head)), msg(opData, uint32(tail))
-	s.swr[0] = verbs.SendWR{ID: uint64(m0), Opcode: verbs.OpWriteImm, Imm: m0, RemoteAddr: addr, RKey: rkey,
-		SGL: s.copyToSendBuffer(p[:head], s.ssge[0:2])}
-	s.swr[1] = verbs.SendWR{ID: uint64(m1), Opcode: verbs.OpWriteImm, Imm: m1, RemoteAddr: addr + uint64(head), RKey: rkey,
-		SGL: s.copyToSendBuffer(p[head:], s.ssge[2:4])}
-	err := s.ep.qp.PostSend(s.swr[:2])
-	s.swr[0].SGL, s.swr[1].SGL = nil, nil
-	if err != nil {
-		s.fail(fmt.Errorf("%w: posting a %d-byte write: %w", ErrConnLost, len(p), err))
-		return s.err
-	}
-	s.stats.MessagesSent += 2
-	s.stats.BytesSent += uint64(len(p))
-	return nil
-}
-
 // post posts s.swr[0], a write whose data is p: inline when p fits the
 // inline threshold (the device copies it at post time), else from the
 // send buffer, into which it is copied. A failure to post breaks the
 // connection; what names the write in its error.
 func (s *stream) post(p []byte, what string) error {
-	wr := &s.swr[0]
-	if len(p) <= s.inline {
+	s.stage(p)
+	return s.postN(1, len(p), what)
+}
+
+// stage gives s.swr[0] its data p: inline up to the inline threshold,
+// else copied into the send buffer.
+func (s *stream) stage(p []byte) {
+	if wr := &s.swr[0]; len(p) <= s.inline {
 		wr.Flags, wr.InlineData = verbs.Inline, p
 	} else {
 		wr.SGL = s.copyToSendBuffer(p, s.ssge[0:2])
 	}
-	err := s.ep.qp.PostSend(s.swr[:1])
-	wr.InlineData, wr.SGL = nil, nil
+}
+
+// postN posts the first k work requests of s.swr, size bytes in all. A
+// failure to post breaks the connection; what names the write in its
+// error.
+func (s *stream) postN(k, size int, what string) error {
+	err := s.ep.qp.PostSend(s.swr[:k])
+	for i := range k {
+		s.swr[i].InlineData, s.swr[i].SGL = nil, nil
+	}
 	if err != nil {
-		s.fail(fmt.Errorf("%w: posting a %d-byte %s: %w", ErrConnLost, len(p), what, err))
+		s.fail(fmt.Errorf("%w: posting a %d-byte %s: %w", ErrConnLost, size, what, err))
 		return s.err
 	}
 	return nil
