@@ -1,7 +1,6 @@
 package rsocket
 
 import (
-	"bytes"
 	"net/netip"
 	"sync"
 	"testing"
@@ -69,42 +68,42 @@ func TestWriteFramedForGSO(t *testing.T) {
 		t.Errorf("the 64 KiB Write sent %d data messages, want 2", n)
 	}
 	mid := bth.BTHLen + 4096 + bth.ICRCLen
-	var ops []string
-	var sizes []int
-	for _, p := range rec.stop() {
-		op := bth.Opcode(p.Data[0])
-		switch op {
-		case bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLastImm, bth.RCWriteOnlyImm:
-			ops, sizes = append(ops, op.String()), append(sizes, p.Len())
+	w := rec.stop()
+	if len(w) != 17 {
+		ops := make([]bth.Opcode, len(w))
+		for i := range w {
+			ops[i] = w[i].op
 		}
-	}
-	if len(ops) != 17 {
-		t.Fatalf("%d WRITE packets sent (%v), want 17: 16 of 65,532 bytes and one of 4", len(ops), ops)
+		t.Fatalf("%d WRITE packets sent (%v), want 17: 16 of 65,532 bytes and one of 4", len(w), ops)
 	}
 	for i := 1; i < 16; i++ {
-		if sizes[i] != mid {
-			t.Errorf("packet %d (%s) is %d bytes, want %d as a middle one", i, ops[i], sizes[i], mid)
+		if w[i].size != mid {
+			t.Errorf("packet %d (%v) is %d bytes, want %d as a middle one", i, w[i].op, w[i].size, mid)
 		}
 	}
-	last, only := bth.Opcode(bth.RCWriteLastImm).String(), bth.Opcode(bth.RCWriteOnlyImm).String()
-	if ops[15] != last || ops[16] != only || sizes[16] != bth.BTHLen+bth.RETHLen+bth.ImmDtLen+4+bth.ICRCLen {
-		t.Errorf("last two packets: %s of %d bytes, %s of %d; want %s of %d, %s of 4 bytes' payload",
-			ops[15], sizes[15], ops[16], sizes[16], last, mid, only)
+	if w[15].op != bth.RCWriteLastImm || w[16].op != bth.RCWriteOnlyImm ||
+		w[16].size != bth.BTHLen+bth.RETHLen+bth.ImmDtLen+4+bth.ICRCLen {
+		t.Errorf("last two packets: %v of %d bytes, %v of %d; want %v of %d, %v of 4 bytes' payload",
+			w[15].op, w[15].size, w[16].op, w[16].size, bth.Opcode(bth.RCWriteLastImm), mid, bth.Opcode(bth.RCWriteOnlyImm))
 	}
-	if !rec.together(15, 16) {
+	if w[15].call != w[16].call {
 		t.Error("the 4-byte message went in a later send than the message before it")
 	}
 }
 
-// sendRecorder keeps the RoCE packets a transport sends between start and
-// stop, each with the index of its Send call.
+// sendRecorder notes the RC WRITE packets a transport sends between
+// start and stop: opcode, size and which Send call took them.
 type sendRecorder struct {
 	transport.Transport
 	mu    sync.Mutex
 	on    bool
 	calls int
-	pkts  []transport.Packet
-	call  []int
+	sent  []sentWrite
+}
+
+type sentWrite struct {
+	op         bth.Opcode
+	size, call int
 }
 
 func (r *sendRecorder) SendsPayload() bool { return transport.SendsPayload(r.Transport) }
@@ -113,12 +112,11 @@ func (r *sendRecorder) Send(pkts []transport.Packet) error {
 	r.mu.Lock()
 	if r.on {
 		r.calls++
-		for _, p := range pkts {
-			c := p
-			c.Data = bytes.Clone(p.Data)
-			c.Payload = bytes.Clone(p.Payload)
-			r.pkts = append(r.pkts, c)
-			r.call = append(r.call, r.calls)
+		for i := range pkts {
+			switch op := bth.Opcode(pkts[i].Data[0]); op {
+			case bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLastImm, bth.RCWriteOnlyImm:
+				r.sent = append(r.sent, sentWrite{op, pkts[i].Len(), r.calls})
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -131,26 +129,11 @@ func (r *sendRecorder) start() {
 	r.mu.Unlock()
 }
 
-func (r *sendRecorder) stop() []transport.Packet {
+func (r *sendRecorder) stop() []sentWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.on = false
-	return r.pkts
-}
-
-// together reports whether the WRITE packets i and j (counted as
-// TestWriteFramedForGSO counts them) went in one Send call.
-func (r *sendRecorder) together(i, j int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var calls []int
-	for k, p := range r.pkts {
-		switch bth.Opcode(p.Data[0]) {
-		case bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLastImm, bth.RCWriteOnlyImm:
-			calls = append(calls, r.call[k])
-		}
-	}
-	return i < len(calls) && j < len(calls) && calls[i] == calls[j]
+	return r.sent
 }
 
 // udpHostsWrapped is udpHosts with the client's (a's) UDP transport
