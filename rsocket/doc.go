@@ -35,7 +35,8 @@
 // (address, rkey, length) into the peer's target SGL, and the sender
 // fills those halves in order. The 32-bit immediate says what a message
 // is: data (and its length), a credit update (the receiver's new
-// sequence limit, with or without a new SGL entry), or a control message:
+// sequence limit, with a new SGL entry, its 16 bytes written into the
+// target SGL by the same message, or with no bytes), or a control message:
 // SHUTDOWN (CloseWrite), DISCONNECT (Close), KEEPALIVE. Credits (the
 // receive queue's depth, renewed as the reader consumes messages) keep
 // the sender from overrunning the receiver's queue, so the peer never

@@ -2,6 +2,7 @@ package rsocket
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
@@ -227,6 +228,12 @@ func TestPeerMisbehaves(t *testing.T) {
 				p.send(1, []byte{1}, p.connFirst[0], uint32(p.connFirst[1]))
 			}
 		}},
+		{"an SGL message of 8 bytes", func(p *rawPeer) {
+			p.send(4<<29|(1+rawCredits), make([]byte, 8), p.connSGL[0]+uint64(p.peerSGE)*16, uint32(p.connSGL[1]))
+		}},
+		{"an SGL entry of no bytes", func(p *rawPeer) {
+			p.publish(p.rbuf.Addr()+4096, 0, 1+rawCredits)
+		}},
 		{"a SEND instead of a WRITE with immediate", func(p *rawPeer) {
 			must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Signaled}}))
 			p.next()
@@ -235,6 +242,7 @@ func TestPeerMisbehaves(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p, conn := newRawPeer(t, h, uint16(7620+i), false, rawOpts)
 			c.script(p)
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a peer not caught fails, not hangs
 			buf := make([]byte, 1<<16)
 			var err error
 			for err == nil {
@@ -247,6 +255,46 @@ func TestPeerMisbehaves(t *testing.T) {
 				t.Fatalf("Write: %v, want ErrProtocol", err)
 			}
 		})
+	}
+}
+
+// TestSGLEntryWithItsMessage: the Conn takes a target SGL entry only from
+// the SGL message that writes it, not from whatever the slot holds when a
+// message with credits only comes. An entry written there by a plain RDMA
+// WRITE (as the peer's device may be writing the next one at any time) is
+// not used; the one published after it is.
+func TestSGLEntryWithItsMessage(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	p, c := newRawPeer(t, h, 7640, false, rawOpts)
+	stray := make([]byte, 16)
+	binary.LittleEndian.PutUint64(stray, p.rbuf.Addr()+6000)
+	binary.LittleEndian.PutUint32(stray[8:], p.rbuf.RKey())
+	binary.LittleEndian.PutUint32(stray[12:], 100)
+	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.Signaled,
+		RemoteAddr: p.connSGL[0] + uint64(p.peerSGE)*16, RKey: uint32(p.connSGL[1])}
+	p.load(&wr, stray)
+	must(t, p.qp.PostSend([]verbs.SendWR{wr}))
+	if wc := p.next(); wc.Opcode != verbs.WCWrite {
+		t.Fatalf("the plain write's completion: %v", &wc)
+	}
+	p.send(4<<29|(1+rawCredits), nil, 0, 0) // credits only
+
+	// 5000 bytes: 4096 fill the first buffer, the rest waits for an entry.
+	data := pattern(5000, 5)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(data)
+		done <- err
+	}()
+	expectMsg(t, p, 4096, 4096)
+	expectMsg(t, p, 4<<29|16, 16) // the Conn's credits and its second half
+	p.publish(p.rbuf.Addr()+4096, 4096, 2+rawCredits)
+	expectMsg(t, p, 904, 904)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := p.rbuf.Bytes()[:5000]; !bytes.Equal(got, data) {
+		t.Fatalf("the peer's buffer: equal prefix %d of 5000", commonPrefix(got, data))
 	}
 }
 

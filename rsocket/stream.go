@@ -217,7 +217,14 @@ func (s *stream) receive(imm, n uint32) {
 	switch msgOp(imm) {
 	case opSGL:
 		s.sseqComp = uint16(msgData(imm))
-		s.takeSGLEntry()
+		switch n {
+		case 0: // credits only
+		case sgeLen:
+			s.takeSGLEntry()
+		default:
+			s.fail(fmt.Errorf("%w: an SGL message of %d bytes, want 0 or %d", ErrProtocol, n, sgeLen))
+			return
+		}
 		s.ev[dirWrite] = true
 		s.stats.CreditsReceived++
 	case opIomapSGL:
@@ -265,21 +272,22 @@ func (s *stream) queueData(size, n uint32) {
 	}
 }
 
-// takeSGLEntry takes the entry of the target SGL the peer fills next, if
-// it wrote it: a credit message may carry one. The entry is cleared so
-// that the next one is seen.
+// takeSGLEntry takes the entry of the target SGL the peer wrote with the
+// SGL message just received (rs_send_credits writes one with each message
+// that carries 16 bytes). The slot is read only then: the peer's device
+// may write it at any other time, as it does with the next entry, and the
+// message's completion is what orders its write before this read.
 func (s *stream) takeSGLEntry() {
-	b := s.ep.tsgl[s.tgtFill*sgeLen : (s.tgtFill+1)*sgeLen]
-	e := getSGE(b, binary.LittleEndian)
-	if e.length == 0 {
+	e := getSGE(s.ep.tsgl[s.tgtFill*sgeLen:(s.tgtFill+1)*sgeLen], binary.LittleEndian)
+	switch {
+	case e.length == 0:
+		s.fail(fmt.Errorf("%w: target SGL entry %d of no bytes", ErrProtocol, s.tgtFill))
 		return
-	}
-	if s.tgt[s.tgtFill].length != 0 {
+	case s.tgt[s.tgtFill].length != 0:
 		s.fail(fmt.Errorf("%w: target SGL entry %d rewritten before use (%d bytes)", ErrProtocol, s.tgtFill, e.length))
 		return
 	}
 	s.tgt[s.tgtFill] = e
-	clear(b)
 	s.tgtFill = (s.tgtFill + 1) % sglEntries
 }
 
