@@ -274,11 +274,7 @@ var transportNoFaults transport.Faults
 // unless both succeed and the bytes match.
 func writeRead(t *testing.T, c, s *Conn, want []byte) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Write(want)
-		errc <- err
-	}()
+	errc := writeAsync(c, want)
 	got := make([]byte, len(want))
 	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("ReadFull: %v; equal prefix %d of %d", err, commonPrefix(got, want), len(want))
@@ -286,4 +282,15 @@ func writeRead(t *testing.T, c, s *Conn, want []byte) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writeAsync writes p on c in a goroutine of its own; the channel gets
+// Write's error.
+func writeAsync(c *Conn, p []byte) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(p)
+		errc <- err
+	}()
+	return errc
 }

@@ -59,11 +59,7 @@ func conversation(t *testing.T, p *rawPeer, c *Conn) {
 	// its second buffer half) the remainder once the peer publishes its
 	// second half.
 	big := pattern(4000, 2)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Write(big)
-		done <- err
-	}()
+	done := writeAsync(c, big)
 	expectMsg(t, p, 3996, 3996)
 	expectMsg(t, p, 4<<29|16, 16)
 	if a, k, n := p.sgeAt(1); a != p.connFirst[0]+4096 || uint64(k) != p.connFirst[1] || n != 4096 {
@@ -281,11 +277,7 @@ func TestSGLEntryWithItsMessage(t *testing.T) {
 
 	// 5000 bytes: 4096 fill the first buffer, the rest waits for an entry.
 	data := pattern(5000, 5)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Write(data)
-		done <- err
-	}()
+	done := writeAsync(c, data)
 	expectMsg(t, p, 4096, 4096)
 	expectMsg(t, p, 4<<29|16, 16) // the Conn's credits and its second half
 	p.publish(p.rbuf.Addr()+4096, 4096, 2+rawCredits)
