@@ -230,6 +230,10 @@ func TestPeerMisbehaves(t *testing.T) {
 		{"an SGL entry of no bytes", func(p *rawPeer) {
 			p.publish(p.rbuf.Addr()+4096, 0, 1+rawCredits)
 		}},
+		{"an SGL entry over one not used yet", func(p *rawPeer) {
+			p.publish(p.rbuf.Addr()+4096, 4096, 1+rawCredits) // entry 1
+			p.publish(p.rbuf.Addr(), 4096, 2+rawCredits)      // entry 0: the first buffer, unused
+		}},
 		{"a SEND instead of a WRITE with immediate", func(p *rawPeer) {
 			must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.Signaled}}))
 			p.next()
