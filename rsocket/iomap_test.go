@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/goroce/goroce/verbs"
 )
 
 // randomBytes returns n bytes from a seeded source.
@@ -279,13 +277,7 @@ func TestIOMapWire(t *testing.T) {
 			if int64(eoff) != off || length != 4000 {
 				t.Fatalf("the published entry: offset %d (Map said %d), %d bytes", eoff, off, length)
 			}
-			wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.Signaled, RemoteAddr: addr + 1000, RKey: key,
-				SGL: []verbs.SGE{{Addr: p.sbuf.Addr(), Length: 5, LKey: p.sbuf.LKey()}}}
-			copy(p.sbuf.Bytes(), "hello")
-			must(t, p.qp.PostSend([]verbs.SendWR{wr}))
-			if wc := p.next(); wc.Opcode != verbs.WCWrite {
-				t.Fatalf("the peer's write: %v", &wc)
-			}
+			p.writePlain([]byte("hello"), addr+1000, key)
 			c.SyncMapped()
 			if string(buf[1000:1005]) != "hello" {
 				t.Fatalf("the mapped buffer holds %q", buf[998:1007])

@@ -2,7 +2,6 @@ package rsocket
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
@@ -225,7 +224,8 @@ func TestPeerMisbehaves(t *testing.T) {
 			}
 		}},
 		{"an SGL message of 8 bytes", func(p *rawPeer) {
-			p.send(4<<29|(1+rawCredits), make([]byte, 8), p.connSGL[0]+uint64(p.peerSGE)*16, uint32(p.connSGL[1]))
+			slot, key := p.nextSlot()
+			p.send(4<<29|(1+rawCredits), make([]byte, 8), slot, key)
 		}},
 		{"an SGL entry of no bytes", func(p *rawPeer) {
 			p.publish(p.rbuf.Addr()+4096, 0, 1+rawCredits)
@@ -266,17 +266,8 @@ func TestPeerMisbehaves(t *testing.T) {
 func TestSGLEntryWithItsMessage(t *testing.T) {
 	h := memHosts(t, transportNoFaults)
 	p, c := newRawPeer(t, h, 7640, false, rawOpts)
-	stray := make([]byte, 16)
-	binary.LittleEndian.PutUint64(stray, p.rbuf.Addr()+6000)
-	binary.LittleEndian.PutUint32(stray[8:], p.rbuf.RKey())
-	binary.LittleEndian.PutUint32(stray[12:], 100)
-	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.Signaled,
-		RemoteAddr: p.connSGL[0] + uint64(p.peerSGE)*16, RKey: uint32(p.connSGL[1])}
-	p.load(&wr, stray)
-	must(t, p.qp.PostSend([]verbs.SendWR{wr}))
-	if wc := p.next(); wc.Opcode != verbs.WCWrite {
-		t.Fatalf("the plain write's completion: %v", &wc)
-	}
+	slot, key := p.nextSlot()
+	p.writePlain(p.sglEntry(p.rbuf.Addr()+6000, 100), slot, key)
 	p.send(4<<29|(1+rawCredits), nil, 0, 0) // credits only
 
 	// 5000 bytes: 4096 fill the first buffer, the rest waits for an entry.

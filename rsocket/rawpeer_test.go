@@ -161,14 +161,23 @@ func (p *rawPeer) recv() (imm, n uint32) {
 // data: a zero-length write) and waits for its completion.
 func (p *rawPeer) send(imm uint32, data []byte, addr uint64, rkey uint32) {
 	p.t.Helper()
-	wr := verbs.SendWR{Opcode: verbs.OpWriteImm, Flags: verbs.Signaled, Imm: imm, RemoteAddr: addr, RKey: rkey}
+	p.write(verbs.SendWR{Opcode: verbs.OpWriteImm, Imm: imm, RemoteAddr: addr, RKey: rkey}, data)
+}
+
+// writePlain posts an RDMA WRITE without immediate of data to addr/rkey,
+// which the Conn's program does not see, and waits for its completion.
+func (p *rawPeer) writePlain(data []byte, addr uint64, rkey uint32) {
+	p.t.Helper()
+	p.write(verbs.SendWR{Opcode: verbs.OpWrite, RemoteAddr: addr, RKey: rkey}, data)
+}
+
+// write posts wr, signaled, with data and waits for its completion.
+func (p *rawPeer) write(wr verbs.SendWR, data []byte) {
+	p.t.Helper()
+	wr.Flags |= verbs.Signaled
 	p.load(&wr, data)
 	must(p.t, p.qp.PostSend([]verbs.SendWR{wr}))
-	for {
-		wc := p.next()
-		if wc.Opcode == verbs.WCWrite {
-			return
-		}
+	if wc := p.next(); wc.Opcode != verbs.WCWrite {
 		p.t.Fatalf("raw peer: a receive while waiting for its write: %v", &wc)
 	}
 }
@@ -207,14 +216,27 @@ func (p *rawPeer) publishIomap(i, imm uint32, offset, addr uint64, rkey, length 
 	p.send(6<<29|imm, e, p.connSGL[0]+p.connSGL[2]*16+uint64(i)*24, uint32(p.connSGL[1]))
 }
 
-// publish writes a new entry into the Conn's target SGL (little-endian,
-// as it announced) with a credit message granting credits.
+// publish writes a new entry into the Conn's target SGL with a credit
+// message granting credits.
 func (p *rawPeer) publish(addr uint64, length uint32, credits uint32) {
 	p.t.Helper()
+	slot, key := p.nextSlot()
+	p.send(4<<29|credits, p.sglEntry(addr, length), slot, key)
+	p.peerSGE = (p.peerSGE + 1) % int(p.connSGL[2])
+}
+
+// sglEntry is an entry of the raw peer's receive buffer at addr for the
+// Conn's target SGL (little-endian, as it announced).
+func (p *rawPeer) sglEntry(addr uint64, length uint32) []byte {
 	e := make([]byte, 16)
 	binary.LittleEndian.PutUint64(e, addr)
 	binary.LittleEndian.PutUint32(e[8:], p.rbuf.RKey())
 	binary.LittleEndian.PutUint32(e[12:], length)
-	p.send(4<<29|credits, e, p.connSGL[0]+uint64(p.peerSGE)*16, uint32(p.connSGL[1]))
-	p.peerSGE = (p.peerSGE + 1) % int(p.connSGL[2])
+	return e
+}
+
+// nextSlot is the address and rkey of the Conn's target SGL entry that
+// publish writes next.
+func (p *rawPeer) nextSlot() (uint64, uint32) {
+	return p.connSGL[0] + uint64(p.peerSGE)*16, uint32(p.connSGL[1])
 }
