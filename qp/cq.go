@@ -27,7 +27,8 @@ type CQ struct {
 	dev     *Device
 	mu      sync.Mutex
 	ring    []verbs.WC
-	head    int // oldest entry
+	sink    CQSink // set: completions go to it, not to ring (CreateCQSink)
+	head    int    // oldest entry
 	n       atomic.Int32
 	armed   uint8 // 0, armAny or armSolicited
 	overrun bool  // completions were lost since the CQ last had room
@@ -65,6 +66,40 @@ func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
 	c := &CQ{dev: d, ring: make([]verbs.WC, cqe), ch: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 	c.readyFn = c.ready
 	return c, nil
+}
+
+// CQSink takes the completions of a CQ made by CreateCQSink in place of
+// the CQ's own ring: a completion queue that lives elsewhere, such as the
+// ring in shared memory that a program outside the process polls (package
+// uverbs). The engine calls Push with the CQ's lock held, from whichever
+// goroutine completes the work request, one completion at a time and in
+// order; Push must not block or call back into the engine.
+type CQSink interface {
+	// Push adds wc (solicited: a receive of a solicited message) and
+	// reports whether it had room. A completion it has no room for is
+	// lost, as on a full CQ: the engine then raises EventCQErr and moves
+	// the QP to ERR. The sink copies what it keeps of wc.
+	Push(wc *verbs.WC, solicited bool) bool
+}
+
+// CreateCQSink returns a completion queue whose completions go to s: its
+// Poll and Len find none, its ReqNotify and C are left unused (the sink
+// notifies its own consumer), and its size is the sink's. cqe is only
+// checked, as CreateCQ checks it.
+func (d *Device) CreateCQSink(cqe int, s CQSink) (*CQ, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: CreateCQSink needs a CQSink", verbs.ErrNil)
+	}
+	if cqe < 1 || cqe > MaxCQE {
+		return nil, fmt.Errorf("%w: a CQ of %d entries: want 1 to %d", verbs.ErrInvalidCap, cqe, MaxCQE)
+	}
+	c, err := d.CreateCQ(1) // the ring of one entry goes unused
+	if err != nil {
+		return nil, err
+	}
+	cq := c.(*CQ)
+	cq.sink = s
+	return cq, nil
 }
 
 // ok reports whether c was made by CreateCQ.
@@ -223,6 +258,9 @@ func (c *CQ) Destroy() error {
 // completion is lost.
 func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	c.mu.Lock()
+	if c.sink != nil {
+		return c.pushSink(wc, solicited)
+	}
 	n := int(c.n.Load())
 	if n == len(c.ring) {
 		first := !c.overrun
@@ -252,5 +290,22 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 		}
 	}
 	c.pushed()
+	return true
+}
+
+// pushSink is push for a CQ made by CreateCQSink; the caller holds c.mu,
+// which it releases.
+func (c *CQ) pushSink(wc *verbs.WC, solicited bool) bool {
+	if !c.sink.Push(wc, solicited) {
+		first := !c.overrun
+		c.overrun = true
+		c.mu.Unlock()
+		if first {
+			c.dev.event(verbs.Event{Type: verbs.EventCQErr, CQ: c})
+		}
+		return false
+	}
+	c.overrun = false
+	c.mu.Unlock()
 	return true
 }

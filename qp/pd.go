@@ -44,6 +44,21 @@ func (p *PD) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	return m, nil
 }
 
+// RegMRIOVA registers buf in the PD at address iova: SGEs and peers name
+// buf[0] as iova, as with ibv_reg_mr_iova. A device that serves memory
+// mapped from another process (package uverbs) registers it at the
+// addresses that process knows it by.
+func (p *PD) RegMRIOVA(buf []byte, iova uint64, access verbs.Access) (verbs.MR, error) {
+	if !p.ok() {
+		return nil, errNilPD
+	}
+	m, err := p.pd.RegisterIOVA(buf, iova, access)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // Dealloc frees the PD; it fails while regions or queue pairs use it.
 func (p *PD) Dealloc() error {
 	if !p.ok() {
