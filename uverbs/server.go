@@ -1,0 +1,109 @@
+package uverbs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/uverbs/abi"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Config says how Serve presents a device. A nil *Config means the
+// defaults. It is plain data; Serve reads it and keeps a copy.
+type Config struct {
+	// Name is the device's name as ibv_devices lists it (default
+	// goroce0): letters, digits, '_' and '-', at most 63 bytes. Its
+	// socket is Dir/Name.sock.
+	Name string
+	// Dir is the directory of the socket; default SocketDir(). Serve
+	// makes it, with mode 0700, if it does not exist, and refuses one
+	// that another user owns or that others may write to.
+	Dir string
+	// Mode is the socket's permission (default 0600: only its owner's
+	// programs reach the device). 0660 lets the socket's group in, with
+	// the directory opened to it as well.
+	Mode os.FileMode
+	// GIDs is the port's GID table, first entry first; default the
+	// device's address alone. Packets leave from the device's address
+	// whatever the index a program names, as with roce's device.
+	GIDs []netip.Addr
+	// Ifindex is the network interface the GIDs are on, as
+	// ibv_query_gid_ex reports it (0: none).
+	Ifindex int
+	// Spin is how long a session's worker looks for more work after
+	// its last before it sleeps on the doorbell: shorter costs the
+	// program a system call and the device a wakeup per request that
+	// finds it asleep; longer costs a core while it spins. 0 means
+	// DefaultSpin; negative, never spin.
+	Spin time.Duration
+	// Logger receives the device's records (sessions opened and closed,
+	// refused requests at Debug); nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultSpin is the worker's default spin (Config.Spin).
+const DefaultSpin = 50 * time.Microsecond
+
+// SocketDir returns the directory of devices' sockets: $GOROCE_DIR, or
+// /tmp/goroce-UID. libgoroce looks there too.
+func SocketDir() string {
+	if d := os.Getenv("GOROCE_DIR"); d != "" {
+		return d
+	}
+	return abi.DefaultRoot + strconv.Itoa(os.Getuid())
+}
+
+// Errors Serve returns.
+var (
+	// ErrName: Config.Name is not a valid device name.
+	ErrName = errors.New("uverbs: bad device name")
+	// ErrDir: the socket directory is not safe to use.
+	ErrDir = errors.New("uverbs: unsafe socket directory")
+	// ErrInUse: a device of that name is serving already.
+	ErrInUse = errors.New("uverbs: device name in use")
+	// ErrUnsupported: this system cannot serve a device (it needs
+	// Linux: memfd, eventfd, SCM_RIGHTS).
+	ErrUnsupported = errors.New("uverbs: not supported on this system")
+)
+
+// checkName checks a device name.
+func checkName(n string) error {
+	if n == "" || len(n) > 63 {
+		return fmt.Errorf("%w %q: want 1 to 63 bytes", ErrName, n)
+	}
+	for _, c := range []byte(n) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("%w %q: use letters, digits, '_' and '-' only", ErrName, n)
+		}
+	}
+	return nil
+}
+
+// errno turns an error of the engine into the errno a verb returns, as the
+// kernel's uverbs and rxe return them.
+func errno(err error) uint32 {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, verbs.ErrQueueFull), errors.Is(err, verbs.ErrNoQPN), errors.Is(err, mr.ErrTableFull):
+		return abi.ENOMEM
+	case errors.Is(err, verbs.ErrBusy), errors.Is(err, mr.ErrPDBusy), errors.Is(err, mr.ErrBound):
+		return abi.EBUSY
+	case errors.Is(err, verbs.ErrClosed):
+		return abi.ENODEV
+	}
+	return abi.EINVAL
+}
+
+// nameBytes returns s as a NUL-terminated 64-byte field.
+func nameBytes(s string) (b [64]byte) {
+	copy(b[:63], s)
+	return b
+}
