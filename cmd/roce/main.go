@@ -19,6 +19,7 @@ import (
 	"github.com/goroce/goroce/internal/tool/bench"
 	"github.com/goroce/goroce/internal/tool/decode"
 	"github.com/goroce/goroce/internal/tool/demo"
+	"github.com/goroce/goroce/internal/tool/device"
 	"github.com/goroce/goroce/internal/tool/perf"
 	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/internal/tool/rawudp"
@@ -42,6 +43,7 @@ var commands = []*cli.Command{
 	rcopy.Cmd,
 	rawudp.Cmd,
 	decode.Cmd,
+	device.Cmd,
 	bench.Cmd,
 }
 
