@@ -40,7 +40,7 @@ func (s *session) work() {
 	w := &worker{s: s}
 	sleeping := u32(s.page, offSleeping)
 	var b [8]byte
-	for {
+	for !w.stopped() {
 		if w.drain() {
 			continue
 		}
@@ -204,6 +204,7 @@ func (w *worker) drainRecv(d uint32, r *ring, cons uint32, post func([]verbs.Rec
 	}
 	for i := range n {
 		b := w.copySlot(r, cons+i, int(j))
+		r.cons().Store(cons + i + 1) // the slot is free: the copy is what counts
 		e := (*abi.RecvWQE)(unsafe.Pointer(&b[0]))
 		if e.NumSGE > maxSGE || abi.RecvWQESize+int(e.NumSGE)*abi.SGESize > len(b) {
 			// The library checks this: a receive it let through anyway
@@ -221,9 +222,7 @@ func (w *worker) drainRecv(d uint32, r *ring, cons uint32, post func([]verbs.Rec
 		}
 	}
 	flush()
-	cons += n
-	r.cons().Store(cons)
-	return cons
+	return cons + n
 }
 
 // postRecv posts receives; one the engine refuses completes with an error
@@ -275,6 +274,10 @@ func (w *worker) drainSend(q *qpObj, prod uint32) {
 	}
 	for i := range n {
 		b := w.copySlot(&q.sq, q.sqc+i, j)
+		// The slot is free once copied: the program may reuse it as soon
+		// as it has the request's completion, which the post below may
+		// give before this drain ends.
+		q.sq.cons().Store(q.sqc + i + 1)
 		e := (*abi.SendWQE)(unsafe.Pointer(&b[0]))
 		st := w.sendWR(q, &w.swr[j], b, j)
 		switch {
@@ -294,7 +297,6 @@ func (w *worker) drainSend(q *qpObj, prod uint32) {
 	}
 	flush()
 	q.sqc += n
-	q.sq.cons().Store(q.sqc)
 }
 
 // sendWR fills wr from the copy b of a send queue's slot; it returns the

@@ -1,0 +1,322 @@
+// Package devicetest runs goroce's soft device for tests of programs that
+// use it through libgoroce: it builds the library once per test binary,
+// starts devices in the test's own socket directory on loopback addresses,
+// and runs C programs (rdma-core's tools, perftest, the tests' own) with
+// the library preloaded. Tests skip where the machine has no C compiler,
+// no libibverbs headers or no such program.
+package devicetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/libgoroce"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/uverbs"
+)
+
+var (
+	buildOnce sync.Once
+	libPath   string
+	buildErr  error
+)
+
+// Lib returns the path of libgoroce built for this machine, or skips t
+// when it cannot be built here (no C compiler or headers). A build that
+// fails for any other reason fails t.
+func Lib(t testing.TB) string {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the soft device needs Linux")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "goroce-lib-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		libPath, buildErr = libgoroce.Build(&libgoroce.Config{Dir: dir})
+	})
+	switch {
+	case buildErr == libgoroce.ErrNoCompiler || buildErr == libgoroce.ErrNoHeaders:
+		t.Skipf("cannot build libgoroce here: %v", buildErr)
+	case buildErr != nil:
+		t.Fatal(buildErr)
+	}
+	return libPath
+}
+
+// Need skips t unless every program is on PATH.
+func Need(t testing.TB, programs ...string) {
+	t.Helper()
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (apt-get install perftest ibverbs-utils rdmacm-utils)", p)
+		}
+	}
+}
+
+// Host is a socket directory with the devices a test started in it.
+type Host struct {
+	t    testing.TB
+	Dir  string
+	Port uint16 // the UDP port of RoCEv2 every device of the host uses
+	Lib  string
+}
+
+// NewHost makes a host for t: a socket directory of its own, a free UDP
+// port for its devices, and the library.
+func NewHost(t testing.TB) *Host {
+	t.Helper()
+	lib := Lib(t)
+	dir, err := os.MkdirTemp("/tmp", "goroce-test-") // socket paths must stay short
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o700)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return &Host{t: t, Dir: dir, Port: freePort(t), Lib: lib}
+}
+
+// freePort returns a UDP port free on 127.0.0.1 now.
+func freePort(t testing.TB) uint16 {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// Device is a device a test started.
+type Device struct {
+	Name string
+	Addr netip.Addr
+	Dev  *roce.Device
+	Srv  *uverbs.Server
+}
+
+// Start starts device name on addr (a loopback address); the test's
+// cleanup stops it.
+func (h *Host) Start(name, addr string) *Device {
+	h.t.Helper()
+	a := netip.MustParseAddr(addr)
+	dev, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: a, Port: h.Port, PeerPort: h.Port}})
+	if err != nil {
+		h.t.Fatalf("open %s on %s: %v", name, addr, err)
+	}
+	srv, err := uverbs.Serve(dev, &uverbs.Config{Name: name, Dir: h.Dir})
+	if err != nil {
+		dev.Close()
+		h.t.Fatalf("serve %s: %v", name, err)
+	}
+	h.t.Cleanup(func() {
+		srv.Close()
+		dev.Close()
+	})
+	return &Device{Name: name, Addr: a, Dev: dev, Srv: srv}
+}
+
+// Env returns the environment of a program run on the host's devices.
+func (h *Host) Env() []string {
+	return append(os.Environ(), "LD_PRELOAD="+h.Lib, "GOROCE_DIR="+h.Dir)
+}
+
+// Command returns a command that runs a program on the host's devices,
+// killed when ctx ends.
+func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = h.Env()
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// Result is what a program printed and how it ended.
+type Result struct {
+	Out  string // standard output and error, interleaved
+	Err  error  // from Wait
+	Code int
+}
+
+// String shows the result for a failure message.
+func (r *Result) String() string {
+	return fmt.Sprintf("exit %d (%v):\n%s", r.Code, r.Err, r.Out)
+}
+
+// Proc is a program started in the background.
+type Proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	res  Result
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Go starts a program; Wait collects it. Its output is kept.
+func (h *Host) Go(ctx context.Context, name string, args ...string) *Proc {
+	h.t.Helper()
+	p := &Proc{cmd: h.Command(ctx, name, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		h.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.res.Err = p.cmd.Wait()
+		p.res.Code = p.cmd.ProcessState.ExitCode()
+		p.res.Out = p.out.String()
+		close(p.done)
+	}()
+	return p
+}
+
+// Wait waits for the program to end and returns its result.
+func (p *Proc) Wait() *Result {
+	<-p.done
+	return &p.res
+}
+
+// Output returns what the program has printed so far.
+func (p *Proc) Output() string { return p.out.String() }
+
+// Pid returns the program's process ID.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Run runs a program to its end.
+func (h *Host) Run(ctx context.Context, name string, args ...string) *Result {
+	h.t.Helper()
+	return h.Go(ctx, name, args...).Wait()
+}
+
+// WaitFor waits until the program has printed s, or fails the test after
+// timeout (showing what it printed).
+func (p *Proc) WaitFor(t testing.TB, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.Output(), s) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s ended before it printed %q: %s", p.cmd.Path, s, p.res.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not print %q in %v: %s", p.cmd.Path, s, timeout, p.Output())
+		}
+	}
+}
+
+// Pair runs a client/server tool: the server (server args) in the
+// background until it listens on its TCP port, then the client (client
+// args); it returns both results, each having ended.
+func (h *Host) Pair(ctx context.Context, port int, server, client []string) (*Result, *Result) {
+	h.t.Helper()
+	s := h.Go(ctx, server[0], server[1:]...)
+	if err := waitListen(ctx, port, s); err != nil {
+		s.cmd.Process.Kill()
+		r := s.Wait()
+		h.t.Fatalf("%s: %v: %s", server[0], err, r)
+	}
+	c := h.Run(ctx, client[0], client[1:]...)
+	return s.Wait(), c
+}
+
+// waitListen waits until a TCP port of 127.0.0.1 accepts, or p ends.
+func waitListen(ctx context.Context, port int, p *Proc) error {
+	for {
+		if listening(port) {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("ended before it listened on port %d", port)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// listening reports whether some socket listens on TCP port of this host,
+// without connecting to it (a connection would be the server's client).
+func listening(port int) bool {
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		want := fmt.Sprintf(":%04X ", port)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			// local_address is fields[1], st (0A: LISTEN) fields[3].
+			if len(fields) > 3 && strings.HasSuffix(fields[1]+" ", want) && fields[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CC compiles C sources into a program that links libibverbs (and the
+// extra flags), in t's temporary directory, or skips t without a
+// compiler or headers.
+func CC(t testing.TB, out string, srcs []string, flags ...string) string {
+	t.Helper()
+	Lib(t)
+	exe := filepath.Join(t.TempDir(), out)
+	args := append([]string{"-O1", "-g", "-Wall", "-o", exe}, srcs...)
+	args = append(args, flags...)
+	args = append(args, "-libverbs", "-lpthread")
+	cmd := exec.Command("cc", args...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cc %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return exe
+}
+
+// FreeTCPPort returns a TCP port of 127.0.0.1 free now, for a tool's
+// exchange (-p).
+func FreeTCPPort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Atoi is strconv.Atoi for numbers the test made.
+func Atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}

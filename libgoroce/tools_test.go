@@ -1,0 +1,125 @@
+package libgoroce_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/devicetest"
+)
+
+// TestDevices runs rdma-core's ibv_devices and ibv_devinfo -v, unmodified,
+// on two devices: both are listed, with their GUIDs, one ACTIVE port
+// each, its MTU and its GID table.
+func TestDevices(t *testing.T) {
+	devicetest.Need(t, "ibv_devices", "ibv_devinfo")
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := h.Run(ctx, "ibv_devices")
+	if r.Err != nil || !regexp.MustCompile(`goroce0\s+0267[0-9a-f]{12}`).MatchString(r.Out) ||
+		!strings.Contains(r.Out, "goroce1") {
+		t.Fatalf("ibv_devices: %s", r)
+	}
+	r = h.Run(ctx, "ibv_devinfo", "-v", "-d", "goroce1")
+	for _, want := range []string{"hca_id:\tgoroce1", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet",
+		"GID[  0]:\t\t::ffff:127.0.0.2, RoCE v2", "vendor_id:\t\t\t0x676f72", "active_mtu:\t\t4096 (5)"} {
+		if !strings.Contains(r.Out, want) {
+			t.Errorf("ibv_devinfo -v lacks %q", want)
+		}
+	}
+	if r.Err != nil || t.Failed() {
+		t.Fatalf("ibv_devinfo -v: %s", r)
+	}
+}
+
+// TestPingpong runs rdma-core's pingpong tools, unmodified, both ends on
+// one device and across two, with and without completion events.
+func TestPingpong(t *testing.T) {
+	tools := []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"}
+	devicetest.Need(t, tools...)
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	iters := regexp.MustCompile(`(\d+) iters in`)
+	for _, tool := range tools {
+		for _, events := range []bool{false, true} {
+			for _, devs := range [][2]string{{"goroce0", "goroce0"}, {"goroce0", "goroce1"}} {
+				name := tool + "/" + devs[0] + "-" + devs[1]
+				if events {
+					name += "/e"
+				}
+				t.Run(name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					port := strconv.Itoa(devicetest.FreeTCPPort(t))
+					args := []string{"-g", "0", "-n", "500", "-p", port}
+					if events {
+						args = append(args, "-e")
+					}
+					srv := append([]string{tool, "-d", devs[0]}, args...)
+					cli := append(append([]string{tool, "-d", devs[1]}, args...), "127.0.0.1")
+					s, c := h.Pair(ctx, devicetest.Atoi(port), srv, cli)
+					for _, r := range []*devicetest.Result{s, c} {
+						if m := iters.FindStringSubmatch(r.Out); r.Err != nil || m == nil || m[1] != "500" {
+							t.Fatalf("want exit 0 and \"500 iters\" from both:\nserver %s\nclient %s", s, c)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestPerftest runs perftest's bandwidth and latency tools, unmodified,
+// both ends on the device, by iterations and by duration (-D, which runs
+// on SIGALRM), and checks each prints its result line.
+func TestPerftest(t *testing.T) {
+	tools := []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"}
+	devicetest.Need(t, tools...)
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	result := regexp.MustCompile(`(?m)^\s*#bytes.*\n\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)`)
+	type run struct {
+		tool string
+		args []string
+	}
+	var runs []run
+	for _, tool := range tools {
+		size := "65536"
+		if strings.HasSuffix(tool, "_lat") {
+			size = "2"
+		}
+		args := []string{"-s", size}
+		if tool == "ib_atomic_bw" {
+			args = nil
+		}
+		runs = append(runs, run{tool, append(args, "-n", "1000")}, run{tool, append(args, "-D", "1")})
+	}
+	runs = append(runs, run{"ib_atomic_bw", []string{"-A", "CMP_AND_SWAP", "-n", "1000"}},
+		run{"ib_atomic_bw", []string{"-A", "FETCH_AND_ADD", "-n", "1000"}})
+	for _, r := range runs {
+		t.Run(r.tool+"/"+strings.Join(r.args, ""), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			port := devicetest.FreeTCPPort(t)
+			args := append([]string{"-x", "0", "-p", strconv.Itoa(port)}, r.args...)
+			srv := append([]string{r.tool, "-d", "goroce0"}, args...)
+			cli := append(append([]string{r.tool, "-d", "goroce1"}, args...), "127.0.0.1")
+			s, c := h.Pair(ctx, port, srv, cli)
+			m := result.FindStringSubmatch(c.Out)
+			if s.Err != nil || c.Err != nil || m == nil {
+				t.Fatalf("want exit 0 and a result line:\nserver %s\nclient %s", s, c)
+			}
+			if v, _ := strconv.ParseFloat(m[4], 64); v <= 0 {
+				t.Fatalf("a result of %s: %s", m[4], c)
+			}
+		})
+	}
+}
