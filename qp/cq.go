@@ -27,8 +27,9 @@ type CQ struct {
 	dev     *Device
 	mu      sync.Mutex
 	ring    []verbs.WC
-	sink    CQSink // set: completions go to it, not to ring (CreateCQSink)
-	head    int    // oldest entry
+	sink    CQSink   // set: completions go to it, not to ring (CreateCQSink)
+	sinkWC  verbs.WC // what a push hands the sink, under mu (so that push's wc does not escape)
+	head    int      // oldest entry
 	n       atomic.Int32
 	armed   uint8 // 0, armAny or armSolicited
 	overrun bool  // completions were lost since the CQ last had room
@@ -87,6 +88,9 @@ type CQSink interface {
 // notifies its own consumer), and its size is the sink's. cqe is only
 // checked, as CreateCQ checks it.
 func (d *Device) CreateCQSink(cqe int, s CQSink) (*CQ, error) {
+	if !d.ok() {
+		return nil, errNilDevice
+	}
 	if s == nil {
 		return nil, fmt.Errorf("%w: CreateCQSink needs a CQSink", verbs.ErrNil)
 	}
@@ -296,7 +300,8 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 // pushSink is push for a CQ made by CreateCQSink; the caller holds c.mu,
 // which it releases.
 func (c *CQ) pushSink(wc *verbs.WC, solicited bool) bool {
-	if !c.sink.Push(wc, solicited) {
+	c.sinkWC = *wc
+	if !c.sink.Push(&c.sinkWC, solicited) {
 		first := !c.overrun
 		c.overrun = true
 		c.mu.Unlock()
