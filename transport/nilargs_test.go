@@ -33,6 +33,26 @@ func TestNilArgs(t *testing.T) {
 				t.Error("nil or negative faults inject something")
 			}
 		},
+		"NewMulti": func(t *testing.T) {
+			_, err := NewMulti()
+			apitest.Err(t, err, ErrNil, "at least one transport")
+			_, err = NewMulti(&nopLink{}, nil)
+			apitest.Err(t, err, ErrNil, "transport 1")
+		},
+		"Multi.Start":        func(t *testing.T) { apitest.Err(t, (*Multi)(nil).Start(nil), ErrNil, "NewMulti") },
+		"Multi.Send":         func(t *testing.T) { apitest.Err(t, (*Multi)(nil).Send(nil), ErrNil, "NewMulti") },
+		"Multi.Close":        func(t *testing.T) { apitest.Err(t, (*Multi)(nil).Close(), ErrNil, "NewMulti") },
+		"Multi.LocalAddr":    func(t *testing.T) { want(t, (*Multi)(nil).LocalAddr(), netip.Addr{}) },
+		"Multi.LocalAddrs":   func(t *testing.T) { want(t, len((*Multi)(nil).LocalAddrs()), 0) },
+		"Multi.BatchSize":    func(t *testing.T) { want(t, (*Multi)(nil).BatchSize(), 0) },
+		"Multi.MaxPacket":    func(t *testing.T) { want(t, (*Multi)(nil).MaxPacket(), 0) },
+		"Multi.SendsPayload": func(t *testing.T) { want(t, (*Multi)(nil).SendsPayload(), false) },
+		"Multi.Stats":        func(t *testing.T) { want(t, (*Multi)(nil).Stats(), Stats{}) },
+		"Multi.NotifyUnreachable": func(t *testing.T) {
+			(*Multi)(nil).NotifyUnreachable(func(Unreachable) {})()
+			m, _ := NewMulti(&nopLink{})
+			m.NotifyUnreachable(nil)()
+		},
 		"NewFaulty":           func(t *testing.T) { apitest.Err(t, noLink.Start(func([]Packet) {}), ErrNil, "NewFaulty with one") },
 		"Faulty.SendsPayload": func(t *testing.T) { want(t, noLink.SendsPayload(), false) },
 		"Faulty.FaultStats":   func(t *testing.T) { want(t, noLink.FaultStats(), FaultStats{}) },
@@ -86,7 +106,7 @@ func TestNilArgs(t *testing.T) {
 		},
 		"SendsPayload": func(t *testing.T) { want(t, SendsPayload(nil), false) },
 	})
-	apitest.NilReceivers(t, ".", (*Faults)(nil), (*Faulty)(nil), (*Sniffer)(nil), (*Packet)(nil))
+	apitest.NilReceivers(t, ".", (*Faults)(nil), (*Faulty)(nil), (*Sniffer)(nil), (*Packet)(nil), (*Multi)(nil))
 }
 
 func want[T comparable](t *testing.T, got, want T) {
