@@ -18,7 +18,7 @@ func (p *PD) CreateAH(attr verbs.AHAttr) (verbs.AH, error) {
 	if !p.ok() {
 		return nil, errNilPD
 	}
-	if err := checkDest(attr.DGID, p.dev.gid, "AHAttr.DGID"); err != nil {
+	if err := checkDest(attr.DGID, p.dev.srcFor(verbs.AddrFromGID(attr.DGID)), "AHAttr.DGID"); err != nil {
 		return nil, err
 	}
 	return &AH{attr: attr}, nil

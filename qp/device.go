@@ -73,6 +73,11 @@ type Config struct {
 	// number modulo Paths (up to mr.MaxSpread), rather than one that
 	// every core writes. roce.Open sets it to its UDP link's Paths.
 	Paths int
+	// GIDs is the device's GID table, the addresses it sends from and
+	// receives at (a transport.Multi's, in order); nil means the
+	// transport's one address. It sends to an IPv6 peer from the first
+	// IPv6 address of the table, to any other from the first.
+	GIDs []netip.Addr
 	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls
 	// the link before it blocks: it spins as long as recent waits took,
 	// up to this, and not at all while they take longer. 0 means
@@ -89,11 +94,14 @@ type Config struct {
 // return an error return one wrapping verbs.ErrNil, the others zero
 // values.
 type Device struct {
-	t   transport.Transport
-	clk clock.Clock
-	log *slog.Logger
-	gid netip.Addr
-	mrs *mr.Table
+	t    transport.Transport
+	clk  clock.Clock
+	log  *slog.Logger
+	gid  netip.Addr   // the first of gids
+	gids []netip.Addr // the GID table: the transport's addresses (transport.Multi has several)
+	four netip.Addr   // the first IPv4 address of gids, if any: the source of packets to IPv4 peers
+	six  netip.Addr   // the first IPv6 address of gids, if any: the source of packets to IPv6 peers
+	mrs  *mr.Table
 
 	maxUnacked    uint32
 	sharedUnacked uint32       // PSNs in flight over all QPs, shared by the active ones
@@ -145,6 +153,7 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		clk:          cfg.Clock,
 		log:          cfg.Logger,
 		gid:          t.LocalAddr(),
+		gids:         []netip.Addr{t.LocalAddr()},
 		mrs:          mr.NewTableMax(cfg.MaxMRs),
 		maxQPs:       cfg.MaxQPs,
 		maxUnacked:   uint32(cfg.MaxUnackedPSNs),
@@ -153,6 +162,18 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		maxPacket:    t.MaxPacket(),
 		nextQPN:      firstQPN,
 		events:       make(chan verbs.Event, 64),
+	}
+	if len(cfg.GIDs) > 0 {
+		d.gids = append([]netip.Addr(nil), cfg.GIDs...)
+		d.gid = d.gids[0]
+	}
+	for _, a := range d.gids {
+		switch v4 := a.Unmap().Is4(); {
+		case v4 && !d.four.IsValid():
+			d.four = a
+		case !v4 && !d.six.IsValid():
+			d.six = a
+		}
 	}
 	if cfg.Paths > 1 {
 		if err := d.mrs.SetSpread(min(cfg.Paths, mr.MaxSpread)); err != nil {
@@ -223,6 +244,14 @@ func checkNew(t transport.Transport, cfg *Config) error {
 	}
 	if cfg.Paths < 0 {
 		return fmt.Errorf("%w: qp: Config.Paths %d: want 0 or 1 (one receive path) or more", verbs.ErrInvalidAttr, cfg.Paths)
+	}
+	if len(cfg.GIDs) > 256 {
+		return fmt.Errorf("%w: qp: Config.GIDs has %d addresses: at most 256", verbs.ErrInvalidAttr, len(cfg.GIDs))
+	}
+	for i, a := range cfg.GIDs {
+		if !a.IsValid() {
+			return fmt.Errorf("%w: qp: Config.GIDs[%d] is the zero Addr", verbs.ErrInvalidAttr, i)
+		}
 	}
 	return nil
 }
@@ -320,18 +349,47 @@ func (d *Device) Addr() netip.Addr {
 	return d.gid
 }
 
-// GID returns the RoCEv2 GID of the given index; the software device has
-// one, at index 0, but also answers for any index (as `-g` picks one in
-// rdma-core's tools) with the same GID.
+// GID returns the RoCEv2 GID of the given index: the GID table holds the
+// transport's address, or its addresses (transport.Multi), in order. A
+// device of one address answers for any index with its one GID, as `-g`
+// picks one in rdma-core's tools.
 func (d *Device) GID(index int) ([16]byte, error) {
 	if !d.ok() {
 		return [16]byte{}, errNilDevice
 	}
-	if index < 0 || index > 255 {
-		return [16]byte{}, fmt.Errorf("%w: GID index %d: want 0 to 255 (the software device has one GID, at 0)",
-			verbs.ErrInvalidAttr, index)
+	hi := 255
+	if len(d.gids) > 1 {
+		hi = len(d.gids) - 1
+	}
+	if index < 0 || index > hi {
+		return [16]byte{}, fmt.Errorf("%w: GID index %d: want 0 to %d (the device's GID table)",
+			verbs.ErrInvalidAttr, index, hi)
+	}
+	if index < len(d.gids) {
+		return verbs.GIDFromAddr(d.gids[index]), nil
 	}
 	return verbs.GIDFromAddr(d.gid), nil
+}
+
+// GIDs returns the device's GID table, as the addresses behind the GIDs.
+func (d *Device) GIDs() []netip.Addr {
+	if !d.ok() {
+		return nil
+	}
+	return append([]netip.Addr(nil), d.gids...)
+}
+
+// srcFor returns the source address of packets to dst: the device's
+// first address of dst's family (IPv4 or IPv6), or its first address when
+// it has none of that family.
+func (d *Device) srcFor(dst netip.Addr) netip.Addr {
+	switch v4 := dst.Unmap().Is4(); {
+	case v4 && d.four.IsValid():
+		return d.four
+	case !v4 && d.six.IsValid():
+		return d.six
+	}
+	return d.gid
 }
 
 // ActiveMTU returns the largest path MTU the transport carries.
@@ -540,7 +598,7 @@ func (b *txBatch) buf() []byte {
 // add queues the n bytes written into the last buf() as a packet to dst.
 func (b *txBatch) add(n int, dst netip.Addr, sport uint16, tos uint8) {
 	b.pkts = append(b.pkts, transport.Packet{
-		Data: b.bufs[len(b.pkts)][:n], Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
+		Data: b.bufs[len(b.pkts)][:n], Src: b.d.srcFor(dst), Dst: dst, SrcPort: sport, TOS: tos,
 	})
 }
 
@@ -552,7 +610,8 @@ func (b *txBatch) add(n int, dst netip.Addr, sport uint16, tos uint8) {
 func (b *txBatch) addRef(hdr int, payload []byte, m pin, dst netip.Addr, sport uint16, tos uint8) {
 	b.pinned = append(b.pinned, m)
 	b.pkts = append(b.pkts, transport.Packet{
-		Data: b.bufs[len(b.pkts)][:hdr+bth.ICRCLen], Payload: payload, Src: b.d.gid, Dst: dst, SrcPort: sport, TOS: tos,
+		Data: b.bufs[len(b.pkts)][:hdr+bth.ICRCLen], Payload: payload, Src: b.d.srcFor(dst), Dst: dst, SrcPort: sport,
+		TOS: tos,
 	})
 }
 

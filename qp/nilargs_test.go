@@ -93,6 +93,21 @@ func TestNilArgs(t *testing.T) {
 		"Device.Progress": func(t *testing.T) { zero(t, (*Device)(nil).Progress()) },
 		"Device.Name":     func(t *testing.T) { zero(t, (*Device)(nil).Name()) },
 		"Device.Addr":     func(t *testing.T) { zero(t, (*Device)(nil).Addr()) },
+		"Device.GIDs":     func(t *testing.T) { zero(t, len((*Device)(nil).GIDs())) },
+		"Device.CreateCQSink": func(t *testing.T) {
+			_, err := e.dev.CreateCQSink(1, nil)
+			apitest.Err(t, err, verbs.ErrNil, "needs a CQSink")
+			_, err = e.dev.CreateCQSink(0, discardSink{})
+			apitest.Err(t, err, verbs.ErrInvalidCap, "want 1 to")
+			_, err = (*Device)(nil).CreateCQSink(1, discardSink{})
+			apitest.Err(t, err, verbs.ErrNil, "nil *Device")
+		},
+		"PD.RegMRIOVA": func(t *testing.T) {
+			_, err := (*PD)(nil).RegMRIOVA(make([]byte, 8), 0x1000, 0)
+			apitest.Err(t, err, verbs.ErrNil, "nil *PD")
+			_, err = e.pd.RegMRIOVA(nil, 0x1000, 0)
+			apitest.Err(t, err, verbs.ErrInvalidAttr, "at least one byte")
+		},
 		"Device.GID": func(t *testing.T) {
 			for _, i := range []int{-1, 256} {
 				_, err := e.dev.GID(i)
@@ -459,3 +474,8 @@ func zero[T comparable](t *testing.T, v T) {
 		t.Errorf("got %v, want %v", v, z)
 	}
 }
+
+// discardSink is a CQSink that has room for nothing.
+type discardSink struct{}
+
+func (discardSink) Push(*verbs.WC, bool) bool { return false }

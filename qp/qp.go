@@ -423,7 +423,7 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.AttrMask) error {
 	case mask&verbs.AttrAccessFlags != 0 && a.Access&^(verbs.LocalWrite|verbs.RemoteAccess) != 0:
 		return bad("access flags", a.Access, "LocalWrite, RemoteWrite, RemoteRead and RemoteAtomic only")
 	case mask&verbs.AttrAV != 0:
-		return checkDest(a.AH.DGID, q.dev.gid, "QPAttr.AH.DGID")
+		return checkDest(a.AH.DGID, q.dev.srcFor(verbs.AddrFromGID(a.AH.DGID)), "QPAttr.AH.DGID")
 	}
 	return nil
 }

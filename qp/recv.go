@@ -187,7 +187,15 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 // is its address, or either is unknown (a transport bound to every
 // address of the host).
 func (d *Device) isLocal(dst netip.Addr) bool {
-	return !dst.IsValid() || !d.gid.IsValid() || d.gid.IsUnspecified() || dst.Unmap() == d.gid.Unmap()
+	if !dst.IsValid() || !d.gid.IsValid() || d.gid.IsUnspecified() || dst.Unmap() == d.gid.Unmap() {
+		return true
+	}
+	for _, a := range d.gids[1:] {
+		if dst.Unmap() == a.Unmap() {
+			return true
+		}
+	}
+	return false
 }
 
 // transportOf returns the BTH transport class of a QP type.

@@ -119,6 +119,14 @@ type AFPacket struct {
 	TOS uint8
 }
 
+// Multi is the link of a device with several addresses in its GID table:
+// one link per address (each a *UDP, an *AFPacket or a *Mem), IPv4 and
+// IPv6. The
+// device receives on all of them and sends each packet from the first
+// address of its destination's family (transport.Multi). It is plain
+// data.
+type Multi []Link
+
 // Mem is the link of an in-memory network (transport/mem): devices of one
 // process, with fault injection, for tests and for programs that run both
 // ends. It is plain data.

@@ -66,13 +66,22 @@ func (d *Device) Name() string {
 	return d.dev.eng.Name()
 }
 
-// GID returns the RoCEv2 GID of the given index: index 0, the device's
-// address (verbs.GIDFromAddr), is the only one.
+// GID returns the RoCEv2 GID of the given index: the device's address
+// (verbs.GIDFromAddr), or one of its addresses on a Multi link.
 func (d *Device) GID(index int) ([16]byte, error) {
 	if !d.ok() {
 		return [16]byte{}, errNilDevice
 	}
 	return d.dev.eng.GID(index)
+}
+
+// GIDs returns the device's GID table, as the addresses behind the GIDs:
+// its address, or the addresses of its Multi link in order.
+func (d *Device) GIDs() []netip.Addr {
+	if !d.ok() {
+		return nil
+	}
+	return d.dev.eng.GIDs()
 }
 
 // ActiveMTU returns the largest path MTU the link carries.

@@ -177,6 +177,22 @@ func TestNilArgs(t *testing.T) {
 				}
 			})
 		},
+		"Device.GIDs": func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, len(d.GIDs()), 0) }) },
+		"Device.CreateCQSink": func(t *testing.T) {
+			nilDevices(t, func(d *Device) {
+				_, err := d.CreateCQSink(1, nil)
+				apitest.Err(t, err, verbs.ErrNil, "nil *Device")
+			})
+			sd := Untrace(e.dev).(*Device)
+			_, err := sd.CreateCQSink(1, nil)
+			apitest.Err(t, err, verbs.ErrNil, "needs a CQSink")
+		},
+		"RegMRIOVA": func(t *testing.T) {
+			_, err := RegMRIOVA(nil, nil, 0, 0)
+			apitest.Err(t, err, verbs.ErrForeign, "untraced roce Device")
+			_, err = RegMRIOVA(e.pd, make([]byte, 8), 0x1000, verbs.LocalWrite) // a traced PD
+			apitest.Err(t, err, verbs.ErrForeign, "untraced roce Device")
+		},
 		"Device.GID": func(t *testing.T) {
 			nilDevices(t, func(d *Device) {
 				_, err := d.GID(0)

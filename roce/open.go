@@ -35,6 +35,10 @@ func Open(cfg *Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	var gids []netip.Addr
+	if m, ok := t.(*transport.Multi); ok {
+		gids = m.LocalAddrs()
+	}
 	dc := &device{link: t}
 	if c.Faults.Any() {
 		dc.faulty = transport.NewFaulty(t, c.Faults, c.FaultSeed)
@@ -47,7 +51,7 @@ func Open(cfg *Config) (*Device, error) {
 	}
 	t, rej := rejectNoAgent(t, c.Logger)
 	eng, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs, SeqNAKWindow: c.SeqNAKWindow,
-		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0, Paths: c.paths()})
+		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0, Paths: c.paths(), GIDs: gids})
 	if err != nil {
 		t.Close()
 		dc.closePcap()
@@ -133,6 +137,38 @@ func (l *AFPacket) open(c *Config) (transport.Transport, error) {
 	}
 	return afpacket.New(&afpacket.Config{Interface: a.Interface, Addr: a.Addr, Port: a.Port, PeerPort: a.PeerPort,
 		TOS: a.TOS, Logger: c.Logger})
+}
+
+func (m Multi) open(c *Config) (transport.Transport, error) {
+	if len(m) == 0 {
+		return nil, fmt.Errorf("roce: %w: a Multi link needs at least one link", verbs.ErrInvalidAttr)
+	}
+	var parts []transport.Transport
+	closeAll := func() {
+		for _, p := range parts {
+			p.Close()
+		}
+	}
+	for i, l := range m {
+		switch l.(type) {
+		case *UDP, *AFPacket, *Mem:
+		default:
+			closeAll()
+			return nil, fmt.Errorf("roce: %w: Multi link %d is a %T: want *UDP, *AFPacket or *Mem", verbs.ErrInvalidAttr, i, l)
+		}
+		t, err := l.open(c)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		parts = append(parts, t)
+	}
+	t, err := transport.NewMulti(parts...)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return t, nil
 }
 
 func (l *Mem) open(*Config) (transport.Transport, error) {

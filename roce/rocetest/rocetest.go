@@ -56,10 +56,17 @@ func NewSide(t testing.TB, d verbs.Device, typ verbs.QPType) *Side {
 // given starting PSN and its GID.
 func (s *Side) Remote(t testing.TB, psn uint32) *roce.Remote {
 	t.Helper()
+	return s.RemoteGID(t, psn, 0)
+}
+
+// RemoteGID is Remote with the GID of the given index of the side's
+// device.
+func (s *Side) RemoteGID(t testing.TB, psn uint32, index int) *roce.Remote {
+	t.Helper()
 	if s == nil {
 		t.Fatal("rocetest: Remote of a nil *Side: use one from NewSide")
 	}
-	gid, err := s.dev.GID(0)
+	gid, err := s.dev.GID(index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +98,19 @@ func Wait(t testing.TB, cq verbs.CQ) verbs.WC {
 // 24-bit PSN wrap.
 func EveryOperation(t testing.TB, da, db verbs.Device) {
 	t.Helper()
+	EveryOperationGID(t, da, db, 0, 0)
+}
+
+// EveryOperationGID is EveryOperation with the GIDs of index ga of da and
+// gb of db as the two ends' addresses.
+func EveryOperationGID(t testing.TB, da, db verbs.Device, ga, gb int) {
+	t.Helper()
 	a, b := NewSide(t, da, verbs.RC), NewSide(t, db, verbs.RC)
 	p := &roce.ConnParams{MTU: bth.MTU1024, MaxRDAtomic: 4, MaxDestRDAtomic: 4, PSN: 0xFFFFFE}
-	if err := roce.Connect(a.qp, b.Remote(t, 0xFFFFFE), p); err != nil {
+	if err := roce.Connect(a.qp, b.RemoteGID(t, 0xFFFFFE, gb), p); err != nil {
 		t.Fatal(err)
 	}
-	if err := roce.Connect(b.qp, a.Remote(t, 0xFFFFFE), p); err != nil {
+	if err := roce.Connect(b.qp, a.RemoteGID(t, 0xFFFFFE, ga), p); err != nil {
 		t.Fatal(err)
 	}
 	const n = 5000

@@ -70,6 +70,12 @@ func TestNilArgs(t *testing.T) {
 		"EveryOperation": func(t *testing.T) {
 			fails(t, "needs a device", func(tb testing.TB) { EveryOperation(tb, nil, nil) })
 		},
+		"EveryOperationGID": func(t *testing.T) {
+			fails(t, "needs a device", func(tb testing.TB) { EveryOperationGID(tb, nil, nil, 0, 0) })
+		},
+		"Side.RemoteGID": func(t *testing.T) {
+			fails(t, "nil *Side", func(tb testing.TB) { (*Side)(nil).RemoteGID(tb, 0, 1) })
+		},
 		"Stream": func(t *testing.T) {
 			benchFails(t, func(b *testing.B) { Stream(b, nil, nil, verbs.OpWrite, 0, 0) })
 			benchFails(t, func(b *testing.B) { Stream(b, nil, nil, verbs.OpWrite, 1, 1) })
