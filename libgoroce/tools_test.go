@@ -38,6 +38,36 @@ func TestDevices(t *testing.T) {
 	}
 }
 
+// TestIPv6 runs a device with an IPv4 and an IPv6 address: ibv_devinfo
+// lists both GIDs, RoCE v2, and ibv_rc_pingpong and ib_send_bw run over
+// the IPv6 one (-g 1, -x 1).
+func TestIPv6(t *testing.T) {
+	devicetest.Need(t, "ibv_devinfo", "ibv_rc_pingpong", "ib_send_bw")
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1,::1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := h.Run(ctx, "ibv_devinfo", "-v")
+	if r.Err != nil || !strings.Contains(r.Out, "GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2") ||
+		!strings.Contains(r.Out, "GID[  1]:\t\t::1, RoCE v2") {
+		t.Fatalf("ibv_devinfo -v: %s", r)
+	}
+	port := devicetest.FreeTCPPort(t)
+	p := strconv.Itoa(port)
+	s, c := h.Pair(ctx, port, []string{"ibv_rc_pingpong", "-g", "1", "-n", "100", "-p", p},
+		[]string{"ibv_rc_pingpong", "-g", "1", "-n", "100", "-p", p, "127.0.0.1"})
+	if s.Err != nil || c.Err != nil || !strings.Contains(c.Out, "GID ::1") {
+		t.Fatalf("ibv_rc_pingpong -g 1:\nserver %s\nclient %s", s, c)
+	}
+	port = devicetest.FreeTCPPort(t)
+	p = strconv.Itoa(port)
+	s, c = h.Pair(ctx, port, []string{"ib_send_bw", "-x", "1", "-n", "200", "-p", p},
+		[]string{"ib_send_bw", "-x", "1", "-n", "200", "-p", p, "127.0.0.1"})
+	if s.Err != nil || c.Err != nil || !strings.Contains(c.Out, "00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:01") {
+		t.Fatalf("ib_send_bw -x 1:\nserver %s\nclient %s", s, c)
+	}
+}
+
 // TestPingpong runs rdma-core's pingpong tools, unmodified, both ends on
 // one device and across two, with and without completion events.
 func TestPingpong(t *testing.T) {

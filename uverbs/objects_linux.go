@@ -286,6 +286,13 @@ func (s *session) ahAttr(a *abi.AHAttr) (verbs.AHAttr, uint32) {
 	if a.IsGlobal == 0 || int(a.SGIDIndex) >= len(s.srv.gids) || a.Port > 1 {
 		return verbs.AHAttr{}, abi.EINVAL
 	}
+	// The source GID and the destination are of one family: the device
+	// sends to an IPv6 peer from its IPv6 address, to an IPv4 one from its
+	// IPv4 address.
+	src := verbs.AddrFromGID(s.srv.gids[a.SGIDIndex].GID)
+	if src.Is4() != verbs.AddrFromGID(a.DGID).Is4() {
+		return verbs.AHAttr{}, abi.EINVAL
+	}
 	return verbs.AHAttr{DGID: a.DGID, SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel & 0xFFFFF, HopLimit: a.HopLimit,
 		TrafficClass: a.TrafficClass, SL: a.SL, Port: 1}, 0
 }

@@ -30,8 +30,9 @@ type Config struct {
 	// the directory opened to it as well.
 	Mode os.FileMode
 	// GIDs is the port's GID table, first entry first; default the
-	// device's address alone. Packets leave from the device's address
-	// whatever the index a program names, as with roce's device.
+	// device's (roce.Device.GIDs). A device sends to an IPv6 peer from
+	// its IPv6 address and to an IPv4 peer from its IPv4 address, so the
+	// table holds at most one of each that the device sends from.
 	GIDs []netip.Addr
 	// Ifindex is the network interface the GIDs are on, as
 	// ibv_query_gid_ex reports it (0: none).

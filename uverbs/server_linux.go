@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -72,7 +71,7 @@ func Serve(dev *roce.Device, cfg *Config) (*Server, error) {
 			"and for the group or others only if they may use the device (0660, 0666)", verbs.ErrInvalidAttr, c.Mode)
 	}
 	if len(c.GIDs) == 0 {
-		c.GIDs = []netip.Addr{dev.Addr()}
+		c.GIDs = dev.GIDs()
 	}
 	if len(c.GIDs) > abi.MaxGIDs {
 		return nil, fmt.Errorf("uverbs: %w: %d GIDs: at most %d", verbs.ErrInvalidAttr, len(c.GIDs), abi.MaxGIDs)

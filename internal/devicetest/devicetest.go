@@ -108,12 +108,21 @@ type Device struct {
 	Srv  *uverbs.Server
 }
 
-// Start starts device name on addr (a loopback address); the test's
-// cleanup stops it.
+// Start starts device name on addr, a loopback address, or an IPv4 and
+// an IPv6 one (127.0.0.1,::1): its GID table. The test's cleanup stops
+// it.
 func (h *Host) Start(name, addr string) *Device {
 	h.t.Helper()
-	a := netip.MustParseAddr(addr)
-	dev, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: a, Port: h.Port, PeerPort: h.Port}})
+	var links roce.Multi
+	for _, s := range strings.Split(addr, ",") {
+		links = append(links, &roce.UDP{Addr: netip.MustParseAddr(s), Port: h.Port, PeerPort: h.Port})
+	}
+	var link roce.Link = links
+	if len(links) == 1 {
+		link = links[0]
+	}
+	a := netip.MustParseAddr(strings.Split(addr, ",")[0])
+	dev, err := roce.Open(&roce.Config{Link: link})
 	if err != nil {
 		h.t.Fatalf("open %s on %s: %v", name, addr, err)
 	}

@@ -13,11 +13,13 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/libgoroce"
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/uverbs"
 )
 
@@ -70,8 +72,9 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Bool(&o.log, false, "log sessions opening and closing, and refused requests, to standard error", "log")
 	fs.Section("The link:")
 	fs.String(&o.dev.Transport, "udp", "how RoCEv2 packets travel: udp (no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport")
-	fs.String(&o.dev.Bind, "", "local IP `address`: the source of every packet and the GID (default: --dev's first, else 127.0.0.1)", "bind")
-	fs.String(&o.dev.Dev, "", "network `interface`: the device's address is its first (and afpacket sends on it)", "dev")
+	fs.String(&o.dev.Bind, "", "local IP `address`, or an IPv4 and an IPv6 one (ADDR,ADDR6): the GID table, the sources of packets\n"+
+		"(default: --dev's, else 127.0.0.1)", "bind")
+	fs.String(&o.dev.Dev, "", "network `interface`: its first IPv4 and first global IPv6 address are the GIDs (and afpacket sends on it)", "dev")
 	fs.Uint(&o.dev.Port, 4791, "UDP `port` of RoCEv2, local and peer", "roce-port")
 	fs.String(&o.dev.Pcap, "", "write every packet sent and received to this pcap `file`", "pcap")
 	fs.Bool(&o.dev.NoOffload, false, "do not use UDP GSO/GRO", "no-offload")
@@ -92,14 +95,22 @@ func (o *options) run(ctx context.Context, env *cli.Env, args []string) error {
 	if o.dev.Transport == "mem" {
 		return cli.Usagef("--transport mem is for one process; the device serves others: use udp or afpacket")
 	}
-	bind, ifindex, err := o.address()
+	addrs, ifindex, err := o.addresses()
 	if err != nil {
 		return err
 	}
 	o.dev.Paths = 1
-	cfg, err := o.dev.Config(bind)
+	o.dev.Bind = "" // the addresses are resolved: the first is Config's default
+	cfg, err := o.dev.Config(addrs[0].String())
 	if err != nil {
 		return err
+	}
+	if len(addrs) > 1 {
+		var links roce.Multi
+		for _, a := range addrs {
+			links = append(links, o.dev.Link(a))
+		}
+		cfg.Link = links
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if o.log {
@@ -115,7 +126,8 @@ func (o *options) run(ctx context.Context, env *cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "roce device: %s on %s, UDP port %d, socket %s\n", o.name, dev.Addr(), o.dev.Port, srv.Path())
+	fmt.Fprintf(env.Stdout, "roce device: %s on %s, UDP port %d, socket %s\n", o.name, joinAddrs(dev.GIDs()), o.dev.Port,
+		srv.Path())
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
@@ -123,37 +135,75 @@ func (o *options) run(ctx context.Context, env *cli.Env, args []string) error {
 	return srv.Close()
 }
 
-// address returns the address the device binds: --bind, else the first
-// address of --dev, else 127.0.0.1; and the interface index of its GID.
-func (o *options) address() (string, int, error) {
+// addresses returns the addresses the device binds, its GID table: those
+// of --bind (ADDR, or an IPv4 and an IPv6 address: ADDR,ADDR6), else the
+// first IPv4 and the first global IPv6 address of --dev, else 127.0.0.1;
+// and the index of their interface.
+func (o *options) addresses() ([]netip.Addr, int, error) {
+	if o.dev.Bind != "" {
+		var addrs []netip.Addr
+		for _, s := range strings.Split(o.dev.Bind, ",") {
+			a, err := cli.ResolveAddr(s)
+			if err != nil {
+				return nil, 0, cli.Usagef("--bind: %w", err)
+			}
+			for _, b := range addrs {
+				if b.Is4() == a.Is4() {
+					return nil, 0, cli.Usagef("--bind %s: at most one IPv4 and one IPv6 address "+
+						"(a device sends from one address of each family)", o.dev.Bind)
+				}
+			}
+			addrs = append(addrs, a)
+		}
+		idx := ifindexOf(addrs[0])
+		if o.dev.Dev != "" {
+			ifi, err := net.InterfaceByName(o.dev.Dev)
+			if err != nil {
+				return nil, 0, cli.Usagef("--dev %s: %w", o.dev.Dev, err)
+			}
+			idx = ifi.Index
+		}
+		return addrs, idx, nil
+	}
 	if o.dev.Dev == "" {
-		return o.dev.Bind, ifindexOf(o.dev.Bind), nil
+		a := netip.MustParseAddr("127.0.0.1")
+		return []netip.Addr{a}, ifindexOf(a), nil
 	}
 	ifi, err := net.InterfaceByName(o.dev.Dev)
 	if err != nil {
-		return "", 0, cli.Usagef("--dev %s: %w", o.dev.Dev, err)
+		return nil, 0, cli.Usagef("--dev %s: %w", o.dev.Dev, err)
 	}
-	if o.dev.Bind != "" {
-		return o.dev.Bind, ifi.Index, nil
-	}
-	addrs, err := ifi.Addrs()
+	list, err := ifi.Addrs()
 	if err != nil {
-		return "", 0, fmt.Errorf("--dev %s: %w", o.dev.Dev, err)
+		return nil, 0, fmt.Errorf("--dev %s: %w", o.dev.Dev, err)
 	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && !p.Addr().IsLinkLocalUnicast() {
-			return p.Addr().String(), ifi.Index, nil
+	var v4, v6 netip.Addr
+	for _, x := range list {
+		p, err := netip.ParsePrefix(x.String())
+		if err != nil {
+			continue
+		}
+		switch a := p.Addr(); {
+		case a.Is4() && !v4.IsValid():
+			v4 = a
+		case a.Is6() && !a.IsLinkLocalUnicast() && !v6.IsValid():
+			v6 = a
 		}
 	}
-	return "", 0, cli.Usagef("--dev %s has no address: give it one, or name one with --bind", o.dev.Dev)
+	var addrs []netip.Addr
+	for _, a := range []netip.Addr{v4, v6} {
+		if a.IsValid() {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, 0, cli.Usagef("--dev %s has no address: give it one, or name one with --bind", o.dev.Dev)
+	}
+	return addrs, ifi.Index, nil
 }
 
 // ifindexOf returns the index of the interface that holds addr, or 0.
-func ifindexOf(addr string) int {
-	a, err := netip.ParseAddr(addr)
-	if err != nil {
-		return 0
-	}
+func ifindexOf(a netip.Addr) int {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return 0
@@ -167,4 +217,12 @@ func ifindexOf(addr string) int {
 		}
 	}
 	return 0
+}
+
+func joinAddrs(a []netip.Addr) string {
+	s := make([]string, len(a))
+	for i, x := range a {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ", ")
 }
