@@ -40,14 +40,18 @@ func Open(cfg *Config) (*Device, error) {
 		gids = m.LocalAddrs()
 	}
 	dc := &device{link: t}
-	if c.Faults.Any() {
-		dc.faulty = transport.NewFaulty(t, c.Faults, c.FaultSeed)
-		t = dc.faulty
-	}
+	// The capture sits on the link, under the faults: it records what
+	// went on the wire (no dropped packet, a duplicate twice, reordered
+	// ones in their new order), each with the headers and ICRC the link
+	// sent it with.
 	if c.Pcap != "" {
 		if t, err = dc.capture(t, c.Pcap); err != nil {
 			return nil, err
 		}
+	}
+	if c.Faults.Any() {
+		dc.faulty = transport.NewFaulty(t, c.Faults, c.FaultSeed)
+		t = dc.faulty
 	}
 	t, rej := rejectNoAgent(t, c.Logger)
 	eng, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs, SeqNAKWindow: c.SeqNAKWindow,

@@ -145,8 +145,15 @@ func (t *Faulty) Send(pkts []Packet) error {
 			t.stats.Duplicated++
 			n = 2
 		}
-		for range n {
+		for i := range n {
 			q := p
+			if i > 0 {
+				// A duplicate has bytes of its own: the transport seals
+				// each copy for its own IP header (IPv4 ID), and the
+				// first's ICRC must not be overwritten by the second's
+				// before it leaves or is captured.
+				q.Data, q.Payload = p.AppendTo(nil), nil
+			}
 			if (t.chance(t.f.Corrupt) || t.chance(t.f.Truncate)) && p.Len() > 0 {
 				// Corrupt a copy: the caller's buffer may be retransmitted.
 				q.Data, q.Payload = p.AppendTo(nil), nil

@@ -349,6 +349,10 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 		p := pkts[i]
 		fl := flow(&p)
 		_ = p.Seal(&fl) // a packet that cannot be sealed goes as it is, and the receiver drops it
+		// As every transport does, Send tells the caller (a capture) the
+		// headers the packet went with; the receiver gets the same.
+		p.SrcPort, p.IPID = fl.SrcPort, fl.ID
+		pkts[i].SrcPort, pkts[i].IPID = fl.SrcPort, fl.ID
 		e.stats.txPackets.Add(1)
 		e.stats.txBytes.Add(uint64(p.Len()))
 		n.stats.Sent++
