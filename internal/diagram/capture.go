@@ -40,13 +40,19 @@ type packetReader interface {
 
 // FromCapture reads a pcap or pcapng capture (told apart by its first
 // bytes) and returns the diagram of its RoCEv2 packets: those to UDP port
-// 4791 over IPv4 or IPv6, on Ethernet (802.1Q tags too), Linux cooked
+// 4791, or to a port the capture's own RoCE traffic uses (Ports), over
+// IPv4 or IPv6, on Ethernet (802.1Q tags too), Linux cooked
 // (SLL and SLL2), BSD loopback or raw IP links. Frames of other protocols
 // are skipped; one to port 4791 that does not decode is a malformed record.
 // Errors wrap ErrNotCapture, ErrLinkType or ErrTruncatedFile, with the
 // frame number where it happened.
-func FromCapture(r io.Reader) (*Diagram, error) {
-	recs, omitted, err := ReadCapture(r, MaxPackets)
+func FromCapture(r io.Reader) (*Diagram, error) { return FromCapturePorts(r, NewPorts()) }
+
+// FromCapturePorts is FromCapture with the RoCEv2 datagrams told by
+// ports: 4791, the ports it was given, and those the capture's own
+// traffic shows (Ports). ports.Hint says afterwards what was left out.
+func FromCapturePorts(r io.Reader, ports *Ports) (*Diagram, error) {
+	recs, omitted, err := readCapture(r, MaxPackets, ports)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +65,10 @@ func FromCapture(r io.Reader) (*Diagram, error) {
 // FromCapture does, keeping at most limit of them and counting the others
 // in omitted.
 func ReadCapture(r io.Reader, limit int) (recs []Record, omitted int, err error) {
+	return readCapture(r, limit, NewPorts())
+}
+
+func readCapture(r io.Reader, limit int, ports *Ports) (recs []Record, omitted int, err error) {
 	if r == nil {
 		return nil, 0, fmt.Errorf("%w: no input (nil reader)", ErrNotCapture)
 	}
@@ -66,7 +76,7 @@ func ReadCapture(r io.Reader, limit int) (recs []Record, omitted int, err error)
 	if err != nil {
 		return nil, 0, err
 	}
-	var dec frameDecoder
+	dec := frameDecoder{ports: ports}
 	var start time.Time
 	for frame := 1; ; frame++ {
 		data, ci, err := src.ZeroCopyReadPacketData()
@@ -172,12 +182,13 @@ func ipEtherType(t uint16) bool { return t == bth.EtherTypeIPv4 || t == bth.Ethe
 // frameDecoder turns frames into records. It is not safe for concurrent
 // use.
 type frameDecoder struct {
-	fr  bth.Frame
-	pkt bth.Packet
+	fr    bth.Frame
+	pkt   bth.Packet
+	ports *Ports // which datagrams are RoCE's (nil: those to 4791)
 }
 
 // decode fills rec from a frame of link type lt; ok is false for frames
-// that are not UDP to port 4791.
+// that are not UDP to one of RoCE's ports (d.ports).
 func (d *frameDecoder) decode(data []byte, lt gplayers.LinkType, rec *Record) (ok bool, err error) {
 	off, err := ipOffset(lt, data)
 	if err != nil || off < 0 {
@@ -188,8 +199,8 @@ func (d *frameDecoder) decode(data []byte, lt gplayers.LinkType, rec *Record) (o
 		link = bth.LinkEthernet
 	}
 	fr := &d.fr
-	if bth.ParseFrame(fr, data[off:], link) != nil || fr.Flow.DstPort != bth.UDPPort {
-		return false, nil // not IP, not UDP, or not to RoCEv2's port
+	if bth.ParseFrame(fr, data[off:], link) != nil || !d.ports.Take(fr) {
+		return false, nil // not IP, not UDP, or not to one of RoCEv2's ports
 	}
 	rec.Src, rec.Dst, rec.SrcPort, rec.DstPort = fr.Flow.Src, fr.Flow.Dst, fr.Flow.SrcPort, fr.Flow.DstPort
 	p := &d.pkt

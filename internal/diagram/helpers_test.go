@@ -57,7 +57,7 @@ type pkt struct {
 	mad        []byte // payload of a UD SEND to QP 1
 	badICRC    bool
 	truncateTo int  // cut the frame to this many bytes
-	notRoCE    bool // send to another UDP port
+	notRoCE    bool // send to another UDP port, with no ICRC that verifies: another protocol's datagram
 	badOpcode  bool // overwrite the opcode with an undefined one
 }
 
@@ -92,7 +92,7 @@ func frame(tb testing.TB, p pkt) []byte {
 	}
 	copy(pk.Payload, p.mad)
 	ff.Flow.Seal(b[hl:])
-	if p.badICRC {
+	if p.badICRC || p.notRoCE {
 		b[len(b)-1] ^= 0xFF
 	}
 	bth.EncodeFrame(b, &ff)

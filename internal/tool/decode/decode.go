@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gopacket/gopacket"
@@ -24,17 +26,23 @@ import (
 
 // Cmd is roce decode.
 var Cmd = &cli.Command{
-	UsageLine: "decode [--json | --flows | --diagram[=html]] FILE... (- for standard input)",
+	UsageLine: "decode [--json | --flows | --diagram[=html]] [--roce-port PORT] FILE... (- for standard input)",
 	Short:     "print the RoCEv2 packets of pcap/pcapng captures, as text, JSON, per-flow totals or a sequence diagram",
 	Long: "Reads pcap and pcapng captures (Ethernet, Linux SLL and SLL2, raw IP) and prints\n" +
-		"their RoCEv2 packets (UDP port 4791), or with --diagram draws the exchange as a\n" +
-		"sequence diagram (a participant per host and QP; notes for the CM handshake, NAKs,\n" +
-		"RNR waits, retransmissions; =html writes one self-contained page). Flags:\n",
+		"their RoCEv2 packets: those on UDP port 4791, on a port --roce-port names, and on any\n" +
+		"other port the capture's own RoCE traffic uses (a datagram whose ICRC verifies shows it),\n" +
+		"so that captures of roce demo or of --roce-port runs decode as they are. With --diagram\n" +
+		"it draws the exchange as a sequence diagram (a participant per host and QP; notes for the\n" +
+		"CM handshake, NAKs, RNR waits, retransmissions) on standard output: text for\n" +
+		"sequencediagram.org and PlantUML, or with --diagram=html one self-contained page\n" +
+		"(roce decode --diagram=html d.pcap > d.html). Flags:\n",
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		var o options
 		fs.Bool(&o.flows, false, "print per-flow totals (source, destination, destination QP)", "flows")
 		fs.Bool(&o.json, false, "print one JSON object per RoCE packet", "json")
-		fs.Var(&o.diagram, "draw the capture as a sequence diagram: text (sequencediagram.org, PlantUML), or =html for a page", "diagram")
+		fs.Var(&o.diagram, "draw the capture as a sequence diagram on standard output: text (sequencediagram.org, "+
+			"PlantUML), or --diagram=html a page", "diagram")
+		fs.Var(&o.ports, "also take datagrams to this UDP `port` for RoCEv2 (repeat, or a comma-separated list)", "roce-port")
 		return o.run
 	},
 }
@@ -52,6 +60,41 @@ const (
 type options struct {
 	json, flows bool
 	diagram     diagram.Format
+	ports       portList
+}
+
+// portList is --roce-port: UDP ports, given one per flag or as a
+// comma-separated list.
+type portList []uint16
+
+func (l *portList) String() string {
+	if l == nil || len(*l) == 0 {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *portList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("want UDP ports of 1 to 65535, not %q", f)
+		}
+		*l = append(*l, uint16(p))
+	}
+	return nil
+}
+
+// hint tells on stderr what a capture's datagrams that were not taken
+// for RoCE may be.
+func hint(env *cli.Env, label string, ports *diagram.Ports) {
+	if h := ports.Hint(); h != "" {
+		fmt.Fprintf(env.Stderr, "roce decode: %s: %s\n", label, h)
+	}
 }
 
 // run is roce decode [--json|--flows] FILE...
@@ -91,6 +134,11 @@ func (o *options) run(_ context.Context, env *cli.Env, files []string) error {
 		return cli.Usagef("--json and --flows cannot be used together")
 	}
 	if o.diagram != diagram.FormatNone {
+		if f, ok := o.formatArg(files); ok {
+			// --diagram html, with a space: the format, unless a
+			// file of that name is there.
+			o.diagram, files = f, files[1:]
+		}
 		return o.draw(env, files)
 	}
 	m := modeText
@@ -103,13 +151,16 @@ func (o *options) run(_ context.Context, env *cli.Env, files []string) error {
 	out := bufio.NewWriterSize(env.Stdout, 64<<10)
 	failed := false
 	for _, name := range files {
-		err := decodeFile(name, env.Stdin, m, len(files) > 1, out)
+		ports := diagram.NewPorts(o.ports...)
+		err := decodeFile(name, env.Stdin, m, len(files) > 1, out, ports)
 		if ferr := out.Flush(); ferr != nil && err == nil {
 			err = ferr
 		}
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "roce decode: %v\n", err)
 			failed = true
+		} else {
+			hint(env, fileLabel(name), ports)
 		}
 	}
 	if failed {
@@ -123,8 +174,10 @@ func (o *options) draw(env *cli.Env, files []string) error {
 	switch {
 	case o.json || o.flows:
 		return cli.Usagef("--diagram cannot be used with --json or --flows")
+	case len(files) == 0:
+		return cli.Usagef("--diagram: no capture file given (use - for standard input)")
 	case len(files) > 1:
-		return cli.Usagef("--diagram draws one capture at a time; give one file")
+		return cli.Usagef("--diagram draws one capture at a time; give one file (the format goes after =: --diagram=html)")
 	}
 	r, label := env.Stdin, "<stdin>"
 	if files[0] != "-" {
@@ -135,10 +188,12 @@ func (o *options) draw(env *cli.Env, files []string) error {
 		defer f.Close()
 		r, label = f, files[0]
 	}
-	d, err := diagram.FromCapture(r)
+	ports := diagram.NewPorts(o.ports...)
+	d, err := diagram.FromCapturePorts(r, ports)
 	if err != nil {
 		return fmt.Errorf("roce decode: %s: %w", label, err)
 	}
+	hint(env, label, ports)
 	d.Title = filepath.Base(label)
 	out := bufio.NewWriterSize(env.Stdout, 64<<10)
 	if err := d.Write(out, o.diagram); err != nil {
@@ -148,7 +203,7 @@ func (o *options) draw(env *cli.Env, files []string) error {
 }
 
 // decodeFile decodes one capture file (or standard input for "-").
-func decodeFile(name string, stdin io.Reader, m mode, many bool, out io.Writer) error {
+func decodeFile(name string, stdin io.Reader, m mode, many bool, out io.Writer, ports *diagram.Ports) error {
 	var r io.Reader
 	label := name
 	if name == "-" {
@@ -177,7 +232,7 @@ func decodeFile(name string, stdin io.Reader, m mode, many bool, out io.Writer) 
 	if many && m != modeJSON {
 		fmt.Fprintf(out, "# %s\n", filepath.Base(label))
 	}
-	err := decodeCapture(r, sink)
+	err := decodeCapture(r, sink, ports)
 	if ferr := sink.finish(); ferr != nil && err == nil {
 		err = ferr
 	}
@@ -185,6 +240,30 @@ func decodeFile(name string, stdin io.Reader, m mode, many bool, out io.Writer) 
 		return fmt.Errorf("%s: %w", label, err)
 	}
 	return nil
+}
+
+// fileLabel is how messages name a file argument.
+func fileLabel(name string) string {
+	if name == "-" {
+		return "<stdin>"
+	}
+	return name
+}
+
+// formatArg reports whether files starts with a diagram format given
+// after a space (--diagram html): a format's name that is no file here.
+func (o *options) formatArg(files []string) (diagram.Format, bool) {
+	if len(files) < 2 || o.diagram != diagram.FormatText {
+		return 0, false
+	}
+	var f diagram.Format
+	if files[0] != "html" && files[0] != "text" || f.Set(files[0]) != nil {
+		return 0, false
+	}
+	if _, err := os.Stat(files[0]); err == nil {
+		return 0, false
+	}
+	return f, true
 }
 
 // Errors about the capture file as a whole.
@@ -275,8 +354,9 @@ func linkLayer(lt gplayers.LinkType, data []byte) (gopacket.LayerType, error) {
 const maxFrames = 1<<31 - 1
 
 // decodeCapture reads every frame of the capture in r and hands what it
-// decodes to sink.
-func decodeCapture(r io.Reader, sink recordSink) error {
+// decodes to sink, with the RoCE datagrams told by ports (nil: those on
+// port 4791).
+func decodeCapture(r io.Reader, sink recordSink, ports *diagram.Ports) error {
 	src, err := openCapture(r)
 	if err != nil {
 		return err
@@ -288,7 +368,7 @@ func decodeCapture(r io.Reader, sink recordSink) error {
 			return err
 		}
 	}
-	dec := newPacketDecoder()
+	dec := newPacketDecoder(ports)
 	var start time.Time
 	var rec packetRecord
 	for frame := 1; frame <= maxFrames; frame++ {

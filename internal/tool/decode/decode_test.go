@@ -657,3 +657,83 @@ func TestDecodeDiagram(t *testing.T) {
 		t.Errorf("the page has %d arrows for %d packets", strings.Count(page, `<g class="pkt`), packets)
 	}
 }
+
+// reported moves every RoCE packet of the rxe capture to UDP destination
+// port 5000, with the ICRC made again for the new port (sealed) or left
+// as it was (so that none verifies), the first one's damaged if asked,
+// and returns the capture.
+func reported(t *testing.T, sealed, damageFirst bool) []byte {
+	t.Helper()
+	cis, frames := readCapture(t, filepath.Join(capturesDir, "rxe_write_bw.pcap"))
+	var fr bth.Frame
+	n := 0
+	for _, f := range frames {
+		if bth.ParseFrame(&fr, f, bth.LinkEthernet) != nil || fr.Flow.DstPort != bth.UDPPort {
+			continue
+		}
+		binary.BigEndian.PutUint16(fr.UDP[2:], 5000)
+		icrc := fr.Payload[len(fr.Payload)-bth.ICRCLen:]
+		if sealed {
+			binary.LittleEndian.PutUint32(icrc, bth.FrameICRC(fr.IP))
+		}
+		if n++; n == 1 && damageFirst {
+			icrc[0] ^= 1
+		}
+	}
+	return writeCapture(t, gplayers.LinkTypeEthernet, false, cis, frames)
+}
+
+// TestDecodeOtherPort decodes a capture whose RoCE traffic is on UDP port
+// 5000: found by its ICRCs, or by --roce-port, and when neither finds it,
+// a hint that names the port.
+func TestDecodeOtherPort(t *testing.T) {
+	want, _, _ := decodeRun(nil, filepath.Join(capturesDir, "rxe_write_bw.pcap"))
+	want = strings.ReplaceAll(want, ":4791 ", ":5000 ")
+	got, errs, code := decodeRun(bytes.NewReader(reported(t, true, false)), "-")
+	if code != cli.ExitOK || errs != "" || got != want {
+		t.Errorf("port 5000: exit %d, stderr %q, %s", code, errs, firstDiff(got, want))
+	}
+
+	// The first packet's ICRC damaged: it is not taken until --roce-port
+	// says the port is RoCE's.
+	b := reported(t, true, true)
+	got, errs, _ = decodeRun(bytes.NewReader(b), "-")
+	if strings.Count(got, "\n") != strings.Count(want, "\n")-1 || !strings.Contains(errs, "try --roce-port 5000") {
+		t.Errorf("a bad first ICRC: %d packets (want %d), stderr %q", strings.Count(got, "\n"), strings.Count(want, "\n")-1, errs)
+	}
+	got, errs, _ = decodeRun(bytes.NewReader(b), "--roce-port", "5000", "-")
+	if strings.Count(got, "\n") != strings.Count(want, "\n") || strings.Count(got, "icrc=BAD") != 1 || errs != "" {
+		t.Errorf("--roce-port 5000: %d packets (want %d), %d bad ICRCs (want 1), stderr %q",
+			strings.Count(got, "\n"), strings.Count(want, "\n"), strings.Count(got, "icrc=BAD"), errs)
+	}
+
+	// No ICRC verifies: nothing is RoCE, and the hint says what to try;
+	// the diagram, likewise.
+	got, errs, code = decodeRun(bytes.NewReader(reported(t, false, false)), "-")
+	if code != cli.ExitOK || got != "" || !strings.Contains(errs, "UDP packets not on port 4791") ||
+		!strings.Contains(errs, "try --roce-port 5000") {
+		t.Errorf("bad ICRCs: exit %d, stdout %q, stderr %q", code, got, errs)
+	}
+	_, errs, _ = decodeRun(bytes.NewReader(reported(t, false, false)), "--diagram", "-")
+	if !strings.Contains(errs, "try --roce-port 5000") {
+		t.Errorf("--diagram, bad ICRCs: stderr %q", errs)
+	}
+	got, _, _ = decodeRun(bytes.NewReader(reported(t, false, false)), "--roce-port=5000", "--json", "-")
+	if n := strings.Count(got, `"icrc_ok":false`); n != strings.Count(want, "\n") {
+		t.Errorf("--roce-port, bad ICRCs: %d packets with a bad ICRC, want %d", n, strings.Count(want, "\n"))
+	}
+}
+
+// TestDecodeDiagramSpace takes --diagram html, the format after a space,
+// as --diagram=html, unless a file is named html.
+func TestDecodeDiagramSpace(t *testing.T) {
+	path := filepath.Join(capturesDir, "rxe_imm_rnr.pcap")
+	page, errs, code := decodeRun(nil, "--diagram", "html", path)
+	if code != cli.ExitOK || errs != "" || !strings.HasPrefix(page, "<!DOCTYPE html>") {
+		t.Errorf("--diagram html FILE: exit %d, stderr %q, output %.40q", code, errs, page)
+	}
+	_, errs, code = decodeRun(nil, "--diagram", path, path)
+	if code != cli.ExitUsage || !strings.Contains(errs, "--diagram=html") {
+		t.Errorf("--diagram FILE FILE: exit %d, stderr %q", code, errs)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	gplayers "github.com/gopacket/gopacket/layers"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/internal/diagram"
 	"github.com/goroce/goroce/layers"
 )
 
@@ -60,10 +61,18 @@ type packetDecoder struct {
 
 	parsers map[gopacket.LayerType]*gopacket.DecodingLayerParser
 	decoded []gopacket.LayerType
+	// roceParser decodes a UDP payload that ports takes for RoCE on a
+	// port other than 4791, which gopacket does not know.
+	roceParser *gopacket.DecodingLayerParser
+	ports      *diagram.Ports
+	inner      []gopacket.LayerType
 }
 
-func newPacketDecoder() *packetDecoder {
-	d := &packetDecoder{parsers: map[gopacket.LayerType]*gopacket.DecodingLayerParser{}}
+// newPacketDecoder returns a decoder that takes for RoCEv2 the UDP
+// datagrams ports does (nil: port 4791 only).
+func newPacketDecoder(ports *diagram.Ports) *packetDecoder {
+	d := &packetDecoder{parsers: map[gopacket.LayerType]*gopacket.DecodingLayerParser{}, ports: ports}
+	d.roceParser = gopacket.NewDecodingLayerParser(layers.LayerTypeRoCE, &d.roce, &d.mad, &d.payload)
 	for _, first := range []gopacket.LayerType{gplayers.LayerTypeEthernet, gplayers.LayerTypeLinuxSLL,
 		gplayers.LayerTypeLinuxSLL2, gplayers.LayerTypeIPv4, gplayers.LayerTypeIPv6} {
 		d.parsers[first] = gopacket.NewDecodingLayerParser(first, &d.eth, &d.dot1q, &d.sll, &d.sll2,
@@ -110,6 +119,29 @@ func (d *packetDecoder) decode(data []byte, first gopacket.LayerType, rec *packe
 		}
 	}
 	rec.hasAddr = haveIP && haveUDP
+	if haveRoCE {
+		d.ports.TakeRoCE()
+	} else if rec.hasAddr && d.ports != nil && bth.ParseFrame(&d.frame, data[ipOff:ipOff+ipLen], bth.LinkIP) == nil &&
+		d.ports.Take(&d.frame) {
+		// RoCE on another port: decode the UDP payload as gopacket would
+		// on 4791.
+		err = d.roceParser.DecodeLayers(d.udp.Payload, &d.inner)
+		if errors.As(err, &unsupported) {
+			err = nil
+		}
+		for _, lt := range d.inner {
+			switch lt {
+			case layers.LayerTypeRoCE:
+				haveRoCE = true
+			case layers.LayerTypeMAD:
+				haveMAD = true
+			}
+		}
+		if !haveRoCE && err != nil {
+			rec.kind, rec.malformed = kindMalformed, "RoCE: "+err.Error()
+			return
+		}
+	}
 	if !haveRoCE {
 		if err != nil {
 			rec.kind, rec.malformed = kindMalformed, err.Error()

@@ -184,8 +184,15 @@ func (c *config) run(ctx context.Context, portSet bool, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "verified %d bytes in %d operations; %d packets retransmitted; %d NAKs seen\n",
 		verified, nops, retrans, naks)
+	if c.dev.Pcap != "" {
+		fmt.Fprintf(stdout, "captures: %s (what the server sent and received), %s (the client's); read them with roce decode %s\n",
+			c.dev.Pcap, clientPcap(c.dev.Pcap), c.dev.Pcap)
+	}
 	return nil
 }
+
+// clientPcap is the client's capture file beside --pcap's, the server's.
+func clientPcap(server string) string { return strings.TrimSuffix(server, ".pcap") + ".client.pcap" }
 
 // open opens both sides' devices on the transport chosen, with the
 // faults chosen, and sets up their QPs; closeAll closes what it opened.
@@ -262,7 +269,7 @@ func (c *config) configs(portSet bool, faults transport.Faults) (*roce.Config, *
 	cfgS.Faults, cfgS.FaultSeed = faults, c.seed
 	cfgC.Faults, cfgC.FaultSeed = faults, c.seed+1
 	if cfgS.Pcap != "" {
-		cfgC.Pcap = strings.TrimSuffix(cfgS.Pcap, ".pcap") + ".client.pcap"
+		cfgC.Pcap = clientPcap(cfgS.Pcap)
 	}
 	return cfgS, &cfgC, nil
 }
