@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"html"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -26,7 +27,7 @@ type HTMLOptions struct {
 // Geometry of the ladder, in pixels.
 const (
 	rowH     = 20  // one arrow or note
-	laneW    = 300 // between two lifelines
+	laneW    = 300 // between two lifelines, at least: wider when a label needs it
 	gutterW  = 140 // frame number and time, left of the first lifeline
 	headerH  = 34  // the participants' boxes
 	charW    = 6.7 // a character of the 11 px monospace font, about
@@ -74,15 +75,42 @@ func (d *Diagram) htmlRows(limit int) (rows []row, left int) {
 	return rows, left + d.Omitted
 }
 
+// geometry is the width of the lanes of one page: laneW, or what the
+// longest label of an arrow needs to stay between the lifelines it joins
+// (an RC READ RESPONSE MIDDLE with its PSN and length is wider than
+// laneW).
+type geometry struct{ lane float64 }
+
+// geometry returns the page's lane width for the arrows of rows.
+func (d *Diagram) geometry(rows []row) geometry {
+	g := geometry{lane: laneW}
+	for _, r := range rows {
+		if r.note != nil {
+			continue
+		}
+		s := &d.Steps[r.step]
+		span := s.To - s.From
+		if span < 0 {
+			span = -span
+		}
+		if span == 0 {
+			continue // a self-loop's label runs to the right of its loop
+		}
+		need := (charW*float64(len([]rune(label(&d.Records[s.Record])))) + 4*notePad) / float64(span)
+		g.lane = max(g.lane, math.Ceil(need))
+	}
+	return g
+}
+
 // laneX returns the x of participant p's lifeline.
-func laneX(p int) float64 { return gutterW + laneW*float64(p) + laneW/2 }
+func (g geometry) laneX(p int) float64 { return gutterW + g.lane*float64(p) + g.lane/2 }
 
 // noteBox returns the left edge and width of a note's box: across the
 // lanes it is over, and wider when its text needs it.
-func noteBox(n *Note) (x, w float64) {
+func (g geometry) noteBox(n *Note) (x, w float64) {
 	span := noteSpan(*n)
-	x = laneX(span[0]) - laneW/2 + notePad
-	w = laneX(span[len(span)-1]) + laneW/2 - notePad - x
+	x = g.laneX(span[0]) - g.lane/2 + notePad
+	w = g.laneX(span[len(span)-1]) + g.lane/2 - notePad - x
 	return x, max(w, charW*float64(len([]rune(n.Text)))+2*notePad)
 }
 
@@ -102,28 +130,29 @@ func (d *Diagram) WriteHTML(w io.Writer, opts *HTMLOptions) error {
 		limit = opts.MaxPackets
 	}
 	rows, left := d.htmlRows(limit)
-	width := gutterW + laneW*float64(max(len(d.Participants), 1))
+	g := d.geometry(rows)
+	width := gutterW + g.lane*float64(max(len(d.Participants), 1))
 	for _, r := range rows {
 		if r.note != nil {
-			x, w := noteBox(r.note)
+			x, w := g.noteBox(r.note)
 			width = max(width, x+w+notePad)
 		}
 	}
 	height := float64(len(rows)*rowH + rowH)
 	bw := bufio.NewWriterSize(w, 64<<10)
-	d.writeHead(bw, len(rows)-countNotes(rows), left, width)
+	d.writeHead(bw, g, len(rows)-countNotes(rows), left, width)
 	bw.WriteString(`<svg id="ladder" xmlns="http://www.w3.org/2000/svg" width="` + px(width) + `" height="` + px(height) + `">` + "\n")
 	bw.WriteString(markers)
 	for p := range d.Participants {
-		x := px(laneX(p))
+		x := px(g.laneX(p))
 		bw.WriteString(`<line class="life" x1="` + x + `" y1="0" x2="` + x + `" y2="` + px(height) + `"/>` + "\n")
 	}
 	for n, r := range rows {
 		y := float64(n*rowH + rowH)
 		if r.note != nil {
-			d.writeHTMLNote(bw, r.note, y)
+			d.writeHTMLNote(bw, g, r.note, y)
 		} else {
-			d.writeHTMLArrow(bw, r.step, y, width)
+			d.writeHTMLArrow(bw, g, r.step, y, width)
 		}
 	}
 	bw.WriteString("</svg>\n" + pageEnd)
@@ -148,12 +177,13 @@ func esc(s string) string { return html.EscapeString(s) }
 
 // writeHead writes the page up to the ladder: the title, what the page
 // shows, and the participants' boxes in a header that stays in view.
-func (d *Diagram) writeHead(bw *bufio.Writer, drawn, left int, width float64) {
+func (d *Diagram) writeHead(bw *bufio.Writer, g geometry, drawn, left int, width float64) {
 	bw.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n" +
 		"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" + esc(d.Title) + "</title>\n" +
 		pageStyle + "</head>\n<body>\n<header>\n<h1>" + esc(d.Title) + "</h1>\n<p>" +
 		strconv.Itoa(drawn) + " RoCE packets between " + strconv.Itoa(len(d.Participants)) +
 		" queue pairs, time running down. Hover over a packet for its fields; click it to keep them in the panel.</p>\n")
+	bw.WriteString(legend)
 	if left > 0 {
 		bw.WriteString(`<p class="cut">` + strconv.Itoa(left) + " more RoCE packets are not drawn: the page stops at " +
 			strconv.Itoa(drawn) + ". The text form (roce decode --diagram) has them all.</p>\n")
@@ -162,8 +192,8 @@ func (d *Diagram) writeHead(bw *bufio.Writer, drawn, left int, width float64) {
 		"\" height=\"" + px(headerH) + "\">\n")
 	bw.WriteString(`<text class="gut" x="4" y="21">frame  time (s)</text>` + "\n")
 	for p, pt := range d.Participants {
-		x := laneX(p)
-		bw.WriteString(`<rect class="who" x="` + px(x-laneW/2+8) + `" y="4" width="` + px(laneW-16) + `" height="26" rx="4"/>` +
+		x := g.laneX(p)
+		bw.WriteString(`<rect class="who" x="` + px(x-g.lane/2+8) + `" y="4" width="` + px(g.lane-16) + `" height="26" rx="4"/>` +
 			`<text class="who" x="` + px(x) + `" y="21" text-anchor="middle">` + esc(pt.Name) + "</text>\n")
 	}
 	bw.WriteString("</svg></div>\n")
@@ -190,7 +220,7 @@ func (d *Diagram) kindClass(s *Step) string {
 // writeHTMLArrow writes the arrow of step i at height y: a group with the
 // packet's fields as its title, a row-wide hover target, the frame and
 // time, the arrow and its label.
-func (d *Diagram) writeHTMLArrow(bw *bufio.Writer, i int, y, width float64) {
+func (d *Diagram) writeHTMLArrow(bw *bufio.Writer, g geometry, i int, y, width float64) {
 	s := &d.Steps[i]
 	r := &d.Records[s.Record]
 	class := d.kindClass(s)
@@ -200,7 +230,7 @@ func (d *Diagram) writeHTMLArrow(bw *bufio.Writer, i int, y, width float64) {
 	bw.WriteString(`<g class="pkt ` + class + `" id="f` + strconv.Itoa(r.Frame) + `"><title>` + esc(fields(r)) + "</title>")
 	bw.WriteString(`<rect class="hit" x="0" y="` + px(y-rowH+4) + `" width="` + px(width) + `" height="` + px(rowH) + `"/>`)
 	bw.WriteString(`<text class="gut" x="4" y="` + px(y) + `">` + strconv.Itoa(r.Frame) + "  " + seconds(r.Time) + "</text>")
-	x1, x2 := laneX(s.From), laneX(s.To)
+	x1, x2 := g.laneX(s.From), g.laneX(s.To)
 	mid := (x1 + x2) / 2
 	if s.From == s.To {
 		bw.WriteString(`<path d="M` + px(x1) + " " + px(y-6) + "h" + px(selfLoop) + "v8h-" + px(selfLoop-2) +
@@ -219,8 +249,8 @@ var noteClass = [...]string{NoteCM: "cm", NoteNAK: "nak", NoteRNR: "rnr", NoteRe
 	NoteBadICRC: "bad", NoteMalformed: "bad"}
 
 // writeHTMLNote writes a note as a box across the lanes it is over.
-func (d *Diagram) writeHTMLNote(bw *bufio.Writer, n *Note, y float64) {
-	x, w := noteBox(n)
+func (d *Diagram) writeHTMLNote(bw *bufio.Writer, g geometry, n *Note, y float64) {
+	x, w := g.noteBox(n)
 	class := "cm"
 	if int(n.Kind) < len(noteClass) {
 		class = noteClass[n.Kind]
@@ -228,6 +258,18 @@ func (d *Diagram) writeHTMLNote(bw *bufio.Writer, n *Note, y float64) {
 	bw.WriteString(`<g class="note ` + class + `"><rect x="` + px(x) + `" y="` + px(y-rowH+5) + `" width="` + px(w) +
 		`" height="` + px(rowH-2) + `" rx="3"/><text x="` + px(x+notePad) + `" y="` + px(y) + `">` + esc(n.Text) + "</text></g>\n")
 }
+
+// legend says what the arrows' colours and dashes and the notes' boxes
+// mean.
+const legend = `<p class="legend">` +
+	`<span class="req"><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4"/></svg> request</span>` +
+	`<span class="reply dash"><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4"/></svg> response or ACK</span>` +
+	`<span class="nak"><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4"/></svg> NAK</span>` +
+	`<span class="cm"><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4"/></svg> connection manager (QP 1)</span>` +
+	`<span class="rexmit"><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4"/></svg> retransmitted</span>` +
+	`<span class="bad"><svg width="30" height="8"><line x1="0" y1="4" x2="30" y2="4"/></svg> bad ICRC or malformed (dropped)</span>` +
+	`<span class="note"><svg width="18" height="10"><rect x="1" y="1" width="16" height="8" rx="2"/></svg> note: ` +
+	`what the packets above it mean</span></p>` + "\n"
 
 // markers are the arrowheads, one per colour.
 const markers = `<defs>
@@ -265,6 +307,9 @@ line.life{stroke:#bbb;stroke-dasharray:4 4}
 .bad line,.bad path{stroke:#b71c1c;stroke-dasharray:2 2}.bad text{fill:#b71c1c}
 .dash line,.dash path{stroke-dasharray:6 3}
 .pkt text.gut{fill:#777}
+.legend span{margin-right:14px;white-space:nowrap}
+.legend svg{vertical-align:middle}
+.legend line{stroke-width:1.6}
 .note rect{fill:#fff8dc;stroke:#c9b458}
 .note.nak rect,.note.bad rect{fill:#fdecea;stroke:#c62828}
 .note.rnr rect{fill:#fff3e0;stroke:#ef6c00}

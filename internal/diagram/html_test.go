@@ -2,6 +2,9 @@ package diagram
 
 import (
 	"bytes"
+	"math"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,4 +201,37 @@ func notesUpTo(text string, last int) int {
 		}
 	}
 	return n
+}
+
+// TestHTMLLabelsFit checks, on every rxe capture, that each arrow's label
+// fits between the lifelines it joins (READ RESPONSE MIDDLE with its PSN
+// and length is the longest), and that the page has a legend of the
+// arrows' kinds.
+func TestHTMLLabelsFit(t *testing.T) {
+	arrowRE := regexp.MustCompile(`<line x1="([0-9.]+)" y1="[0-9.]+" x2="([0-9.]+)" y2="[0-9.]+" marker-end="[^"]*"/><text [^>]*>([^<]*)</text>`)
+	for _, name := range allCaptures(t) {
+		var b bytes.Buffer
+		if err := captureDiagram(t, filepath.Base(name)).WriteHTML(&b, nil); err != nil {
+			t.Fatal(err)
+		}
+		page := b.String()
+		for _, kind := range []string{"request", "response or ACK", "NAK", "connection manager", "retransmitted", "bad ICRC"} {
+			if !strings.Contains(page, `<p class="legend">`) || !strings.Contains(page, "</svg> "+kind) {
+				t.Errorf("%s: the legend lacks %q", name, kind)
+			}
+		}
+		arrows := arrowRE.FindAllStringSubmatch(page, -1)
+		if len(arrows) == 0 {
+			t.Fatalf("%s: no arrows", name)
+		}
+		for _, a := range arrows {
+			x1, _ := strconv.ParseFloat(a[1], 64)
+			x2, _ := strconv.ParseFloat(a[2], 64)
+			label := html.UnescapeString(a[3])
+			if w := charW * float64(len([]rune(label))); w > math.Abs(x2-x1) {
+				t.Errorf("%s: the label %q (%.0f px) is wider than its arrow (%.0f px)", name, label, w, math.Abs(x2-x1))
+				break
+			}
+		}
+	}
 }
