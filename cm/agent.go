@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +73,49 @@ type Config struct {
 	// counted in Stats.Evicted), so that peers that never finish their
 	// handshakes cannot keep others out. 0 means DefaultMaxHalfOpen.
 	MaxHalfOpen int
+	// OnReject, when set, is told of each connection request the agent
+	// refuses itself, before any listener's OnRequest sees it: no
+	// listener on the port asked for (a peer whose rdma_connect then
+	// fails with ECONNREFUSED), no listener on the address, a request it
+	// cannot serve, no resources left, a stale connection. It runs on
+	// the agent's receive goroutine, with no lock held: it must not
+	// block for long.
+	OnReject func(Rejection)
+}
+
+// Rejection is a connection request the agent refused itself, for
+// Config.OnReject: who asked, for what, and why. It is plain data.
+type Rejection struct {
+	From      netip.Addr       // the requester's address
+	ServiceID uint64           // the service ID of its REQ
+	Port      uint16           // the rdma_cm TCP port the service ID names (0: not one)
+	Reason    mad.RejectReason // the REJ's reason
+	Listening []uint16         // the ports the agent listened on then, in order
+}
+
+// String says what was refused and why, for a server's log: "connection
+// request from 198.18.0.2 for rdma_cm port 7471 rejected: invalid service
+// ID (reason 8): nothing listens on port 7471 (listening on 7472)".
+func (r Rejection) String() string {
+	asked := fmt.Sprintf("service ID %#x", r.ServiceID)
+	if r.Port != 0 {
+		asked = fmt.Sprintf("rdma_cm port %d", r.Port)
+	}
+	s := fmt.Sprintf("connection request from %v for %s rejected: %v (reason %d)", r.From, asked, r.Reason, uint16(r.Reason))
+	if r.Reason == mad.RejInvalidServiceID {
+		ports := make([]string, len(r.Listening))
+		for i, p := range r.Listening {
+			ports[i] = strconv.Itoa(int(p))
+		}
+		listening := "nothing"
+		if len(ports) > 0 {
+			listening = strings.Join(ports, ", ")
+		}
+		if r.Port != 0 {
+			s += fmt.Sprintf(": nothing listens on port %d (listening on %s)", r.Port, listening)
+		}
+	}
+	return s
 }
 
 // Stats counts what an agent did. Fields are cumulative. It is a copy,
@@ -133,8 +179,11 @@ type Agent struct {
 	rmr  verbs.MR
 	nrcv int
 
+	onReject func(Rejection)
+
 	mu         sync.Mutex
 	closed     bool
+	rejected   []Rejection // requests refused during one dispatch
 	ahs        map[netip.Addr]verbs.AH
 	conns      map[uint32]*Conn   // by local communication ID
 	remote     map[remoteID]*Conn // by the peer's communication ID and CA GUID
@@ -211,7 +260,7 @@ func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
 		dev: dev, key: sd, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
 		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait, connectTimeout: c.ConnectTimeout,
-		maxConns: c.MaxConns, maxHalfOpen: c.MaxHalfOpen,
+		maxConns: c.MaxConns, maxHalfOpen: c.MaxHalfOpen, onReject: c.OnReject,
 		ahs: make(map[netip.Addr]verbs.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
 		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
 		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
@@ -559,11 +608,31 @@ func (a *Agent) receive(src netip.Addr, b []byte) {
 		a.ctr.malformed.Add(1)
 		return
 	}
+	for _, r := range a.dispatch(src, &h, m) {
+		a.onReject(r)
+	}
+}
+
+// dispatch hands one decoded MAD to its handler under a.mu and returns the
+// requests refused meanwhile, for Config.OnReject.
+func (a *Agent) dispatch(src netip.Addr, hp *mad.Header, m mad.Message) []Rejection {
+	h := *hp
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer func() { a.rejected = a.rejected[:0] }()
 	if a.closed {
-		return
+		return nil
 	}
+	a.dispatchLocked(src, &h, m)
+	if len(a.rejected) == 0 || a.onReject == nil {
+		return nil
+	}
+	return slices.Clone(a.rejected)
+}
+
+// dispatchLocked calls the handler of m; the caller holds a.mu.
+func (a *Agent) dispatchLocked(src netip.Addr, hp *mad.Header, m mad.Message) {
+	h := *hp
 	switch m := m.(type) {
 	case *mad.REQ:
 		a.onREQ(src, &h, m)

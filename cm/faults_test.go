@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -565,5 +566,43 @@ func TestCloseWhileDeciding(t *testing.T) {
 	}
 	if a, _ := srv.qp.Query(); a.State != verbs.StateErr {
 		t.Errorf("QP is %v", a.State)
+	}
+}
+
+// TestOnReject: a request the agent refuses itself (no listener on the
+// port asked for) is told to Config.OnReject with who asked, the port
+// asked for and the ports listened on; one a listener accepts is not.
+func TestOnReject(t *testing.T) {
+	checkNoLeak(t)
+	got := make(chan Rejection, 4)
+	cfg := fastConfig()
+	cfg.OnReject = func(r Rejection) { got <- r }
+	hs := memHosts(t, fastConfig(), cfg)
+	ha, hb := hs[0], hs[1]
+	ctx := ctxT(t, 10*time.Second)
+	cli := newSide(t, ha.dev)
+	l, err := hb.agent.Listen(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), 7472), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := ha.agent.Dial(ctx, netip.AddrPortFrom(hb.agent.Addr(), 7471), &Params{QP: cli.qp}); !errors.Is(err, ErrConnRefused) {
+		t.Fatalf("dial: %v", err)
+	}
+	select {
+	case r := <-got:
+		want := "connection request from 198.18.0.1 for rdma_cm port 7471 rejected: invalid service ID (reason 8): " +
+			"nothing listens on port 7471 (listening on 7472)"
+		if r.From != ha.agent.Addr() || r.Port != 7471 || r.Reason != mad.RejInvalidServiceID ||
+			fmt.Sprint(r.Listening) != "[7472]" || r.String() != want {
+			t.Errorf("rejection %+v\n%q\nwant %q", r, r, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("OnReject was not called")
+	}
+	select {
+	case r := <-got:
+		t.Errorf("a second rejection: %v", r)
+	default:
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/mad"
@@ -482,6 +483,19 @@ func (a *Agent) rejectREQ(src netip.Addr, h *mad.Header, m *mad.REQ, reason mad.
 	r.RejectInfoLength = uint8(copy(r.ARI[:], ari))
 	a.log.Debug("cm: reject REQ", "from", src, "service_id", fmt.Sprintf("%#x", m.ServiceID), "reason", reason)
 	a.send(src, h.TID, r)
+	if a.onReject != nil {
+		rej := Rejection{From: src, ServiceID: m.ServiceID, Reason: reason}
+		if ps, port, ok := mad.ParseServiceID(m.ServiceID); ok && ps == mad.PortSpaceTCP {
+			rej.Port = port
+		}
+		for port, ls := range a.listeners {
+			if len(ls) > 0 {
+				rej.Listening = append(rej.Listening, port)
+			}
+		}
+		slices.Sort(rej.Listening)
+		a.rejected = append(a.rejected, rej)
+	}
 }
 
 // newPassive makes the passive side's connection for a new REQ to l; the
