@@ -783,17 +783,17 @@ func (a *Agent) fire(c *Conn, gen uint64) {
 	a.log.Debug("cm: timeout", "local_id", c.info.LocalCommID, "state", c.state)
 	switch {
 	case c.state == stDREQSent:
-		c.closeDone(fmt.Errorf("cm: disconnect from %v: %w", c.remote, ErrTimeout))
+		c.closeDone(fmt.Errorf("cm: disconnect from %v: %w", c.remote, inner{ErrTimeout}))
 		a.timeWait(c)
 	case c.active:
 		a.toErr(c)
 		c.fail(fmt.Errorf("cm: connect to %v: %w: %d REQs in %v; check that the peer is up and listens on that port, "+
-			"and that nothing drops UDP port 4791 on the way", c.remote, ErrTimeout, c.tries+1,
+			"and that nothing drops UDP port 4791 on the way", c.remote, inner{ErrTimeout}, c.tries+1,
 			a.clk.Now().Sub(c.deadline.Add(-a.connectTimeout)).Round(time.Millisecond)))
 		a.forget(c)
 	default:
 		a.toErr(c)
-		c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, ErrTimeout))
+		c.fail(fmt.Errorf("cm: accept from %v: %w", c.remote, inner{ErrTimeout}))
 		a.forget(c)
 	}
 }
@@ -905,7 +905,7 @@ func (a *Agent) onREP(src netip.Addr, m *mad.REP) {
 		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: m.LocalCommID,
 			MessageRejected: mad.RejectedREP, Reason: mad.RejStaleConn})
 		a.toErr(c)
-		c.fail(fmt.Errorf("cm: connect to %v: %w", c.remote, ErrStale))
+		c.fail(fmt.Errorf("cm: connect to %v: %w", c.remote, inner{ErrStale}))
 		a.forget(c)
 		a.staleLocked(old)
 		return

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/goroce/goroce/mad"
 )
@@ -144,3 +145,11 @@ func (e *RejectError) Is(target error) bool {
 func Reject(privateData []byte) error {
 	return &RejectError{Reason: mad.RejConsumerDefined, PrivateData: privateData}
 }
+
+// inner is a sentinel wrapped in a message that already says "cm: ": it
+// reads without its own prefix ("cm: connect to X: peer unreachable", not
+// "... : cm: peer unreachable") and still matches the sentinel.
+type inner struct{ err error }
+
+func (e inner) Error() string { return strings.TrimPrefix(e.err.Error(), "cm: ") }
+func (e inner) Unwrap() error { return e.err }

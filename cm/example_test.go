@@ -124,5 +124,5 @@ func ExampleDial_unreachable() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// cm: connect to 198.18.0.99:7174: cm: peer unreachable: mem: no endpoint has that address (host unreachable); check the address, and the route to it
+	// cm: connect to 198.18.0.99:7174: peer unreachable: mem: no endpoint has that address (host unreachable); check the address, and the route to it
 }

@@ -266,7 +266,7 @@ func (a *Agent) fireSIDR(q *sidrQuery, gen uint64) {
 		return
 	}
 	a.ctr.timeouts.Add(1)
-	q.finish(nil, fmt.Errorf("cm: resolve %v: %w", q.dst, ErrTimeout))
+	q.finish(nil, fmt.Errorf("cm: resolve %v: %w", q.dst, inner{ErrTimeout}))
 	a.dropSIDR(q)
 }
 

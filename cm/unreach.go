@@ -77,5 +77,5 @@ func unreachableError(what string, to netip.AddrPort, u transport.Unreachable) e
 	case u.From.IsValid():
 		hint = fmt.Sprintf("reported by %v; check the address, and the route to it", u.From)
 	}
-	return fmt.Errorf("cm: %s %v: %w: %w; %s", what, to, ErrUnreachable, u.Err, hint)
+	return fmt.Errorf("cm: %s %v: %w: %w; %s", what, to, inner{ErrUnreachable}, u.Err, hint)
 }

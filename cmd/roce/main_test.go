@@ -25,8 +25,13 @@ func TestRun(t *testing.T) {
 		{"Help", []string{"help"}, cli.ExitOK, "\n  decode     print the RoCEv2 packets", "", false},
 		{"HelpBench", []string{"help"}, cli.ExitOK, "\n  bench      compare roce perf", "", false},
 		{"DashHelp", []string{"--help"}, cli.ExitOK, "roce <command>", "", false},
-		{"HelpDecode", []string{"help", "decode"}, cli.ExitOK, "usage: roce decode [--json | --flows | --diagram[=html]] FILE...", "", false},
-		{"HelpPerfFlags", []string{"help", "perf"}, cli.ExitOK, "  -atomic_type type\n", "", false},
+		{"HelpDecode", []string{"help", "decode"}, cli.ExitOK, "usage: roce decode [--json | --flows | --diagram[=html]] [--roce-port PORT] FILE...", "", false},
+		{"HelpPerfFlags", []string{"help", "perf"}, cli.ExitOK, "  -A, --atomic_type type\n", "", false},
+		// One entry per flag, all its names, one default, --long spellings.
+		{"HelpPerfDefaults", []string{"help", "perf"}, cli.ExitOK, "  -f, --margin seconds\n    \twith -D, seconds left out of the measurement at each end (default D/4)\n", "", false},
+		{"HelpServerBind", []string{"help", "server"}, cli.ExitOK, "  --bind address\n", "", false},
+		{"HelpServerModes", []string{"help"}, cli.ExitOK, "(reqresp, writeread, minimal, write-imm, send, write, read, lambda, params)", "", false},
+		{"FlagTypo", []string{"demo", "--trasnport", "mem"}, cli.ExitUsage, "", "(did you mean --transport?)", true},
 		{"HelpUnknown", []string{"help", "nope"}, cli.ExitUsage, "", `unknown command "nope"`, true},
 		{"Unknown", []string{"frobnicate"}, cli.ExitUsage, "", "roce: unknown command \"frobnicate\"\nRun 'roce help'", true},
 		{"SuggestPrefix", []string{"decod"}, cli.ExitUsage, "", `Did you mean "decode"?`, true},
@@ -73,6 +78,28 @@ func TestCommandTable(t *testing.T) {
 		}
 		if !strings.HasPrefix(help.String(), "usage: roce "+name+" ") {
 			t.Errorf("roce help %s starts %.40q", name, help.String())
+		}
+		// Each flag once, with one default, spelled as the README does.
+		heads := map[string]bool{}
+		for _, line := range strings.Split(help.String(), "\n") {
+			if strings.Count(line, "(default") > 1 {
+				t.Errorf("roce help %s: two defaults in %q", name, line)
+			}
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(line, "  -") {
+				for _, n := range f {
+					n = strings.TrimSuffix(n, ",")
+					if !strings.HasPrefix(n, "-") {
+						break
+					}
+					if len(n) > 2 && n[1] != '-' {
+						t.Errorf("roce help %s: %q spelled with one dash", name, n)
+					}
+					if heads[n] {
+						t.Errorf("roce help %s: %s listed twice", name, n)
+					}
+					heads[n] = true
+				}
+			}
 		}
 	}
 }

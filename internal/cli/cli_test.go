@@ -65,7 +65,7 @@ func TestDispatch(t *testing.T) {
 		{[]string{"echo", "-n"}, ExitUsage, "", "roce echo: flag needs an argument: -n\nRun 'roce help echo' for usage.\n"},
 		{[]string{"decode"}, ExitFailure, "", "roce decode: the command \"decode\" has nothing to run\n"},
 		{[]string{"echo", "-h"}, ExitOK, "usage: roce echo [-n N] [-fail KIND] ARGS...\n\nEcho prints its arguments.\n\n" +
-			"  -fail string\n    \tfail: usage, exit, silent or plain\n  -n N\n    \trepeat N times (default 1)\n", ""},
+			"  --fail string\n    \tfail: usage, exit, silent or plain\n  -n N\n    \trepeat N times (default 1)\n", ""},
 		{[]string{"ech"}, ExitUsage, "", "roce: unknown command \"ech\"\nDid you mean \"echo\"?\nRun 'roce help' for the list of commands.\n"},
 	} {
 		code, stdout, stderr := mainT(tc.args...)

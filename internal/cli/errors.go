@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"syscall"
 )
 
 // Exit statuses of every command.
@@ -94,4 +98,43 @@ func Report(stderr io.Writer, name string, err error) int {
 	}
 	fmt.Fprintf(stderr, "roce %s: %v\n", name, err)
 	return code
+}
+
+// DialError is the error of a client whose TCP connection to its server
+// (the exchange of the perftest, pingpong and rdma-lib tools) failed, with
+// what to try: start the server (server, the command that does) when
+// nothing listens there, check the address and the firewall when nothing
+// answers.
+func DialError(addr, server string, err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		hint = "nothing listens there: start the server first (" + server + "), or check the address and the port (-p)"
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		hint = "no route to that host: check the address"
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
+		hint = "nothing answered: check the address, and that no firewall drops TCP port " + portOf(addr)
+	default:
+		return fmt.Errorf("couldn't connect to %s: %w", addr, err)
+	}
+	return fmt.Errorf("couldn't connect to %s: %s (%w)", addr, hint, rootCause(err))
+}
+
+// rootCause is the system's error in err's chain ("connection
+// refused"), without the layers around it that repeat the address; err
+// itself when it holds none.
+func rootCause(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return err
+}
+
+// portOf returns the port of host:port, or addr.
+func portOf(addr string) string {
+	if _, p, err := net.SplitHostPort(addr); err == nil {
+		return p
+	}
+	return addr
 }

@@ -13,9 +13,10 @@ import (
 type Style int
 
 const (
-	// StdFlags reads a command line as Go's flag package does: -name or
-	// --name, the value after = or as the next argument, every flag
-	// before the first argument.
+	// StdFlags reads a command line as Go's flag package reads its
+	// flags (-name or --name, the value after = or as the next argument),
+	// but, as getopt_long does, flags and arguments in any order until
+	// "--": roce client --mode minimal SERVER --bind ADDR.
 	StdFlags Style = iota
 	// Getopt reads it as getopt_long does for rdma-core's, perftest's and
 	// librdmacm's tools: flags and arguments in any order, a short flag's
@@ -261,20 +262,22 @@ func (fs *FlagSet) Parse(args []string) error {
 	return err
 }
 
-// parseStd is Go's flag.FlagSet.Parse: flags up to the first argument that
-// is not one, or up to "--".
+// parseStd reads Go's flag syntax, with flags and arguments in any
+// order; "--" ends the flags, and "-" alone is an argument.
 func (fs *FlagSet) parseStd(args []string) error {
 	for len(args) > 0 {
 		s := args[0]
 		if len(s) < 2 || s[0] != '-' {
-			break
+			fs.args = append(fs.args, s)
+			args = args[1:]
+			continue
 		}
 		dashes := 1
 		if s[1] == '-' {
 			dashes++
 			if len(s) == 2 {
-				args = args[1:]
-				break
+				fs.args = append(fs.args, args[1:]...)
+				return nil
 			}
 		}
 		name := s[dashes:]
@@ -286,7 +289,6 @@ func (fs *FlagSet) parseStd(args []string) error {
 			return err
 		}
 	}
-	fs.args = args
 	return nil
 }
 
@@ -328,7 +330,7 @@ func (fs *FlagSet) one(name string, rest []string) ([]string, error) {
 		if name == "help" || name == "h" {
 			return rest, ErrHelp
 		}
-		return rest, fmt.Errorf("flag provided but not defined: -%s", name)
+		return rest, fmt.Errorf("flag provided but not defined: -%s%s", name, fs.didYouMean(name))
 	}
 	if isBool(f) {
 		if !hasValue {
@@ -361,7 +363,7 @@ func (fs *FlagSet) bundle(group string, rest []string) ([]string, error) {
 		f := fs.byName[name]
 		switch {
 		case f == nil && i == 0:
-			return rest, fmt.Errorf("flag provided but not defined: -%s", group)
+			return rest, fmt.Errorf("flag provided but not defined: -%s%s", group, fs.didYouMean(group))
 		case f == nil:
 			return rest, fmt.Errorf("flag provided but not defined: -%s (in -%s)", name, group)
 		case isBool(f):
@@ -394,4 +396,64 @@ func (fs *FlagSet) set(f *Flag, name, value string) error {
 func isBool(f *Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// didYouMean returns " (did you mean --NAME?)" for a mistyped flag name
+// of three letters or more: the one visible flag whose name it begins, or
+// that begins it, or else the one closest to it (an edit or two away, one
+// for names of four letters or less); "" when no single flag is.
+func (fs *FlagSet) didYouMean(name string) string {
+	if len(name) < 3 {
+		return ""
+	}
+	limit := 2
+	if len(name) <= 4 {
+		limit = 1
+	}
+	best, bestScore, tie := "", limit+1, false
+	seen := map[*Flag]bool{}
+	for _, f := range fs.flags {
+		if f.hidden || seen[f] {
+			continue
+		}
+		seen[f] = true
+		score := limit + 1
+		for _, n := range f.Names {
+			d := editDistance(n, name)
+			if len(n) >= 3 && (strings.HasPrefix(n, name) || strings.HasPrefix(name, n)) {
+				d = 0
+			}
+			score = min(score, d)
+		}
+		switch {
+		case score < bestScore:
+			best, bestScore, tie = spell(f.long()), score, false
+		case score == bestScore && score <= limit:
+			tie = true
+		}
+	}
+	if best == "" || tie {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+// long returns the flag's longest name, the one its help sorts by.
+func (f *Flag) long() string {
+	l := f.Names[0]
+	for _, n := range f.Names {
+		if len(n) > len(l) {
+			l = n
+		}
+	}
+	return l
+}
+
+// spell writes a flag name as the README and the help do: -x for one
+// letter, --name for the others.
+func spell(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }

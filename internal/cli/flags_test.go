@@ -65,7 +65,7 @@ func TestStdMatchesFlag(t *testing.T) {
 	for _, line := range []string{
 		"", "-b", "--b", "-b=false", "-b=maybe", "-n 5", "-n=5", "--n=5", "--count 9 rest", "-n", "-n x",
 		"-n 99999999999999999999", "-u -1", "-f 0.25", "-d 3s", "-d nope", "-s hello -long-name=a=b", "-x", "--x=1",
-		"-h", "-help", "--help", "---x", "-=x", "-- -b", "arg -b", "-b arg -n 3", "- -b", "-v -verbose=false",
+		"-h", "-help", "--help", "---x", "-=x", "-- -b", "-v -verbose=false",
 		"-u64 18446744073709551615", "-n -5",
 	} {
 		args := strings.Fields(line)
@@ -89,6 +89,55 @@ func TestStdMatchesFlag(t *testing.T) {
 		}
 		if got.String() != want.String() || fmt.Sprint(fs.Args()) != fmt.Sprint(ref.Args()) {
 			t.Errorf("%q: %v %q, flag package: %v %q", line, &got, fs.Args(), &want, ref.Args())
+		}
+	}
+}
+
+// TestStdPermutes: StdFlags takes flags after arguments too, as getopt
+// does (Go's flag package stops at the first argument), until "--".
+func TestStdPermutes(t *testing.T) {
+	for _, tc := range []struct{ line, want, args string }{
+		{"arg -b", `b=true v=false n=7 u=0 u64=1 f=0.5 s="x" long="" d=1s`, "[arg]"},
+		{"-b arg -n 3", `b=true v=false n=3 u=0 u64=1 f=0.5 s="x" long="" d=1s`, "[arg]"},
+		{"- -b", `b=true v=false n=7 u=0 u64=1 f=0.5 s="x" long="" d=1s`, "[-]"},
+		{"a --size 5 b -- -n 1", `b=false v=false n=7 u=0 u64=1 f=0.5 s="5" long="" d=1s`, "[a b -n 1]"},
+	} {
+		var v vals
+		fs := NewFlagSet(StdFlags)
+		v.declare(fs)
+		if err := fs.Parse(strings.Fields(tc.line)); err != nil {
+			t.Errorf("%q: %v", tc.line, err)
+			continue
+		}
+		if v.String() != tc.want || fmt.Sprint(fs.Args()) != tc.args {
+			t.Errorf("%q:\n got %v %q\nwant %s %s", tc.line, &v, fs.Args(), tc.want, tc.args)
+		}
+	}
+}
+
+// TestDidYouMean: a mistyped flag of three letters or more is told the
+// one flag it is close to, in the help's spelling.
+func TestDidYouMean(t *testing.T) {
+	for _, style := range []Style{StdFlags, Getopt} {
+		for line, want := range map[string]string{
+			"--bnid x":     "flag provided but not defined: -bnid (did you mean --bind?)",
+			"--verbos":     "flag provided but not defined: -verbos (did you mean --verbose?)",
+			"-cuont=1":     "flag provided but not defined: -cuont (did you mean --count?)",
+			"--long 3":     "flag provided but not defined: -long (did you mean --long-name?)",
+			"--trasnport":  "flag provided but not defined: -trasnport (did you mean --transport?)",
+			"--zzzzzz":     "flag provided but not defined: -zzzzzz",
+			"--hidden-one": "flag provided but not defined: -hidden-one",
+		} {
+			var v vals
+			fs := NewFlagSet(style)
+			v.declare(fs)
+			fs.String(nil, "", "", "bind")
+			fs.String(nil, "udp", "", "transport")
+			fs.Bool(nil, false, "", "hidden-ones").Hide()
+			err := fs.Parse(strings.Fields(line))
+			if fmt.Sprint(err) != want {
+				t.Errorf("style %d, %q: %v, want %q", style, line, err, want)
+			}
 		}
 	}
 }
@@ -184,25 +233,43 @@ func TestDeclarationErrors(t *testing.T) {
 	}
 }
 
-// TestStdHelp: the StdFlags help is Go's flag.PrintDefaults, byte for
-// byte, with aliases listed as names of their own.
+// TestStdHelp: the StdFlags help is Go's flag.PrintDefaults, but with
+// each flag once, all its names beside each other as the README spells
+// them, and a default the usage already states not added again.
 func TestStdHelp(t *testing.T) {
-	var v, w vals
+	var v vals
 	fs := NewFlagSet(Getopt) // the style of parsing does not change the help
 	v.declare(fs)
 	fs.Bool(nil, false, "not shown", "hidden").Hide()
+	fs.Int(nil, -1, "GID `index` (default: the device's)", "x", "gid-index")
 	fs.Section("ignored in this style")
-	ref := flag.NewFlagSet("ref", flag.ContinueOnError)
-	w.declareStd(ref)
 	if err := fs.Parse([]string{"-n", "3"}); err != nil { // help shows defaults, not values
 		t.Fatal(err)
 	}
-	var got, want bytes.Buffer
+	var got bytes.Buffer
 	fs.PrintDefaults(&got)
-	ref.SetOutput(&want)
-	ref.PrintDefaults()
-	if got.String() != want.String() {
-		t.Errorf("help:\n%s\nflag package:\n%s", got.String(), want.String())
+	want := `  -b	a bool
+  -n, --count count
+    	a count (default 7)
+  -d duration
+    	a duration (default 1s)
+  -f float
+    	a fraction (default 0.5)
+  -x, --gid-index index
+    	GID index (default: the device's)
+  --long-name string
+    	a long one
+  -s, --size string
+    	a string (default "x")
+  -u uint
+    	a uint
+  --u64 uint
+    	a uint64 (default 1)
+  -v, --verbose
+    	verbose
+`
+	if got.String() != want {
+		t.Errorf("help:\n%s\nwant:\n%s", got.String(), want)
 	}
 }
 

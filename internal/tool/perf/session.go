@@ -167,7 +167,7 @@ func (r *session) openExchange() (closeConn func(), err error) {
 	if r.role == oob.Client {
 		hostPort := net.JoinHostPort(o.server, strconv.Itoa(o.port))
 		if conn, err = oob.Dial(r.ctx, hostPort, r.oobConfig()); err != nil {
-			return nil, fmt.Errorf("couldn't connect to %s: %w", hostPort, err)
+			return nil, cli.DialError(hostPort, perfServer(o), err)
 		}
 	} else {
 		ln, err := cli.ListenTCP(o.port)
@@ -345,4 +345,13 @@ func (r *session) connect() error {
 		}
 	}
 	return nil
+}
+
+// perfServer is the command that runs the server a perf client needs.
+func perfServer(o *options) string {
+	lat := ""
+	if o.lat {
+		lat = " --lat"
+	}
+	return "roce perf " + verbNames[o.verb] + lat + " with no address, or " + o.tool()
 }

@@ -91,7 +91,7 @@ func (p *session) client(ctx context.Context) error {
 	hostPort := net.JoinHostPort(o.server, strconv.Itoa(o.port))
 	conn, err := oob.Dial(ctx, hostPort, p.oobConfig())
 	if err != nil {
-		return fmt.Errorf("couldn't connect to %s: %w", hostPort, err)
+		return cli.DialError(hostPort, "roce pingpong with no address, or ibv_rc_pingpong", err)
 	}
 	remote, err := oob.PingpongClient(ctx, conn, p.local, p.entries(), p.oobConfig())
 	conn.Close()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"sort"
@@ -157,7 +158,15 @@ func dialSessionCM(ctx context.Context, c *sessionConfig, server string, log *sl
 
 // listenCM makes the listener take clients over rdma_cm.
 func (l *sessionListener) listenCM(ctx context.Context, addr netip.Addr) error {
-	agent, err := cm.NewAgent(roce.Untrace(l.dev), &cm.Config{Logger: l.log})
+	warn := l.cfg.warn
+	if warn == nil {
+		warn = io.Discard
+	}
+	// Each request the agent refuses (another port, say) is told, with
+	// what the peer asked for: its rdma_connect fails with ECONNREFUSED,
+	// and nothing else would say why.
+	onReject := func(r cm.Rejection) { fmt.Fprintf(warn, "roce server: %v\n", r) }
+	agent, err := cm.NewAgent(roce.Untrace(l.dev), &cm.Config{Logger: l.log, OnReject: onReject})
 	if err != nil {
 		return err
 	}
@@ -184,11 +193,13 @@ func (l *sessionListener) onRequest(ctx context.Context, r *cm.Request) (*cm.Par
 	}
 	if err != nil {
 		l.refused = err
+		l.tellRefused(r, err)
 		return nil, cm.Reject([]byte(err.Error()))
 	}
 	if theirs.mode != l.cfg.mode {
 		err := fmt.Errorf("mode mismatch: the server runs --mode %s, the client asked for --mode %s", l.cfg.mode, theirs.mode)
 		l.refused = err
+		l.tellRefused(r, err)
 		if l.cancel != nil {
 			l.cancel() // a one-client server stops, as over TCP
 		}
@@ -245,4 +256,11 @@ func (l *sessionListener) acceptCM(ctx context.Context) (*session, error) {
 		}
 	}
 	return s, nil
+}
+
+// tellRefused says on stderr that the server refused r, and why.
+func (l *sessionListener) tellRefused(r *cm.Request, why error) {
+	if l.cfg.warn != nil {
+		fmt.Fprintf(l.cfg.warn, "roce server: connection request from %v rejected: %v\n", r.Remote, why)
+	}
 }

@@ -467,7 +467,7 @@ func writeClient(ctx context.Context, s *session, o *modeOpts) error {
 // --- read ------------------------------------------------------------
 
 func readSetup(l *sessionListener, o *modeOpts) (any, error) {
-	text, err := readText(o, l.cfg.bufSize)
+	text, err := readText(o, l.cfg.bufSize, false)
 	if err != nil {
 		return nil, err
 	}
@@ -477,11 +477,12 @@ func readSetup(l *sessionListener, o *modeOpts) (any, error) {
 }
 
 // readText is the read server's text: --text, or the first line of the
-// input; at most limit bytes.
-func readText(o *modeOpts, limit int) (string, error) {
+// input; at most limit bytes. With prompt (rdma-lib's read server, which
+// prints it whatever its input is) or a terminal, it asks for the line.
+func readText(o *modeOpts, limit int, prompt bool) (string, error) {
 	text := o.text
 	if text == "" {
-		if o.prompt {
+		if o.prompt || prompt {
 			fmt.Fprint(o.out, "Enter text to store: ")
 		}
 		sc := bufio.NewScanner(o.in)

@@ -47,8 +47,9 @@ func trapRun(t *testing.T, n *mem.Network, proto []string, client ...string) (st
 	out := &lockedBuffer{b: &bytes.Buffer{}}
 	errc := make(chan error, 1)
 	done := make(chan struct{})
-	go func() { defer close(done); errc <- serve(ctx, sf, sm, strings.NewReader(""), out, &bytes.Buffer{}) }()
-	waitFor(t, out, "Server is listening", done)
+	errOut := &lockedBuffer{b: &bytes.Buffer{}}
+	go func() { defer close(done); errc <- serve(ctx, sf, sm, strings.NewReader(""), out, errOut) }()
+	waitFor(t, errOut, "listening on", done)
 	cf, cm := mk(seedClientAddr, client...)
 	server := "127.0.0.1"
 	if cf.sc.cm == "rdmacm" {

@@ -230,7 +230,7 @@ func dialRdmalibTCP(ctx context.Context, addr string) (net.Conn, error) {
 			return conn, nil
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(giveUp) {
-			return nil, fmt.Errorf("cannot reach the server: %w", err)
+			return nil, cli.DialError(addr, "roce server --mode MODE, or rdma-lib's ./rdma MODE", err)
 		}
 		t := time.NewTimer(rdmalibDialGap)
 		select {

@@ -141,7 +141,7 @@ func rdmalibWriteClient(ctx context.Context, s *session, o *modeOpts) error {
 // rdmalibReadSetup takes the read server's text, before any client: from
 // --text, or the first line of the input.
 func rdmalibReadSetup(l *sessionListener, o *modeOpts) (any, error) {
-	text, err := readText(o, rdmalibBuf-1)
+	text, err := readText(o, rdmalibBuf-1, true)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +158,9 @@ func rdmalibReadPrepare(s *session, text any) {
 // rdmalibReadServer is the read server: the client READs; the server
 // waits for it to leave.
 func rdmalibReadServer(ctx context.Context, s *session, o *modeOpts, _ any) error {
+	// rdma-lib prints "Read Server ready." when its client has connected,
+	// then asks for the text (readText asked before any client) and says
+	// it waits.
 	fmt.Fprintln(o.out, "Read Server ready.")
 	fmt.Fprintln(o.out, "Waiting for client read requests...")
 	select {

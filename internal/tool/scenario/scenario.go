@@ -20,12 +20,14 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/cli"
+	"github.com/goroce/goroce/roce"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Server is roce server.
 var Server = &cli.Command{
 	UsageLine: "server --mode MODE [-p PORT] [--bind ADDR] [--clients N] [scenario flags]",
-	Short:     "serve one of the client/server scenarios (reqresp, writeread, write-imm, send, write, read, lambda, params)",
+	Short:     "serve one of the client/server scenarios (" + modeNames() + ")",
 	Long:      modesHelp(),
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		return declare(fs, func(ctx context.Context, f *flags, m *mode, env *cli.Env, args []string) error {
@@ -77,10 +79,48 @@ func declare(fs *cli.FlagSet, side func(ctx context.Context, f *flags, m *mode, 
 			return err
 		}
 		f.sc.dev.Net = env.MemNet
-		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		ctx, stop := notifyContext(ctx)
 		defer stop()
 		return side(ctx, f, m, env, args)
 	}
+}
+
+// signalCause is the cause of a context that a signal ended.
+type signalCause struct{ sig os.Signal }
+
+func (c signalCause) Error() string { return "interrupted by " + c.sig.String() }
+
+// notifyContext is signal.NotifyContext for SIGINT and SIGTERM, with the
+// signal as the context's cause (rdma-lib's servers say which came).
+func notifyContext(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigs:
+			cancel(signalCause{sig})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		cancel(nil)
+		<-done
+	}
+}
+
+// interrupted returns the signal that ended ctx, if one did.
+func interrupted(ctx context.Context) (syscall.Signal, bool) {
+	var c signalCause
+	if errors.As(context.Cause(ctx), &c) {
+		if s, ok := c.sig.(syscall.Signal); ok {
+			return s, true
+		}
+	}
+	return 0, false
 }
 
 // flags are the flags roce server and roce client share.
@@ -113,7 +153,8 @@ func (f *flags) register(fs *cli.FlagSet) {
 	fs.String(&f.opts.fn, "checksum", "lambda with --proto goroce: the function to call ("+lambdaNames()+")", "fn")
 	fs.Int(&f.opts.dim, 8, "params: number of weights", "dim")
 	fs.Float64(&f.opts.lr, 0.1, "params: learning rate", "lr")
-	fs.Int(&f.opts.clients, 1, "server: serve this many clients, then exit (0: forever)", "clients")
+	fs.Int(&f.opts.clients, 1, "server: serve this many clients, then exit (0: until interrupted); default 1, but 0 for "+
+		"rdma-lib's send, write, read and lambda, whose server serves until killed", "clients")
 	fs.Int(&f.opts.id, 0, "params: this client's number (it seeds the gradients)", "id")
 }
 
@@ -198,13 +239,23 @@ func (f *flags) protocol(m *mode) (*mode, error) {
 }
 
 // serve is roce server: it listens, serves --clients clients (at once for
-// params, else one after the other) and says when it has shut down.
+// params, else one after the other) and says when it has shut down. It
+// prints what the mode's published program prints, and tells on stderr
+// where it listens and each connection request it refused.
 func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr io.Writer) error {
 	o := &f.opts
 	o.in, o.out, o.prompt = in, stdout, isTerminal(in)
 	f.sc.warn = stderr
-	if f.sc.mtu == 0 && f.sc.program == rdmaLib {
+	prog := f.sc.program
+	if f.sc.mtu == 0 && prog == rdmaLib {
 		f.sc.mtu = seedMTU // its exchange says nothing of MTUs
+	}
+	if prog == rdmaLib && !f.isSet("clients") {
+		o.clients = 0 // rdma-lib's servers run until killed
+	}
+	if prog == rdmaLib {
+		rdmalibBanner(stdout, m.name, "Server")
+		fmt.Fprintln(stdout, "Starting server...")
 	}
 	if m.serverRecv != nil {
 		f.sc.recvs = m.serverRecv(&f.sc, o)
@@ -225,7 +276,14 @@ func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr 
 	if m.prepare != nil {
 		f.sc.prepare = func(s *session) { m.prepare(s, state) }
 	}
-	fmt.Fprintf(stdout, "Server is listening successfully at: %v , port: %d (mode %s)\n", l.dev.Name(), f.sc.port, m.name)
+	addr := deviceAddr(l.dev)
+	fmt.Fprintf(stderr, "roce server: --mode %s listening on %v, %s port %d (%s)\n", m.name, addr, cmWord(f.sc.cm),
+		f.sc.port, protocolName(prog))
+	// writeread prints rdma-example's lines, with either protocol.
+	rdmaex := m.name == "writeread"
+	if rdmaex {
+		fmt.Fprintf(stdout, "Server is listening successfully at: %v , port: %d\n", addr, f.sc.port)
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
@@ -240,11 +298,15 @@ func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr 
 		}
 		if err != nil {
 			wg.Wait()
+			if sig, ok := interrupted(ctx); ok && prog == rdmaLib {
+				fmt.Fprintf(stdout, "\nCaught signal %d, cleaning up...\n", int(sig)) // and exit 0, as rdma-lib does
+				return nil
+			}
 			return err
 		}
 		run := func() {
 			defer s.close()
-			if err := m.server(ctx, s, o, state); err != nil {
+			if err := m.server(ctx, s, o, state); err != nil && ctx.Err() == nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
@@ -264,16 +326,55 @@ func serve(ctx context.Context, f *flags, m *mode, in io.Reader, stdout, stderr 
 	if st, ok := state.(*paramsState); ok {
 		fmt.Fprintf(stdout, "final weights after %d steps: %s\n", st.steps, formatWeights(st.weights))
 	}
-	fmt.Fprintln(stdout, "Server shut-down is complete")
+	if rdmaex {
+		fmt.Fprintln(stdout, "Server shut-down is complete")
+	}
 	return firstErr
 }
 
+// deviceAddr returns the address of a software device (its GID's), or
+// its name for another.
+func deviceAddr(d verbs.Device) any {
+	if rd, ok := roce.Untrace(d).(*roce.Device); ok {
+		return rd.Addr()
+	}
+	return d.Name()
+}
+
+// rdmalibBanner prints what rdma-lib prints when it starts.
+func rdmalibBanner(w io.Writer, mode, role string) {
+	fmt.Fprintf(w, "\n=== RDMA Communication Program Started ===\nMode: %s (%s)\nConfiguration:\n  Buffer size: %d bytes\n"+
+		"  IB port: 1\n  GID index: 1\n  TCP port: %d\n", mode, role, rdmalibBuf, rdmaLib.port)
+}
+
+// cmWord names how a side connects, for the listening line.
+func cmWord(cm string) string {
+	if cm == "tcp" {
+		return "TCP"
+	}
+	return "rdma_cm"
+}
+
+// protocolName says whose protocol a mode speaks, for the listening line.
+func protocolName(p *program) string {
+	if p == nil {
+		return "goroce's session protocol"
+	}
+	name, _, _ := strings.Cut(p.name, " (")
+	return name + "'s protocol"
+}
+
 // dial is roce client: it connects to server and runs the mode's client.
+// It prints what the mode's published program prints.
 func dial(ctx context.Context, f *flags, m *mode, server string, in io.Reader, stdout, stderr io.Writer) error {
 	o := &f.opts
 	o.in, o.out, o.prompt = in, stdout, isTerminal(in)
 	if m.refuseClient != nil {
 		return m.refuseClient
+	}
+	addr, err := cli.ResolveAddr(server)
+	if err != nil {
+		return fmt.Errorf("the server %w; give its IP address, or a name this host resolves", err)
 	}
 	f.sc.warn = stderr
 	if f.sc.mtu == 0 {
@@ -282,19 +383,29 @@ func dial(ctx context.Context, f *flags, m *mode, server string, in io.Reader, s
 	if m.clientRecv != nil {
 		f.sc.recvs = m.clientRecv(&f.sc, o)
 	}
-	if m.name == "writeread" {
+	// writeread prints rdma-example's lines, with either protocol.
+	rdmaex := m.name == "writeread"
+	switch {
+	case rdmaex:
 		fmt.Fprintf(stdout, "Passed string is : %s , with count %d\n", o.str, len(o.str))
+		fmt.Fprintf(stdout, "Trying to connect to server at : %v port: %d\n", addr, f.sc.port)
+	case f.sc.program == rdmaLib:
+		rdmalibBanner(stdout, m.name, "Client")
+		fmt.Fprintf(stdout, "Connecting to %s...\n", server)
 	}
-	fmt.Fprintf(stdout, "Trying to connect to server at : %s port: %d\n", server, f.sc.port)
-	s, err := dialSession(ctx, &f.sc, server, f.sc.dev.TraceLogger(stderr))
+	s, err := dialSession(ctx, &f.sc, addr.String(), f.sc.dev.TraceLogger(stderr))
 	if err != nil {
 		return err
 	}
 	defer func() {
 		s.close()
-		fmt.Fprintln(stdout, "Client resource clean up is complete")
+		if rdmaex {
+			fmt.Fprintln(stdout, "Client resource clean up is complete")
+		}
 	}()
-	fmt.Fprintln(stdout, "The client is connected successfully")
+	if rdmaex {
+		fmt.Fprintln(stdout, "The client is connected successfully")
+	}
 	return m.client(ctx, s, o)
 }
 

@@ -494,7 +494,7 @@ func dialSessionTCP(ctx context.Context, c *sessionConfig, server string, log *s
 	defer cancel()
 	conn, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the server: %w", err)
+		return nil, cli.DialError(addr, "roce server --mode "+c.mode+" --cm tcp", err)
 	}
 	// The device's address: --bind, or the address this host reaches the
 	// server from.
