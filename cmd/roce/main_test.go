@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -102,4 +104,84 @@ func TestCommandTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestREADMECommands parses every roce command line the README shows (in
+// its shell blocks and its inline code), flags and all, as the command
+// would: a renamed or removed flag fails here before a reader meets it.
+func TestREADMECommands(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	inSh := false
+	for _, l := range strings.Split(string(readme), "\n") {
+		switch {
+		case strings.HasPrefix(l, "```sh"):
+			inSh = true
+		case strings.HasPrefix(l, "```"):
+			inSh = false
+		case inSh:
+			lines = append(lines, l)
+		default:
+			for _, span := range inlineCode.FindAllStringSubmatch(l, -1) {
+				lines = append(lines, span[1])
+			}
+		}
+	}
+	checked := 0
+	for _, l := range lines {
+		l, _, _ = strings.Cut(l, "#")
+		l, _, _ = strings.Cut(l, ">")
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "roce" || strings.ContainsAny(l, "[]{}|") || strings.Contains(l, "...") {
+			continue
+		}
+		c := findCommand(f[1])
+		if c == nil {
+			if f[1] != "help" {
+				t.Errorf("README: %q: no command %q", l, f[1])
+			}
+			continue
+		}
+		if err := c.Parse(unquote(f[2:])); err != nil {
+			t.Errorf("README: %q: %v", strings.TrimSpace(l), err)
+		}
+		checked++
+	}
+	if checked < 20 {
+		t.Errorf("only %d roce command lines found in the README", checked)
+	}
+}
+
+// inlineCode matches a `code span` of markdown.
+var inlineCode = regexp.MustCompile("`(roce [^`]+)`")
+
+func findCommand(name string) *cli.Command {
+	for _, c := range commands {
+		if c.Name() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// unquote joins the words of a shell's quoted argument ("hello world 789").
+func unquote(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if q := a[0]; (q == '"' || q == '\'') && !(len(a) > 1 && a[len(a)-1] == q) {
+			for i+1 < len(args) {
+				i++
+				a += " " + args[i]
+				if strings.HasSuffix(args[i], string(q)) {
+					break
+				}
+			}
+		}
+		out = append(out, strings.Trim(a, `"'`))
+	}
+	return out
 }

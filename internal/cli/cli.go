@@ -116,6 +116,22 @@ func (c *Command) help(w io.Writer, fs *FlagSet) {
 	fs.PrintDefaults(w)
 }
 
+// Parse parses args (the arguments after the command's name) as c's
+// flags and returns what Run would report before running the command: a
+// *UsageError for a command line that does not parse, nil otherwise (the
+// help asked for too). It runs nothing: tests check documented command
+// lines with it.
+func (c *Command) Parse(args []string) error {
+	if c == nil {
+		return errors.New("no command")
+	}
+	fs, _ := c.declare()
+	if err := fs.Parse(args); err != nil && !errors.Is(err, ErrHelp) {
+		return err
+	}
+	return nil
+}
+
 // Run runs command c with args (the arguments after its name) and returns
 // its exit status: it parses the flags, prints the help on -h, runs the
 // command, and reports a failure on env's standard error (Report).

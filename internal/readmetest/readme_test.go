@@ -28,15 +28,22 @@ type program struct {
 // blockRE matches a fenced block and its info string.
 var blockRE = regexp.MustCompile("(?ms)^```([a-z]*)\n(.*?)^```\n")
 
-// programs returns each ```go block of readme that starts with "package
-// main", with the ```text block that follows it (after at most a
-// paragraph) as its output.
+// programs returns each ```go block of readme, with the ```text block
+// that follows it (after at most a paragraph) as its output; a ```go
+// block that is not a complete program (package main) is an error.
 func programs(t *testing.T, readme string) []program {
 	var out []program
 	blocks := blockRE.FindAllStringSubmatchIndex(readme, -1)
 	for i, b := range blocks {
 		lang, body := readme[b[2]:b[3]], readme[b[4]:b[5]]
-		if lang != "go" || !strings.HasPrefix(body, "package main\n") {
+		if lang != "go" {
+			continue
+		}
+		if !strings.HasPrefix(body, "package main\n") {
+			// Every Go example of the front door runs as printed: no
+			// fragments that cannot be built.
+			t.Errorf("README.md:%d: a Go block that is not a complete program (package main)",
+				strings.Count(readme[:b[0]], "\n")+1)
 			continue
 		}
 		p := program{line: strings.Count(readme[:b[0]], "\n") + 1, src: body}
