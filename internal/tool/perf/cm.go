@@ -85,7 +85,11 @@ func (r *session) openCM() error {
 	if o.backend == "hw" {
 		return errors.New("-R needs --backend soft: a libibverbs device's rdma_cm belongs to librdmacm")
 	}
-	a, err := cm.NewAgent(r.dev, &cm.Config{Logger: r.log})
+	cfg := &cm.Config{Logger: r.log}
+	if r.errOut != nil {
+		cfg.OnReject = func(rej cm.Rejection) { fmt.Fprintf(r.errOut, "roce perf: %v\n", rej) }
+	}
+	a, err := cm.NewAgent(r.dev, cfg)
 	if err != nil {
 		return err
 	}

@@ -163,7 +163,7 @@ func (o *options) tool() string {
 
 // run runs the test these options describe.
 func (o *options) run(ctx context.Context, env *cli.Env) error {
-	r := &session{o: o, out: env.Stdout, log: o.dev.TraceLogger(env.Stderr)}
+	r := &session{o: o, out: env.Stdout, errOut: env.Stderr, log: o.dev.TraceLogger(env.Stderr)}
 	o.dev.Net = env.MemNet
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

@@ -21,11 +21,12 @@ import (
 
 // session is one run of roce perf.
 type session struct {
-	o    *options
-	out  io.Writer
-	log  *slog.Logger
-	ctx  context.Context
-	role oob.Role
+	o      *options
+	errOut io.Writer // standard error: the connection requests the server refuses
+	out    io.Writer
+	log    *slog.Logger
+	ctx    context.Context
+	role   oob.Role
 
 	dev    verbs.Device
 	soft   *roce.Device // nil on a libibverbs device

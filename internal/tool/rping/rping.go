@@ -205,7 +205,10 @@ func (r *rpinger) run(ctx context.Context) error {
 		return fmt.Errorf("open the RoCE device: %w", err)
 	}
 	defer r.dev.Close()
-	if r.agent, err = cm.NewAgent(r.dev, &cm.Config{Logger: log}); err != nil {
+	// A server tells each connection request its agent refuses (another
+	// port, say), which rping's peer only sees as REJECTED.
+	onReject := func(rej cm.Rejection) { fmt.Fprintf(r.stderr, "roce rping: %v\n", rej) }
+	if r.agent, err = cm.NewAgent(r.dev, &cm.Config{Logger: log, OnReject: onReject}); err != nil {
 		return err
 	}
 	defer r.agent.Close()

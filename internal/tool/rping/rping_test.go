@@ -133,6 +133,11 @@ func TestRpingRefused(t *testing.T) {
 			t.Errorf("client stderr %q lacks %q", got, want)
 		}
 	}
+	// The server says what it refused: the request for 7174.
+	if want := "roce rping: connection request from 127.0.0.1 for rdma_cm port 7174 rejected: invalid service ID (reason 8): " +
+		"nothing listens on port 7174 (listening on 7175)"; !strings.Contains(srv.stderr.String(), want) {
+		t.Errorf("server stderr %q lacks %q", srv.stderr.String(), want)
+	}
 	// The server goes on waiting for its own client; a client of its
 	// port ends it.
 	cli2, cli2Done := startRping(append([]string{"-c", "-a", "127.0.0.2", "--bind", "127.0.0.1", "-C", "1", "-p", "7175"}, common...), "")
