@@ -32,6 +32,7 @@ const (
 	headerH  = 34  // the participants' boxes
 	charW    = 6.7 // a character of the 11 px monospace font, about
 	notePad  = 6
+	labelPad = 24 // room between an arrow's label and the lifelines it joins, each side
 	selfLoop = 36 // width of an arrow from a participant to itself
 )
 
@@ -96,7 +97,7 @@ func (d *Diagram) geometry(rows []row) geometry {
 		if span == 0 {
 			continue // a self-loop's label runs to the right of its loop
 		}
-		need := (charW*float64(len([]rune(label(&d.Records[s.Record])))) + 4*notePad) / float64(span)
+		need := (charW*float64(len([]rune(label(&d.Records[s.Record])))) + 2*labelPad) / float64(span)
 		g.lane = max(g.lane, math.Ceil(need))
 	}
 	return g
