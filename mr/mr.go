@@ -344,7 +344,11 @@ func checkRegister(pd *PD, buf []byte, iova uint64, access Access) error {
 	case len(buf) == 0:
 		return badArg(ErrEmpty, "register at least one byte (libibverbs refuses zero-length regions too)")
 	case access&^knownAccess != 0:
-		return badArg(ErrInvalidAccess, "access %v has unknown flags: use LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, MWBind", access)
+		return badArg(ErrInvalidAccess, "access %v has unknown flags: use LocalWrite, RemoteWrite, RemoteRead, "+
+			"RemoteAtomic, MWBind, FlushGlobal", access)
+	case access&verbs.FlushPersistent != 0:
+		return badArg(ErrInvalidAccess, "access %v: FlushPersistent needs persistent memory, and goroce's is not "+
+			"(rxe refuses it on memory that is not pmem too): use FlushGlobal", access)
 	case access&verbs.ZeroBased != 0:
 		return badArg(ErrInvalidAccess, "access %v: ZeroBased is for the binds of windows; "+
 			"a region whose peers address it from 0 is registered with RegisterIOVA at address 0", access)

@@ -204,7 +204,7 @@ type Bind struct {
 	Addr   uint64
 	Length uint64
 	// Access is the window's rights: RemoteRead, RemoteWrite,
-	// RemoteAtomic, and ZeroBased for a type 2 window.
+	// RemoteAtomic, FlushGlobal, and ZeroBased for a type 2 window.
 	Access Access
 }
 
@@ -265,8 +265,9 @@ func (w *MW) checkBind(b *Bind) error {
 			ErrKey, b.RKey, w.key)
 	case b.PD != w.pd:
 		return fmt.Errorf("%w: the QP is of another protection domain than the window", ErrPD)
-	case b.Access&^(RemoteAccess|verbs.ZeroBased) != 0:
-		return fmt.Errorf("%w: a window takes remote rights and ZeroBased, not %v", ErrInvalidAccess, b.Access)
+	case b.Access&^(RemoteAccess|verbs.ZeroBased|verbs.FlushGlobal) != 0:
+		return fmt.Errorf("%w: a window takes remote rights, FlushGlobal and ZeroBased, not %v "+
+			"(FlushPersistent needs persistent memory)", ErrInvalidAccess, b.Access)
 	case w.typ == verbs.MWType1 && b.Access&verbs.ZeroBased != 0:
 		return fmt.Errorf("%w: a type 1 window is not zero-based (IBTA o10-36.2.2)", ErrInvalidAccess)
 	case w.typ == verbs.MWType2 && w.mr != nil:
@@ -337,6 +338,46 @@ func (t *Table) LookupRemote(pd *PD, qp uint64, key uint32, addr uint64, n uint3
 	// deregistered while the window is bound to it.
 	off := va - m.iova
 	return m, m.buf[off : off+uint64(n) : off+uint64(n)], nil
+}
+
+// LookupRemoteRegion is LookupRemote for a request that names a whole
+// region by its key, whatever the address, as a FLUSH of the FlushMR
+// level does (rxe checks no range for it): key, protection domain and
+// rights are checked, and through a window its binding and QP too; the
+// region (through a window, the window's) is held for reading until
+// Release. Its errors are bare sentinels.
+func (t *Table) LookupRemoteRegion(pd *PD, qp uint64, key uint32, want Access) (*MR, error) {
+	if t == nil {
+		return nil, nilError("LookupRemoteRegion on a nil *Table", "NewTable")
+	}
+	if m := t.keys.get(key); m != nil {
+		if _, err := m.hold(m.slotOf(qp), pd, key, m.iova, 0, want); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	w := t.window(key)
+	if w == nil {
+		return nil, ErrKey
+	}
+	w.mu.RLock()
+	start := w.addr
+	if w.access&verbs.ZeroBased != 0 {
+		start = 0
+	}
+	if _, err := w.check(pd, qp, key, start, 0, want); err != nil {
+		w.mu.RUnlock()
+		return nil, err
+	}
+	m := w.mr
+	s := m.slotOf(qp)
+	m.mu.rlock(s)
+	w.mu.RUnlock()
+	if !m.valid {
+		m.mu.runlock(s)
+		return nil, ErrKey
+	}
+	return m, nil
 }
 
 // check checks a request through the window and returns the region's

@@ -477,3 +477,52 @@ func TestMWConcurrent(t *testing.T) {
 	}
 	t.Logf("%d requests reached memory", hits.Load())
 }
+
+// TestFlushRights: regions take FlushGlobal and refuse FlushPersistent
+// (goroce's memory is not persistent: rxe refuses it on memory that is
+// not pmem); windows take FlushGlobal; LookupRemoteRegion checks a key
+// against the whole region, as a FLUSH of the FlushMR level names it.
+func TestFlushRights(t *testing.T) {
+	f := newMWFixture(t)
+	g, err := f.pd.RegisterIOVA(make([]byte, 0x40), 0x8000, LocalWrite|verbs.FlushGlobal|verbs.MWBind)
+	must(t, err)
+	if _, err := f.pd.Register(make([]byte, 8), verbs.FlushPersistent); !errors.Is(err, ErrInvalidAccess) ||
+		!errors.Is(err, verbs.ErrInvalidAttr) {
+		t.Errorf("a region with FlushPersistent: %v", err)
+	}
+	if err := f.bind(f.w1, qpA, 0x1000, 0x10, RemoteRead|verbs.FlushPersistent); !errors.Is(err, ErrInvalidAccess) {
+		t.Errorf("a window with FlushPersistent: %v", err)
+	}
+	must(t, f.bind(f.w2, qpA, 0x1010, 0x10, verbs.FlushGlobal))
+	must(t, f.bind(f.w1, qpA, 0x1020, 0x10, RemoteRead))
+	for _, c := range []struct {
+		name string
+		pd   *PD
+		qp   uint64
+		key  uint32
+		want Access
+		m    *MR
+		err  error
+	}{
+		{"region with the right", f.pd, qpA, g.RKey(), verbs.FlushGlobal, g, nil},
+		{"region without it", f.pd, qpA, f.m.RKey(), verbs.FlushGlobal, nil, ErrAccessRights},
+		{"region, no right asked", f.pd, qpA, f.m.RKey(), 0, f.m, nil},
+		{"region of another PD", f.other, qpA, g.RKey(), verbs.FlushGlobal, nil, ErrPD},
+		{"type 2 window with the right", f.pd, qpA, f.w2.RKey(), verbs.FlushGlobal, f.m, nil},
+		{"type 2 window from another QP", f.pd, qpB, f.w2.RKey(), verbs.FlushGlobal, nil, ErrQP},
+		{"type 1 window without it", f.pd, qpB, f.w1.RKey(), verbs.FlushGlobal, nil, ErrAccessRights},
+		{"unknown key", f.pd, qpA, g.RKey() ^ 0x80, verbs.FlushGlobal, nil, ErrKey},
+	} {
+		m, err := f.tab.LookupRemoteRegion(c.pd, c.qp, c.key, c.want)
+		if !errors.Is(err, c.err) || (err == nil) != (c.err == nil) || m != c.m {
+			t.Errorf("%s: %p, %v; want %p, %v", c.name, m, err, c.m, c.err)
+		}
+		m.Release(c.qp)
+	}
+	// A region invalidated is out of reach; its lock was released by
+	// every lookup above, or Invalidate would wait for ever.
+	g.Invalidate()
+	if _, err := f.tab.LookupRemoteRegion(f.pd, qpA, g.RKey(), verbs.FlushGlobal); !errors.Is(err, ErrKey) {
+		t.Errorf("an invalidated region: %v", err)
+	}
+}

@@ -100,8 +100,10 @@ func TestNilArgs(t *testing.T) {
 			_, err = pd.Register(make([]byte, 1), RemoteWrite)
 			apitest.Err(t, err, ErrInvalidAccess, "REMOTE_WRITE", "add LocalWrite")
 			apitest.Err(t, err, verbs.ErrInvalidAttr)
-			_, err = pd.Register(make([]byte, 1), 1<<9)
+			_, err = pd.Register(make([]byte, 1), 1<<11)
 			apitest.Err(t, err, ErrInvalidAccess, "unknown flags")
+			_, err = pd.Register(make([]byte, 1), verbs.FlushPersistent)
+			apitest.Err(t, err, ErrInvalidAccess, "FLUSH_PERSISTENT", "goroce's is not", "use FlushGlobal")
 			_, err = pd.Register(make([]byte, 1), verbs.ZeroBased)
 			apitest.Err(t, err, ErrInvalidAccess, "ZERO_BASED", "RegisterIOVA at address 0")
 			if m, err := pd.Register(make([]byte, 1), LocalWrite|verbs.MWBind); err != nil || m.Access() != LocalWrite|verbs.MWBind {
@@ -234,6 +236,15 @@ func TestNilArgs(t *testing.T) {
 			apitest.Err(t, err, verbs.ErrNil, "nil *Table")
 			for _, key := range []uint32{0, 1<<32 - 1} {
 				if _, _, err := tab.LookupRemote(nil, 0, key, 0, 0, 0); !errors.Is(err, ErrKey) {
+					t.Errorf("key %#x: %v", key, err)
+				}
+			}
+		},
+		"Table.LookupRemoteRegion": func(t *testing.T) {
+			_, err := (*Table)(nil).LookupRemoteRegion(nil, 0, 0, 0)
+			apitest.Err(t, err, verbs.ErrNil, "nil *Table")
+			for _, key := range []uint32{0, 1<<32 - 1} {
+				if _, err := tab.LookupRemoteRegion(nil, 0, key, 0); !errors.Is(err, ErrKey) {
 					t.Errorf("key %#x: %v", key, err)
 				}
 			}

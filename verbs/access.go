@@ -18,15 +18,28 @@ const (
 	// start (IBV_ACCESS_ZERO_BASED): a peer names byte 0 of the window
 	// as address 0. Only binds take it.
 	ZeroBased Access = 1 << 5
-	// RemoteAccess is every remote right.
+	// FlushGlobal lets a peer's FLUSH of placement type PlaceGlobal
+	// reach the memory or the QP (IBV_ACCESS_FLUSH_GLOBAL).
+	FlushGlobal Access = 1 << 8
+	// FlushPersistent lets a peer's FLUSH of placement type
+	// PlacePersistent reach the memory or the QP
+	// (IBV_ACCESS_FLUSH_PERSISTENT). Only persistent memory takes it.
+	FlushPersistent Access = 1 << 9
+	// RemoteAccess is every remote right of RDMA and atomics.
 	RemoteAccess = RemoteWrite | RemoteRead | RemoteAtomic
+	// FlushAccess is both flush rights.
+	FlushAccess = FlushGlobal | FlushPersistent
 	// KnownAccess is every flag goroce knows. Regions take LocalWrite,
-	// the remote rights and MWBind; QPs the remote rights; binds of
-	// windows the remote rights and ZeroBased.
-	KnownAccess = LocalWrite | RemoteAccess | MWBind | ZeroBased
+	// the remote rights, MWBind and the flush rights; QPs the remote
+	// and flush rights; binds of windows the remote and flush rights and
+	// ZeroBased.
+	KnownAccess = LocalWrite | RemoteAccess | MWBind | ZeroBased | FlushAccess
 )
 
-var accessNames = [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND", "ZERO_BASED"}
+// accessNames are the names of the flags, by bit (ON_DEMAND and HUGETLB,
+// bits 6 and 7, goroce does not know).
+var accessNames = [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND", "ZERO_BASED",
+	"", "", "FLUSH_GLOBAL", "FLUSH_PERSISTENT"}
 
 // String lists the rights by their ibverbs names (LOCAL_WRITE|REMOTE_READ), or "none".
 func (a Access) String() string {
@@ -35,7 +48,7 @@ func (a Access) String() string {
 	}
 	var b []byte
 	for i, n := range accessNames {
-		if a&(1<<i) != 0 {
+		if n != "" && a&(1<<i) != 0 {
 			if len(b) > 0 {
 				b = append(b, '|')
 			}

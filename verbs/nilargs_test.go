@@ -42,7 +42,22 @@ func TestNilArgs(t *testing.T) {
 				t.Error(err)
 			}
 		},
-		"QPType.String":   func(t *testing.T) { wantString(t, QPType(0).String(), "QPType(0)") },
+		"QPType.String": func(t *testing.T) { wantString(t, QPType(0).String(), "QPType(0)") },
+		"PlacementType.String": func(t *testing.T) {
+			wantString(t, PlacementType(0xF0).String(), "0xf0")
+		},
+		"FlushLevel.String": func(t *testing.T) { wantString(t, FlushLevel(9).String(), "FlushLevel(9)") },
+		"DeviceCap.String":  func(t *testing.T) { wantString(t, DeviceCap(1).String(), "0x1") },
+		"CapsOf": func(t *testing.T) {
+			if CapsOf(nil) != 0 {
+				t.Error("CapsOf(nil) is not 0")
+			}
+		},
+		"WROpcode.IsRDAtomic": func(t *testing.T) {
+			if WROpcode(0xFF).IsRDAtomic() {
+				t.Error("0xFF takes a responder resource")
+			}
+		},
 		"QPState.String":  func(t *testing.T) { wantString(t, QPState(99).String(), "QPState(99)") },
 		"WROpcode.String": func(t *testing.T) { wantString(t, WROpcode(10).String(), "WROpcode(10)") },
 		"WROpcode.IsLocal": func(t *testing.T) {

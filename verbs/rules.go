@@ -128,9 +128,10 @@ func nextStates(typ QPType, cur QPState) string {
 
 // CheckSendOp reports whether a QP of type typ takes send work requests
 // with opcode op: UD only SENDs (with or without immediate), UC no READ,
-// atomics or SEND with invalidate (memory windows are bound through RC
-// and UC QPs, as ibv_bind_mw says). An unknown QP type is an error
-// wrapping ErrInvalidAttr.
+// atomics, SEND with invalidate, FLUSH or ATOMIC_WRITE (memory windows
+// are bound through RC and UC QPs, as ibv_bind_mw says; FLUSH and
+// ATOMIC_WRITE are RC's alone, as rxe's rxe_wr_opcode_info has them).
+// An unknown QP type is an error wrapping ErrInvalidAttr.
 func CheckSendOp(typ QPType, op WROpcode) error {
 	switch typ {
 	case UD, GSI:
@@ -139,11 +140,13 @@ func CheckSendOp(typ QPType, op WROpcode) error {
 		}
 	case UC:
 		if op != OpSend && op != OpSendImm && op != OpWrite && op != OpWriteImm && !op.IsLocal() {
-			return fmt.Errorf("%w: %v on a UC QP, which takes no READ, atomic or SEND_WITH_INV: use an RC QP", ErrInvalidWR, op)
+			return fmt.Errorf("%w: %v on a UC QP, which takes no READ, atomic, SEND_WITH_INV, FLUSH or ATOMIC_WRITE: "+
+				"use an RC QP", ErrInvalidWR, op)
 		}
 	case RC:
 		if !op.Valid() {
-			return fmt.Errorf("%w: opcode %v is none of the verbs' send opcodes (OpWrite ... OpSendInv)", ErrInvalidWR, op)
+			return fmt.Errorf("%w: opcode %v is none of the verbs' send opcodes (OpWrite ... OpSendInv, OpFlush, "+
+				"OpAtomicWrite)", ErrInvalidWR, op)
 		}
 	default:
 		return fmt.Errorf("%w: QP type %v: want RC, UC, UD or GSI", ErrInvalidAttr, typ)

@@ -78,13 +78,23 @@ const (
 	// posts it for a type 1 window.
 	OpBindMW  WROpcode = 8
 	OpSendInv WROpcode = 9
+	// OpFlush asks the peer to make the memory it names visible
+	// (IBV_WR_FLUSH, IBTA 1.5's RDMA FLUSH): SendWR.Flush says which
+	// placement and how much, RemoteAddr and RKey where. It carries no
+	// data, and completes once the peer has placed every earlier WRITE
+	// and atomic of the QP.
+	OpFlush WROpcode = 14
+	// OpAtomicWrite writes the 8 bytes of SendWR.CompareAdd into the
+	// peer's memory at RemoteAddr in one piece (IBV_WR_ATOMIC_WRITE,
+	// IBTA 1.5's ATOMIC WRITE): no reader sees half of them.
+	OpAtomicWrite WROpcode = 15
 )
 
 var opcodeNames = map[WROpcode]string{
 	OpWrite: "RDMA_WRITE", OpWriteImm: "RDMA_WRITE_WITH_IMM", OpSend: "SEND",
 	OpSendImm: "SEND_WITH_IMM", OpRead: "RDMA_READ", OpAtomicCmpSwp: "ATOMIC_CMP_AND_SWP",
 	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpBindMW: "BIND_MW",
-	OpSendInv: "SEND_WITH_INV",
+	OpSendInv: "SEND_WITH_INV", OpFlush: "FLUSH", OpAtomicWrite: "ATOMIC_WRITE",
 }
 
 // String returns the opcode's ibverbs name (RDMA_WRITE, SEND, ...).
@@ -95,8 +105,16 @@ func (o WROpcode) String() string {
 	return fmt.Sprintf("WROpcode(%d)", uint8(o))
 }
 
-// IsAtomic reports whether the operation is an atomic.
+// IsAtomic reports whether the operation is an atomic that returns the
+// value it found (CMP_AND_SWP, FETCH_AND_ADD); ATOMIC_WRITE is not one.
 func (o WROpcode) IsAtomic() bool { return o == OpAtomicCmpSwp || o == OpAtomicFetchAdd }
+
+// IsRDAtomic reports whether the operation takes one of the peer's
+// responder resources, and so counts against QPAttr.MaxRDAtomic: READ,
+// the atomics, ATOMIC_WRITE and FLUSH.
+func (o WROpcode) IsRDAtomic() bool {
+	return o.NeedsResponse() || o == OpAtomicWrite || o == OpFlush
+}
 
 // NeedsResponse reports whether the operation completes on a response
 // (READ, atomics) rather than an ACK.
@@ -160,14 +178,93 @@ type SendWR struct {
 	RemoteAddr uint64
 	RKey       uint32
 	// CompareAdd is the compare value of CMP_AND_SWP or the addend of
-	// FETCH_AND_ADD; Swap the swap value of CMP_AND_SWP.
+	// FETCH_AND_ADD; Swap the swap value of CMP_AND_SWP. For
+	// ATOMIC_WRITE, CompareAdd holds the 8 bytes to write, as this
+	// host's byte order lays them out in memory (the bytes
+	// ibv_wr_atomic_write's atomic_wr points to): they land in the
+	// peer's memory as they are.
 	CompareAdd uint64
 	Swap       uint64
+	// Flush is what a FLUSH asks of the peer (ibv_wr_flush's len, type
+	// and level).
+	Flush FlushWR
 	// AH, RemoteQPN and RemoteQKey address a UD send. A Q_Key with the
 	// high bit set means the QP's own Q_Key.
 	AH         AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+}
+
+// FlushWR is the part of a FLUSH work request ibv_wr_flush takes beside
+// the key and the address.
+type FlushWR struct {
+	// Len is how many bytes from SendWR.RemoteAddr the flush covers at
+	// the FlushRange level (the whole region at FlushMR).
+	Len uint32
+	// Type is the placement type: FlushGlobal, FlushPersistent or both.
+	Type PlacementType
+	// Level is the selectivity level: FlushRange or FlushMR.
+	Level FlushLevel
+}
+
+// PlacementType says where a FLUSH places memory, with the values of
+// ibv_placement_type (the FETH's placement type bits).
+type PlacementType uint8
+
+// Placement types.
+const (
+	// PlaceGlobal makes the memory visible to every reader of the
+	// peer (IBV_FLUSH_GLOBAL).
+	PlaceGlobal PlacementType = 1 << 0
+	// PlacePersistent makes it persistent too (IBV_FLUSH_PERSISTENT).
+	PlacePersistent PlacementType = 1 << 1
+)
+
+// String returns the type's ibverbs names (GLOBAL|PERSISTENT), or
+// "none".
+func (t PlacementType) String() string {
+	var b []byte
+	for i, n := range [...]string{"GLOBAL", "PERSISTENT"} {
+		if t&(1<<i) != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, n...)
+		}
+	}
+	if rest := t &^ (PlaceGlobal | PlacePersistent); rest != 0 {
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		b = fmt.Appendf(b, "%#x", uint8(rest))
+	}
+	if len(b) == 0 {
+		return "none"
+	}
+	return string(b)
+}
+
+// FlushLevel is how much of the memory a FLUSH names it covers, with the
+// values of ibv_selectivity_level (the FETH's selectivity level).
+type FlushLevel uint8
+
+// Selectivity levels.
+const (
+	// FlushRange covers Len bytes from the address (IBV_FLUSH_RANGE).
+	FlushRange FlushLevel = 0
+	// FlushMR covers the whole region the key names (IBV_FLUSH_MR).
+	FlushMR FlushLevel = 1
+)
+
+// String returns the level's ibverbs name: RANGE or MR.
+func (l FlushLevel) String() string {
+	switch l {
+	case FlushRange:
+		return "RANGE"
+	case FlushMR:
+		return "MR"
+	}
+	return fmt.Sprintf("FlushLevel(%d)", uint8(l))
 }
 
 // RecvWR is a receive work request.
@@ -229,6 +326,8 @@ const (
 	WCFetchAdd       WCOpcode = 4
 	WCBindMW         WCOpcode = 5
 	WCLocalInv       WCOpcode = 6
+	WCFlush          WCOpcode = 8
+	WCAtomicWrite    WCOpcode = 9
 	WCRecv           WCOpcode = 128
 	WCRecvRDMAWithIm WCOpcode = 129
 )
@@ -250,6 +349,10 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCFlush:
+		return "FLUSH"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithIm:
