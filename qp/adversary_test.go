@@ -53,6 +53,7 @@ type advOpts struct {
 	noTimeout bool // timeout 0: no retransmission timer
 	rtr       bool // leave the QP in RTR
 	mwBind    bool // mr allows memory windows
+	mrFlush   bool // mr allows FLUSH of the global placement type
 	seqWindow int  // Config.SeqNAKWindow
 }
 
@@ -120,6 +121,9 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 	if o.mwBind {
 		mrAccess |= verbs.MWBind
 	}
+	if o.mrFlush {
+		mrAccess |= verbs.FlushGlobal
+	}
 	a.mr = a.register(mrAccess, 1)
 	a.rbuf = a.register(verbs.LocalWrite, 2)
 	a.lbuf = a.register(verbs.LocalWrite, 3)
@@ -186,6 +190,7 @@ type wire struct {
 	payload []byte
 	pad     int // -1: the pad the payload needs
 	reth    *bth.RETHFields
+	feth    *bth.FETHFields
 	atomic  *bth.AtomicETHFields
 	syn     bth.Syndrome
 	msn     uint32
@@ -235,6 +240,10 @@ func (w *wire) atomicOf(va uint64, k uint32, swapAdd, cmp uint64) *wire {
 	w.atomic = &bth.AtomicETHFields{VA: va, RKey: k, SwapAdd: swapAdd, Compare: cmp}
 	return w
 }
+func (w *wire) fethOf(level verbs.FlushLevel, plt verbs.PlacementType) *wire {
+	w.feth = &bth.FETHFields{Selectivity: uint8(level), Placement: uint8(plt)}
+	return w
+}
 func (w *wire) rethOf(va uint64, k, n uint32) *wire {
 	w.reth = &bth.RETHFields{VA: va, RKey: k, DMALen: n}
 	return w
@@ -261,6 +270,9 @@ func (w *wire) bytes() []byte {
 	}
 	if p.AtomicETH != nil && w.atomic != nil {
 		p.AtomicETH.Encode(w.atomic)
+	}
+	if p.FETH != nil && w.feth != nil {
+		p.FETH.Encode(w.feth)
 	}
 	if p.AETH != nil {
 		p.AETH.Encode(&bth.AETHFields{Syndrome: w.syn, MSN: w.msn})

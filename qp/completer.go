@@ -168,6 +168,9 @@ func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
 			break
 		}
 		if last := w.lastPSN(); !psn.LessThan(last) {
+			if w.wr.Opcode.IsRDAtomic() && s < q.sq.next {
+				q.req.rdOutstanding-- // a FLUSH or ATOMIC_WRITE: an ACK past it completes it
+			}
 			w.state = wqeDone
 			q.comp.psn = last.Next()
 			progress = true
@@ -213,6 +216,10 @@ func (q *QP) progress() {
 func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	w := q.responseTarget(psn, b)
 	if w == nil {
+		return
+	}
+	if isFlushOrAtomicWrite(w.wr.Opcode) {
+		q.handleFlushResponse(p, psn, w, b)
 		return
 	}
 	if w.wr.Opcode != verbs.OpRead {
@@ -395,7 +402,7 @@ func (q *QP) retire() {
 		}
 		if w.status != verbs.Success || w.wr.Flags&verbs.Signaled != 0 || q.sigAll {
 			wc := verbs.WC{ID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn,
-				ByteLen: uint32(w.length)}
+				ByteLen: wcByteLen(w)}
 			if !q.scq.push(&wc, false) {
 				lost++
 			}
@@ -422,6 +429,10 @@ func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
 		return verbs.WCLocalInv
 	case verbs.OpBindMW:
 		return verbs.WCBindMW
+	case verbs.OpFlush:
+		return verbs.WCFlush
+	case verbs.OpAtomicWrite:
+		return verbs.WCAtomicWrite
 	}
 	return verbs.WCSend
 }

@@ -111,7 +111,7 @@ func readCapture(t *testing.T, name string) []capPacket {
 
 func isRequest(o bth.Operation) bool {
 	switch o {
-	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd:
+	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd, bth.OpFlush, bth.OpAtomicWrite:
 		return true
 	}
 	return false

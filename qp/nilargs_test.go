@@ -115,6 +115,7 @@ func TestNilArgs(t *testing.T) {
 			}
 		},
 		"Device.ActiveMTU": func(t *testing.T) { zero(t, (*Device)(nil).ActiveMTU()) },
+		"Device.Caps":      func(t *testing.T) { zero(t, (*Device)(nil).Caps()) },
 		"Device.AllocPD": func(t *testing.T) {
 			d := e.closedDevice(t)
 			_, err := d.AllocPD()
@@ -418,7 +419,7 @@ func (e *nilEnv) modify(t *testing.T) {
 	}{
 		{verbs.QPAttr{Port: 2}, verbs.AttrPort, "port 2: want 1"},
 		{verbs.QPAttr{PKeyIndex: 1}, verbs.AttrPKeyIndex, "P_Key index 1: want 0"},
-		{verbs.QPAttr{Access: 1 << 9}, verbs.AttrAccessFlags, "access flags 0x200: want LocalWrite"},
+		{verbs.QPAttr{Access: 1 << 11}, verbs.AttrAccessFlags, "access flags 0x800: want LocalWrite"},
 	} {
 		apitest.Err(t, q.Modify(&c.attr, c.mask), verbs.ErrInvalidAttr, c.words)
 	}

@@ -420,8 +420,9 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.AttrMask) error {
 		return bad("port", a.Port, "1, the device's one port")
 	case mask&verbs.AttrPKeyIndex != 0 && a.PKeyIndex != 0:
 		return bad("P_Key index", a.PKeyIndex, "0, the default partition")
-	case mask&verbs.AttrAccessFlags != 0 && a.Access&^(verbs.LocalWrite|verbs.RemoteAccess) != 0:
-		return bad("access flags", a.Access, "LocalWrite, RemoteWrite, RemoteRead and RemoteAtomic only")
+	case mask&verbs.AttrAccessFlags != 0 && a.Access&^(verbs.LocalWrite|verbs.RemoteAccess|verbs.FlushAccess) != 0:
+		return bad("access flags", a.Access, "LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, FlushGlobal and "+
+			"FlushPersistent only")
 	case mask&verbs.AttrAV != 0:
 		return checkDest(a.AH.DGID, q.dev.srcFor(verbs.AddrFromGID(a.AH.DGID)), "QPAttr.AH.DGID")
 	}

@@ -55,7 +55,7 @@ func (q *QP) onePacketToSend() bool {
 	}
 	w := q.sq.at(q.sq.next)
 	switch {
-	case w.wr.Opcode == verbs.OpRead || w.wr.Opcode.IsAtomic():
+	case w.wr.Opcode.IsRDAtomic():
 		return true
 	case w.wr.Opcode.IsLocal():
 		return false
@@ -132,6 +132,9 @@ func (q *QP) checkSendOp(wr *verbs.SendWR) error {
 	if op.IsAtomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
 		return fmt.Errorf("%w: an atomic takes one 8-byte SGE", verbs.ErrInvalidWR)
 	}
+	if isFlushOrAtomicWrite(op) {
+		return checkFlushWR(wr)
+	}
 	return nil
 }
 
@@ -186,7 +189,7 @@ func (q *QP) request(b *txBatch) {
 			if w.wr.Flags&verbs.Fence != 0 && q.req.rdOutstanding > 0 {
 				break
 			}
-			if op.NeedsResponse() && q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) {
+			if op.IsRDAtomic() && q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) {
 				break
 			}
 			if op.IsLocal() {
@@ -228,7 +231,7 @@ func (q *QP) request(b *txBatch) {
 		case q.typ != verbs.RC:
 			w.state = wqeDone // UC and UD complete once sent
 			q.retire()
-		case w.wr.Opcode.NeedsResponse():
+		case w.wr.Opcode.IsRDAtomic():
 			q.req.rdOutstanding++
 		}
 	}
@@ -332,6 +335,9 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 	}
 	if op.IsAtomic() {
 		return q.emitAtomic(w, b)
+	}
+	if isFlushOrAtomicWrite(op) {
+		return q.emitFlush(w, b)
 	}
 	for {
 		if q.windowFull(1) {
@@ -580,7 +586,7 @@ func (q *QP) rewind(psn bth.PSN) {
 			q.comp.restarted, q.comp.restartPSN = w.sent != 0 && w.wr.Opcode == verbs.OpRead, psn
 			continue
 		}
-		if w.wr.Opcode.NeedsResponse() {
+		if w.wr.Opcode.IsRDAtomic() {
 			q.req.rdOutstanding++
 		}
 	}

@@ -62,7 +62,7 @@ type respState struct {
 	dmaLen   uint32
 	ucDrop   bool // UC: dropping the rest of a message after a gap
 
-	res     []readResource // responder resources for READ and atomics
+	res     []readResource // responder resources for READ, atomics, FLUSH and ATOMIC_WRITE
 	resNext int
 
 	ackPending  bool
@@ -70,12 +70,13 @@ type respState struct {
 	ackDeferred bool // on Device.acks' list (busy-poll mode)
 }
 
-// readResource remembers an executed READ or atomic so a duplicate can be
-// answered again (IBTA Vol. 1 §9.7.5.1.5): a READ is executed again, an
-// atomic is answered with the value it found.
+// readResource remembers an executed READ, atomic, FLUSH or ATOMIC_WRITE
+// so a duplicate can be answered again (IBTA Vol. 1 §9.7.5.1.5): a READ is
+// executed again, an atomic is answered with the value it found, a FLUSH
+// or ATOMIC_WRITE is answered again and not carried out again.
 type readResource struct {
 	valid    bool
-	atomic   bool
+	kind     resKind
 	firstPSN bth.PSN
 	npsn     uint32
 	orig     uint64 // atomic: the value found
@@ -91,7 +92,7 @@ type readResource struct {
 func (q *QP) respond(p *bth.Packet, b *txBatch) {
 	switch p.Info.Operation {
 	case bth.OpSend, bth.OpWrite, bth.OpReadRequest, bth.OpCompareSwap, bth.OpFetchAdd,
-		bth.OpFlush, bth.OpAtomicWrite: // the last two to be NAKed: goroce does not carry them out
+		bth.OpFlush, bth.OpAtomicWrite:
 	default:
 		q.ctr.DropBadOpcode++
 		return
@@ -141,12 +142,15 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "opcode sequence")
 		return
 	}
-	// The operation: one goroce carries out (not FLUSH or ATOMIC_WRITE),
-	// and that the QP's access flags allow (rxe's check_op_valid).
+	// The operation, and that the QP's access flags allow it (rxe's
+	// check_op_valid): ATOMIC_WRITE needs remote write, a FLUSH the flush
+	// rights of its placement type.
 	var need verbs.Access
 	switch op {
-	case bth.OpWrite:
+	case bth.OpWrite, bth.OpAtomicWrite:
 		need = verbs.RemoteWrite
+	case bth.OpFlush:
+		need = flushAccess(p.FETH.Placement())
 	case bth.OpReadRequest:
 		need = verbs.RemoteRead
 	case bth.OpCompareSwap, bth.OpFetchAdd:
@@ -160,10 +164,13 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "QP access flags")
 		return
 	}
-	// READs and atomics need responder resources: with
-	// max_dest_rd_atomic 0 there are none (rxe's check_resource).
-	if (op == bth.OpReadRequest || op == bth.OpCompareSwap || op == bth.OpFetchAdd) && len(q.resp.res) == 0 {
-		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr, "no responder resources for a READ or atomic")
+	// READs, atomics, ATOMIC_WRITEs and FLUSHes need responder
+	// resources: with max_dest_rd_atomic 0 there are none (rxe's
+	// check_resource; rxe does not check a FLUSH, and writes it into a
+	// resource array of no entries).
+	if op != bth.OpSend && op != bth.OpWrite && len(q.resp.res) == 0 {
+		q.respError(b, bth.NAKInvalidRequest, psn, verbs.RemInvReqErr,
+			"no responder resources for a READ, atomic, FLUSH or ATOMIC_WRITE")
 		return
 	}
 	// A SEND, and a WRITE with immediate at its end, consume a receive.
@@ -184,6 +191,10 @@ func (q *QP) respondRC(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		q.receiveWrite(p, psn, start, end, b)
 	case bth.OpReadRequest:
 		q.receiveRead(p, psn, b)
+	case bth.OpFlush:
+		q.receiveFlush(p, psn, b)
+	case bth.OpAtomicWrite:
+		q.receiveAtomicWrite(p, psn, b)
 	default:
 		q.receiveAtomic(p, psn, b)
 	}
@@ -356,7 +367,8 @@ func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		return
 	}
 	npsn := q.packets(uint64(f.DMALen))
-	q.saveResource(readResource{valid: true, firstPSN: psn, npsn: npsn, va: f.VA, length: f.DMALen, rkey: f.RKey})
+	q.saveResource(readResource{valid: true, kind: resRead, firstPSN: psn, npsn: npsn, va: f.VA, length: f.DMALen,
+		rkey: f.RKey})
 	// rxe counts the READ as a completed message before it answers
 	// (C9-148), so the responses carry the new MSN.
 	q.resp.msn++
@@ -450,7 +462,7 @@ func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	}
 	m.Release(q.id)
 	q.dev.atomicMu.Unlock()
-	q.saveResource(readResource{valid: true, atomic: true, firstPSN: psn, npsn: 1, orig: orig})
+	q.saveResource(readResource{valid: true, kind: resAtomic, firstPSN: psn, npsn: 1, orig: orig})
 	q.resp.msn++
 	q.resp.psn, q.resp.ackedPSN = psn.Next(), psn
 	q.sendAtomicAck(b, psn, orig)
@@ -466,7 +478,10 @@ func (q *QP) saveResource(r readResource) {
 
 // duplicate answers a request the responder has seen before: SENDs and
 // WRITEs are acknowledged again, READs executed again from the PSN asked
-// for, atomics answered with the value they found.
+// for, atomics answered with the value they found, FLUSHes and
+// ATOMIC_WRITEs answered again (rxe's resource of a FLUSH keeps no PSN,
+// so that rxe finds it only by chance and lets its requester retry until
+// its count is spent; goroce's keeps it).
 func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	switch p.Info.Operation {
 	case bth.OpSend, bth.OpWrite:
@@ -481,11 +496,20 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		if !r.valid || !psn.InWindow(r.firstPSN, r.npsn) {
 			continue
 		}
-		if r.atomic {
+		switch r.kind {
+		case resAtomic:
 			if psn == r.firstPSN && p.AtomicETH != nil {
 				q.sendAtomicAck(b, psn, r.orig)
 				return
 			}
+		case resFlush, resAtomicWrite:
+			if op := p.Info.Operation; r.kind == resFlush && op == bth.OpFlush ||
+				r.kind == resAtomicWrite && op == bth.OpAtomicWrite {
+				q.sendEmptyReadResponse(b, psn)
+				return
+			}
+		}
+		if r.kind != resRead {
 			break
 		}
 		if p.Info.Operation != bth.OpReadRequest {

@@ -92,6 +92,15 @@ func (d *Device) ActiveMTU() bth.MTU {
 	return d.dev.eng.ActiveMTU()
 }
 
+// Caps returns the device's capabilities (verbs.CapsOf): those of
+// goroce's engine, qp.Device.Caps; none for a nil Device.
+func (d *Device) Caps() verbs.DeviceCap {
+	if !d.ok() {
+		return 0
+	}
+	return d.dev.eng.Caps()
+}
+
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (verbs.PD, error) {
 	if !d.ok() {

@@ -164,9 +164,12 @@ func TestNilArgs(t *testing.T) {
 		},
 		"Device.Name":      func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Name(), "") }) },
 		"Device.ActiveMTU": func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.ActiveMTU(), 0) }) },
-		"Device.Addr":      func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Addr(), netip.Addr{}) }) },
-		"Device.Progress":  func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Progress(), 0) }) },
-		"Device.Events":    func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Events(), nil) }) },
+		"Device.Caps": func(t *testing.T) {
+			nilDevices(t, func(d *Device) { want(t, d.Caps(), verbs.DeviceCap(0)) })
+		},
+		"Device.Addr":     func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Addr(), netip.Addr{}) }) },
+		"Device.Progress": func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Progress(), 0) }) },
+		"Device.Events":   func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Events(), nil) }) },
 		"Device.Clock": func(t *testing.T) {
 			nilDevices(t, func(d *Device) { want[clock.Clock](t, d.Clock(), clock.Real{}) })
 		},
