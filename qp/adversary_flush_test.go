@@ -200,7 +200,7 @@ func TestAdversaryFlush(t *testing.T) {
 			a.inject(a.flush(0, a.mr.Addr(), a.mr.RKey(), 64, verbs.FlushRange, g|0xC))
 		}, want: done},
 		{name: "without responder resources", opts: advOpts{access: fl.access, mrFlush: true, noDestRD: true},
-			run: func(a *adversary) { a.inject(a.flush(0, a.mr.Addr(), a.mr.RKey(), 64, verbs.FlushRange, g)) },
+			run:  func(a *adversary) { a.inject(a.flush(0, a.mr.Addr(), a.mr.RKey(), 64, verbs.FlushRange, g)) },
 			want: inv},
 		{name: "of more than 2^31 bytes", opts: fl, run: func(a *adversary) {
 			a.inject(a.flush(0, a.mr.Addr(), a.mr.RKey(), 1<<31+1, verbs.FlushMR, g))
