@@ -38,7 +38,7 @@ var fuzzSyndromes = []bth.Syndrome{
 //	           syndrome; b4-b5 the payload length, b6-b7 where its RETH or
 //	           atomic points
 //	       5-6 a work request of goroce's: WRITE, READ, FETCH_AND_ADD,
-//	           SEND or a receive (b1)
+//	           SEND, a receive, FLUSH or ATOMIC_WRITE (b1)
 //	       7   the clock runs to goroce's next timer
 //
 // Then the QP is moved to the error state. Whatever came: nothing panics;
@@ -59,12 +59,18 @@ func FuzzAdversary(f *testing.F) {
 	f.Add([]byte{5, 1, 0, 0, 0, 0, 0, 0, 4, 16, 0, 0, 0, 32, 0, 0})   // goroce's READ, and a response
 	f.Add([]byte{5, 2, 0, 0, 0, 0, 0, 0, 4, 18, 0, 0, 0, 0, 0, 0})    // goroce's atomic, an atomic ACK
 	f.Add([]byte{5, 0, 0, 0, 0, 0, 0, 0, 4, 17, 0, 0x60, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{5, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0}) // retries
+	f.Add([]byte{5, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0})  // retries
+	f.Add([]byte{0, 24, 0, 1, 0, 8, 0, 2, 0, 24, 0, 1, 0, 8, 0, 2})                        // ATOMIC_WRITE, then its duplicate
+	f.Add([]byte{0, 23, 0, 1, 0, 0, 0, 17, 0, 23, 0, 1, 0, 0, 0, 17})                      // a global FLUSH, then its duplicate
+	f.Add([]byte{0, 23, 0, 5, 0, 0, 0, 18})                                                // a persistent FLUSH where no right is
+	f.Add([]byte{5, 5, 0, 0, 0, 0, 0, 0, 4, 16, 0, 0, 0, 0, 0, 0})                         // goroce's FLUSH, an empty response
+	f.Add([]byte{5, 6, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 4, 17, 0, 0, 0, 0, 0, 0}) // goroce's ATOMIC_WRITE, a retry, an ACK
 	f.Fuzz(func(t *testing.T, script []byte) {
 		if len(script) > 8*48 {
 			script = script[:8*48]
 		}
-		o := advOpts{typ: verbs.RC, recvs: 2, cqe: 512}
+		o := advOpts{typ: verbs.RC, recvs: 2, cqe: 512, access: verbs.LocalWrite | verbs.RemoteAccess | verbs.FlushGlobal,
+			mrFlush: true}
 		switch len(script) % 5 {
 		case 1:
 			o.srq = true
@@ -147,6 +153,7 @@ func (a *adversary) fuzzPacket(s []byte) *wire {
 		key, va = a.rbuf.RKey()+uint32(s[6]&1), a.rbuf.Addr()+8192+uint64(s[6])*16
 	}
 	w.rethOf(va, key, uint32(s[7])*4)
+	w.fethOf(verbs.FlushLevel(s[7]>>2&3), verbs.PlacementType(s[7]&3))
 	w.atomicOf(va&^7+uint64(s[7]&7), key, 1, 0)
 	w.ieth = key
 	if s[3]&16 != 0 {
@@ -159,7 +166,7 @@ func (a *adversary) fuzzPacket(s []byte) *wire {
 // whether it was taken.
 func (a *adversary) fuzzPost(kind byte, id uint64, nextRecv *int) bool {
 	var wr verbs.SendWR
-	switch kind % 5 {
+	switch kind % 7 {
 	case 0:
 		wr = a.write(id, 0, 64)
 	case 1:
@@ -169,6 +176,10 @@ func (a *adversary) fuzzPost(kind byte, id uint64, nextRecv *int) bool {
 	case 3:
 		wr = a.write(id, 1024, 100)
 		wr.Opcode = verbs.OpSend
+	case 5:
+		wr = a.flushWR(id, 64, verbs.FlushRange, verbs.PlaceGlobal)
+	case 6:
+		wr = a.atomicWriteWR(id, uint64(id))
 	default:
 		// More receives into the first 8 KiB of the receive buffer,
 		// where newAdversary's two are.
