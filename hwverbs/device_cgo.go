@@ -75,6 +75,8 @@ type Device struct {
 	gidIdx int
 	log    *slog.Logger
 
+	caps verbs.DeviceCap // device_cap_flags_ex
+
 	ctx  *C.struct_ibv_context
 	ch   *C.struct_ibv_comp_channel
 	aev  *C.gr_aev // the event goroutine's out parameter, in C memory
@@ -190,6 +192,12 @@ func (d *Device) setup(c *Config) error {
 		return fmt.Errorf("%w (%s port %d)", err, d.name, d.port)
 	}
 	d.gidIdx = idx
+	var caps C.uint64_t
+	if rc := C.gr_query_device_caps(d.ctx, &caps); rc != 0 {
+		d.log.Debug("ibv_query_device_ex failed: the device reports no capabilities", "device", d.name,
+			"errno", syscall.Errno(rc))
+	}
+	d.caps = verbs.DeviceCap(caps)
 	ch, err := C.ibv_create_comp_channel(d.ctx)
 	if ch == nil {
 		return cErr("ibv_create_comp_channel", err)
@@ -336,6 +344,16 @@ func (d *Device) ActiveMTU() bth.MTU {
 		return 0
 	}
 	return bth.MTU(pa.active_mtu)
+}
+
+// Caps returns the device's capabilities, device_cap_flags_ex of
+// ibv_query_device_ex (verbs.CapsOf): rxe 6.12 has CapFlushGlobal,
+// CapFlushPersistent and CapAtomicWrite, rxe 6.1 none of them.
+func (d *Device) Caps() verbs.DeviceCap {
+	if d.opened() != nil {
+		return 0
+	}
+	return d.caps
 }
 
 // Events returns the channel of asynchronous events. Events that find it

@@ -57,7 +57,9 @@ var (
 	// interface, or none matching Config).
 	ErrNoGID = errors.New("hwverbs: no usable GID on the port")
 	// ErrUnsupported means the operation exists in goroce's verbs but not
-	// through libibverbs (a GSI QP, which the kernel owns).
+	// through libibverbs (a GSI QP, which the kernel owns), or not on
+	// this device or library (FLUSH and ATOMIC_WRITE where the device has
+	// no capability bit for them, or libibverbs no ibv_wr_* builder).
 	ErrUnsupported = errors.New("hwverbs: not supported through libibverbs")
 )
 
@@ -123,6 +125,7 @@ var errKinds = map[string]map[syscall.Errno]error{
 	"ibv_dereg_mr":        {syscall.EBUSY: verbs.ErrBusy, syscall.EINVAL: verbs.ErrBusy}, // rxe: EINVAL while windows are bound
 	"ibv_alloc_mw":        {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.EOPNOTSUPP: ErrUnsupported},
 	"ibv_dealloc_mw":      {syscall.EBUSY: verbs.ErrBusy},
+	"ibv_wr_complete":     {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR, syscall.EOPNOTSUPP: ErrUnsupported},
 	"ibv_bind_mw":         {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR, syscall.EPERM: verbs.ErrInvalidWR},
 	"ibv_query_gid":       {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.ENODATA: verbs.ErrInvalidAttr},
 	"ibv_req_notify_cq":   {},
@@ -222,6 +225,59 @@ func classifyModify(typ verbs.QPType, cur, next verbs.QPState, mask verbs.AttrMa
 
 // checkSendOp reports whether a QP of type typ takes opcode op.
 func checkSendOp(typ verbs.QPType, op verbs.WROpcode) error { return verbs.CheckSendOp(typ, op) }
+
+// isFlushOrAtomicWrite reports whether op goes through the ibv_wr_* API:
+// FLUSH and ATOMIC_WRITE, which ibv_post_send has no fields for.
+func isFlushOrAtomicWrite(op verbs.WROpcode) bool {
+	return op == verbs.OpFlush || op == verbs.OpAtomicWrite
+}
+
+// exOps returns the GR_QP_EX_WITH_* bits (IBV_QP_EX_WITH_FLUSH 1 << 11,
+// IBV_QP_EX_WITH_ATOMIC_WRITE 1 << 12) to ask of an RC QP on a device
+// with caps: the operations the device says it has.
+func exOps(typ verbs.QPType, caps verbs.DeviceCap) uint32 {
+	var ops uint32
+	if typ != verbs.RC {
+		return 0
+	}
+	if caps&(verbs.CapFlushGlobal|verbs.CapFlushPersistent) != 0 {
+		ops |= exWithFlush
+	}
+	if caps&verbs.CapAtomicWrite != 0 {
+		ops |= exWithAtomicWrite
+	}
+	return ops
+}
+
+const (
+	exWithFlush       = 1 << 11
+	exWithAtomicWrite = 1 << 12
+)
+
+// checkExWR checks a FLUSH or ATOMIC_WRITE before it is posted on a QP
+// whose ibv_wr_* API has the operations in ops: no SGEs or inline data
+// (ATOMIC_WRITE's 8 bytes are SendWR.CompareAdd, copied at post time as
+// ibv_wr_atomic_write copies them), a FLUSH's type and level as the IBTA
+// defines them, and an operation the QP was made with.
+func checkExWR(wr *verbs.SendWR, ops uint32) error {
+	if len(wr.SGL) != 0 || wr.Flags&verbs.Inline != 0 {
+		return fmt.Errorf("%w: %v takes no SGEs and no inline data", verbs.ErrInvalidWR, wr.Opcode)
+	}
+	need, what := uint32(exWithAtomicWrite), "ATOMIC_WRITE (IBV_DEVICE_ATOMIC_WRITE)"
+	if wr.Opcode == verbs.OpFlush {
+		if wr.Flush.Type&^(verbs.PlaceGlobal|verbs.PlacePersistent) != 0 || wr.Flush.Level > verbs.FlushMR {
+			return fmt.Errorf("%w: FLUSH of placement type %v at level %v: use PlaceGlobal or PlacePersistent, "+
+				"FlushRange or FlushMR", verbs.ErrInvalidWR, wr.Flush.Type, wr.Flush.Level)
+		}
+		need, what = exWithFlush, "FLUSH (IBV_DEVICE_FLUSH_GLOBAL or _PERSISTENT)"
+	}
+	if ops&need == 0 {
+		return fmt.Errorf("%w: the device or its libibverbs has no %s: it needs kernel 6.2's rxe or a NIC "+
+			"that has it, and rdma-core 45 or later (verbs.CapsOf says what the device has): %w",
+			ErrUnsupported, what, syscall.EOPNOTSUPP)
+	}
+	return nil
+}
 
 // errNilKind is the sentinel the errors of nil and zero receivers and
 // arguments wrap, verbs.ErrNil as in the pure-Go backend.

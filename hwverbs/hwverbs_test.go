@@ -331,3 +331,62 @@ func TestArgumentChecks(t *testing.T) {
 		t.Errorf("nil *Error says %q", s)
 	}
 }
+
+// TestExOps: an RC QP asks ibv_create_qp_ex for the FLUSH and
+// ATOMIC_WRITE builders the device's capabilities name (rxe 6.12's
+// device_cap_flags_ex has both, rxe 6.1's neither), and no other QP for
+// any.
+func TestExOps(t *testing.T) {
+	const rxe612, rxe61 = verbs.DeviceCap(0x1C001223C76), verbs.DeviceCap(0x1223C76)
+	for _, c := range []struct {
+		typ  verbs.QPType
+		caps verbs.DeviceCap
+		want uint32
+	}{
+		{verbs.RC, rxe612, exWithFlush | exWithAtomicWrite},
+		{verbs.RC, rxe61, 0},
+		{verbs.RC, verbs.CapFlushPersistent, exWithFlush},
+		{verbs.RC, verbs.CapAtomicWrite, exWithAtomicWrite},
+		{verbs.UC, rxe612, 0},
+		{verbs.UD, rxe612, 0},
+	} {
+		if got := exOps(c.typ, c.caps); got != c.want {
+			t.Errorf("%v with %v: %#x, want %#x", c.typ, c.caps, got, c.want)
+		}
+	}
+}
+
+// TestCheckExWR: what a post of FLUSH or ATOMIC_WRITE refuses before
+// libibverbs sees it, EOPNOTSUPP among it where the QP has no builder
+// for the operation (rxe 6.1, rdma-core 44 for FLUSH).
+func TestCheckExWR(t *testing.T) {
+	flush := verbs.SendWR{Opcode: verbs.OpFlush, Flush: verbs.FlushWR{Len: 8, Type: verbs.PlaceGlobal, Level: verbs.FlushMR}}
+	aw := verbs.SendWR{Opcode: verbs.OpAtomicWrite, CompareAdd: 1}
+	withSGE, badType, badLevel := aw, flush, flush
+	withSGE.SGL = []verbs.SGE{{Length: 8}}
+	badType.Flush.Type = 4
+	badLevel.Flush.Level = 2
+	all := uint32(exWithFlush | exWithAtomicWrite)
+	for _, c := range []struct {
+		name string
+		wr   verbs.SendWR
+		ops  uint32
+		want error
+	}{
+		{"FLUSH", flush, all, nil},
+		{"ATOMIC_WRITE", aw, all, nil},
+		{"ATOMIC_WRITE with an SGE", withSGE, all, verbs.ErrInvalidWR},
+		{"FLUSH of a reserved type", badType, all, verbs.ErrInvalidWR},
+		{"FLUSH of a reserved level", badLevel, all, verbs.ErrInvalidWR},
+		{"FLUSH without the builder", flush, exWithAtomicWrite, syscall.EOPNOTSUPP},
+		{"ATOMIC_WRITE without the builder", aw, exWithFlush, ErrUnsupported},
+	} {
+		err := checkExWR(&c.wr, c.ops)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if !isFlushOrAtomicWrite(verbs.OpFlush) || !isFlushOrAtomicWrite(verbs.OpAtomicWrite) || isFlushOrAtomicWrite(verbs.OpWrite) {
+		t.Error("isFlushOrAtomicWrite")
+	}
+}

@@ -5,6 +5,7 @@
 // libibverbs that take structs with unions. ibverbs.h says what each
 // function does.
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ _Static_assert(IBV_WR_RDMA_WRITE == 0 && IBV_WR_RDMA_WRITE_WITH_IMM == 1 && IBV_
 	IBV_WR_SEND_WITH_IMM == 3 && IBV_WR_RDMA_READ == 4 && IBV_WR_ATOMIC_CMP_AND_SWP == 5 &&
 	IBV_WR_ATOMIC_FETCH_AND_ADD == 6 && IBV_WR_LOCAL_INV == 7 && IBV_WR_BIND_MW == 8 && IBV_WR_SEND_WITH_INV == 9,
 	"ibv_wr_opcode");
+_Static_assert(IBV_WR_ATOMIC_WRITE == GR_WR_ATOMIC_WRITE && IBV_WC_ATOMIC_WRITE == 9 &&
+	IBV_QP_EX_WITH_ATOMIC_WRITE == GR_QP_EX_WITH_ATOMIC_WRITE, "ATOMIC_WRITE (rdma-core 44 has it)");
 _Static_assert(IBV_SEND_FENCE == 1 && IBV_SEND_SIGNALED == 2 && IBV_SEND_SOLICITED == 4 &&
 	IBV_SEND_INLINE == 8, "ibv_send_flags");
 _Static_assert(IBV_WC_SEND == 0 && IBV_WC_RDMA_WRITE == 1 && IBV_WC_RDMA_READ == 2 && IBV_WC_COMP_SWAP == 3 &&
@@ -312,7 +315,7 @@ int gr_modify_srq(struct ibv_srq *s, uint32_t limit) {
 }
 
 struct ibv_qp *gr_create_qp(struct ibv_pd *pd, gr_qpinit *in) {
-	struct ibv_qp_init_attr a;
+	struct ibv_qp_init_attr_ex a;
 	memset(&a, 0, sizeof a);
 	a.send_cq = in->send_cq;
 	a.recv_cq = in->recv_cq;
@@ -324,7 +327,25 @@ struct ibv_qp *gr_create_qp(struct ibv_pd *pd, gr_qpinit *in) {
 	a.cap.max_send_sge = in->max_send_sge;
 	a.cap.max_recv_sge = in->max_recv_sge;
 	a.cap.max_inline_data = in->max_inline;
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	a.pd = pd;
+	a.comp_mask = IBV_QP_INIT_ATTR_PD;
+	struct ibv_qp *qp = NULL;
+	if (in->ex_ops) {
+		// Only FLUSH and ATOMIC_WRITE go through the ibv_wr_* API: the
+		// rest keeps ibv_post_send, which may interleave with it.
+		a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		a.send_ops_flags = in->ex_ops;
+		qp = ibv_create_qp_ex(pd->context, &a);
+		if (!qp) {
+			// A library or device without these operations: make the
+			// QP without them.
+			in->ex_ops = 0;
+			a.comp_mask = IBV_QP_INIT_ATTR_PD;
+			a.send_ops_flags = 0;
+		}
+	}
+	if (!qp)
+		qp = ibv_create_qp_ex(pd->context, &a);
 	if (qp) {
 		in->max_send_wr = a.cap.max_send_wr;
 		in->max_recv_wr = a.cap.max_recv_wr;
@@ -333,6 +354,51 @@ struct ibv_qp *gr_create_qp(struct ibv_pd *pd, gr_qpinit *in) {
 		in->max_inline = a.cap.max_inline_data;
 	}
 	return qp;
+}
+
+// gr_wr_flush_fn is ibv_qp_ex's wr_flush, which rdma-core 45 appended to
+// the struct right after wr_atomic_write (the struct only ever grows at
+// its end); the host's rdma-core 44 headers end it before. The slot is
+// read only on a QP made with GR_QP_EX_WITH_FLUSH, which a library
+// without wr_flush refuses to make.
+typedef void (*gr_wr_flush_fn)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, size_t len,
+	uint8_t type, uint8_t level);
+
+static gr_wr_flush_fn gr_wr_flush(struct ibv_qp_ex *x) {
+	gr_wr_flush_fn f;
+	memcpy(&f, (char *)x + offsetof(struct ibv_qp_ex, wr_atomic_write) + sizeof x->wr_atomic_write, sizeof f);
+	return f;
+}
+
+int gr_post_ex(struct ibv_qp *qp, const gr_swr *g) {
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	if (!x)
+		return EOPNOTSUPP;
+	gr_wr_flush_fn flush = NULL;
+	if (g->opcode == GR_WR_FLUSH && !(flush = gr_wr_flush(x)))
+		return EOPNOTSUPP;
+	if (g->opcode == GR_WR_ATOMIC_WRITE && !x->wr_atomic_write)
+		return EOPNOTSUPP;
+	ibv_wr_start(x);
+	x->wr_id = g->id;
+	x->wr_flags = g->flags;
+	if (g->opcode == GR_WR_ATOMIC_WRITE) {
+		uint64_t v = g->compare_add; // the builder copies the 8 bytes at once
+		ibv_wr_atomic_write(x, g->rkey, g->remote_addr, &v);
+	} else {
+		flush(x, g->rkey, g->remote_addr, g->flush_len, g->flush_type, g->flush_level);
+	}
+	return gr_errno_ret(ibv_wr_complete(x));
+}
+
+int gr_query_device_caps(struct ibv_context *c, uint64_t *caps) {
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof a);
+	int rc = ibv_query_device_ex(c, NULL, &a);
+	if (rc)
+		return gr_errno_ret(rc);
+	*caps = a.device_cap_flags_ex;
+	return 0;
 }
 
 static void gr_fill_ah(struct ibv_ah_attr *a, const gr_ah *g) {

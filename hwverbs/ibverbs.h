@@ -24,7 +24,23 @@ typedef struct {
 	struct ibv_mr *mw_mr;
 	uint64_t mw_addr, mw_length;
 	uint32_t mw_rkey, mw_access;
+	uint32_t flush_len; // a FLUSH's length, placement type and level
+	uint8_t flush_type, flush_level;
 } gr_swr;
+
+// The numbers of IBTA 1.5's FLUSH and ATOMIC_WRITE in libibverbs
+// (rdma-core 45 and later; the host's rdma-core 44 has ATOMIC_WRITE only):
+// work request and completion opcodes, and the send_ops_flags bits that
+// ask ibv_create_qp_ex for them.
+#define GR_WR_FLUSH 14
+#define GR_WR_ATOMIC_WRITE 15
+#define GR_QP_EX_WITH_FLUSH (1 << 11)
+#define GR_QP_EX_WITH_ATOMIC_WRITE (1 << 12)
+
+// gr_post_ex posts one FLUSH or ATOMIC_WRITE through the ibv_wr_* API of
+// qp, made by gr_create_qp with the op in ex_ops. It returns 0 or errno
+// (EOPNOTSUPP when the QP has no such builder).
+int gr_post_ex(struct ibv_qp *qp, const gr_swr *g);
 
 // gr_sq is a QP's send batch: max requests of max_sge SGEs each, and
 // max_inline bytes of inline data each.
@@ -122,6 +138,10 @@ typedef struct {
 	int gid_tbl_len;
 } gr_port;
 
+// gr_query_device_caps reads the device's device_cap_flags_ex
+// (ibv_query_device_ex) into *caps; it returns 0 or errno.
+int gr_query_device_caps(struct ibv_context *c, uint64_t *caps);
+
 // gr_query_port reads a port's attributes; it returns 0 or errno.
 int gr_query_port(struct ibv_context *c, uint8_t port, gr_port *out);
 
@@ -146,6 +166,10 @@ typedef struct {
 	struct ibv_srq *srq;
 	uint32_t qp_type, sig_all;
 	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+	// ex_ops, GR_QP_EX_WITH_* bits, asks ibv_create_qp_ex for those
+	// operations of the ibv_wr_* API; where the library or the device
+	// refuses them, the QP is made without, and ex_ops comes back 0.
+	uint32_t ex_ops;
 } gr_qpinit;
 
 // gr_create_qp creates a QP; the capabilities it got are written back.

@@ -28,6 +28,7 @@ var nilCalls = map[string]func() (error, bool){
 	"Device.GID":           func() (error, bool) { _, err := (&Device{}).GID(0); return err, true },
 	"Device.Addr":          func() (error, bool) { return nil, !(*Device)(nil).Addr().IsValid() && !(&Device{}).Addr().IsValid() },
 	"Device.ActiveMTU":     func() (error, bool) { return nil, (*Device)(nil).ActiveMTU() == 0 && (&Device{}).ActiveMTU() == 0 },
+	"Device.Caps":          func() (error, bool) { return nil, (*Device)(nil).Caps() == 0 && (&Device{}).Caps() == 0 },
 	"Device.Events":        func() (error, bool) { return nil, (*Device)(nil).Events() == nil && (&Device{}).Events() == nil },
 	"Device.AllocPD":       func() (error, bool) { _, err := (*Device)(nil).AllocPD(); return err, true },
 	"Device.CreateCQ":      func() (error, bool) { _, err := (&Device{}).CreateCQ(1); return err, true },

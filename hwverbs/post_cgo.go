@@ -96,7 +96,13 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	}
 	for base := 0; base < len(wrs); {
 		n := min(len(wrs)-base, len(q.swr))
+		ex := false
 		for i := range n {
+			if isFlushOrAtomicWrite(wrs[base+i].Opcode) {
+				// What is batched before it goes first, then it alone.
+				n, ex = i, true
+				break
+			}
 			if err := q.fillSend(i, &wrs[base+i]); err != nil {
 				if i > 0 {
 					if perr := q.flushSend(base, i); perr != nil {
@@ -106,10 +112,39 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 				return &verbs.PostError{Index: base + i, Err: err}
 			}
 		}
-		if err := q.flushSend(base, n); err != nil {
-			return err
+		if n > 0 {
+			if err := q.flushSend(base, n); err != nil {
+				return err
+			}
 		}
 		base += n
+		if ex {
+			if err := q.postEx(&wrs[base]); err != nil {
+				return &verbs.PostError{Index: base, Err: err}
+			}
+			base++
+		}
+	}
+	return nil
+}
+
+// postEx posts a FLUSH or ATOMIC_WRITE through the ibv_wr_* API, in the
+// first slot of the send batch (the batch before it is posted already);
+// the caller holds q.smu.
+func (q *QP) postEx(wr *verbs.SendWR) error {
+	if err := checkSendOp(q.typ, wr.Opcode); err != nil {
+		return err
+	}
+	if err := checkExWR(wr, q.exOps); err != nil {
+		return err
+	}
+	g := &q.swr[0]
+	q.sbind[0] = nil
+	g.id, g.opcode, g.flags = C.uint64_t(wr.ID), C.uint32_t(wr.Opcode), C.uint32_t(wr.Flags)
+	g.remote_addr, g.rkey, g.compare_add = C.uint64_t(wr.RemoteAddr), C.uint32_t(wr.RKey), C.uint64_t(wr.CompareAdd)
+	g.flush_len, g.flush_type, g.flush_level = C.uint32_t(wr.Flush.Len), C.uint8_t(wr.Flush.Type), C.uint8_t(wr.Flush.Level)
+	if rc := C.gr_post_ex(q.qp, g); rc != 0 {
+		return errnoError("ibv_wr_complete", syscall.Errno(rc))
 	}
 	return nil
 }

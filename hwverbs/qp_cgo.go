@@ -34,6 +34,7 @@ type QP struct {
 	dead atomic.Bool
 
 	smu       sync.Mutex
+	exOps     uint32 // the operations of the ibv_wr_* API the QP was made with (exWithFlush, exWithAtomicWrite)
 	sq        *C.gr_sq
 	swr       []C.gr_swr
 	sbind     []*MW // the windows the batch's BIND_MW requests bind, whose RKey they set once posted
@@ -109,13 +110,14 @@ func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
 	if init.SignalAll {
 		in.sig_all = 1
 	}
+	in.ex_ops = C.uint32_t(exOps(init.Type, d.caps))
 	qp, err := C.gr_create_qp(p.pd, &in)
 	if qp == nil {
 		e := cErr("ibv_create_qp", err)
 		e.Detail = fmt.Sprintf("%v %+v", init.Type, init.Cap)
 		return nil, e
 	}
-	q := &QP{dev: d, pd: p, typ: init.Type, qpn: uint32(qp.qp_num), srq: srq, qp: qp,
+	q := &QP{dev: d, pd: p, typ: init.Type, qpn: uint32(qp.qp_num), srq: srq, qp: qp, exOps: uint32(in.ex_ops),
 		cap: verbs.QPCap{MaxSendWR: uint32(in.max_send_wr), MaxRecvWR: uint32(in.max_recv_wr),
 			MaxSendSGE: uint32(in.max_send_sge), MaxRecvSGE: uint32(in.max_recv_sge),
 			MaxInlineData: uint32(in.max_inline)}}
@@ -127,7 +129,7 @@ func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
 	d.mu.Lock()
 	d.qps[q] = struct{}{}
 	d.mu.Unlock()
-	d.log.Debug("create QP", "qpn", q.qpn, "type", q.typ, "cap", q.cap)
+	d.log.Debug("create QP", "qpn", q.qpn, "type", q.typ, "cap", q.cap, "wr_api_ops", q.exOps)
 	return q, nil
 }
 

@@ -46,6 +46,9 @@ func (d *Device) Addr() netip.Addr { return netip.Addr{} }
 // ActiveMTU returns 0.
 func (d *Device) ActiveMTU() bth.MTU { return 0 }
 
+// Caps returns 0: this build has no device.
+func (d *Device) Caps() verbs.DeviceCap { return 0 }
+
 // AllocPD returns ErrNotBuilt.
 func (d *Device) AllocPD() (verbs.PD, error) { return nil, ErrNotBuilt }
 

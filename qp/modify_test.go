@@ -114,7 +114,7 @@ func TestModifyRefusals(t *testing.T) {
 		{"RESET to ERR", verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState, verbs.ErrInvalidTransition},
 		{"bad port", verbs.QPAttr{State: verbs.StateInit, Port: 2}, init, verbs.ErrInvalidAttr},
 		{"bad P_Key index", verbs.QPAttr{State: verbs.StateInit, Port: 1, PKeyIndex: 3}, init, verbs.ErrInvalidAttr},
-		{"unknown access", verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: 1 << 9}, init, verbs.ErrInvalidAttr},
+		{"unknown access", verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: 1 << 11}, init, verbs.ErrInvalidAttr},
 		{"wrong current state", verbs.QPAttr{State: verbs.StateInit, CurState: verbs.StateRTS, Port: 1}, init | verbs.AttrCurState, verbs.ErrInvalidAttr},
 	} {
 		if err := q.Modify(&c.a, c.mask); !errors.Is(err, c.want) {
