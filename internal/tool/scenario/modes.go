@@ -80,6 +80,8 @@ var modes = []*mode{
 		server: waitServer, client: readClient},
 	{name: "lambda", summary: "remote execution (rdma-lib): goroce never runs code from the wire, so with rdma-lib's protocol its server answers every call with an error and its client does not call; with --proto goroce, the server's registered functions (checksum, wordcount, upper, sum)",
 		setup: lambdaSetup, serverRecv: func(c *sessionConfig, _ *modeOpts) [][2]int { return [][2]int{{c.bufSize / 2, c.bufSize / 2}} }, server: lambdaServer, client: lambdaClient},
+	{name: "flush", summary: "IBTA 1.5's FLUSH and ATOMIC_WRITE: the client WRITEs, FLUSHes, ATOMIC_WRITEs, READs back and ends with a FLUSH the server NAKs (-s qp: its QP's rights, -s mr: its region's); the server prints what landed (interop/peers' flush_server and flush_client)",
+		setup: flushSetup, clientRecv: recvAt(0, 64), server: flushServer, client: flushClient},
 	{name: "params", summary: "parameter server: clients WRITE gradients and READ back the updated weights",
 		setup: paramsSetup, serverRecv: func(_ *sessionConfig, o *modeOpts) [][2]int { return [][2]int{{8 * o.dim, 64}} }, server: paramsServer, client: paramsClient},
 }

@@ -207,6 +207,14 @@ func TestScenariosGoroce(t *testing.T) {
 		{scenario{mode: "params", server: []string{"--dim", "4"}, clients: []client{
 			{args: []string{"-n", "3", "--dim", "4", "--id", "0"}}, {args: []string{"-n", "3", "--dim", "4", "--id", "1"}}}},
 			[]string{"iteration 2: weights"}, []string{"final weights after 6 steps: [0.9910 0.9820 0.9730 0.9640]"}, ""},
+		{scenario{mode: "flush", clients: []client{{}}},
+			[]string{"FLUSH global range: SUCCESS", "ATOMIC_WRITE: SUCCESS", "read back: 0x1122334455667788 and 256 bytes as written",
+				"FLUSH global whole region: SUCCESS",
+				"FLUSH persistent to a QP without FLUSH_PERSISTENT: REM_INV_REQ_ERR (as expected)", "flush: all as expected"},
+			[]string{"ATOMIC_WRITE landed: 0x1122334455667788", "the WRITE before the FLUSH is in place"}, ""},
+		{scenario{mode: "flush", clients: []client{{args: []string{"-s", "mr"}}}},
+			[]string{"FLUSH global whole region: SUCCESS", "FLUSH to a region without FLUSH_GLOBAL: REM_ACCESS_ERR (as expected)"},
+			[]string{"ATOMIC_WRITE landed: 0x1122334455667788", "the WRITE before the FLUSH is in place"}, ""},
 	}
 	for _, link := range [][2]string{{"mem", "rdmacm"}, {"udp", "rdmacm"}, {"mem", "tcp"}, {"udp", "tcp"}} {
 		runScenarioCases(t, link[0], link[0]+"/"+link[1], []string{"--proto", "goroce", "--cm", link[1]}, cases)
