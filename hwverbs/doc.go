@@ -65,6 +65,21 @@
 // and asynchronous events (ibv_get_async_event) into Device.Events.
 // Close stops it and waits for it.
 //
+// # FLUSH and ATOMIC_WRITE
+//
+// IBTA 1.5's FLUSH and ATOMIC_WRITE have no fields in ibv_post_send's
+// work request: an RC QP of a device whose capability bits name them
+// (Device.Caps, ibv_query_device_ex's device_cap_flags_ex: rxe from
+// kernel 6.2) is made with ibv_create_qp_ex and their send_ops_flags,
+// and PostSend posts them through the ibv_wr_* builders
+// (ibv_wr_atomic_write, ibv_wr_flush), in order with the requests
+// around them. ibv_wr_flush came with rdma-core 45; hwverbs builds with
+// rdma-core 44's headers and finds the builder where rdma-core 45 put it
+// at the end of struct ibv_qp_ex, on a QP that a library with it made.
+// Where the device, or the libibverbs it runs with, has no such
+// operation, PostSend refuses it with an error wrapping ErrUnsupported
+// and EOPNOTSUPP, and sends nothing.
+//
 // # Errors
 //
 // An ibv call that fails returns an *Error holding the errno and, where

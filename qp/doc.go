@@ -29,6 +29,9 @@
 //     window's bind), the checks of a BIND_MW request as it is posted,
 //     and the local operations (LOCAL_INV and BIND_MW), which the
 //     requester carries out in order with no packet;
+//   - flush.go: IBTA 1.5's FLUSH and ATOMIC_WRITE, which rxe has from
+//     kernel 6.2 (rxe_req.c's packets, rxe_resp.c's process_flush and
+//     atomic_write_reply, rxe_comp.c's answers), and Device.Caps;
 //   - timers.go: the retransmission timer and the RNR wait;
 //   - deferack.go: in busy-poll mode, the ACKs that wait for the polling
 //     thread's next post;
@@ -74,8 +77,9 @@
 //
 //   - EventQPReqErr: the responder NAKed an invalid request (opcode out
 //     of sequence, an operation the QP does not allow, a bad length or
-//     pad, a READ or atomic without responder resources, a misaligned
-//     atomic, an unknown key to invalidate) and the QP went to ERR;
+//     pad, a READ, atomic, FLUSH or ATOMIC_WRITE without responder
+//     resources, a misaligned atomic or ATOMIC_WRITE, an unknown key to
+//     invalidate) and the QP went to ERR;
 //   - EventQPAccessErr: the responder NAKed a remote access error (R_Key,
 //     protection domain, rights or range of the memory a request names)
 //     and the QP went to ERR;
