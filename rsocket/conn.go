@@ -83,7 +83,11 @@ func newConn(ep *endpoint, cc *cm.Conn, o *Options, peer *connData) *Conn {
 	}
 	if o.KeepAlive > 0 {
 		c.keepEvery = o.KeepAlive
+		// Under c.mu, which keepalive takes first: a tick that comes
+		// before the assignment ends would read c.keep as it is written.
+		c.mu.Lock()
 		c.keep = time.AfterFunc(o.KeepAlive, c.keepalive)
+		c.mu.Unlock()
 	}
 	c.log.Debug("rsocket: connected", "local", c.laddr, "remote", c.raddr, "qpn", ep.qp.QPN(),
 		"credits", peer.credits, "peer_buffer", peer.dataBuf.length*2)

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,7 +58,7 @@ const summary = "serve goroce's soft RDMA device to unmodified libibverbs progra
 type options struct {
 	lib       bool
 	name, dir string
-	mode      uint
+	mode      string
 	spin      time.Duration
 	log       bool
 	dev       cli.DeviceFlags
@@ -67,11 +68,11 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Bool(&o.lib, false, "build libgoroce if needed and print its path, then exit", "lib")
 	fs.String(&o.name, "goroce0", "the device's `name`, as ibv_devices lists it", "name")
 	fs.String(&o.dir, "", "`directory` of the control socket (default $GOROCE_DIR, else /tmp/goroce-UID)", "dir")
-	fs.Uint(&o.mode, 0o600, "permission `mode` of the control socket: 0600 this user only, 0660 its group too", "mode")
+	fs.String(&o.mode, "0600", "permission `mode` of the control socket, in octal: 0600 this user only, 0660 its group too", "mode")
 	fs.Duration(&o.spin, 0, "how long a session looks for more work before it sleeps (default 50µs; negative: never)", "spin")
 	fs.Bool(&o.log, false, "log sessions opening and closing, and refused requests, to standard error", "log")
 	fs.Section("The link:")
-	fs.String(&o.dev.Transport, "udp", "how RoCEv2 packets travel: udp (no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport")
+	fs.String(&o.dev.Transport, "udp", "how RoCEv2 packets travel: udp (no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("udp|afpacket")
 	fs.String(&o.dev.Bind, "", "local IP `address`, or an IPv4 and an IPv6 one (ADDR,ADDR6): the GID table, the sources of packets\n"+
 		"(default: --dev's, else 127.0.0.1)", "bind")
 	fs.String(&o.dev.Dev, "", "network `interface`: its first IPv4 and first global IPv6 address are the GIDs (and afpacket sends on it)", "dev")
@@ -91,6 +92,10 @@ func (o *options) run(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		fmt.Fprintln(env.Stdout, p)
 		return nil
+	}
+	mode, err := strconv.ParseUint(o.mode, 8, 32)
+	if err != nil || mode&^0o666 != 0 {
+		return cli.Usagef("--mode %q: want an octal permission such as 0600 or 0660", o.mode)
 	}
 	if o.dev.Transport == "mem" {
 		return cli.Usagef("--transport mem is for one process; the device serves others: use udp or afpacket")
@@ -121,7 +126,7 @@ func (o *options) run(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer dev.Close()
-	srv, err := uverbs.Serve(dev, &uverbs.Config{Name: o.name, Dir: o.dir, Mode: os.FileMode(o.mode), Spin: o.spin,
+	srv, err := uverbs.Serve(dev, &uverbs.Config{Name: o.name, Dir: o.dir, Mode: os.FileMode(mode), Spin: o.spin,
 		Ifindex: ifindex, Logger: logger})
 	if err != nil {
 		return err
