@@ -153,3 +153,17 @@ func TestPerftest(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushAtomicWrite runs testdata/flush.c: ATOMIC_WRITE and FLUSH
+// through the extended QP's builders on the device, the capability bits,
+// the flush access rights.
+func TestFlushAtomicWrite(t *testing.T) {
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1")
+	exe := devicetest.CC(t, "flush", []string{"testdata/flush.c"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r := h.Run(ctx, exe); r.Err != nil || !strings.Contains(r.Out, "ATOMIC_WRITE and FLUSH ok") {
+		t.Fatalf("%s", r)
+	}
+}

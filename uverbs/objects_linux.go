@@ -52,13 +52,14 @@ const (
 
 // mrAccess checks a region's access flags: what goroce does not have is
 // EOPNOTSUPP (on-demand paging) or ignored, as the kernel ignores them
-// (the optional flags, the huge page hint).
+// (the optional flags, the huge page hint); the engine refuses what it
+// cannot grant (FLUSH_PERSISTENT: its memory is not persistent).
 func mrAccess(a uint32) (verbs.Access, uint32) {
 	a &^= accessOptionalRange | accessHugeTLB
 	switch {
 	case a&accessOnDemand != 0:
 		return 0, abi.EOPNOTSUPP
-	case a&^uint32(verbs.LocalWrite|verbs.RemoteAccess|verbs.MWBind) != 0:
+	case a&^uint32(verbs.LocalWrite|verbs.RemoteAccess|verbs.MWBind|verbs.FlushAccess) != 0:
 		return 0, abi.EINVAL
 	}
 	return verbs.Access(a), 0

@@ -311,7 +311,7 @@ func deviceAttr(name string, dev *roce.Device) abi.DeviceAttr {
 		uint64(guid[4])<<32 | uint64(guid[5])<<40 | uint64(guid[6])<<48 | uint64(guid[7])<<56
 	return abi.DeviceAttr{
 		Name: nameBytes(name), FwVer: nameBytes("goroce 1"), NodeGUID: g, SysImageGUID: g,
-		MaxMRSize: 1 << 46, PageSizeCap: 0xfffff000, CapFlags: deviceCapFlags,
+		MaxMRSize: 1 << 46, PageSizeCap: 0xfffff000, CapFlags: deviceCapFlags | uint64(dev.Caps()),
 		VendorID: vendorID, VendorPartID: 1, HwVer: 1,
 		MaxQP: roce.DefaultMaxQPs, MaxQPWR: roce.MaxWR, MaxSGE: roce.MaxSGE, MaxSGERd: roce.MaxSGE,
 		MaxCQ: 1 << 16, MaxCQE: roce.MaxCQE, MaxMR: 1 << 18, MaxPD: 1 << 16,

@@ -315,6 +315,18 @@ func (w *worker) sendWR(q *qpObj, wr *verbs.SendWR, b []byte, j int) verbs.Statu
 		wr.InvRKey = e.Imm
 	case abi.OpBindMW:
 		return w.bindWR(q, wr, b)
+	case abi.OpFlush:
+		// CompareAdd carries the length, Swap the placement type and,
+		// in its second byte, the level (ibv_wr_flush's arguments).
+		wr.CompareAdd, wr.Swap = 0, 0
+		wr.Flush = verbs.FlushWR{Len: uint32(e.CompareAdd), Type: verbs.PlacementType(e.Swap),
+			Level: verbs.FlushLevel(e.Swap >> 8)}
+		if e.CompareAdd > 1<<32-1 {
+			return verbs.LocLenErr
+		}
+		return verbs.Success
+	case abi.OpAtomicWrite:
+		return verbs.Success // the 8 bytes are CompareAdd, as ibv_wr_atomic_write's atomic_wr lies in memory
 	}
 	if q.typ == verbs.UD {
 		a := w.s.ahs[e.AH]
@@ -433,6 +445,10 @@ func wcOpcode(op uint32) verbs.WCOpcode {
 		return verbs.WCLocalInv
 	case abi.OpBindMW:
 		return verbs.WCBindMW
+	case abi.OpFlush:
+		return verbs.WCFlush
+	case abi.OpAtomicWrite:
+		return verbs.WCAtomicWrite
 	}
 	return verbs.WCSend
 }

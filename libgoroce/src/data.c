@@ -39,7 +39,10 @@ int gr_wq_full(struct gr_wq *wq)
  * atomics). */
 static int op_ok(enum ibv_qp_type t, enum ibv_wr_opcode op)
 {
-	switch (op) {
+	switch ((int)op) {
+	case GR_WR_FLUSH:
+	case GR_WR_ATOMIC_WRITE:
+		return t == IBV_QPT_RC;
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
 		return 1;
@@ -66,8 +69,8 @@ static int fill_send(struct gr_qp *qp, struct ibv_send_wr *wr, uint8_t *b, uint3
 	struct goroce_send_wqe *e = (struct goroce_send_wqe *)b;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->sq.max_sge)
 		return EINVAL;
-	if (!op_ok(q->qp_type, wr->opcode))
-		return EINVAL;
+	if (!op_ok(q->qp_type, wr->opcode) || (int)wr->opcode == GR_WR_FLUSH || (int)wr->opcode == GR_WR_ATOMIC_WRITE)
+		return EINVAL; /* those two take arguments ibv_send_wr has no room for: ibv_wr_flush, ibv_wr_atomic_write */
 	uint64_t len = 0;
 	for (int i = 0; i < wr->num_sge; i++)
 		len += wr->sg_list[i].length;
@@ -655,8 +658,36 @@ static void wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn)
 
 static void wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *atomic_wr)
 {
-	(void)rkey, (void)addr, (void)atomic_wr;
-	wr_unsupported(q);
+	if (!atomic_wr) {
+		if (!QPX(q)->wr_err)
+			QPX(q)->wr_err = EINVAL;
+		return;
+	}
+	struct goroce_send_wqe *e = wr_open(q, GR_WR_ATOMIC_WRITE);
+	if (!e)
+		return;
+	e->rkey = rkey;
+	e->remote_addr = addr;
+	memcpy(&e->compare_add, atomic_wr, 8); /* the 8 bytes as they lie in memory */
+	QPX(q)->cur = NULL; /* it takes no SGE */
+}
+
+/* wr_flush has rdma-core 45's signature (ibv_wr_flush). */
+static void wr_flush(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, size_t len, uint8_t type, uint8_t level)
+{
+	if (len > UINT32_MAX) {
+		if (!QPX(q)->wr_err)
+			QPX(q)->wr_err = EINVAL;
+		return;
+	}
+	struct goroce_send_wqe *e = wr_open(q, GR_WR_FLUSH);
+	if (!e)
+		return;
+	e->rkey = rkey;
+	e->remote_addr = addr;
+	e->compare_add = len;
+	e->swap = type | (uint64_t)level << 8;
+	QPX(q)->cur = NULL;
 }
 
 static void wr_set_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
@@ -782,4 +813,8 @@ void gr_qp_ex_ops(struct gr_qp *qp)
 	q->wr_complete = wr_complete;
 	q->wr_abort = wr_abort;
 	q->wr_atomic_write = wr_atomic_write;
+	/* wr_flush: the slot after wr_atomic_write, in ibv_qp_ex of rdma-core
+	 * 45 and later, in qpx_more with older headers (layout.c). */
+	void (**after)(void) = (void (**)(void))((char *)&q->wr_atomic_write + sizeof(void *));
+	*after = (void (*)(void))wr_flush;
 }

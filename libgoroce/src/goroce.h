@@ -28,6 +28,17 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* What rdma-core 45 added (FLUSH, ATOMIC_WRITE's QP flag is in 44), for
+ * a build against older headers. */
+#define GR_WR_FLUSH 14
+#define GR_WR_ATOMIC_WRITE 15
+#define GR_WC_FLUSH 8
+#define GR_WC_ATOMIC_WRITE 9
+#define GR_QP_EX_WITH_FLUSH (1 << 11)
+#define GR_QP_EX_WITH_ATOMIC_WRITE (1 << 12)
+#define GR_ACCESS_FLUSH_GLOBAL (1 << 8)
+#define GR_ACCESS_FLUSH_PERSISTENT (1 << 9)
+
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* A device found in the socket directory. */
@@ -129,6 +140,10 @@ struct gr_wq {
 
 struct gr_qp {
 	struct ibv_qp_ex qpx; /* its qp_base is what ibv_create_qp returns */
+	/* Room for the builders later rdma-core releases append to ibv_qp_ex
+	 * (wr_flush, rdma-core 45): a program built with newer headers than
+	 * the library's reads them here. */
+	void (*qpx_more[8])(void);
 	uint32_t h;
 	uint32_t doorbell;
 	struct gr_wq sq, rq;

@@ -53,3 +53,11 @@ _Static_assert(IBV_QP_STATE == 1 && IBV_QP_AV == 1 << 7 && IBV_QP_DEST_QPN == 1 
 _Static_assert(IBV_QPS_RESET == 0 && IBV_QPS_ERR == 6 && IBV_MTU_256 == 1 && IBV_MTU_4096 == 5, "ibv_qp_state, ibv_mtu");
 _Static_assert(IBV_EVENT_CQ_ERR == 0 && IBV_EVENT_SRQ_LIMIT_REACHED == 15 && IBV_EVENT_QP_LAST_WQE_REACHED == 16,
 	       "ibv_event_type");
+
+/* The slot of ibv_qp_ex's builders after wr_atomic_write is wr_flush
+ * (rdma-core 45 and later) or gr_qp's qpx_more[0]: either way the library
+ * fills it. */
+_Static_assert(offsetof(struct gr_qp, qpx) == 0, "gr_qp.qpx");
+_Static_assert(offsetof(struct ibv_qp_ex, wr_atomic_write) + sizeof(void *) <= sizeof(struct ibv_qp_ex) ||
+		       offsetof(struct gr_qp, qpx_more) == sizeof(struct ibv_qp_ex),
+	       "the slot after wr_atomic_write");

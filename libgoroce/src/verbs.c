@@ -68,7 +68,7 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 static int mr_writable(unsigned access)
 {
 	return !!(access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
-			    IBV_ACCESS_MW_BIND));
+			    IBV_ACCESS_MW_BIND | GR_ACCESS_FLUSH_GLOBAL | GR_ACCESS_FLUSH_PERSISTENT));
 }
 
 EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
@@ -586,7 +586,7 @@ static void wq_free(struct gr_wq *wq)
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |                       \
 	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                \
 	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW |                    \
-	 IBV_QP_EX_WITH_SEND_WITH_INV)
+	 IBV_QP_EX_WITH_SEND_WITH_INV | GR_QP_EX_WITH_FLUSH | GR_QP_EX_WITH_ATOMIC_WRITE)
 
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr_ex *a, uint64_t send_ops)
 {
@@ -689,6 +689,8 @@ struct ibv_qp *gr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		ops = a->send_ops_flags;
 		if (ops & ~(uint64_t)GR_SEND_OPS)
 			return fail_null(EOPNOTSUPP);
+		if (a->qp_type != IBV_QPT_RC && ops & (GR_QP_EX_WITH_FLUSH | GR_QP_EX_WITH_ATOMIC_WRITE))
+			return fail_null(EINVAL); /* RC only, as rxe */
 		if (a->qp_type == IBV_QPT_UD && ops & ~(uint64_t)(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM))
 			return fail_null(EINVAL);
 		if (a->qp_type == IBV_QPT_UC &&

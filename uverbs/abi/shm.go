@@ -54,7 +54,9 @@ const (
 
 // SendWQE is the fixed part of a send queue's slot; after it come NumSGE
 // SGEs, or NumSGE bytes of inline data (FlagInline), or a BindInfo
-// (OpBindMW). Opcode and Flags have ibverbs' values (ibv_wr_opcode,
+// (OpBindMW). An OpAtomicWrite's 8 bytes are CompareAdd as they lie in
+// memory; an OpFlush's length is CompareAdd, its placement type the low
+// byte of Swap and its level the next. Opcode and Flags have ibverbs' values (ibv_wr_opcode,
 // ibv_send_flags); Imm is imm_data as ibv_send_wr holds it (big-endian)
 // or the key to invalidate; AH, RemoteQPN and RemoteQKey address a UD
 // send.
