@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 		// One entry per flag, all its names, one default, --long spellings.
 		{"HelpPerfDefaults", []string{"help", "perf"}, cli.ExitOK, "  -f, --margin seconds\n    \twith -D, seconds left out of the measurement at each end (default D/4)\n", "", false},
 		{"HelpServerBind", []string{"help", "server"}, cli.ExitOK, "  --bind address\n", "", false},
-		{"HelpServerModes", []string{"help"}, cli.ExitOK, "(reqresp, writeread, minimal, write-imm, send, write, read, lambda, params)", "", false},
+		{"HelpServerModes", []string{"help"}, cli.ExitOK, "(reqresp, writeread, minimal, write-imm, send, write, read, lambda, flush, params)", "", false},
 		{"FlagTypo", []string{"demo", "--trasnport", "mem"}, cli.ExitUsage, "", "(did you mean --transport?)", true},
 		{"HelpUnknown", []string{"help", "nope"}, cli.ExitUsage, "", `unknown command "nope"`, true},
 		{"Unknown", []string{"frobnicate"}, cli.ExitUsage, "", "roce: unknown command \"frobnicate\"\nRun 'roce help'", true},
