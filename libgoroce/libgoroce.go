@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -99,6 +100,11 @@ func Build(cfg *Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if !hasHeader(cc, "rdma/rdma_cma.h") {
+		// librdmacm's ABI needs its headers (librdmacm-dev); without them
+		// the library has libibverbs' alone.
+		files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "rdmacm.c" })
+	}
 	lib := filepath.Join(tmp, Name)
 	args := append([]string{"-shared", "-fPIC", "-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
 		"-Wno-format-truncation", "-fvisibility=hidden", "-o", lib}, files...)
@@ -132,12 +138,19 @@ func compiler(cc string) (string, error) {
 // verbsHeader returns the contents of the <infiniband/verbs.h> cc finds.
 func verbsHeader(cc string) ([]byte, error) {
 	cmd := exec.Command(cc, "-E", "-x", "c", "-")
-	cmd.Stdin = strings.NewReader("#include <infiniband/verbs.h>\n")
+	cmd.Stdin = strings.NewReader("#include <infiniband/verbs.h>\n#if __has_include(<rdma/rdma_cma.h>)\n#include <rdma/rdma_cma.h>\n#endif\n")
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, ErrNoHeaders
 	}
 	return out, nil
+}
+
+// hasHeader reports whether cc finds a system header.
+func hasHeader(cc, name string) bool {
+	cmd := exec.Command(cc, "-E", "-x", "c", "-")
+	cmd.Stdin = strings.NewReader("#include <" + name + ">\n")
+	return cmd.Run() == nil
 }
 
 // digest names a build: the sources, the headers as preprocessed, and the

@@ -223,6 +223,7 @@ func (s *session) destroyQP(body []byte) uint32 {
 // freeQP destroys q and frees its rings and doorbell. Once the engine's
 // Destroy has returned, no completion of q comes any more.
 func (s *session) freeQP(q *qpObj) {
+	s.log.Debug("destroy QP", "qpn", q.qp.QPN(), "handle", q.h)
 	q.qp.Destroy()
 	s.srv.mu.Lock()
 	if s.srv.byQPN[q.qp.QPN()] == q {

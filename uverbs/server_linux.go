@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/uverbs/abi"
 	"github.com/goroce/goroce/verbs"
@@ -37,6 +38,7 @@ type Server struct {
 	byQPN map[uint32]*qpObj
 	byCQ  map[verbs.CQ]*cqObj
 	bySRQ map[verbs.SRQ]*srqObj
+	cm    *cm.Agent // the connection manager, from the first rdma_cm id on
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -294,6 +296,13 @@ func (s *Server) Close() error {
 		ss.conn.Close()
 	}
 	s.wg.Wait()
+	s.mu.Lock()
+	a := s.cm
+	s.cm = nil
+	s.mu.Unlock()
+	if a != nil {
+		a.Close()
+	}
 	return err
 }
 

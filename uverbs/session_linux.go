@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,11 @@ type session struct {
 	wqs      map[uint32]wqOwner // by doorbell bit
 	freeDB   []uint32
 	nextDB   uint32
+
+	cmChans   map[uint32]*cmChannel
+	cmIDs     map[uint32]*cmID
+	lingering map[netip.AddrPort]*listenRec // listeners of destroyed ids (linger)
+	closed    bool                          // torn down
 
 	worker     sync.WaitGroup
 	asyncLost  atomic.Uint64
@@ -131,7 +137,8 @@ func newSession(srv *Server, c *net.UnixConn) (*session, error) {
 	s := &session{srv: srv, conn: c, mem: -1, asyncFD: -1, rings: ringFile{fd: -1},
 		pds: map[uint32]*pdObj{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mwObj{}, chans: map[uint32]*chanObj{},
 		cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{}, srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{},
-		wqs: map[uint32]wqOwner{}, workerStop: make(chan struct{})}
+		wqs: map[uint32]wqOwner{}, workerStop: make(chan struct{}), cmChans: map[uint32]*cmChannel{},
+		cmIDs: map[uint32]*cmID{}, lingering: map[netip.AddrPort]*listenRec{}}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -245,7 +252,7 @@ func decode[T any](body []byte, v *T) bool {
 func (s *session) handle(op abi.Op, body []byte, fds []int) (any, []int, uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := map[abi.Op]int{abi.OpHello: 3, abi.OpCreateCompChannel: 1}[op]
+	want := map[abi.Op]int{abi.OpHello: 3, abi.OpCreateCompChannel: 1, abi.OpCMRegisterChannel: 1}[op]
 	if len(fds) != want {
 		closeFDs(fds)
 		return nil, nil, abi.EINVAL
@@ -275,6 +282,8 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		return &p, nil, 0
 	case abi.OpCreateCompChannel:
 		return s.createCompChannel(body, fds[0])
+	case abi.OpCMRegisterChannel:
+		return s.cmRegisterChannel(body, fds[0])
 	}
 	var r any
 	var e uint32
@@ -321,6 +330,36 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		r, e = s.createAH(body)
 	case abi.OpDestroyAH:
 		e = s.destroyAH(body)
+	case abi.OpCMUnregisterChannel:
+		e = s.cmUnregisterChannel(body)
+	case abi.OpCMCreateID:
+		r, e = s.cmCreateID(body)
+	case abi.OpCMDestroyID:
+		e = s.cmDestroyID(body)
+	case abi.OpCMBind:
+		e = s.cmBind(body)
+	case abi.OpCMResolveAddr:
+		e = s.cmResolveAddr(body)
+	case abi.OpCMResolveRoute:
+		e = s.cmResolveRoute(body)
+	case abi.OpCMListen:
+		e = s.cmListen(body)
+	case abi.OpCMConnect:
+		e = s.cmConnect(body)
+	case abi.OpCMAccept:
+		e = s.cmAccept(body)
+	case abi.OpCMReject:
+		e = s.cmReject(body)
+	case abi.OpCMDisconnect:
+		e = s.cmDisconnect(body)
+	case abi.OpCMEstablish:
+		e = s.cmEstablish(body)
+	case abi.OpCMMigrate:
+		e = s.cmMigrate(body)
+	case abi.OpCMQuery:
+		r, e = s.cmQuery(body)
+	case abi.OpCMInitQPAttr:
+		r, e = s.cmInitQPAttr(body)
 	case abi.OpAttachMcast, abi.OpDetachMcast:
 		e = abi.EOPNOTSUPP // no multicast in the engine yet
 	default:
@@ -436,6 +475,16 @@ func (s *session) teardown() {
 	s.worker.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// rdma_cm's ids first, as the kernel's ucma closes a dead program's:
+	// its connections get a DREQ, its listeners stop (and the agent then
+	// answers their port's requests with a REJ).
+	s.closed = true
+	for _, id := range s.cmIDs {
+		s.freeCMID(id)
+	}
+	for _, c := range s.cmChans {
+		c.close()
+	}
 	for _, q := range s.qps {
 		s.freeQP(q)
 	}

@@ -23,6 +23,9 @@
 #define GOROCE_GID_TYPE_IB 0x0ULL
 #define GOROCE_GID_TYPE_ROCE_V1 0x1ULL
 #define GOROCE_GID_TYPE_ROCE_V2 0x2ULL
+#define GOROCE_SOCKADDR_SIZE 0x1cULL
+#define GOROCE_CM_EVENT_SIZE 0x180ULL
+#define GOROCE_MAX_PRIVATE_DATA 0xc4ULL
 
 enum goroce_op {
 	GOROCE_OP_HELLO = 1,
@@ -52,6 +55,22 @@ enum goroce_op {
 	GOROCE_OP_ATTACH_MCAST = 25,
 	GOROCE_OP_DETACH_MCAST = 26,
 	GOROCE_OP_INFO = 27,
+	GOROCE_OP_CM_REGISTER_CHANNEL = 28,
+	GOROCE_OP_CM_UNREGISTER_CHANNEL = 29,
+	GOROCE_OP_CM_CREATE_ID = 30,
+	GOROCE_OP_CM_DESTROY_ID = 31,
+	GOROCE_OP_CM_BIND = 32,
+	GOROCE_OP_CM_RESOLVE_ADDR = 33,
+	GOROCE_OP_CM_RESOLVE_ROUTE = 34,
+	GOROCE_OP_CM_LISTEN = 35,
+	GOROCE_OP_CM_CONNECT = 36,
+	GOROCE_OP_CM_ACCEPT = 37,
+	GOROCE_OP_CM_REJECT = 38,
+	GOROCE_OP_CM_DISCONNECT = 39,
+	GOROCE_OP_CM_ESTABLISH = 40,
+	GOROCE_OP_CM_MIGRATE = 41,
+	GOROCE_OP_CM_QUERY = 42,
+	GOROCE_OP_CM_INIT_QP_ATTR = 43,
 };
 
 struct goroce_header {
@@ -712,5 +731,180 @@ _Static_assert(offsetof(struct goroce_cqe, dlid_path_bits) == 45, "CQE.DLIDPathB
 _Static_assert(offsetof(struct goroce_cqe, kind) == 46, "CQE.Kind");
 _Static_assert(offsetof(struct goroce_cqe, seq) == 48, "CQE.Seq");
 _Static_assert(offsetof(struct goroce_cqe, handle) == 52, "CQE.Handle");
+
+struct goroce_cm_register_channel_req {
+	uint32_t tag;
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_cm_register_channel_req) == 8, "CMRegisterChannelReq");
+_Static_assert(offsetof(struct goroce_cm_register_channel_req, tag) == 0, "CMRegisterChannelReq.Tag");
+
+struct goroce_cm_create_id_req {
+	uint32_t channel;
+	uint32_t ps;
+	uint32_t qp_type;
+	uint32_t _pad0;
+	uint64_t cookie;
+};
+_Static_assert(sizeof(struct goroce_cm_create_id_req) == 24, "CMCreateIDReq");
+_Static_assert(offsetof(struct goroce_cm_create_id_req, channel) == 0, "CMCreateIDReq.Channel");
+_Static_assert(offsetof(struct goroce_cm_create_id_req, ps) == 4, "CMCreateIDReq.PS");
+_Static_assert(offsetof(struct goroce_cm_create_id_req, qp_type) == 8, "CMCreateIDReq.QPType");
+_Static_assert(offsetof(struct goroce_cm_create_id_req, cookie) == 16, "CMCreateIDReq.Cookie");
+
+struct goroce_cm_addr_req {
+	uint32_t id;
+	uint32_t timeout_ms;
+	uint8_t src[28];
+	uint8_t dst[28];
+};
+_Static_assert(sizeof(struct goroce_cm_addr_req) == 64, "CMAddrReq");
+_Static_assert(offsetof(struct goroce_cm_addr_req, id) == 0, "CMAddrReq.ID");
+_Static_assert(offsetof(struct goroce_cm_addr_req, timeout_ms) == 4, "CMAddrReq.TimeoutMs");
+_Static_assert(offsetof(struct goroce_cm_addr_req, src) == 8, "CMAddrReq.Src");
+_Static_assert(offsetof(struct goroce_cm_addr_req, dst) == 36, "CMAddrReq.Dst");
+
+struct goroce_cm_listen_req {
+	uint32_t id;
+	uint32_t backlog;
+};
+_Static_assert(sizeof(struct goroce_cm_listen_req) == 8, "CMListenReq");
+_Static_assert(offsetof(struct goroce_cm_listen_req, id) == 0, "CMListenReq.ID");
+_Static_assert(offsetof(struct goroce_cm_listen_req, backlog) == 4, "CMListenReq.Backlog");
+
+struct goroce_cm_conn_param {
+	uint8_t private_data_len;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	uint8_t flow_control;
+	uint8_t retry_count;
+	uint8_t rnr_retry_count;
+	uint8_t srq;
+	uint8_t _pad0;
+	uint32_t qp_num;
+	uint32_t q_key;
+	uint8_t private_data[196];
+};
+_Static_assert(sizeof(struct goroce_cm_conn_param) == 212, "CMConnParam");
+_Static_assert(offsetof(struct goroce_cm_conn_param, private_data_len) == 0, "CMConnParam.PrivateDataLen");
+_Static_assert(offsetof(struct goroce_cm_conn_param, responder_resources) == 1, "CMConnParam.ResponderResources");
+_Static_assert(offsetof(struct goroce_cm_conn_param, initiator_depth) == 2, "CMConnParam.InitiatorDepth");
+_Static_assert(offsetof(struct goroce_cm_conn_param, flow_control) == 3, "CMConnParam.FlowControl");
+_Static_assert(offsetof(struct goroce_cm_conn_param, retry_count) == 4, "CMConnParam.RetryCount");
+_Static_assert(offsetof(struct goroce_cm_conn_param, rnr_retry_count) == 5, "CMConnParam.RNRRetryCount");
+_Static_assert(offsetof(struct goroce_cm_conn_param, srq) == 6, "CMConnParam.SRQ");
+_Static_assert(offsetof(struct goroce_cm_conn_param, qp_num) == 8, "CMConnParam.QPNum");
+_Static_assert(offsetof(struct goroce_cm_conn_param, q_key) == 12, "CMConnParam.QKey");
+_Static_assert(offsetof(struct goroce_cm_conn_param, private_data) == 16, "CMConnParam.PrivateData");
+
+struct goroce_cm_connect_req {
+	uint32_t id;
+	uint32_t qp;
+	uint8_t ack_timeout;
+	uint8_t tos;
+	uint16_t _pad0;
+	uint32_t _pad1;
+	struct goroce_cm_conn_param param;
+};
+_Static_assert(sizeof(struct goroce_cm_connect_req) == 228, "CMConnectReq");
+_Static_assert(offsetof(struct goroce_cm_connect_req, id) == 0, "CMConnectReq.ID");
+_Static_assert(offsetof(struct goroce_cm_connect_req, qp) == 4, "CMConnectReq.QP");
+_Static_assert(offsetof(struct goroce_cm_connect_req, ack_timeout) == 8, "CMConnectReq.ACKTimeout");
+_Static_assert(offsetof(struct goroce_cm_connect_req, tos) == 9, "CMConnectReq.TOS");
+_Static_assert(offsetof(struct goroce_cm_connect_req, param) == 16, "CMConnectReq.Param");
+
+struct goroce_cm_reject_req {
+	uint32_t id;
+	uint32_t private_data_len;
+	uint8_t private_data[196];
+};
+_Static_assert(sizeof(struct goroce_cm_reject_req) == 204, "CMRejectReq");
+_Static_assert(offsetof(struct goroce_cm_reject_req, id) == 0, "CMRejectReq.ID");
+_Static_assert(offsetof(struct goroce_cm_reject_req, private_data_len) == 4, "CMRejectReq.PrivateDataLen");
+_Static_assert(offsetof(struct goroce_cm_reject_req, private_data) == 8, "CMRejectReq.PrivateData");
+
+struct goroce_cm_migrate_req {
+	uint32_t id;
+	uint32_t channel;
+};
+_Static_assert(sizeof(struct goroce_cm_migrate_req) == 8, "CMMigrateReq");
+_Static_assert(offsetof(struct goroce_cm_migrate_req, id) == 0, "CMMigrateReq.ID");
+_Static_assert(offsetof(struct goroce_cm_migrate_req, channel) == 4, "CMMigrateReq.Channel");
+
+struct goroce_cm_new_id_reply {
+	uint32_t id;
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_cm_new_id_reply) == 8, "CMNewIDReply");
+_Static_assert(offsetof(struct goroce_cm_new_id_reply, id) == 0, "CMNewIDReply.ID");
+
+struct goroce_cm_query_reply {
+	uint8_t src[28];
+	uint8_t dst[28];
+	uint8_t sgid[16];
+	uint8_t dgid[16];
+	uint32_t path_mtu;
+	uint32_t sgid_index;
+	uint32_t port;
+	uint32_t state;
+};
+_Static_assert(sizeof(struct goroce_cm_query_reply) == 104, "CMQueryReply");
+_Static_assert(offsetof(struct goroce_cm_query_reply, src) == 0, "CMQueryReply.Src");
+_Static_assert(offsetof(struct goroce_cm_query_reply, dst) == 28, "CMQueryReply.Dst");
+_Static_assert(offsetof(struct goroce_cm_query_reply, sgid) == 56, "CMQueryReply.SGID");
+_Static_assert(offsetof(struct goroce_cm_query_reply, dgid) == 72, "CMQueryReply.DGID");
+_Static_assert(offsetof(struct goroce_cm_query_reply, path_mtu) == 88, "CMQueryReply.PathMTU");
+_Static_assert(offsetof(struct goroce_cm_query_reply, sgid_index) == 92, "CMQueryReply.SGIDIndex");
+_Static_assert(offsetof(struct goroce_cm_query_reply, port) == 96, "CMQueryReply.Port");
+_Static_assert(offsetof(struct goroce_cm_query_reply, state) == 100, "CMQueryReply.State");
+
+struct goroce_cm_init_qp_attr_req {
+	uint32_t id;
+	uint32_t state;
+};
+_Static_assert(sizeof(struct goroce_cm_init_qp_attr_req) == 8, "CMInitQPAttrReq");
+_Static_assert(offsetof(struct goroce_cm_init_qp_attr_req, id) == 0, "CMInitQPAttrReq.ID");
+_Static_assert(offsetof(struct goroce_cm_init_qp_attr_req, state) == 4, "CMInitQPAttrReq.State");
+
+struct goroce_cm_init_qp_attr_reply {
+	uint32_t mask;
+	uint32_t _pad0;
+	struct goroce_qp_attr attr;
+};
+_Static_assert(sizeof(struct goroce_cm_init_qp_attr_reply) == 152, "CMInitQPAttrReply");
+_Static_assert(offsetof(struct goroce_cm_init_qp_attr_reply, mask) == 0, "CMInitQPAttrReply.Mask");
+_Static_assert(offsetof(struct goroce_cm_init_qp_attr_reply, attr) == 8, "CMInitQPAttrReply.Attr");
+
+struct goroce_cm_event {
+	uint32_t type;
+	int32_t status;
+	uint32_t id;
+	uint32_t listen_id;
+	uint32_t tag;
+	uint32_t _pad0;
+	uint64_t cookie;
+	struct goroce_cm_conn_param param;
+	struct goroce_ah_attr ud;
+	uint32_t ud_qpn;
+	uint32_t ud_qkey;
+	uint8_t src[28];
+	uint8_t dst[28];
+	uint32_t path_mtu;
+	uint8_t _pad1[40];
+};
+_Static_assert(sizeof(struct goroce_cm_event) == 384, "CMEvent");
+_Static_assert(offsetof(struct goroce_cm_event, type) == 0, "CMEvent.Type");
+_Static_assert(offsetof(struct goroce_cm_event, status) == 4, "CMEvent.Status");
+_Static_assert(offsetof(struct goroce_cm_event, id) == 8, "CMEvent.ID");
+_Static_assert(offsetof(struct goroce_cm_event, listen_id) == 12, "CMEvent.ListenID");
+_Static_assert(offsetof(struct goroce_cm_event, tag) == 16, "CMEvent.Tag");
+_Static_assert(offsetof(struct goroce_cm_event, cookie) == 24, "CMEvent.Cookie");
+_Static_assert(offsetof(struct goroce_cm_event, param) == 32, "CMEvent.Param");
+_Static_assert(offsetof(struct goroce_cm_event, ud) == 244, "CMEvent.UD");
+_Static_assert(offsetof(struct goroce_cm_event, ud_qpn) == 276, "CMEvent.UDQPN");
+_Static_assert(offsetof(struct goroce_cm_event, ud_qkey) == 280, "CMEvent.UDQKey");
+_Static_assert(offsetof(struct goroce_cm_event, src) == 284, "CMEvent.Src");
+_Static_assert(offsetof(struct goroce_cm_event, dst) == 312, "CMEvent.Dst");
+_Static_assert(offsetof(struct goroce_cm_event, path_mtu) == 340, "CMEvent.PathMTU");
 
 #endif

@@ -87,13 +87,34 @@ const (
 	// OpInfo answers a HelloReply without opening a session (and with no
 	// descriptor): what ibv_get_device_list learns of each device.
 	OpInfo
+	// The connection manager (librdmacm's rdma_cm; cm.go has the
+	// messages).
+	OpCMRegisterChannel
+	OpCMUnregisterChannel
+	OpCMCreateID
+	OpCMDestroyID
+	OpCMBind
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMListen
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMDisconnect
+	OpCMEstablish
+	OpCMMigrate
+	OpCMQuery
+	OpCMInitQPAttr
 	opEnd
 )
 
 var opNames = [...]string{"", "HELLO", "QUERY_PORT", "ALLOC_PD", "DEALLOC_PD", "REG_MR", "REREG_MR", "DEREG_MR",
 	"ALLOC_MW", "DEALLOC_MW", "CREATE_COMP_CHANNEL", "DESTROY_COMP_CHANNEL", "CREATE_CQ", "RESIZE_CQ",
 	"DESTROY_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "DESTROY_QP", "CREATE_SRQ", "MODIFY_SRQ", "QUERY_SRQ",
-	"DESTROY_SRQ", "CREATE_AH", "DESTROY_AH", "ATTACH_MCAST", "DETACH_MCAST", "INFO"}
+	"DESTROY_SRQ", "CREATE_AH", "DESTROY_AH", "ATTACH_MCAST", "DETACH_MCAST", "INFO",
+	"CM_REGISTER_CHANNEL", "CM_UNREGISTER_CHANNEL", "CM_CREATE_ID", "CM_DESTROY_ID", "CM_BIND", "CM_RESOLVE_ADDR",
+	"CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT", "CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH",
+	"CM_MIGRATE", "CM_QUERY", "CM_INIT_QP_ATTR"}
 
 // String returns the operation's name (CREATE_QP, ...).
 func (o Op) String() string {

@@ -18,6 +18,8 @@ var structs = []any{
 	CreateQPReply{}, AHAttr{}, QPAttr{}, ModifyQPReq{}, QueryQPReq{}, QueryQPReply{}, CreateSRQReq{},
 	CreateSRQReply{}, ModifySRQReq{}, QuerySRQReply{}, CreateAHReq{}, McastReq{}, CreateCompChannelReq{},
 	CompEvent{}, AsyncEvent{}, SessionPage{}, RingHeader{}, SendWQE{}, SGE{}, BindInfo{}, RecvWQE{}, CQE{},
+	CMRegisterChannelReq{}, CMCreateIDReq{}, CMAddrReq{}, CMListenReq{}, CMConnParam{}, CMConnectReq{}, CMRejectReq{},
+	CMMigrateReq{}, CMNewIDReply{}, CMQueryReply{}, CMInitQPAttrReq{}, CMInitQPAttrReply{}, CMEvent{},
 }
 
 // constants are the numbers the C side needs besides its own headers'.
@@ -30,6 +32,7 @@ var constants = []struct {
 	{"RING_HEADER_SIZE", RingHeaderSize}, {"ARM_ANY", ArmAny}, {"ARM_SOLICITED", ArmSolicited},
 	{"KIND_SEND", KindSend}, {"KIND_RECV", KindRecv}, {"KIND_SRQ", KindSRQ},
 	{"GID_TYPE_IB", GIDTypeIB}, {"GID_TYPE_ROCE_V1", GIDTypeRoCEv1}, {"GID_TYPE_ROCE_V2", GIDTypeRoCEv2},
+	{"SOCKADDR_SIZE", SockaddrSize}, {"CM_EVENT_SIZE", CMEventSize}, {"MAX_PRIVATE_DATA", MaxPrivateData},
 }
 
 // CHeader returns the C header that declares this package's structs and
@@ -97,6 +100,8 @@ func cDecl(t reflect.Type, n string) string {
 		return "uint32_t " + n
 	case reflect.Uint64:
 		return "uint64_t " + n
+	case reflect.Int32:
+		return "int32_t " + n
 	}
 	panic("abi: no C type for " + t.String())
 }

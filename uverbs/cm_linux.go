@@ -1,0 +1,788 @@
+package uverbs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/uverbs/abi"
+	"github.com/goroce/goroce/verbs"
+)
+
+// The connection manager: librdmacm's ids, carried out by the server's
+// cm.Agent on the device's QP 1. Handlers run under s.mu, as every
+// control request does; what waits on the network (a Dial, a listener's
+// Accept, a Close) runs in goroutines of the id's, which take s.mu only
+// to look at the session's tables and never while they wait.
+
+// agent returns the server's connection manager, starting it at its
+// first use.
+func (s *Server) agent() (*cm.Agent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cm != nil {
+		return s.cm, nil
+	}
+	a, err := cm.NewAgent(s.dev, &cm.Config{Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	s.cm = a
+	return a, nil
+}
+
+// cmChannel is an event channel of the session: the write end of the
+// program's pipe, and the events waiting for room in it.
+type cmChannel struct {
+	h    uint32
+	tag  uint32
+	f    *os.File
+	mu   sync.Mutex
+	q    [][]byte
+	kick chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// push queues an event; the channel's goroutine writes it. A CM event is
+// never dropped: the queue grows while the program does not read.
+func (c *cmChannel) push(e *abi.CMEvent) {
+	b, _ := binary.Append(make([]byte, 0, abi.CMEventSize), binary.NativeEndian, e)
+	c.mu.Lock()
+	c.q = append(c.q, b)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run writes the queued events, in order, until the channel closes.
+func (c *cmChannel) run() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		q := c.q
+		c.q = nil
+		c.mu.Unlock()
+		for _, b := range q {
+			if _, err := c.f.Write(b); err != nil {
+				return // the program closed its end
+			}
+		}
+		select {
+		case <-c.kick:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *cmChannel) close() {
+	close(c.done)
+	c.f.Close()
+	c.wg.Wait()
+}
+
+// cmID is an rdma_cm id of the session.
+type cmID struct {
+	s      *session
+	h      uint32
+	cookie uint64
+	ch     *cmChannel
+	ps     uint32
+	qpType uint32
+	src    netip.AddrPort
+	dst    netip.AddrPort
+
+	// Set as the id is used; under s.mu.
+	listening    bool
+	lr           *listenRec // a listening id's, or a request id's listener
+	dln          *cm.DatagramListener
+	conn         *cm.Conn
+	peer         *cm.DatagramPeer
+	request      chan decision // a connection request's id: the program's answer to come
+	parent       *cmID
+	reqInfo      *cm.Request
+	ctx          context.Context
+	cancel       context.CancelFunc
+	destroyed    bool
+	pathMTU      bth.MTU
+	accepted     verbs.QP // the QP rdma_accept gave the request
+	rejected     bool
+	connecting   bool
+	closing      bool
+	disconnected bool
+}
+
+// decision is a program's answer to a connection request: the Params to
+// accept it with, or the error to reject it with.
+type decision struct {
+	p   *cm.Params
+	err error
+}
+
+func (s *session) cmRegisterChannel(body []byte, fd int) (any, []int, uint32) {
+	var req abi.CMRegisterChannelReq
+	var st unix.Stat_t
+	if !decode(body, &req) || unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO ||
+		unix.SetNonblock(fd, true) != nil {
+		unix.Close(fd)
+		return nil, nil, abi.EINVAL
+	}
+	h, ok := s.handle32()
+	if !ok {
+		unix.Close(fd)
+		return nil, nil, abi.ENOMEM
+	}
+	c := &cmChannel{h: h, tag: req.Tag, f: os.NewFile(uintptr(fd), "cm-channel"), kick: make(chan struct{}, 1),
+		done: make(chan struct{})}
+	c.wg.Add(1)
+	go c.run()
+	s.cmChans[h] = c
+	return &abi.HandleReply{Handle: h}, nil, 0
+}
+
+func (s *session) cmUnregisterChannel(body []byte) uint32 {
+	var req abi.HandleReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	c := s.cmChans[req.Handle]
+	if c == nil {
+		return abi.EINVAL
+	}
+	for _, id := range s.cmIDs {
+		if id.ch == c {
+			return abi.EBUSY
+		}
+	}
+	delete(s.cmChans, req.Handle)
+	c.close()
+	return 0
+}
+
+func (s *session) cmCreateID(body []byte) (any, uint32) {
+	var req abi.CMCreateIDReq
+	if !decode(body, &req) {
+		return nil, abi.EINVAL
+	}
+	c := s.cmChans[req.Channel]
+	switch {
+	case c == nil:
+		return nil, abi.EINVAL
+	case req.PS != abi.PSTCP && req.PS != abi.PSUDP:
+		return nil, abi.EOPNOTSUPP // RDMA_PS_IPOIB, RDMA_PS_IB: not on RoCE here
+	}
+	if _, err := s.srv.agent(); err != nil {
+		return nil, errno(err)
+	}
+	h, ok := s.handle32()
+	if !ok {
+		return nil, abi.ENOMEM
+	}
+	id := &cmID{s: s, h: h, cookie: req.Cookie, ch: c, ps: req.PS, qpType: req.QPType}
+	id.ctx, id.cancel = context.WithCancel(context.Background())
+	s.cmIDs[h] = id
+	return &abi.CMNewIDReply{ID: h}, 0
+}
+
+// sockaddr decodes a struct sockaddr_in or sockaddr_in6.
+func sockaddr(b [abi.SockaddrSize]byte) (netip.AddrPort, bool) {
+	switch binary.NativeEndian.Uint16(b[0:]) {
+	case syscall.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), binary.BigEndian.Uint16(b[2:])), true
+	case syscall.AF_INET6:
+		a := netip.AddrFrom16([16]byte(b[8:24])).Unmap()
+		return netip.AddrPortFrom(a, binary.BigEndian.Uint16(b[2:])), true
+	case 0:
+		return netip.AddrPort{}, true
+	}
+	return netip.AddrPort{}, false
+}
+
+// sockaddrOf encodes a as a struct sockaddr_in (IPv4) or sockaddr_in6.
+func sockaddrOf(a netip.AddrPort) (b [abi.SockaddrSize]byte) {
+	if !a.IsValid() {
+		return b
+	}
+	if a.Addr().Is4() {
+		binary.NativeEndian.PutUint16(b[0:], syscall.AF_INET)
+		binary.BigEndian.PutUint16(b[2:], a.Port())
+		a4 := a.Addr().As4()
+		copy(b[4:8], a4[:])
+		return b
+	}
+	binary.NativeEndian.PutUint16(b[0:], syscall.AF_INET6)
+	binary.BigEndian.PutUint16(b[2:], a.Port())
+	a16 := a.Addr().As16()
+	copy(b[8:24], a16[:])
+	return b
+}
+
+// local reports whether a is one of the device's addresses.
+func (s *session) local(a netip.Addr) bool {
+	for _, g := range s.srv.gids {
+		if verbs.AddrFromGID(g.GID) == a.Unmap() {
+			return true
+		}
+	}
+	return false
+}
+
+// event sends an event of id to its channel.
+func (id *cmID) event(e abi.CMEvent) {
+	e.ID, e.Cookie, e.Tag = id.h, id.cookie, id.ch.tag
+	id.ch.push(&e)
+}
+
+func (s *session) cmID(h uint32) *cmID {
+	id := s.cmIDs[h]
+	if id == nil || id.destroyed {
+		return nil
+	}
+	return id
+}
+
+func (s *session) cmBind(body []byte) uint32 {
+	var req abi.CMAddrReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	src, ok := sockaddr(req.Src)
+	switch {
+	case id == nil || !ok || !src.IsValid():
+		return abi.EINVAL
+	case id.src.IsValid() || id.listening:
+		return abi.EINVAL // bound already
+	case !src.Addr().IsUnspecified() && !s.local(src.Addr()):
+		return 99 // EADDRNOTAVAIL: not an address of this device
+	}
+	id.src = src
+	return 0
+}
+
+func (s *session) cmResolveAddr(body []byte) uint32 {
+	var req abi.CMAddrReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	src, ok1 := sockaddr(req.Src)
+	dst, ok2 := sockaddr(req.Dst)
+	if id == nil || !ok1 || !ok2 || !dst.IsValid() || id.listening || id.conn != nil {
+		return abi.EINVAL
+	}
+	if src.IsValid() && !src.Addr().IsUnspecified() {
+		if !s.local(src.Addr()) {
+			return 99 // EADDRNOTAVAIL
+		}
+		id.src = src
+	}
+	if !id.src.IsValid() || id.src.Addr().IsUnspecified() {
+		// The device's address of the destination's family.
+		for _, g := range s.srv.gids {
+			if a := verbs.AddrFromGID(g.GID); a.Is4() == dst.Addr().Is4() {
+				id.src = netip.AddrPortFrom(a, id.src.Port())
+				break
+			}
+		}
+	}
+	id.dst = dst
+	if !id.src.IsValid() || id.src.Addr().Is4() != dst.Addr().Is4() {
+		id.event(abi.CMEvent{Type: abi.CMEventAddrError, Status: -int32(abi.ENODEV)})
+		return 0
+	}
+	id.event(abi.CMEvent{Type: abi.CMEventAddrResolved})
+	return 0
+}
+
+func (s *session) cmResolveRoute(body []byte) uint32 {
+	var req abi.CMAddrReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil || !id.dst.IsValid() {
+		return abi.EINVAL
+	}
+	id.pathMTU = s.srv.dev.ActiveMTU()
+	id.event(abi.CMEvent{Type: abi.CMEventRouteResolved, PathMTU: uint32(id.pathMTU)})
+	return 0
+}
+
+func (s *session) cmListen(body []byte) uint32 {
+	var req abi.CMListenReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil || id.listening || id.conn != nil || id.parent != nil {
+		return abi.EINVAL
+	}
+	a, err := s.srv.agent()
+	if err != nil {
+		return errno(err)
+	}
+	addr := id.src
+	if !addr.IsValid() {
+		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+	}
+	backlog := int(req.Backlog)
+	if backlog <= 0 || backlog > 4096 {
+		backlog = 0 // the agent's default
+	}
+	if id.ps == abi.PSUDP {
+		return abi.EOPNOTSUPP // datagram listeners: not yet
+	}
+	// A listener the program destroyed whose accepted requests are still
+	// finishing their handshakes holds its port: a new listening id on
+	// it takes it over, as the kernel's port is free again at once.
+	if lr := s.lingering[addr]; lr != nil && lr.owner == nil {
+		lr.owner = id
+		id.listening, id.lr, id.src = true, lr, lr.ln.Addr()
+		delete(s.lingering, addr)
+		return 0
+	}
+	lr := &listenRec{owner: id}
+	lr.ctx, lr.cancel = context.WithCancel(context.Background())
+	ln, err := a.Listen(lr.ctx, addr, &cm.ListenConfig{Backlog: backlog, OnRequest: lr.onRequest(s)})
+	if err != nil {
+		lr.cancel()
+		s.log.Debug("cm: listen", "addr", addr, "err", err)
+		if errors.Is(err, cm.ErrAddr) && strings.Contains(err.Error(), "already listened") {
+			return 98 // EADDRINUSE
+		}
+		return errno(err)
+	}
+	lr.ln = ln
+	id.listening, id.lr, id.src = true, lr, ln.Addr()
+	// Several accepts at once, so that a program that answers its
+	// requests in another order than they came (or collects a few first)
+	// sees the next ones meanwhile.
+	for range acceptors {
+		go lr.accept(s)
+	}
+	return 0
+}
+
+// listenRec is a listener of the agent's and the id it serves, which
+// changes when the program listens again on its port before it closed.
+type listenRec struct {
+	ln     *cm.Listener
+	owner  *cmID // under s.mu; nil while it lingers
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// acceptors is how many requests of one listener may wait for the
+// program's answer at once.
+const acceptors = 8
+
+// onRequest returns a listener's OnRequest: it makes the request's id,
+// tells the program, and waits for its rdma_accept or rdma_reject.
+func (lr *listenRec) onRequest(s *session) func(ctx context.Context, r *cm.Request) (*cm.Params, error) {
+	return func(ctx context.Context, r *cm.Request) (*cm.Params, error) {
+		s.mu.Lock()
+		id := lr.owner
+		if id == nil || id.destroyed {
+			s.mu.Unlock()
+			return nil, cm.Reject(nil)
+		}
+		h, ok := s.handle32()
+		if !ok {
+			s.mu.Unlock()
+			return nil, cm.Reject(nil)
+		}
+		child := &cmID{s: s, h: h, ch: id.ch, ps: id.ps, qpType: id.qpType, src: r.Local, dst: r.Remote, parent: id, lr: lr,
+			request: make(chan decision, 1), reqInfo: r, pathMTU: r.PathMTU}
+		// The request's id lives on when the listener goes (rdma_destroy_id
+		// of a listening id leaves the ids of its requests alone).
+		child.ctx, child.cancel = context.WithCancel(context.Background())
+		s.cmIDs[h] = child
+		e := abi.CMEvent{Type: abi.CMEventConnectRequest, ListenID: id.h, Src: sockaddrOf(r.Local), Dst: sockaddrOf(r.Remote),
+			PathMTU: uint32(r.PathMTU)}
+		e.Param = connParam(r.PrivateData, r.ResponderResources, r.InitiatorDepth, r.RetryCount, r.RNRRetryCount, r.RemoteQPN)
+		child.event(e)
+		s.mu.Unlock()
+		select {
+		case d := <-child.request:
+			return d.p, d.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-child.ctx.Done():
+			return nil, cm.Reject(nil)
+		}
+	}
+}
+
+// accept takes a listener's connections until it closes, and tells the
+// program of each.
+func (lr *listenRec) accept(s *session) {
+	for {
+		c, err := lr.ln.Accept(lr.ctx)
+		if err != nil {
+			if errors.Is(err, cm.ErrClosed) || lr.ctx.Err() != nil {
+				return
+			}
+			continue // a handshake that failed: the next
+		}
+		s.established(c)
+	}
+}
+
+// established finds the id a connection was accepted on, and tells the
+// program.
+func (s *session) established(c *cm.Conn) {
+	s.mu.Lock()
+	var child *cmID
+	for _, x := range s.cmIDs {
+		if x.parent != nil && x.conn == nil && !x.destroyed && x.accepted != nil && x.accepted == c.QP() {
+			child = x
+			break
+		}
+	}
+	if child == nil {
+		s.mu.Unlock()
+		s.log.Debug("cm: a connection of no id", "qpn", c.QP().QPN())
+		c.Close()
+		return
+	}
+	child.conn = c
+	s.log.Debug("cm: established", "id", child.h, "qpn", c.QP().QPN())
+	child.event(abi.CMEvent{Type: abi.CMEventEstablished, Param: connInfo(c), PathMTU: uint32(c.Info().PathMTU)})
+	s.mu.Unlock()
+	go child.watch(c)
+}
+
+// watch tells the program when a connection ends.
+func (id *cmID) watch(c *cm.Conn) {
+	select {
+	case <-c.Done():
+	case <-id.ctx.Done():
+		return
+	}
+	id.s.mu.Lock()
+	defer id.s.mu.Unlock()
+	if !id.destroyed && id.conn == c {
+		id.event(abi.CMEvent{Type: abi.CMEventDisconnected})
+		id.disconnected = true
+	}
+}
+
+func connParam(pd []byte, rr, id, retry, rnr uint8, qpn uint32) abi.CMConnParam {
+	p := abi.CMConnParam{ResponderResources: rr, InitiatorDepth: id, RetryCount: retry, RNRRetryCount: rnr, QPNum: qpn}
+	p.PrivateDataLen = uint8(copy(p.PrivateData[:], pd))
+	return p
+}
+
+func connInfo(c *cm.Conn) abi.CMConnParam {
+	i := c.Info()
+	return connParam(c.PrivateData(), i.ResponderResources, i.InitiatorDepth, i.RetryCount, i.RNRRetryCount, i.RemoteQPN)
+}
+
+// params turns a program's rdma_conn_param into the agent's.
+func (s *session) params(req *abi.CMConnectReq) (*cm.Params, uint32) {
+	q := s.qps[req.QP]
+	if q == nil {
+		return nil, abi.EINVAL // a QP the program drives itself: not yet
+	}
+	n := int(req.Param.PrivateDataLen)
+	p := &cm.Params{QP: q.qp, ResponderResources: req.Param.ResponderResources, InitiatorDepth: req.Param.InitiatorDepth,
+		RetryCount: min(req.Param.RetryCount, 7), RNRRetryCount: min(req.Param.RNRRetryCount, 7), ACKTimeout: req.ACKTimeout,
+		PrivateData: append([]byte(nil), req.Param.PrivateData[:n]...)}
+	return p, 0
+}
+
+func (s *session) cmConnect(body []byte) uint32 {
+	var req abi.CMConnectReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil || !id.dst.IsValid() || id.listening || id.conn != nil || id.parent != nil || id.connecting {
+		return abi.EINVAL
+	}
+	if id.ps == abi.PSUDP {
+		return abi.EOPNOTSUPP // SIDR: not yet
+	}
+	p, e := s.params(&req)
+	if e != 0 {
+		return e
+	}
+	if len(p.PrivateData) > 56 {
+		return abi.EINVAL
+	}
+	a, err := s.srv.agent()
+	if err != nil {
+		return errno(err)
+	}
+	id.connecting = true
+	go id.dial(a, p)
+	return 0
+}
+
+// dial connects id and tells the program how it went.
+func (id *cmID) dial(a *cm.Agent, p *cm.Params) {
+	c, err := a.Dial(id.ctx, id.dst, p)
+	s := id.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id.connecting = false
+	if id.destroyed {
+		if c != nil {
+			go c.Close()
+		}
+		return
+	}
+	if err != nil {
+		id.event(failure(err))
+		return
+	}
+	id.conn = c
+	id.event(abi.CMEvent{Type: abi.CMEventEstablished, Param: connInfo(c), PathMTU: uint32(c.Info().PathMTU)})
+	go id.watch(c)
+}
+
+// failure is the event of a Dial that failed: REJECTED with the REJ's
+// reason and private data, UNREACHABLE otherwise, as librdmacm reports
+// them.
+func failure(err error) abi.CMEvent {
+	var rej *cm.RejectError
+	if errors.As(err, &rej) {
+		e := abi.CMEvent{Type: abi.CMEventRejected, Status: int32(rej.Reason)}
+		e.Param.PrivateDataLen = uint8(copy(e.Param.PrivateData[:], rej.PrivateData))
+		return e
+	}
+	st := -int32(110) // ETIMEDOUT
+	if errors.Is(err, cm.ErrUnreachable) {
+		st = -int32(113) // EHOSTUNREACH
+	}
+	return abi.CMEvent{Type: abi.CMEventUnreachable, Status: st}
+}
+
+func (s *session) cmAccept(body []byte) uint32 {
+	var req abi.CMConnectReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil || id.request == nil || id.accepted != nil {
+		return abi.EINVAL
+	}
+	p, e := s.params(&req)
+	if e != 0 {
+		return e
+	}
+	id.accepted = p.QP
+	id.request <- decision{p: p}
+	// As librdmacm's rdma_accept, return once the QP is in RTS, the REP
+	// on its way: a program posts sends as soon as it returns. The agent
+	// moves the QP without the session's lock.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Microsecond) {
+		a, err := p.QP.Query()
+		if err != nil || a.State == verbs.StateRTS {
+			break
+		}
+		if a.State == verbs.StateErr {
+			return abi.EINVAL // refused: the agent rejected the request after all (its path MTU, ...)
+		}
+	}
+	return 0
+}
+
+func (s *session) cmReject(body []byte) uint32 {
+	var req abi.CMRejectReq
+	if !decode(body, &req) || req.PrivateDataLen > 148 {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil || id.request == nil || id.accepted != nil || id.rejected {
+		return abi.EINVAL
+	}
+	id.rejected = true
+	id.request <- decision{err: cm.Reject(append([]byte(nil), req.PrivateData[:req.PrivateDataLen]...))}
+	return 0
+}
+
+func (s *session) cmDisconnect(body []byte) uint32 {
+	var req abi.HandleReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.Handle)
+	if id == nil || id.conn == nil {
+		return abi.EINVAL
+	}
+	c := id.conn
+	if id.closing {
+		return 0
+	}
+	id.closing = true
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c.CloseContext(ctx)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !id.destroyed && !id.disconnected {
+			id.disconnected = true
+			id.event(abi.CMEvent{Type: abi.CMEventDisconnected})
+		}
+	}()
+	return 0
+}
+
+func (s *session) cmEstablish(body []byte) uint32 {
+	var req abi.HandleReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	if id := s.cmID(req.Handle); id == nil || id.conn == nil {
+		return abi.EINVAL
+	}
+	return 0 // the agent sent the RTU already
+}
+
+func (s *session) cmMigrate(body []byte) uint32 {
+	var req abi.CMMigrateReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id, c := s.cmID(req.ID), s.cmChans[req.Channel]
+	if id == nil || c == nil {
+		return abi.EINVAL
+	}
+	id.ch = c
+	return 0
+}
+
+func (s *session) cmQuery(body []byte) (any, uint32) {
+	var req abi.HandleReq
+	if !decode(body, &req) {
+		return nil, abi.EINVAL
+	}
+	id := s.cmID(req.Handle)
+	if id == nil {
+		return nil, abi.EINVAL
+	}
+	r := &abi.CMQueryReply{Src: sockaddrOf(id.src), Dst: sockaddrOf(id.dst), PathMTU: uint32(id.pathMTU), Port: 1}
+	if id.src.IsValid() {
+		r.SGID = verbs.GIDFromAddr(id.src.Addr())
+		for i, g := range s.srv.gids {
+			if g.GID == r.SGID {
+				r.SGIDIndex = uint32(i)
+			}
+		}
+	}
+	if id.dst.IsValid() {
+		r.DGID = verbs.GIDFromAddr(id.dst.Addr())
+	}
+	return r, 0
+}
+
+func (s *session) cmInitQPAttr(body []byte) (any, uint32) {
+	var req abi.CMInitQPAttrReq
+	if !decode(body, &req) {
+		return nil, abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil {
+		return nil, abi.EINVAL
+	}
+	r := &abi.CMInitQPAttrReply{}
+	switch verbs.QPState(req.State) {
+	case verbs.StateInit:
+		r.Attr = abi.QPAttr{State: uint32(verbs.StateInit), Port: 1}
+		r.Mask = uint32(verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort)
+		if id.ps == abi.PSUDP {
+			r.Attr.QKey = verbs.DefaultQKey
+			r.Mask |= uint32(verbs.AttrQKey)
+		} else {
+			r.Attr.Access = uint32(verbs.LocalWrite | verbs.RemoteRead | verbs.RemoteWrite)
+			r.Mask |= uint32(verbs.AttrAccessFlags)
+		}
+	default:
+		return nil, abi.EINVAL // the agent moves a connection's QP to RTR and RTS itself
+	}
+	return r, 0
+}
+
+func (s *session) cmDestroyID(body []byte) uint32 {
+	var req abi.HandleReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.Handle)
+	if id == nil {
+		return abi.EINVAL
+	}
+	s.freeCMID(id)
+	return 0
+}
+
+// handshaking reports whether a request of listener lr was accepted and
+// its connection is not yet established; the caller holds s.mu.
+func (s *session) handshaking(lr *listenRec) bool {
+	for _, x := range s.cmIDs {
+		if x.lr == lr && x.parent != nil && x.accepted != nil && x.conn == nil && !x.destroyed {
+			return true
+		}
+	}
+	return false
+}
+
+// linger closes a destroyed listening id's listener once the requests
+// its program accepted have finished their handshakes (the listener
+// carries them), unless a new listening id took it over meanwhile.
+func (s *session) linger(lr *listenRec) {
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		if lr.owner != nil {
+			s.mu.Unlock()
+			return // taken over
+		}
+		if !s.handshaking(lr) || i == 3000 || s.closed {
+			if s.lingering[lr.ln.Addr()] == lr {
+				delete(s.lingering, lr.ln.Addr())
+			}
+			s.mu.Unlock()
+			lr.ln.Close()
+			lr.cancel()
+			return
+		}
+		s.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// freeCMID ends what id does (a listener closes, a connection gets its
+// DREQ, a request not answered yet its REJ) and forgets it.
+func (s *session) freeCMID(id *cmID) {
+	id.destroyed = true
+	id.cancel()
+	if id.listening && id.lr != nil && id.lr.owner == id {
+		// The listener stops taking requests now (onRequest refuses
+		// them), and closes once the requests its program accepted have
+		// finished their handshakes.
+		id.lr.owner = nil
+		s.lingering[id.lr.ln.Addr()] = id.lr
+		go s.linger(id.lr)
+	}
+	if id.conn != nil && !id.closing {
+		c := id.conn
+		go c.Close()
+	}
+	delete(s.cmIDs, id.h)
+}
