@@ -191,6 +191,7 @@ type Agent struct {
 	ports      map[uint16]int     // source ports of active connections
 	listeners  map[uint16][]*Listener
 	dlisteners map[uint16][]*DatagramListener
+	sidrLater  map[sidrKey]*DatagramRequest // SIDR_REQs OnRequest left for later
 	sidr       map[uint32]*sidrQuery
 	buf        [mad.Len]byte
 
@@ -264,7 +265,8 @@ func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
 		ahs: make(map[netip.Addr]verbs.AH), conns: make(map[uint32]*Conn), remote: make(map[remoteID]*Conn),
 		qpns: make(map[remoteQP]*Conn), ports: make(map[uint16]int), listeners: make(map[uint16][]*Listener),
 		dlisteners: make(map[uint16][]*DatagramListener), sidr: make(map[uint32]*sidrQuery),
-		done: make(chan struct{}), unreach: make(chan transport.Unreachable, 16),
+		sidrLater: make(map[sidrKey]*DatagramRequest),
+		done:      make(chan struct{}), unreach: make(chan transport.Unreachable, 16),
 	}
 	a.gid = verbs.GIDFromAddr(a.addr)
 	if a.clk == nil {

@@ -28,17 +28,85 @@ type DatagramListenConfig struct {
 	// OnRequest decides each request, on the agent's goroutine, so it
 	// must not block: it returns the SIDR_REP's private data (at most
 	// 136 bytes), or an error to refuse (status "rejected", with the
-	// private data of an error made by Reject). nil answers every
-	// request with no private data.
+	// private data of an error made by Reject), or ErrAnswerLater to
+	// answer later with the request's Answer or Refuse (the QP of
+	// librdmacm's rdma_accept, made once the program has seen the
+	// request). nil answers every request with no private data.
 	OnRequest func(r *DatagramRequest) ([]byte, error)
 }
 
-// DatagramRequest is a SIDR_REQ as OnRequest sees it. It is plain data.
+// ErrAnswerLater, returned by a DatagramListenConfig.OnRequest, leaves
+// the SIDR_REQ unanswered for now: the request's Answer or Refuse answers
+// it, and the peer's repeats of it that come meanwhile are dropped.
+var ErrAnswerLater = errors.New("cm: SIDR_REQ to be answered later")
+
+// DatagramRequest is a SIDR_REQ as OnRequest sees it. Its fields are
+// plain data; Answer and Refuse are safe for concurrent use.
 type DatagramRequest struct {
 	// Local is the address the peer asked for, Remote the peer's.
 	Local, Remote netip.AddrPort
 	// PrivateData is the peer's: the 180 bytes after rdma_cm's header.
 	PrivateData []byte
+
+	a   *Agent
+	src netip.Addr
+	tid uint64
+	rep mad.SIDRREP
+	key sidrKey
+}
+
+// sidrKey names a SIDR_REQ answered later: its sender and request ID.
+type sidrKey struct {
+	src netip.Addr
+	id  uint32
+}
+
+// Answer answers a request OnRequest left for later (ErrAnswerLater)
+// with a SIDR_REP "valid": qp's number, the Q_Key (0: verbs.DefaultQKey)
+// and up to 136 bytes of private data.
+func (r *DatagramRequest) Answer(qp verbs.QP, qkey uint32, privateData []byte) error {
+	if r == nil || r.a == nil {
+		return invalid("Answer of a DatagramRequest that OnRequest did not leave for later")
+	}
+	if isNil(qp) || qp.Type() != verbs.UD {
+		return invalid("Answer needs a UD QP")
+	}
+	if len(privateData) > len(r.rep.PrivateData) {
+		return fmt.Errorf("%w: %d bytes in a SIDR_REP: at most %d", ErrPrivateData, len(privateData), len(r.rep.PrivateData))
+	}
+	if qkey == 0 {
+		qkey = verbs.DefaultQKey
+	}
+	rep := r.rep
+	rep.Status, rep.QPN, rep.QKey = mad.SIDRValid, qp.QPN(), qkey
+	copy(rep.PrivateData[:], privateData)
+	return r.answer(&rep)
+}
+
+// Refuse answers a request OnRequest left for later with a SIDR_REP
+// "rejected", carrying privateData (at most 136 bytes).
+func (r *DatagramRequest) Refuse(privateData []byte) error {
+	if r == nil || r.a == nil {
+		return invalid("Refuse of a DatagramRequest that OnRequest did not leave for later")
+	}
+	rep := r.rep
+	rep.Status = mad.SIDRRejected
+	copy(rep.PrivateData[:], privateData)
+	return r.answer(&rep)
+}
+
+func (r *DatagramRequest) answer(rep *mad.SIDRREP) error {
+	a := r.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sidrLater[r.key] != r {
+		return invalid("the SIDR_REQ was answered already")
+	}
+	delete(a.sidrLater, r.key)
+	if !a.closed {
+		a.send(r.src, r.tid, rep)
+	}
+	return nil
 }
 
 // DatagramListener answers service ID resolution requests (SIDR_REQ) for
@@ -93,11 +161,11 @@ func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *Da
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cfg == nil || isNil(cfg.QP) {
-		return nil, invalid("ListenDatagram needs a UD QP in DatagramListenConfig.QP")
+	if cfg == nil || isNil(cfg.QP) && cfg.OnRequest == nil {
+		return nil, invalid("ListenDatagram needs a UD QP in DatagramListenConfig.QP (or an OnRequest that answers later)")
 	}
-	if t := cfg.QP.Type(); t != verbs.UD {
-		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", verbs.ErrInvalidAttr, t)
+	if !isNil(cfg.QP) && cfg.QP.Type() != verbs.UD {
+		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", verbs.ErrInvalidAttr, cfg.QP.Type())
 	}
 	ip := addr.Addr().Unmap()
 	if ip.IsValid() && !ip.IsUnspecified() && ip != a.addr {
@@ -300,7 +368,16 @@ func (a *Agent) onSIDRREP(m *mad.SIDRREP) {
 // supported" when there is none.
 func (a *Agent) onSIDRREQ(src netip.Addr, h *mad.Header, m *mad.SIDRREQ) {
 	rep := &mad.SIDRREP{RequestID: m.RequestID, ServiceID: m.ServiceID, Status: mad.SIDRServiceUnsupported}
-	defer func() { a.send(src, h.TID, rep) }()
+	key := sidrKey{src, m.RequestID}
+	if a.sidrLater[key] != nil {
+		return // a repeat of a request to be answered later
+	}
+	later := false
+	defer func() {
+		if !later {
+			a.send(src, h.TID, rep)
+		}
+	}()
 	ps, port, ok := mad.ParseServiceID(m.ServiceID)
 	if !ok || ps != mad.PortSpaceUDP {
 		return
@@ -323,9 +400,19 @@ func (a *Agent) onSIDRREQ(src netip.Addr, h *mad.Header, m *mad.SIDRREQ) {
 	var data []byte
 	var err error
 	if l.cfg.OnRequest != nil {
-		data, err = l.cfg.OnRequest(&DatagramRequest{Local: netip.AddrPortFrom(a.addr, port),
+		r := &DatagramRequest{Local: netip.AddrPortFrom(a.addr, port),
 			Remote:      netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort),
-			PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)})
+			PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
+			a:           a, src: src, tid: h.TID, rep: *rep, key: key}
+		data, err = l.cfg.OnRequest(r)
+		if errors.Is(err, ErrAnswerLater) {
+			later = true
+			a.sidrLater[key] = r
+			return
+		}
+	}
+	if err == nil && isNil(l.cfg.QP) {
+		err = invalid("no QP to answer with")
 	}
 	if err != nil {
 		rep.Status = mad.SIDRRejected

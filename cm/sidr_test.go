@@ -180,3 +180,75 @@ func TestSentMADsRoundTrip(t *testing.T) {
 	}
 	t.Logf("MADs sent: %v", seen)
 }
+
+// TestResolveDatagramLater answers SIDR_REQs after OnRequest has
+// returned (ErrAnswerLater), as librdmacm's passive side does once its
+// program has made the UD QP of the request and called rdma_accept: the
+// peer waits for the answer through its repeats (which are dropped, not
+// asked again), then gets the QP chosen at answer time; a refusal comes
+// through the same way, and an answer cannot be given twice.
+func TestResolveDatagramLater(t *testing.T) {
+	checkNoLeak(t)
+	ha, hb := memPair(t, fastConfig(), fastConfig())
+	ctx := ctxT(t, 10*time.Second)
+	srv := udSide(t, hb.dev)
+	reqs := make(chan *DatagramRequest, 4)
+	l, err := hb.agent.ListenDatagram(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), 4001), &DatagramListenConfig{
+		OnRequest: func(r *DatagramRequest) ([]byte, error) {
+			reqs <- r
+			return nil, ErrAnswerLater
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dst := netip.AddrPortFrom(hb.agent.Addr(), 4001)
+	type res struct {
+		p   *DatagramPeer
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		p, err := ha.agent.ResolveDatagram(ctx, dst, []byte("later"))
+		done <- res{p, err}
+	}()
+	r := <-reqs
+	// Wait for the peer to repeat its SIDR_REQ (fastConfig's CM
+	// timeouts are short): the repeat must not reach OnRequest again.
+	for hb.agent.Stats().Received["SIDR_REQ"] < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the peer never repeated its SIDR_REQ")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case x := <-reqs:
+		t.Fatalf("a repeat of the request reached OnRequest again: %+v", x)
+	default:
+	}
+	if err := r.Answer(srv.qp, 0x1234, []byte("now")); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.p.QPN != srv.qp.QPN() || got.p.QKey != 0x1234 || !bytes.HasPrefix(got.p.PrivateData, []byte("now")) {
+		t.Fatalf("resolved %+v, %v", got.p, got.err)
+	}
+	if err := r.Answer(srv.qp, 0, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a second Answer: %v", err)
+	}
+	go func() {
+		p, err := ha.agent.ResolveDatagram(ctx, dst, []byte("again"))
+		done <- res{p, err}
+	}()
+	r = <-reqs
+	if err := r.Refuse([]byte("no")); err != nil {
+		t.Fatal(err)
+	}
+	var se *SIDRError
+	if got := <-done; !errors.As(got.err, &se) || se.Status != mad.SIDRRejected || !bytes.HasPrefix(se.PrivateData, []byte("no")) {
+		t.Fatalf("refused resolve: %+v, %v", got.p, got.err)
+	}
+	if err := (&DatagramRequest{}).Answer(srv.qp, 0, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Answer of a request not left for later: %v", err)
+	}
+}
