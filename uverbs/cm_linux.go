@@ -118,7 +118,8 @@ type cmID struct {
 	cancel       context.CancelFunc
 	destroyed    bool
 	pathMTU      bth.MTU
-	accepted     verbs.QP // the QP rdma_accept gave the request
+	accepted     verbs.QP            // the QP rdma_accept gave the request
+	sidr         *cm.DatagramRequest // a datagram request's, until answered
 	rejected     bool
 	connecting   bool
 	closing      bool
@@ -344,7 +345,7 @@ func (s *session) cmListen(body []byte) uint32 {
 		backlog = 0 // the agent's default
 	}
 	if id.ps == abi.PSUDP {
-		return abi.EOPNOTSUPP // datagram listeners: not yet
+		return s.cmListenDatagram(a, id, addr)
 	}
 	// A listener the program destroyed whose accepted requests are still
 	// finishing their handshakes holds its port: a new listening id on
@@ -515,7 +516,17 @@ func (s *session) cmConnect(body []byte) uint32 {
 		return abi.EINVAL
 	}
 	if id.ps == abi.PSUDP {
-		return abi.EOPNOTSUPP // SIDR: not yet
+		a, err := s.srv.agent()
+		if err != nil {
+			return errno(err)
+		}
+		n := int(req.Param.PrivateDataLen)
+		if n > cm.MaxSIDRUserData {
+			return abi.EINVAL
+		}
+		id.connecting = true
+		go id.resolve(a, append([]byte(nil), req.Param.PrivateData[:n]...))
+		return 0
 	}
 	p, e := s.params(&req)
 	if e != 0 {
@@ -578,6 +589,9 @@ func (s *session) cmAccept(body []byte) uint32 {
 		return abi.EINVAL
 	}
 	id := s.cmID(req.ID)
+	if id != nil && id.sidr != nil {
+		return s.cmAcceptDatagram(id, &req)
+	}
 	if id == nil || id.request == nil || id.accepted != nil {
 		return abi.EINVAL
 	}
@@ -608,6 +622,14 @@ func (s *session) cmReject(body []byte) uint32 {
 		return abi.EINVAL
 	}
 	id := s.cmID(req.ID)
+	if id != nil && id.sidr != nil {
+		r := id.sidr
+		id.sidr = nil
+		if err := r.Refuse(append([]byte(nil), req.PrivateData[:req.PrivateDataLen]...)); err != nil {
+			return abi.EINVAL
+		}
+		return 0
+	}
 	if id == nil || id.request == nil || id.accepted != nil || id.rejected {
 		return abi.EINVAL
 	}
@@ -784,5 +806,101 @@ func (s *session) freeCMID(id *cmID) {
 		c := id.conn
 		go c.Close()
 	}
+	if id.dln != nil {
+		id.dln.Close()
+	}
+	if id.sidr != nil {
+		id.sidr.Refuse(nil)
+		id.sidr = nil
+	}
 	delete(s.cmIDs, id.h)
+}
+
+// cmListenDatagram listens for SIDR_REQs on a UDP id: each is a request
+// id the program answers with rdma_accept (its UD QP) or rdma_reject.
+func (s *session) cmListenDatagram(a *cm.Agent, id *cmID, addr netip.AddrPort) uint32 {
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), uint16(32768+id.h%28000)) // a port of its own, as the kernel picks one
+	}
+	dln, err := a.ListenDatagram(id.ctx, addr, &cm.DatagramListenConfig{OnRequest: func(r *cm.DatagramRequest) ([]byte, error) {
+		// On the agent's goroutine, which must not block: s.mu is
+		// taken in a goroutine of its own.
+		go s.datagramRequest(id, r)
+		return nil, cm.ErrAnswerLater
+	}})
+	if err != nil {
+		if errors.Is(err, cm.ErrAddr) && strings.Contains(err.Error(), "already listened") {
+			return 98 // EADDRINUSE
+		}
+		return errno(err)
+	}
+	id.listening, id.dln, id.src = true, dln, dln.Addr()
+	return 0
+}
+
+// datagramRequest makes a SIDR_REQ's id and tells the program.
+func (s *session) datagramRequest(l *cmID, r *cm.DatagramRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.handle32()
+	if l.destroyed || !ok {
+		r.Refuse(nil)
+		return
+	}
+	child := &cmID{s: s, h: h, ch: l.ch, ps: l.ps, qpType: l.qpType, src: r.Local, dst: r.Remote, parent: l, sidr: r}
+	child.ctx, child.cancel = context.WithCancel(context.Background())
+	s.cmIDs[h] = child
+	e := abi.CMEvent{Type: abi.CMEventConnectRequest, ListenID: l.h, Src: sockaddrOf(r.Local), Dst: sockaddrOf(r.Remote)}
+	e.Param.PrivateDataLen = uint8(copy(e.Param.PrivateData[:], r.PrivateData))
+	child.event(e)
+}
+
+// cmAcceptDatagram answers a SIDR_REQ with the id's UD QP.
+func (s *session) cmAcceptDatagram(id *cmID, req *abi.CMConnectReq) uint32 {
+	q := s.qps[req.QP]
+	if q == nil || q.typ != verbs.UD {
+		return abi.EINVAL
+	}
+	r := id.sidr
+	n := min(int(req.Param.PrivateDataLen), 136)
+	if err := r.Answer(q.qp, req.Param.QKey, req.Param.PrivateData[:n]); err != nil {
+		return abi.EINVAL
+	}
+	id.sidr = nil
+	id.event(abi.CMEvent{Type: abi.CMEventEstablished})
+	return 0
+}
+
+// resolve resolves a UD id's service (SIDR) and tells the program.
+func (id *cmID) resolve(a *cm.Agent, pd []byte) {
+	p, err := a.ResolveDatagram(id.ctx, id.dst, pd)
+	s := id.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id.connecting = false
+	if id.destroyed {
+		return
+	}
+	if err != nil {
+		var se *cm.SIDRError
+		if errors.As(err, &se) {
+			e := abi.CMEvent{Type: abi.CMEventRejected, Status: int32(se.Status)}
+			e.Param.PrivateDataLen = uint8(copy(e.Param.PrivateData[:], se.PrivateData))
+			id.event(e)
+			return
+		}
+		id.event(failure(err))
+		return
+	}
+	id.peer = p
+	e := abi.CMEvent{Type: abi.CMEventEstablished, UDQPN: p.QPN, UDQKey: p.QKey,
+		UD: abi.AHAttr{DGID: verbs.GIDFromAddr(p.Addr.Addr()), HopLimit: 64, IsGlobal: 1, Port: 1}}
+	for i, g := range s.srv.gids {
+		if verbs.AddrFromGID(g.GID).Is4() == p.Addr.Addr().Is4() {
+			e.UD.SGIDIndex = uint8(i)
+			break
+		}
+	}
+	e.Param.PrivateDataLen = uint8(copy(e.Param.PrivateData[:], p.PrivateData))
+	id.event(e)
 }

@@ -462,7 +462,7 @@ static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 		e->ev.status = g.status;
 		size_t pdl = g.param.private_data_len;
 		memcpy(e->pd, g.param.private_data, pdl);
-		if (id->id.ps == RDMA_PS_UDP && g.type == RDMA_CM_EVENT_ESTABLISHED) {
+		if (id->id.ps == RDMA_PS_UDP) {
 			struct rdma_ud_param *u = &e->ev.param.ud;
 			u->private_data = pdl ? e->pd : NULL;
 			u->private_data_len = (uint8_t)pdl;
