@@ -28,7 +28,8 @@ func TestDevices(t *testing.T) {
 	}
 	r = h.Run(ctx, "ibv_devinfo", "-v", "-d", "goroce1")
 	for _, want := range []string{"hca_id:\tgoroce1", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet",
-		"GID[  0]:\t\t::ffff:127.0.0.2, RoCE v2", "vendor_id:\t\t\t0x676f72", "active_mtu:\t\t4096 (5)"} {
+		"GID[  0]:\t\t::ffff:127.0.0.2, RoCE v2", "GID[  1]:\t\t::ffff:127.0.0.2, RoCE v2", "vendor_id:\t\t\t0x676f72",
+		"active_mtu:\t\t4096 (5)"} {
 		if !strings.Contains(r.Out, want) {
 			t.Errorf("ibv_devinfo -v lacks %q", want)
 		}
@@ -39,8 +40,8 @@ func TestDevices(t *testing.T) {
 }
 
 // TestIPv6 runs a device with an IPv4 and an IPv6 address: ibv_devinfo
-// lists both GIDs, RoCE v2, and ibv_rc_pingpong and ib_send_bw run over
-// the IPv6 one (-g 1, -x 1).
+// lists both GIDs, RoCE v2, at rxe's indices (1 IPv4, 2 IPv6), and
+// ibv_rc_pingpong and ib_send_bw run over the IPv6 one (-g 2, -x 2).
 func TestIPv6(t *testing.T) {
 	devicetest.Need(t, "ibv_devinfo", "ibv_rc_pingpong", "ib_send_bw")
 	h := devicetest.NewHost(t)
@@ -48,23 +49,23 @@ func TestIPv6(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r := h.Run(ctx, "ibv_devinfo", "-v")
-	if r.Err != nil || !strings.Contains(r.Out, "GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2") ||
-		!strings.Contains(r.Out, "GID[  1]:\t\t::1, RoCE v2") {
+	if r.Err != nil || !strings.Contains(r.Out, "GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2") ||
+		!strings.Contains(r.Out, "GID[  2]:\t\t::1, RoCE v2") {
 		t.Fatalf("ibv_devinfo -v: %s", r)
 	}
 	port := devicetest.FreeTCPPort(t)
 	p := strconv.Itoa(port)
-	s, c := h.Pair(ctx, port, []string{"ibv_rc_pingpong", "-g", "1", "-n", "100", "-p", p},
-		[]string{"ibv_rc_pingpong", "-g", "1", "-n", "100", "-p", p, "127.0.0.1"})
+	s, c := h.Pair(ctx, port, []string{"ibv_rc_pingpong", "-g", "2", "-n", "100", "-p", p},
+		[]string{"ibv_rc_pingpong", "-g", "2", "-n", "100", "-p", p, "127.0.0.1"})
 	if s.Err != nil || c.Err != nil || !strings.Contains(c.Out, "GID ::1") {
-		t.Fatalf("ibv_rc_pingpong -g 1:\nserver %s\nclient %s", s, c)
+		t.Fatalf("ibv_rc_pingpong -g 2:\nserver %s\nclient %s", s, c)
 	}
 	port = devicetest.FreeTCPPort(t)
 	p = strconv.Itoa(port)
-	s, c = h.Pair(ctx, port, []string{"ib_send_bw", "-x", "1", "-n", "200", "-p", p},
-		[]string{"ib_send_bw", "-x", "1", "-n", "200", "-p", p, "127.0.0.1"})
+	s, c = h.Pair(ctx, port, []string{"ib_send_bw", "-x", "2", "-n", "200", "-p", p},
+		[]string{"ib_send_bw", "-x", "2", "-n", "200", "-p", p, "127.0.0.1"})
 	if s.Err != nil || c.Err != nil || !strings.Contains(c.Out, "00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:01") {
-		t.Fatalf("ib_send_bw -x 1:\nserver %s\nclient %s", s, c)
+		t.Fatalf("ib_send_bw -x 2:\nserver %s\nclient %s", s, c)
 	}
 }
 

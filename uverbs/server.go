@@ -30,9 +30,11 @@ type Config struct {
 	// the directory opened to it as well.
 	Mode os.FileMode
 	// GIDs is the port's GID table, first entry first; default the
-	// device's (roce.Device.GIDs). A device sends to an IPv6 peer from
-	// its IPv6 address and to an IPv4 peer from its IPv4 address, so the
-	// table holds at most one of each that the device sends from.
+	// device's addresses laid out as rxe's table is (index 1 the IPv4
+	// address, 2 the IPv6 one, 0 the first of them again). A device sends
+	// to an IPv6 peer from its IPv6 address and to an IPv4 peer from its
+	// IPv4 address, so the table holds at most one of each that it sends
+	// from.
 	GIDs []netip.Addr
 	// Ifindex is the network interface the GIDs are on, as
 	// ibv_query_gid_ex reports it (0: none).

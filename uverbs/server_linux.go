@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -73,7 +74,7 @@ func Serve(dev *roce.Device, cfg *Config) (*Server, error) {
 			"and for the group or others only if they may use the device (0660, 0666)", verbs.ErrInvalidAttr, c.Mode)
 	}
 	if len(c.GIDs) == 0 {
-		c.GIDs = dev.GIDs()
+		c.GIDs = rxeTable(dev.GIDs())
 	}
 	if len(c.GIDs) > abi.MaxGIDs {
 		return nil, fmt.Errorf("uverbs: %w: %d GIDs: at most %d", verbs.ErrInvalidAttr, len(c.GIDs), abi.MaxGIDs)
@@ -102,6 +103,34 @@ func Serve(dev *roce.Device, cfg *Config) (*Server, error) {
 	go s.events()
 	s.log.Info("device serving", "name", c.Name, "socket", s.path, "addr", dev.Addr())
 	return s, nil
+}
+
+// rxeTable lays out a device's addresses as rxe lays out its GID table,
+// so that the indices programs and scripts written for rxe0 name (-g 1,
+// -x 1 for IPv4, 2 for IPv6, rdma-lib's index 1) name the same addresses
+// here: index 1 the IPv4 address, then the IPv6 one; index 0, which rxe
+// gives the interface's link-local IPv6 address (one goroce's device does
+// not send from), holds the first of them again.
+func rxeTable(addrs []netip.Addr) []netip.Addr {
+	var v4, v6 netip.Addr
+	for _, a := range addrs {
+		switch a = a.Unmap(); {
+		case a.Is4() && !v4.IsValid():
+			v4 = a
+		case a.Is6() && !v6.IsValid():
+			v6 = a
+		}
+	}
+	var t []netip.Addr
+	for _, a := range []netip.Addr{v4, v6} {
+		if a.IsValid() {
+			t = append(t, a)
+		}
+	}
+	if len(t) == 0 {
+		return addrs
+	}
+	return append([]netip.Addr{t[0]}, t...)
 }
 
 // Path returns the control socket's path.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -192,7 +193,15 @@ func (s *syncBuffer) String() string {
 // Go starts a program; Wait collects it. Its output is kept.
 func (h *Host) Go(ctx context.Context, name string, args ...string) *Proc {
 	h.t.Helper()
+	return h.GoEnv(ctx, nil, "", name, args...)
+}
+
+// GoEnv is Go with more environment variables and a standard input.
+func (h *Host) GoEnv(ctx context.Context, env []string, stdin string, name string, args ...string) *Proc {
+	h.t.Helper()
 	p := &Proc{cmd: h.Command(ctx, name, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		h.t.Fatalf("start %s: %v", name, err)
@@ -211,6 +220,45 @@ func (p *Proc) Wait() *Result {
 	<-p.done
 	return &p.res
 }
+
+// Kill ends the program, if it runs, and waits for it.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Exited reports whether the program has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitOutput waits until the program's output matches re; it fails when
+// the program ends first or ctx does.
+func (p *Proc) WaitOutput(ctx context.Context, re *regexp.Regexp) error {
+	for !re.MatchString(p.Output()) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s ended before it printed %q", p.cmd.Path, re)
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not print %q: %w", p.cmd.Path, re, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// WaitListen waits until some program listens on a TCP port of this
+// host; it fails when p ends first or ctx does.
+func (p *Proc) WaitListen(ctx context.Context, port int) error { return waitListen(ctx, port, p) }
 
 // Output returns what the program has printed so far.
 func (p *Proc) Output() string { return p.out.String() }

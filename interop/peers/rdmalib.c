@@ -109,12 +109,21 @@ static void close_conn(struct conn *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/* tcp_port: rdma-lib's TCP port, 18515, or RDMALIB_PORT's (for tests that
+ * run beside others on one host). */
+static int tcp_port(void)
+{
+	const char *s = getenv("RDMALIB_PORT");
+	int p = s ? atoi(s) : 0;
+	return p > 0 && p < 65536 ? p : RDMALIB_TCP_PORT;
+}
+
 /* tcp_connect: a TCP connection to host's port 18515, in up to 3 attempts 1 s apart. */
 static int tcp_connect(const char *host)
 {
 	struct sockaddr_in a;
 	char port[8];
-	snprintf(port, sizeof(port), "%d", RDMALIB_TCP_PORT);
+	snprintf(port, sizeof(port), "%d", tcp_port());
 	if (peer_resolve(who, host, port, &a))
 		return -1;
 	for (int left = RDMALIB_CONNECT_TRIES - 1; left >= 0; left--) {
@@ -139,14 +148,14 @@ static int tcp_connect(const char *host)
 /* tcp_accept: one connection on port 18515 of every address, within timeout_ms. */
 static int tcp_accept(int timeout_ms)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(RDMALIB_TCP_PORT),
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(tcp_port()),
 				 .sin_addr.s_addr = htonl(INADDR_ANY) };
 	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c = -1;
 	if (fd < 0)
 		return -1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 1)) {
-		fprintf(stderr, "%s: cannot listen on TCP port %d: %s\n", who, RDMALIB_TCP_PORT, strerror(errno));
+		fprintf(stderr, "%s: cannot listen on TCP port %d: %s\n", who, tcp_port(), strerror(errno));
 	} else if (peer_wait_fd(fd, peer_now_ms() + timeout_ms)) {
 		fprintf(stderr, "%s: no client within %d ms\n", who, timeout_ms);
 	} else {
