@@ -340,10 +340,11 @@ func (s *session) cmListen(body []byte) uint32 {
 	if !addr.IsValid() {
 		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
 	}
-	backlog := int(req.Backlog)
-	if backlog <= 0 || backlog > 4096 {
-		backlog = 0 // the agent's default
-	}
+	// The agent drops a REQ that finds the backlog full, and the peer
+	// sends it again only after its CM timeout: rdma_listen's backlog is
+	// taken as a floor, as the kernel's rdma_cm does not drop a burst of
+	// requests a program answers at once (cmtime's fifty).
+	backlog := min(max(int(req.Backlog), 256), 4096)
 	if id.ps == abi.PSUDP {
 		return s.cmListenDatagram(a, id, addr)
 	}
@@ -389,7 +390,7 @@ type listenRec struct {
 
 // acceptors is how many requests of one listener may wait for the
 // program's answer at once.
-const acceptors = 8
+const acceptors = 64
 
 // onRequest returns a listener's OnRequest: it makes the request's id,
 // tells the program, and waits for its rdma_accept or rdma_reject.

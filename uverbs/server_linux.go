@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -149,6 +150,32 @@ func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.sessions)
+}
+
+// Listening returns the addresses and rdma_cm ports the programs on the
+// device listen on (rdma_listen), sorted.
+func (s *Server) Listening() []netip.AddrPort {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	var l []netip.AddrPort
+	for _, ss := range sessions {
+		ss.mu.Lock()
+		for _, id := range ss.cmIDs {
+			if id.listening && !id.destroyed {
+				l = append(l, id.src)
+			}
+		}
+		ss.mu.Unlock()
+	}
+	slices.SortFunc(l, netip.AddrPort.Compare)
+	return l
 }
 
 // listen makes the socket directory, checks it, and listens.

@@ -4,6 +4,7 @@ package uverbs
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 
 	"github.com/goroce/goroce/roce"
@@ -24,6 +25,9 @@ func (s *Server) Path() string { return "" }
 
 // Sessions returns 0.
 func (s *Server) Sessions() int { return 0 }
+
+// Listening returns nil.
+func (s *Server) Listening() []netip.AddrPort { return nil }
 
 // Close does nothing.
 func (s *Server) Close() error { return nil }

@@ -139,6 +139,22 @@ func (h *Host) Start(name, addr string) *Device {
 	return &Device{Name: name, Addr: a, Dev: dev, Srv: srv}
 }
 
+// WaitListening waits until a program listens on rdma_cm port port of
+// device d (rdma_listen), or fails t after timeout.
+func (d *Device) WaitListening(t testing.TB, port int, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(10 * time.Millisecond) {
+		for _, a := range d.Srv.Listening() {
+			if int(a.Port()) == port {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on rdma_cm port %d of %s after %v", port, d.Name, timeout)
+		}
+	}
+}
+
 // Env returns the environment of a program run on the host's devices.
 func (h *Host) Env() []string {
 	return append(os.Environ(), "LD_PRELOAD="+h.Lib, "GOROCE_DIR="+h.Dir)

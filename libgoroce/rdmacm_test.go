@@ -1,0 +1,103 @@
+package libgoroce_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/devicetest"
+)
+
+// TestRdmaCM runs librdmacm's example programs and perftest over rdma_cm
+// (-R), unmodified, both ends on the device (server on goroce0, client on
+// goroce1 where the tool takes a source address): each ends well and
+// prints what it prints on success.
+func TestRdmaCM(t *testing.T) {
+	devicetest.Need(t, "rping", "ucmatose", "udaddy", "cmtime", "rdma_server", "rdma_client", "ib_write_bw")
+	h := devicetest.NewHost(t)
+	d0 := h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	type tc struct {
+		name             string
+		server, client   func(port string) []string
+		port             int // the rdma_cm port the server listens on, when not the one given (udaddy's)
+		cexpect, sexpect []string
+	}
+	cases := []tc{
+		{name: "rping",
+			server: func(p string) []string { return []string{"rping", "-s", "-a", "127.0.0.1", "-p", p, "-C", "100", "-V"} },
+			client: func(p string) []string {
+				return []string{"rping", "-c", "-a", "127.0.0.1", "-I", "127.0.0.2", "-p", p, "-C", "100", "-V", "-v"}
+			},
+			cexpect: []string{`ping data: rdma-ping-99: `}},
+		{name: "ucmatose",
+			server: func(p string) []string { return []string{"ucmatose", "-p", p, "-c", "4"} },
+			client: func(p string) []string {
+				return []string{"ucmatose", "-s", "127.0.0.1", "-b", "127.0.0.2", "-p", p, "-c", "4"}
+			},
+			cexpect: []string{`data transfers complete`, `return status 0`}, sexpect: []string{`return status 0`}},
+		{name: "udaddy",
+			// udaddy's -p is a port space; its port is 7174, on the
+			// test's own devices.
+			server: func(p string) []string { return []string{"udaddy"} },
+			client: func(p string) []string { return []string{"udaddy", "-s", "127.0.0.1", "-b", "127.0.0.2"} }, port: 7174,
+			cexpect: []string{`data transfers complete`, `return status 0`}, sexpect: []string{`return status 0`}},
+		{name: "cmtime",
+			server: func(p string) []string { return []string{"cmtime", "-p", p} },
+			client: func(p string) []string {
+				return []string{"cmtime", "-s", "127.0.0.1", "-b", "127.0.0.2", "-p", p, "-c", "50"}
+			},
+			cexpect: []string{`connect\s+:`, `disconnect\s+:`}},
+		{name: "rdma_client",
+			server:  func(p string) []string { return []string{"rdma_server", "-p", p} },
+			client:  func(p string) []string { return []string{"rdma_client", "-s", "127.0.0.1", "-p", p} },
+			cexpect: []string{`rdma_client: end 0`}, sexpect: []string{`rdma_server: end 0`}},
+	}
+	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"} {
+		tool := tool
+		size := "65536"
+		if strings.HasSuffix(tool, "_lat") {
+			size = "2"
+		}
+		cases = append(cases, tc{name: tool + "-R",
+			server:  func(p string) []string { return []string{tool, "-R", "-s", size, "-n", "500", "-p", p} },
+			client:  func(p string) []string { return []string{tool, "-R", "-s", size, "-n", "500", "-p", p, "127.0.0.1"} },
+			cexpect: []string{`(?m)^\s*` + size + `\s+500\s+[\d.]+\s+[\d.]+`}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			port := strconv.Itoa(devicetest.FreeTCPPort(t))
+			srv, cli := c.server(port), c.client(port)
+			s := h.Go(ctx, srv[0], srv[1:]...)
+			defer s.Kill()
+			lport := devicetest.Atoi(port)
+			if c.port != 0 {
+				lport = c.port
+			}
+			d0.WaitListening(t, lport, 20*time.Second)
+			r := h.Go(ctx, cli[0], cli[1:]...).Wait()
+			if r.Err != nil {
+				t.Fatalf("client %s\nserver: %s", r, s.Output())
+			}
+			for _, re := range c.cexpect {
+				if !regexp.MustCompile(re).MatchString(r.Out) {
+					t.Errorf("client output lacks %q:\n%s", re, r.Out)
+				}
+			}
+			sr := s.Wait()
+			if c.name != "cmtime" && sr.Err != nil { // cmtime's server serves until killed
+				t.Errorf("server %s", sr)
+			}
+			for _, re := range c.sexpect {
+				if !regexp.MustCompile(re).MatchString(sr.Out) {
+					t.Errorf("server output lacks %q:\n%s", re, sr.Out)
+				}
+			}
+		})
+	}
+}
