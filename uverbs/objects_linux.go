@@ -97,6 +97,9 @@ func (s *session) regMR(body []byte) (any, uint32) {
 	if e != 0 {
 		return nil, e
 	}
+	if req.Addr%pageSize != req.IOVA%pageSize {
+		return nil, abi.EINVAL // as the kernel's uverbs: the iova at the address's offset in its page
+	}
 	h, ok := s.handle32()
 	if !ok {
 		return nil, abi.ENOMEM

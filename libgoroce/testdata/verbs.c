@@ -264,6 +264,7 @@ static void test_mr(void)
 	CHECK(st == IBV_WC_REM_ACCESS_ERR, "a WRITE at the address of an iova region: status %d, want %d", st,
 	      IBV_WC_REM_ACCESS_ERR);
 	EQ_ERR(ibv_dereg_mr(im), 0);
+	NULL_ERR(ibv_reg_mr_iova(pd, dst + 64, 4096, 0x7000000000ULL, LW), EINVAL);
 	free_pair(&p);
 
 	/* Overlapping and repeated registrations of the same pages: each
