@@ -86,6 +86,7 @@ struct gr_mr {
 	struct ibv_mr mr;
 	uint32_t h;
 	uintptr_t start, end; /* the shared pages it holds */
+	unsigned access;
 };
 
 struct gr_mw {

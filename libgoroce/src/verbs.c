@@ -106,6 +106,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 	mr->mr.handle = rep.handle;
 	mr->mr.lkey = rep.lkey;
 	mr->mr.rkey = rep.rkey;
+	mr->access = access;
 	gr_tab_add(ctx, rep.handle, GR_MR, mr);
 	return &mr->mr;
 }
@@ -156,7 +157,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		uintptr_t a = (uintptr_t)addr;
 		start = a & ~(PAGE - 1);
 		end = (a + length + PAGE - 1) & ~(PAGE - 1);
-		int writable = mr_writable(flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned)access : IBV_ACCESS_LOCAL_WRITE);
+		int writable = mr_writable(flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned)access : m->access);
 		int r = gr_mem_share(start, end, writable);
 		if (r) {
 			errno = r;
@@ -187,6 +188,8 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	}
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		mr->pd = pd;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		m->access = (unsigned)access;
 	mr->lkey = rep.lkey;
 	mr->rkey = rep.rkey;
 	return 0;

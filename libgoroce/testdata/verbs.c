@@ -334,6 +334,8 @@ static void test_mr(void)
 	p = make_pair(IBV_QPT_RC, 16, LW | IBV_ACCESS_REMOTE_WRITE);
 	/* A read-only region moved onto read-only memory: no write
 	 * access asked, none needed. */
+	EQ_ERR(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_READ), 0);
+	EQ_ERR(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, ro, 4096, 0), 0);
 	/* Bad input: the old region stays valid. */
 	CHECK(ibv_rereg_mr(m, 0, NULL, NULL, 0, 0) != 0 && errno == EINVAL, "ibv_rereg_mr without flags");
 	CHECK(ibv_rereg_mr(m, 1 << 5, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
