@@ -145,10 +145,10 @@ func (s *session) resizeCQ(body []byte) (any, uint32) {
 	k := c.sink
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	n := nextPow2(req.CQE)
-	if k.pending() > n {
+	if k.pending() > req.CQE {
 		return nil, abi.EINVAL // ibv_resize_cq: fewer entries than completions waiting
 	}
+	n := nextPow2(req.CQE)
 	r, err := s.rings.newRing(n, abi.CQESize)
 	if err != nil {
 		return nil, abi.ENOMEM

@@ -529,6 +529,7 @@ static void test_cq(void)
 	for (int i = 0; i < 6; i++)
 		MUST(post_write(a, 100 + i, buf, 8, mr->lkey, (uintptr_t)buf + 64, mr->rkey));
 	usleep(300 * 1000); /* the six completions are in the CQ by now */
+	EQ_ERR(ibv_resize_cq(cq, 5), EINVAL);
 	EQ_ERR(ibv_resize_cq(cq, 2), EINVAL);
 	EQ_ERR(ibv_resize_cq(cq, 0), EINVAL);
 	EQ_ERR(ibv_resize_cq(cq, dattr.max_cqe + 1), EINVAL);
