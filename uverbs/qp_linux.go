@@ -114,9 +114,6 @@ func (s *session) createQP(body []byte) (any, uint32) {
 		SQ: o.sq.reply(), RQ: o.rq.reply()}, 0
 }
 
-// Mask bits of ibv_qp_attr_mask beyond the engine's (verbs.AttrMask).
-const attrRateLimit = 1 << 25
-
 func (s *session) modifyQP(body []byte) uint32 {
 	var req abi.ModifyQPReq
 	if !decode(body, &req) {
@@ -126,10 +123,10 @@ func (s *session) modifyQP(body []byte) uint32 {
 	switch {
 	case q == nil:
 		return abi.EINVAL
-	case req.Mask&attrRateLimit != 0:
-		return abi.EOPNOTSUPP
 	case req.Mask >= 1<<21:
-		return abi.EINVAL
+		// Rate limits, and bits no attribute has: the kernel's uverbs
+		// refuses what is past IBV_QP_DEST_QPN before a driver sees it.
+		return abi.EOPNOTSUPP
 	}
 	mask := verbs.AttrMask(req.Mask)
 	attr, e := s.qpAttr(&req.Attr, mask)

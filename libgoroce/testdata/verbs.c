@@ -751,6 +751,9 @@ static void test_transitions(enum ibv_qp_type t, struct ibv_cq *cq)
 	/* The kernel's table has no RESET to ERR. */
 	CHECK(to_state(qp, IBV_QPS_ERR) == EINVAL, "%s RESET to ERR", tn);
 	CHECK(ibv_modify_qp(qp, &a, init) == 0 && to_state(qp, IBV_QPS_RESET) == 0, "%s INIT to RESET", tn);
+	/* Mask bits past IBV_QP_DEST_QPN: the kernel's uverbs refuses
+	 * them before the driver sees them. */
+	CHECK(ibv_modify_qp(qp, &a, init | (1 << 28)) == EOPNOTSUPP, "%s an unknown mask bit", tn);
 	EQ_ERR(ibv_destroy_qp(qp), 0);
 }
 
