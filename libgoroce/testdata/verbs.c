@@ -4,10 +4,8 @@
  * rxe returns for the same call unless a comment says why goroce's
  * differs.
  *
- *	verbs DEVICE [SYMBOLS]
+ *	verbs DEVICE
  *
- * SYMBOLS is a file of libibverbs' public symbol names, one a line: each
- * must resolve to libgoroce, never to a real libibverbs.
  *	verbs --strings
  * prints what the pure helpers (ibv_wc_status_str, rates, ...) return,
  * for a comparison with the real libibverbs'.
@@ -1105,13 +1103,277 @@ static void test_srq_and_events(void)
 	munmap(buf, 8192);
 }
 
+static void test_ex(void)
+{
+	int LW = IBV_ACCESS_LOCAL_WRITE, RW = IBV_ACCESS_REMOTE_WRITE;
+	/* The extended CQ. */
+	struct ibv_cq_init_attr_ex ca = {.cqe = 64,
+					 .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+						     IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+						     IBV_WC_EX_WITH_DLID_PATH_BITS};
+	struct ibv_cq_init_attr_ex bad = ca;
+	bad.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	NULL_ERR(ibv_create_cq_ex(ctx, &bad), EOPNOTSUPP); /* no clock in the completions */
+	bad = ca;
+	bad.comp_mask = 1 << 10;
+	NULL_ERR(ibv_create_cq_ex(ctx, &bad), EINVAL);
+	bad = ca;
+	bad.cqe = 0;
+	NULL_ERR(ibv_create_cq_ex(ctx, &bad), EINVAL);
+	struct ibv_cq_ex *cqx = OK(ibv_create_cq_ex(ctx, &ca));
+	struct ibv_cq *cq = ibv_cq_ex_to_cq(cqx);
+	struct ibv_poll_cq_attr pa = {0};
+	EQ_ERR(ibv_start_poll(cqx, &pa), ENOENT);
+
+	/* The extended QP. */
+	struct ibv_qp_init_attr_ex qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 2, .max_recv_sge = 2,
+						 .max_inline_data = 32},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .pd = pd,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
+							   IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ};
+	struct ibv_qp_init_attr_ex qbad = qa;
+	qbad.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	qbad.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+	NULL_ERR(ibv_create_qp_ex(ctx, &qbad), EOPNOTSUPP); /* rxe takes no create flags */
+	struct ibv_qp *qp = OK(ibv_create_qp_ex(ctx, &qa));
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp);
+	CHECK(qx != NULL, "ibv_qp_to_qp_ex of a QP made with send_ops_flags");
+	struct ibv_qp *plain = OK(make_qp(pd, IBV_QPT_RC, cq, cq, NULL, 8, 2));
+	CHECK(ibv_qp_to_qp_ex(plain) == NULL, "ibv_qp_to_qp_ex of a QP made without send_ops_flags");
+	MUST(connect_pair(qp, plain, &gid0, LW | RW));
+	struct ibv_qp_attr at;
+	struct ibv_qp_init_attr ia;
+	MUST(ibv_query_qp(qp, &at, IBV_QP_CAP, &ia));
+	int maxwr = (int)at.cap.max_send_wr, maxsge = (int)at.cap.max_send_sge, maxinl = (int)at.cap.max_inline_data;
+
+	char *buf = page_alloc(8192);
+	struct ibv_mr *mr = OK(ibv_reg_mr(pd, buf, 8192, LW | RW));
+	MUST(post_recv1(plain, 70, buf + 4096, 64, mr->lkey));
+	memcpy(buf, "builder", 8);
+	ibv_wr_start(qx);
+	qx->wr_id = 71;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qx, mr->rkey, (uintptr_t)buf + 2048);
+	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+	qx->wr_id = 72;
+	ibv_wr_send_imm(qx, htobe32(0x1234));
+	ibv_wr_set_inline_data(qx, "inl-snd", 8);
+	EQ_ERR(ibv_wr_complete(qx), 0);
+	/* Three completions through ibv_start_poll and friends. */
+	int got = 0, seen = 0;
+	for (double end = now_ms() + 5000; got < 3 && now_ms() < end;) {
+		int r = ibv_start_poll(cqx, &pa);
+		if (r == ENOENT) {
+			usleep(100);
+			continue;
+		}
+		CHECK(r == 0, "ibv_start_poll = %d", r);
+		if (r)
+			break;
+		do {
+			got++;
+			uint64_t id = cqx->wr_id;
+			enum ibv_wc_opcode op = ibv_wc_read_opcode(cqx);
+			if (cqx->status != IBV_WC_SUCCESS)
+				seen |= 64;
+			else if (id == 71 && op == IBV_WC_RDMA_WRITE)
+				seen |= 1;
+			else if (id == 72 && op == IBV_WC_SEND)
+				seen |= 2;
+			else if (id == 70 && op == IBV_WC_RECV && ibv_wc_read_byte_len(cqx) == 8 &&
+				 be32toh(ibv_wc_read_imm_data(cqx)) == 0x1234 && ibv_wc_read_wc_flags(cqx) & IBV_WC_WITH_IMM &&
+				 ibv_wc_read_qp_num(cqx) == plain->qp_num && !memcmp(buf + 4096, "inl-snd", 8))
+				seen |= 4;
+			else
+				seen |= 128;
+		} while (got < 3 && (r = ibv_next_poll(cqx)) == 0);
+		ibv_end_poll(cqx);
+	}
+	CHECK(got == 3 && seen == 7 && !memcmp(buf + 2048, "builder", 8), "the builders' completions: %d, seen %#x", got,
+	      seen);
+
+	/* Errors come back from ibv_wr_complete, and nothing is posted. */
+	struct ibv_sge sg[8];
+	for (int i = 0; i < 8; i++)
+		sg[i] = (struct ibv_sge){(uintptr_t)buf + 8 * i, 8, mr->lkey};
+	CHECK(maxsge < 8, "max_send_sge %d", maxsge);
+	ibv_wr_start(qx);
+	qx->wr_id = 80;
+	ibv_wr_send(qx);
+	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+	qx->wr_id = 81;
+	ibv_wr_send(qx);
+	ibv_wr_set_sge_list(qx, maxsge + 1, sg);
+	EQ_ERR(ibv_wr_complete(qx), EINVAL);
+	char big[256] = {0};
+	CHECK(maxinl < (int)sizeof big, "max_inline_data %d", maxinl);
+	ibv_wr_start(qx);
+	qx->wr_id = 82;
+	ibv_wr_send(qx);
+	ibv_wr_set_inline_data(qx, big, maxinl + 1);
+	EQ_ERR(ibv_wr_complete(qx), EINVAL);
+	ibv_wr_start(qx);
+	for (int i = 0; i <= maxwr; i++) {
+		qx->wr_id = 90 + i;
+		ibv_wr_rdma_write(qx, mr->rkey, (uintptr_t)buf + 2048);
+		ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+	}
+	EQ_ERR(ibv_wr_complete(qx), ENOMEM);
+	ibv_wr_start(qx);
+	qx->wr_id = 83;
+	ibv_wr_rdma_write(qx, mr->rkey, (uintptr_t)buf + 2048);
+	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+	ibv_wr_abort(qx);
+	struct ibv_wc wc[4];
+	CHECK(poll_n(cq, wc, 1, 300) == 0, "a completion of a request refused or aborted");
+	/* The queue is whole again: a batch of max_send_wr goes. */
+	ibv_wr_start(qx);
+	for (int i = 0; i < maxwr; i++) {
+		qx->wr_id = 100 + i;
+		ibv_wr_rdma_write(qx, mr->rkey, (uintptr_t)buf + 2048);
+		ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+	}
+	EQ_ERR(ibv_wr_complete(qx), 0);
+	struct ibv_wc many[64];
+	CHECK(maxwr <= 64 && poll_n(cq, many, maxwr, 5000) == maxwr && many[0].wr_id == 100 &&
+		      many[maxwr - 1].wr_id == (uint64_t)(100 + maxwr - 1),
+	      "a full batch of builders");
+	/* Before RTS. */
+	MUST(to_state(qp, IBV_QPS_ERR));
+	MUST(to_state(qp, IBV_QPS_RESET));
+	ibv_wr_start(qx);
+	ibv_wr_send(qx);
+	ibv_wr_set_sge(qx, mr->lkey, (uintptr_t)buf, 8);
+	EQ_ERR(ibv_wr_complete(qx), EINVAL);
+	EQ_ERR(ibv_destroy_qp(qp), 0);
+	EQ_ERR(ibv_destroy_qp(plain), 0);
+	EQ_ERR(ibv_destroy_cq(cq), 0);
+	EQ_ERR(ibv_dereg_mr(mr), 0);
+	munmap(buf, 8192);
+}
+
+/* What goroce does not have fails with EOPNOTSUPP (or ENOSYS), never a
+ * crash. */
+static void test_unsupported(void)
+{
+	struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1,
+					.oflags = O_CREAT};
+	NULL_ERR(ibv_open_xrcd(ctx, &xa), EOPNOTSUPP);
+	struct ibv_td_init_attr ta = {0};
+	NULL_ERR(ibv_alloc_td(ctx, &ta), EOPNOTSUPP);
+	struct ibv_parent_domain_init_attr pda = {.pd = pd};
+	NULL_ERR(ibv_alloc_parent_domain(ctx, &pda), EOPNOTSUPP);
+	struct ibv_alloc_dm_attr dma = {.length = 4096};
+	NULL_ERR(ibv_alloc_dm(ctx, &dma), EOPNOTSUPP);
+	struct ibv_counters_init_attr cia = {0};
+	NULL_ERR(ibv_create_counters(ctx, &cia), EOPNOTSUPP);
+	struct ibv_wq_init_attr wa = {.wq_type = IBV_WQT_RQ, .max_wr = 4, .max_sge = 1, .pd = pd};
+	struct ibv_cq *cq = OK(ibv_create_cq(ctx, 4, NULL, NULL, 0));
+	wa.cq = cq;
+	NULL_ERR(ibv_create_wq(ctx, &wa), EOPNOTSUPP);
+	struct ibv_rwq_ind_table_init_attr ria = {0};
+	NULL_ERR(ibv_create_rwq_ind_table(ctx, &ria), EOPNOTSUPP);
+	struct ibv_qp_open_attr oa = {.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE, .qp_num = 1,
+				      .qp_type = IBV_QPT_XRC_RECV};
+	NULL_ERR(ibv_open_qp(ctx, &oa), EOPNOTSUPP);
+	NULL_ERR(ibv_alloc_null_mr(pd), EOPNOTSUPP);
+	struct ibv_values_ex v = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+	EQ_ERR(ibv_query_rt_values_ex(ctx, &v), EOPNOTSUPP);
+	char b[64];
+	struct ibv_sge sg = {(uintptr_t)b, 64, 0};
+	EQ_ERR(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sg, 1), EOPNOTSUPP);
+	struct ibv_modify_cq_attr mca = {.attr_mask = IBV_CQ_ATTR_MODERATE, .moderate = {1, 1}};
+	EQ_ERR(ibv_modify_cq(cq, &mca), EOPNOTSUPP);
+	struct ibv_qp *qp = OK(make_qp(pd, IBV_QPT_UD, cq, cq, NULL, 4, 1));
+	struct ibv_flow_attr fa = {.size = sizeof fa, .port = 1};
+	NULL_ERR(ibv_create_flow(qp, &fa), EOPNOTSUPP);
+	struct ibv_qp_rate_limit_attr rla = {.rate_limit = 1000};
+	EQ_ERR(ibv_modify_qp_rate_limit(qp, &rla), EOPNOTSUPP);
+	struct ibv_ece ece;
+	EQ_ERR(ibv_query_ece(qp, &ece), EOPNOTSUPP);
+	EQ_ERR(ibv_set_ece(qp, &ece), EOPNOTSUPP);
+	union ibv_gid mg = {.raw = {0xff, 0x0e}};
+	EQ_ERR(ibv_attach_mcast(qp, &mg, 0), EOPNOTSUPP); /* no multicast in the engine yet; rxe has it */
+	EQ_ERR(ibv_detach_mcast(qp, &mg, 0), EOPNOTSUPP);
+	struct ibv_srq_init_attr_ex sx = {.attr = {.max_wr = 4, .max_sge = 1},
+					  .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+					  .srq_type = IBV_SRQT_XRC,
+					  .pd = pd};
+	NULL_ERR(ibv_create_srq_ex(ctx, &sx), EOPNOTSUPP);
+	sx.srq_type = IBV_SRQT_BASIC;
+	struct ibv_srq *srq = OK(ibv_create_srq_ex(ctx, &sx));
+	uint32_t num;
+	EQ_ERR(ibv_get_srq_num(srq, &num), EOPNOTSUPP);
+	EQ_ERR(ibv_destroy_srq(srq), 0);
+	NULL_ERR(ibv_import_device(ctx->cmd_fd), EOPNOTSUPP);
+	NULL_ERR(ibv_import_pd(ctx, 1), EOPNOTSUPP);
+	NULL_ERR(ibv_import_mr(pd, 1), EOPNOTSUPP);
+	NULL_ERR(ibv_import_dm(ctx, 1), EOPNOTSUPP);
+	CHECK(ibv_fork_init() == 0 && ibv_is_fork_initialized() == IBV_FORK_UNNEEDED, "fork: not needed");
+	EQ_ERR(ibv_destroy_qp(qp), 0);
+	EQ_ERR(ibv_destroy_cq(cq), 0);
+}
+
+/* The public functions of libibverbs, each named in syms.c (which the
+ * Go test writes): the program's references to them, as the dynamic
+ * linker resolved them. Weak, for a build without syms.c. */
+__attribute__((weak)) void *const gr_syms[1];
+__attribute__((weak)) const char *const gr_names[1];
+__attribute__((weak)) const int gr_nsyms;
+
+/* test_symbols checks that every public function of libibverbs the
+ * program references resolves to libgoroce (the preload), and so do the
+ * context's operations: no call reaches a real libibverbs. */
+static void test_symbols(void)
+{
+	for (int i = 0; i < gr_nsyms; i++) {
+		Dl_info di;
+		int ok = dladdr(gr_syms[i], &di) && di.dli_fname;
+		CHECK(ok && strstr(di.dli_fname, "libgoroce"), "%s resolves to %s", gr_names[i], ok ? di.dli_fname : "nothing");
+	}
+	void *ops[] = {ctx->ops.poll_cq,  ctx->ops.req_notify_cq, ctx->ops.post_send, ctx->ops.post_recv,
+		       ctx->ops.post_srq_recv, ctx->ops.alloc_mw, ctx->ops.bind_mw, ctx->ops.dealloc_mw};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		Dl_info di;
+		CHECK(ops[i] && dladdr(ops[i], &di) && strstr(di.dli_fname, "libgoroce"), "context op %zu", i);
+	}
+}
+
+/* strings prints what the pure helpers return, for comparison with the
+ * real libibverbs'. */
+static int strings(void)
+{
+	for (int i = -1; i < 30; i++)
+		printf("wc_status %d %s\n", i, ibv_wc_status_str((enum ibv_wc_status)i));
+	for (int i = -1; i < 24; i++)
+		printf("event %d %s\n", i, ibv_event_type_str((enum ibv_event_type)i));
+	for (int i = -2; i < 9; i++)
+		printf("node %d %s\n", i, ibv_node_type_str((enum ibv_node_type)i));
+	for (int i = -1; i < 8; i++)
+		printf("port %d %s\n", i, ibv_port_state_str((enum ibv_port_state)i));
+	for (int i = -1; i < 26; i++)
+		printf("rate %d mult %d mbps %d\n", i, ibv_rate_to_mult((enum ibv_rate)i), ibv_rate_to_mbps((enum ibv_rate)i));
+	int mults[] = {0, 1, 2, 4, 5, 8, 10, 11, 12, 16, 20, 22, 24, 32, 40, 45, 48, 67, 80, 120, 160, 240, 320, 480, 3};
+	for (size_t i = 0; i < sizeof mults / sizeof mults[0]; i++)
+		printf("mult_to_rate %d %d\n", mults[i], mult_to_ibv_rate(mults[i]));
+	int mbps[] = {0, 2500, 5000, 10000, 14062, 20000, 25781, 28125, 30000, 40000, 53125, 56250, 60000, 80000, 103125,
+		      112500, 120000, 168750, 206250, 309375, 425000, 637500, 850000, 1275000, 1};
+	for (size_t i = 0; i < sizeof mbps / sizeof mbps[0]; i++)
+		printf("mbps_to_rate %d %d\n", mbps[i], mbps_to_ibv_rate(mbps[i]));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: verbs DEVICE [SYMBOLS] | verbs --strings\n");
+		fprintf(stderr, "usage: verbs DEVICE | verbs --strings\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!strcmp(argv[1], "--strings"))
+		return strings();
 	ctx = open_named(argv[1]);
 	pd = OK(ibv_alloc_pd(ctx));
 	test_device();
@@ -1121,6 +1383,9 @@ int main(int argc, char **argv)
 	test_cq();
 	test_qp();
 	test_srq_and_events();
+	test_ex();
+	test_unsupported();
+	test_symbols();
 	EQ_ERR(ibv_dealloc_pd(pd), 0);
 	EQ_ERR(ibv_close_device(ctx), 0);
 	return report("verbs");
