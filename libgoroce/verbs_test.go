@@ -104,3 +104,34 @@ func publicFunctions(t *testing.T) []string {
 	t.Logf("%d functions checked; not declared in verbs.h, not checked: %v", len(names), skipped)
 	return names
 }
+
+// TestVerbsStrings compares what the pure helpers (ibv_wc_status_str,
+// ibv_event_type_str, the rate conversions, ...) return under libgoroce
+// with what the real libibverbs returns.
+func TestVerbsStrings(t *testing.T) {
+	h := devicetest.NewHost(t)
+	exe := buildVerbs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	real, err := exec.CommandContext(ctx, exe, "--strings").CombinedOutput()
+	if err != nil {
+		t.Fatalf("verbs --strings on libibverbs: %v\n%s", err, real)
+	}
+	r := h.Run(ctx, exe, "--strings")
+	if r.Err != nil {
+		t.Fatalf("verbs --strings on libgoroce: %s", r)
+	}
+	want, got := strings.Split(string(real), "\n"), strings.Split(r.Out, "\n")
+	for i := range max(len(want), len(got)) {
+		var w, g string
+		if i < len(want) {
+			w = want[i]
+		}
+		if i < len(got) {
+			g = got[i]
+		}
+		if w != g {
+			t.Errorf("libibverbs says %q, libgoroce %q", w, g)
+		}
+	}
+}

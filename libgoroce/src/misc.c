@@ -96,27 +96,27 @@ EXPORT const char *ibv_node_type_str(enum ibv_node_type node_type)
 
 EXPORT const char *ibv_port_state_str(enum ibv_port_state port_state)
 {
-	static const char *const s[] = {"PORT_NOP", "PORT_DOWN", "PORT_INIT", "PORT_ARMED", "PORT_ACTIVE",
-					"PORT_ACTIVE_DEFER"};
+	static const char *const s[] = {"no state change (NOP)", "down", "init", "armed", "active", "active defer"};
 	if ((unsigned)port_state < sizeof s / sizeof s[0])
 		return s[port_state];
 	return "unknown";
 }
 
-/* Rates: each ibv_rate with its multiple of 2.5 Gb/s and its Mb/s. */
+/* Rates: each ibv_rate with its multiple of 2.5 Gb/s (-1 for those that
+ * are none, as libibverbs has it) and its Mb/s. */
 static const struct {
 	enum ibv_rate rate;
 	int mult;
 	int mbps;
 } rates[] = {
-	{IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},       {IBV_RATE_10_GBPS, 4, 10000},
-	{IBV_RATE_20_GBPS, 8, 20000},     {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
-	{IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},    {IBV_RATE_120_GBPS, 48, 120000},
-	{IBV_RATE_14_GBPS, 5, 14062},     {IBV_RATE_56_GBPS, 22, 56250},    {IBV_RATE_112_GBPS, 45, 112500},
-	{IBV_RATE_168_GBPS, 67, 168750},  {IBV_RATE_25_GBPS, 10, 25781},    {IBV_RATE_100_GBPS, 40, 103125},
-	{IBV_RATE_200_GBPS, 80, 206250},  {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
-	{IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000}, {IBV_RATE_600_GBPS, 240, 637500},
-	{IBV_RATE_800_GBPS, 320, 850000}, {IBV_RATE_1200_GBPS, 480, 1275000},
+	{IBV_RATE_2_5_GBPS, 1, 2500},       {IBV_RATE_5_GBPS, 2, 5000},         {IBV_RATE_10_GBPS, 4, 10000},
+	{IBV_RATE_20_GBPS, 8, 20000},       {IBV_RATE_30_GBPS, 12, 30000},      {IBV_RATE_40_GBPS, 16, 40000},
+	{IBV_RATE_60_GBPS, 24, 60000},      {IBV_RATE_80_GBPS, 32, 80000},      {IBV_RATE_120_GBPS, 48, 120000},
+	{IBV_RATE_14_GBPS, -1, 14062},      {IBV_RATE_56_GBPS, -1, 56250},      {IBV_RATE_112_GBPS, -1, 112500},
+	{IBV_RATE_168_GBPS, -1, 168750},    {IBV_RATE_25_GBPS, -1, 25781},      {IBV_RATE_100_GBPS, -1, 103125},
+	{IBV_RATE_200_GBPS, -1, 206250},    {IBV_RATE_300_GBPS, -1, 309375},    {IBV_RATE_28_GBPS, 11, 28125},
+	{IBV_RATE_50_GBPS, 20, 53125},      {IBV_RATE_400_GBPS, 160, 425000},   {IBV_RATE_600_GBPS, 240, 637500},
+	{IBV_RATE_800_GBPS, 320, 850000},   {IBV_RATE_1200_GBPS, 480, 1275000},
 };
 #define NRATES (sizeof rates / sizeof rates[0])
 
@@ -131,7 +131,7 @@ EXPORT int ibv_rate_to_mult(enum ibv_rate rate)
 EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
 {
 	for (size_t i = 0; i < NRATES; i++)
-		if (rates[i].mult == mult)
+		if (mult > 0 && rates[i].mult == mult)
 			return rates[i].rate;
 	return IBV_RATE_MAX;
 }
