@@ -155,14 +155,14 @@ type Stats struct {
 // QP (QP 1) and runs every listener and connection made through it. It is
 // safe for concurrent use. It stops with Close, or when its device closes.
 type Agent struct {
-	dev  verbs.Device // the device as NewAgent (or Listen, Dial) got it
-	key  *roce.Device // the device as roce.Open made it, under any view
-	addr netip.Addr
-	gid  [16]byte
-	guid uint64
-	clk  clock.Clock
-	log  *slog.Logger
-	mtu  bth.MTU
+	dev   verbs.Device // the device as NewAgent (or Listen, Dial) got it
+	key   *roce.Device // the device as roce.Open made it, under any view
+	addr  netip.Addr   // the device's first address: Addr, and the CA GUID's
+	addrs []netip.Addr // all of them (an IPv4 and an IPv6 one on a Multi link)
+	guid  uint64
+	clk   clock.Clock
+	log   *slog.Logger
+	mtu   bth.MTU
 
 	respTimeout    uint8
 	maxRetries     uint8
@@ -258,7 +258,7 @@ func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
 		c = *cfg
 	}
 	a := &Agent{
-		dev: dev, key: sd, addr: sd.Addr(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
+		dev: dev, key: sd, addr: sd.Addr(), addrs: sd.GIDs(), clk: c.Clock, log: c.Logger, mtu: dev.ActiveMTU(),
 		respTimeout: c.ResponseTimeout, maxRetries: c.MaxRetries, lifeTime: c.PacketLifeTime,
 		agentID: c.AgentID, guid: c.CAGUID, nrcv: c.Receives, closeWait: c.CloseWait, connectTimeout: c.ConnectTimeout,
 		maxConns: c.MaxConns, maxHalfOpen: c.MaxHalfOpen, onReject: c.OnReject,
@@ -268,7 +268,9 @@ func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
 		sidrLater: make(map[sidrKey]*DatagramRequest),
 		done:      make(chan struct{}), unreach: make(chan transport.Unreachable, 16),
 	}
-	a.gid = verbs.GIDFromAddr(a.addr)
+	if len(a.addrs) == 0 {
+		a.addrs = []netip.Addr{a.addr}
+	}
 	if a.clk == nil {
 		a.clk = sd.Clock()
 	}
@@ -285,7 +287,7 @@ func newAgent(dev verbs.Device, sd *roce.Device, cfg *Config) (*Agent, error) {
 	// The agent goes with the device (at once, in its own goroutine,
 	// when the device closed meanwhile).
 	a.unhook = sd.OnClose(func() { a.Close() })
-	a.log.Debug("cm agent started", "dev", dev.Name(), "addr", a.addr, "guid", fmt.Sprintf("%#016x", a.guid))
+	a.log.Debug("cm agent started", "dev", dev.Name(), "addrs", a.addrs, "guid", fmt.Sprintf("%#016x", a.guid))
 	return a, nil
 }
 
@@ -426,8 +428,9 @@ func (a *Agent) postRecv(slot int) error {
 	return nil
 }
 
-// Addr returns the device's IP address, which the agent's connections
-// use.
+// Addr returns the device's IP address, the first of its addresses on a
+// Multi link; a connection uses the device's address of its peer's IP
+// version.
 func (a *Agent) Addr() netip.Addr {
 	if a == nil {
 		return netip.Addr{}
@@ -599,7 +602,7 @@ func (a *Agent) completion(wc *verbs.WC) {
 // receive decodes and dispatches one MAD from src.
 func (a *Agent) receive(src netip.Addr, b []byte) {
 	h, m, err := mad.Decode(b)
-	if err != nil || !src.IsValid() || src.Is4() != a.addr.Is4() {
+	if _, ok := a.localFor(src); err != nil || !ok {
 		a.ctr.malformed.Add(1)
 		return
 	}
@@ -745,8 +748,42 @@ func (a *Agent) reqTimeout() time.Duration {
 // checkAddr checks that addr is usable as a local or remote address of
 // this agent.
 func (a *Agent) checkAddr(ip netip.Addr) error {
-	if !ip.IsValid() || ip.Unmap().Is4() != a.addr.Is4() {
-		return fmt.Errorf("%w: %v is not an address of the device's IP version (%v)", ErrAddr, ip, a.addr)
+	if _, ok := a.localFor(ip); !ok {
+		return fmt.Errorf("%w: %v is not of an IP version the device has (%v)", ErrAddr, ip, a.addrs)
+	}
+	return nil
+}
+
+// localFor returns the device's address of peer's IP version, the one a
+// connection to peer uses.
+func (a *Agent) localFor(peer netip.Addr) (netip.Addr, bool) {
+	if !peer.IsValid() {
+		return netip.Addr{}, false
+	}
+	four := peer.Unmap().Is4()
+	for _, ip := range a.addrs {
+		if ip.Is4() == four {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// isLocal reports whether ip is one of the device's addresses.
+func (a *Agent) isLocal(ip netip.Addr) bool {
+	return slices.Contains(a.addrs, ip.Unmap())
+}
+
+// checkLocal checks that ip, an address to listen on, is one of the
+// device's or the unspecified address of an IP version it has.
+func (a *Agent) checkLocal(ip netip.Addr) error {
+	switch {
+	case !ip.IsValid():
+		return nil
+	case ip.IsUnspecified():
+		return a.checkAddr(ip)
+	case !a.isLocal(ip):
+		return fmt.Errorf("%w: %v is not an address of the device (%v)", ErrAddr, ip, a.addrs)
 	}
 	return nil
 }

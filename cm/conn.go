@@ -511,7 +511,8 @@ func (a *Agent) sendREQ(c *Conn) error {
 			"or raise it", ErrLimit, len(a.conns))
 	}
 	sport := a.newPort()
-	c.local = netip.AddrPortFrom(a.addr, sport)
+	local, _ := a.localFor(c.peer) // Dial checked its family
+	c.local = netip.AddrPortFrom(local, sport)
 	c.info = ConnInfo{
 		LocalCommID: a.newLocalID(), LocalQPN: c.qp.QPN(), RecvPSN: rand.Uint32() & bth.PSNMask,
 		ResponderResources: rr, InitiatorDepth: id, PathMTU: mtu,
@@ -525,10 +526,10 @@ func (a *Agent) sendREQ(c *Conn) error {
 		RemoteCMResponseTimeout: a.respTimeout, TransportServiceType: mad.TransportRC,
 		StartingPSN: c.info.RecvPSN, LocalCMResponseTimeout: a.respTimeout, RetryCount: c.info.RetryCount,
 		PKey: defaultPKey, PathMTU: mtu, RNRRetryCount: c.info.RNRRetryCount, MaxCMRetries: a.maxRetries,
-		Primary: mad.Path{LocalLID: lidPermissive, RemoteLID: lidPermissive, LocalGID: a.gid, RemoteGID: c.peerGID,
+		Primary: mad.Path{LocalLID: lidPermissive, RemoteLID: lidPermissive, LocalGID: verbs.GIDFromAddr(local), RemoteGID: c.peerGID,
 			FlowLabel: flowLabel(sport, c.remote.Port()), HopLimit: hopLimit, LocalACKTimeout: c.pathACK},
 	}
-	cma := mad.CMAHeader{SrcPort: sport, Src: a.addr, Dst: c.peer}
+	cma := mad.CMAHeader{SrcPort: sport, Src: local, Dst: c.peer}
 	if err := cma.Marshal(req.PrivateData[:]); err != nil {
 		return fmt.Errorf("cm: %w", err)
 	}

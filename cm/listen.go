@@ -88,11 +88,8 @@ func (a *Agent) Listen(ctx context.Context, addr netip.AddrPort, cfg *ListenConf
 		return nil, err
 	}
 	ip := addr.Addr().Unmap()
-	if ip.IsValid() && !ip.IsUnspecified() && ip != a.addr {
-		return nil, fmt.Errorf("%w: %v is not the device's address %v", ErrAddr, ip, a.addr)
-	}
-	if ip.IsValid() && ip.Is4() != a.addr.Is4() {
-		return nil, fmt.Errorf("%w: %v is not of the device's IP version", ErrAddr, ip)
+	if err := a.checkLocal(ip); err != nil {
+		return nil, err
 	}
 	l := &Listener{a: a, done: make(chan struct{})}
 	if cfg != nil {
@@ -453,11 +450,17 @@ func (a *Agent) matchREQ(m *mad.REQ) (l *Listener, cma mad.CMAHeader, reason mad
 	if !ok || ps != mad.PortSpaceTCP || len(a.listeners[port]) == 0 {
 		return nil, cma, mad.RejInvalidServiceID, nil
 	}
-	if err := cma.Unmarshal(m.PrivateData[:]); err != nil || cma.Dst.Unmap().Is4() != a.addr.Is4() {
+	if err := cma.Unmarshal(m.PrivateData[:]); err != nil {
+		return nil, cma, mad.RejConsumerDefined, nil
+	}
+	dst := cma.Dst.Unmap()
+	local, ok := a.localFor(dst)
+	if !ok {
 		return nil, cma, mad.RejConsumerDefined, nil
 	}
 	for _, o := range a.listeners[port] {
-		if o.addr.Addr().IsUnspecified() || o.addr.Addr() == cma.Dst.Unmap() {
+		if o.addr.Addr() == dst || o.addr.Addr() == netip.IPv6Unspecified() ||
+			o.addr.Addr() == netip.IPv4Unspecified() && dst.Is4() {
 			l = o
 			break
 		}
@@ -469,8 +472,9 @@ func (a *Agent) matchREQ(m *mad.REQ) (l *Listener, cma mad.CMAHeader, reason mad
 		return nil, cma, mad.RejConsumerDefined, nil
 	case m.TransportServiceType != mad.TransportRC:
 		return nil, cma, mad.RejInvalidTransportType, nil
-	case m.Primary.RemoteGID != a.gid:
-		return nil, cma, mad.RejInvalidGID, a.gid[:]
+	case !a.isLocal(netip.AddrFrom16(m.Primary.RemoteGID)):
+		gid := verbs.GIDFromAddr(local)
+		return nil, cma, mad.RejInvalidGID, gid[:]
 	case m.PathMTU.Bytes() == 0:
 		return nil, cma, mad.RejInvalidMTU, nil
 	}
@@ -506,7 +510,7 @@ func (a *Agent) newPassive(l *Listener, src netip.Addr, h *mad.Header, m *mad.RE
 	c.req = m
 	c.tid = h.TID
 	c.peer = src
-	c.local = netip.AddrPortFrom(a.addr, l.addr.Port())
+	c.local = netip.AddrPortFrom(netip.AddrFrom16(m.Primary.RemoteGID).Unmap(), l.addr.Port())
 	c.remote = netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort)
 	c.peerData = append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)
 	mtu := min(m.PathMTU, a.mtu)

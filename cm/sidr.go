@@ -168,8 +168,8 @@ func (a *Agent) ListenDatagram(ctx context.Context, addr netip.AddrPort, cfg *Da
 		return nil, fmt.Errorf("cm: %w: ListenDatagram needs a UD QP, not %v", verbs.ErrInvalidAttr, cfg.QP.Type())
 	}
 	ip := addr.Addr().Unmap()
-	if ip.IsValid() && !ip.IsUnspecified() && ip != a.addr {
-		return nil, fmt.Errorf("%w: %v is not the device's address %v", ErrAddr, ip, a.addr)
+	if err := a.checkLocal(ip); err != nil {
+		return nil, err
 	}
 	if addr.Port() == 0 {
 		return nil, fmt.Errorf("%w: port 0", ErrAddr)
@@ -283,7 +283,8 @@ func (a *Agent) ResolveDatagram(ctx context.Context, addr netip.AddrPort, privat
 	q := &sidrQuery{id: a.newLocalID(), dst: netip.AddrPortFrom(dst, addr.Port()), done: make(chan struct{}),
 		deadline: a.clk.Now().Add(a.connectTimeout)}
 	m := &mad.SIDRREQ{RequestID: q.id, PKey: defaultPKey, ServiceID: mad.ServiceID(mad.PortSpaceUDP, addr.Port())}
-	cma := mad.CMAHeader{SrcPort: a.newPort(), Src: a.addr, Dst: dst}
+	local, _ := a.localFor(dst) // checked above
+	cma := mad.CMAHeader{SrcPort: a.newPort(), Src: local, Dst: dst}
 	if err := cma.Marshal(m.PrivateData[:]); err != nil {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("cm: %w", err)
@@ -387,20 +388,26 @@ func (a *Agent) onSIDRREQ(src netip.Addr, h *mad.Header, m *mad.SIDRREQ) {
 		rep.Status = mad.SIDRRejected
 		return
 	}
+	dst := cma.Dst.Unmap()
+	local, ok := a.localFor(src)
+	if a.isLocal(dst) {
+		local = dst
+	}
 	var l *DatagramListener
 	for _, o := range a.dlisteners[port] {
-		if !o.addr.Addr().IsValid() || o.addr.Addr().IsUnspecified() || o.addr.Addr() == cma.Dst.Unmap() {
+		if ip := o.addr.Addr(); !ip.IsValid() || ip == dst || ip == netip.IPv6Unspecified() ||
+			ip == netip.IPv4Unspecified() && dst.Is4() {
 			l = o
 			break
 		}
 	}
-	if l == nil {
+	if l == nil || !ok {
 		return
 	}
 	var data []byte
 	var err error
 	if l.cfg.OnRequest != nil {
-		r := &DatagramRequest{Local: netip.AddrPortFrom(a.addr, port),
+		r := &DatagramRequest{Local: netip.AddrPortFrom(local, port),
 			Remote:      netip.AddrPortFrom(cma.Src.Unmap(), cma.SrcPort),
 			PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
 			a:           a, src: src, tid: h.TID, rep: *rep, key: key}
