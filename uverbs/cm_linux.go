@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/uverbs/abi"
 	"github.com/goroce/goroce/verbs"
 )
@@ -348,16 +350,22 @@ func (s *session) cmListen(body []byte) uint32 {
 	if id.ps == abi.PSUDP {
 		return s.cmListenDatagram(a, id, addr)
 	}
-	// A listener the program destroyed whose accepted requests are still
-	// finishing their handshakes holds its port: a new listening id on
-	// it takes it over, as the kernel's port is free again at once.
-	if lr := s.lingering[addr]; lr != nil && lr.owner == nil {
-		lr.owner = id
-		id.listening, id.lr, id.src = true, lr, lr.ln.Addr()
-		delete(s.lingering, addr)
-		return 0
+	// A listener a program destroyed lingers on its port (linger): a new
+	// listening id of the same program takes it over, one of another
+	// closes it unless its accepted requests are still finishing their
+	// handshakes, as the kernel's port is free again at once.
+	if lr := s.srv.lingerer(addr); lr != nil {
+		if lr.s == s {
+			lr.owner = id
+			id.listening, id.lr, id.src = true, lr, lr.ln.Addr()
+			return 0
+		}
+		if !lr.busy.Load() {
+			lr.ln.Close()
+			lr.cancel()
+		}
 	}
-	lr := &listenRec{owner: id}
+	lr := &listenRec{s: s, owner: id}
 	lr.ctx, lr.cancel = context.WithCancel(context.Background())
 	ln, err := a.Listen(lr.ctx, addr, &cm.ListenConfig{Backlog: backlog, OnRequest: lr.onRequest(s)})
 	if err != nil {
@@ -382,10 +390,12 @@ func (s *session) cmListen(body []byte) uint32 {
 // listenRec is a listener of the agent's and the id it serves, which
 // changes when the program listens again on its port before it closed.
 type listenRec struct {
+	s      *session
 	ln     *cm.Listener
 	owner  *cmID // under s.mu; nil while it lingers
 	ctx    context.Context
 	cancel context.CancelFunc
+	busy   atomic.Bool // lingering with handshakes to finish
 }
 
 // acceptors is how many requests of one listener may wait for the
@@ -398,7 +408,24 @@ func (lr *listenRec) onRequest(s *session) func(ctx context.Context, r *cm.Reque
 	return func(ctx context.Context, r *cm.Request) (*cm.Params, error) {
 		s.mu.Lock()
 		id := lr.owner
-		if id == nil || id.destroyed {
+		for id == nil {
+			// The program destroyed the listening id: a request waits
+			// for it to listen on the port again (perftest -R listens
+			// anew right after a handshake its peer follows with a
+			// REQ), and is refused as one to a port nobody listens on
+			// once the listener closes.
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil, &cm.RejectError{Reason: mad.RejInvalidServiceID}
+			case <-lr.ctx.Done():
+				return nil, &cm.RejectError{Reason: mad.RejInvalidServiceID}
+			case <-time.After(2 * time.Millisecond):
+			}
+			s.mu.Lock()
+			id = lr.owner
+		}
+		if id.destroyed {
 			s.mu.Unlock()
 			return nil, cm.Reject(nil)
 		}
@@ -477,7 +504,9 @@ func (id *cmID) watch(c *cm.Conn) {
 	}
 	id.s.mu.Lock()
 	defer id.s.mu.Unlock()
-	if !id.destroyed && id.conn == c {
+	if !id.destroyed && id.conn == c && !id.disconnected {
+		// One DISCONNECTED, whichever side ended it: rdma_disconnect's
+		// own (cmDisconnect) may have come first.
 		id.event(abi.CMEvent{Type: abi.CMEventDisconnected})
 		id.disconnected = true
 	}
@@ -766,20 +795,30 @@ func (s *session) handshaking(lr *listenRec) bool {
 	return false
 }
 
+// lingerGrace is how long a destroyed listening id's listener stays
+// open after its last handshake, for the program to listen on the port
+// again without refusing a request that comes meanwhile.
+const lingerGrace = 500 * time.Millisecond
+
 // linger closes a destroyed listening id's listener once the requests
 // its program accepted have finished their handshakes (the listener
-// carries them), unless a new listening id took it over meanwhile.
+// carries them) and lingerGrace has passed, unless a new listening id
+// took it over meanwhile.
 func (s *session) linger(lr *listenRec) {
+	idle := time.Now()
 	for i := 0; ; i++ {
 		s.mu.Lock()
 		if lr.owner != nil {
 			s.mu.Unlock()
 			return // taken over
 		}
-		if !s.handshaking(lr) || i == 3000 || s.closed {
-			if s.lingering[lr.ln.Addr()] == lr {
-				delete(s.lingering, lr.ln.Addr())
-			}
+		busy := s.handshaking(lr)
+		lr.busy.Store(busy)
+		if busy {
+			idle = time.Now()
+		}
+		if time.Since(idle) >= lingerGrace || i == 3000 || s.closed || lr.ctx.Err() != nil {
+			s.srv.unlinger(lr)
 			s.mu.Unlock()
 			lr.ln.Close()
 			lr.cancel()
@@ -800,7 +839,8 @@ func (s *session) freeCMID(id *cmID) {
 		// them), and closes once the requests its program accepted have
 		// finished their handshakes.
 		id.lr.owner = nil
-		s.lingering[id.lr.ln.Addr()] = id.lr
+		id.lr.busy.Store(true)
+		s.srv.linger(id.lr)
 		go s.linger(id.lr)
 	}
 	if id.conn != nil && !id.closing {
@@ -904,4 +944,30 @@ func (id *cmID) resolve(a *cm.Agent, pd []byte) {
 	}
 	e.Param.PrivateDataLen = uint8(copy(e.Param.PrivateData[:], p.PrivateData))
 	id.event(e)
+}
+
+// linger records lr, a listener of a destroyed id, as its port's.
+func (s *Server) linger(lr *listenRec) {
+	s.mu.Lock()
+	s.lingering[lr.ln.Addr()] = lr
+	s.mu.Unlock()
+}
+
+// lingerer returns the lingering listener on addr, if any, and forgets it:
+// the caller takes it over or closes it.
+func (s *Server) lingerer(addr netip.AddrPort) *listenRec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lr := s.lingering[addr]
+	delete(s.lingering, addr)
+	return lr
+}
+
+// unlinger forgets lr if it still lingers.
+func (s *Server) unlinger(lr *listenRec) {
+	s.mu.Lock()
+	if s.lingering[lr.ln.Addr()] == lr {
+		delete(s.lingering, lr.ln.Addr())
+	}
+	s.mu.Unlock()
 }

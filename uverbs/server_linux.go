@@ -41,6 +41,9 @@ type Server struct {
 	byCQ  map[verbs.CQ]*cqObj
 	bySRQ map[verbs.SRQ]*srqObj
 	cm    *cm.Agent // the connection manager, from the first rdma_cm id on
+	// lingering are the listeners of destroyed listening ids (linger),
+	// by address.
+	lingering map[netip.AddrPort]*listenRec
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -85,7 +88,8 @@ func Serve(dev *roce.Device, cfg *Config) (*Server, error) {
 	}
 	s := &Server{dev: dev, cfg: c, log: c.Logger, sessions: make(map[*session]struct{}),
 		byQPN: make(map[uint32]*qpObj), byCQ: make(map[verbs.CQ]*cqObj), bySRQ: make(map[verbs.SRQ]*srqObj),
-		done: make(chan struct{})}
+		lingering: make(map[netip.AddrPort]*listenRec),
+		done:      make(chan struct{})}
 	switch {
 	case c.Spin == 0:
 		s.spin = int64(DefaultSpin)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -46,10 +45,9 @@ type session struct {
 	freeDB   []uint32
 	nextDB   uint32
 
-	cmChans   map[uint32]*cmChannel
-	cmIDs     map[uint32]*cmID
-	lingering map[netip.AddrPort]*listenRec // listeners of destroyed ids (linger)
-	closed    bool                          // torn down
+	cmChans map[uint32]*cmChannel
+	cmIDs   map[uint32]*cmID
+	closed  bool // torn down
 
 	worker     sync.WaitGroup
 	asyncLost  atomic.Uint64
@@ -138,7 +136,7 @@ func newSession(srv *Server, c *net.UnixConn) (*session, error) {
 		pds: map[uint32]*pdObj{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mwObj{}, chans: map[uint32]*chanObj{},
 		cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{}, srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{},
 		wqs: map[uint32]wqOwner{}, workerStop: make(chan struct{}), cmChans: map[uint32]*cmChannel{},
-		cmIDs: map[uint32]*cmID{}, lingering: map[netip.AddrPort]*listenRec{}}
+		cmIDs: map[uint32]*cmID{}}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
