@@ -101,3 +101,25 @@ func TestRdmaCM(t *testing.T) {
 		})
 	}
 }
+
+// TestRdmaCMReturns runs testdata/cmreturns.c: rdma_cm's events and
+// returns as librdmacm and the kernel give them (REJECTED's reasons,
+// one DISCONNECTED per end however a connection ends, rdma_disconnect's
+// returns, a listening port taken again), over IPv4 and IPv6, and ENODEV
+// from every entry point on a host with no device.
+func TestRdmaCMReturns(t *testing.T) {
+	exe := devicetest.CC(t, "cmreturns", []string{"testdata/cmreturns.c"}, "-lrdmacm")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if r := devicetest.NewHost(t).Run(ctx, exe, "nodev"); r.Err != nil || !strings.Contains(r.Out, ", 0 failed") {
+		t.Errorf("no device: %s", r)
+	}
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1,::1")
+	for _, a := range []string{"127.0.0.1", "::1"} {
+		r := h.Run(ctx, exe, a, strconv.Itoa(devicetest.FreeTCPPort(t)))
+		if r.Err != nil || !strings.Contains(r.Out, ", 0 failed") {
+			t.Errorf("%s: %s", a, r)
+		}
+	}
+}

@@ -72,6 +72,24 @@ static int fail(int err)
 	return -1;
 }
 
+/* cm_init fails with ENODEV until a device is there, as librdmacm's
+ * ucma_init does for channels, ids, rdma_getaddrinfo and
+ * rdma_get_devices. */
+static int cm_init(void)
+{
+	static int ready;
+	pthread_mutex_lock(&cm_lock);
+	if (!ready) {
+		int n = 0;
+		struct ibv_device **list = ibv_get_device_list(&n);
+		ready = list && n > 0;
+		ibv_free_device_list(list);
+	}
+	int r = ready;
+	pthread_mutex_unlock(&cm_lock);
+	return r ? 0 : fail(ENODEV);
+}
+
 /* cm_dev_of returns the id context of device d, opening it first. The
  * caller holds cm_lock. */
 static struct cm_dev *cm_dev_of(struct gr_device *d)
@@ -184,6 +202,8 @@ static struct gr_context *cd_ctx(struct cm_dev *cd) { return to_ctx(cd->ctx); }
 
 EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 {
+	if (cm_init())
+		return NULL;
 	struct cm_channel *c = calloc(1, sizeof *c);
 	int p[2];
 	if (!c) {
@@ -263,6 +283,8 @@ EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id 
 {
 	if (!id)
 		return fail(EINVAL);
+	if (cm_init())
+		return -1;
 	enum ibv_qp_type qpt;
 	switch (ps) {
 	case RDMA_PS_TCP:
@@ -1178,6 +1200,10 @@ EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 
 EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
 {
+	if (num_devices)
+		*num_devices = 0;
+	if (cm_init())
+		return NULL;
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (!list)
@@ -1247,6 +1273,8 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 {
 	if (!res || (!node && !service))
 		return EAI_NONAME;
+	if (cm_init())
+		return -1;
 	struct addrinfo h = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
 	int passive = hints && hints->ai_flags & RAI_PASSIVE;
 	if (hints) {

@@ -1,0 +1,258 @@
+/*
+ * rdma_cm's returns and events on the device, in one process: both ends
+ * of each connection on the address given (a connection to oneself, as
+ * on rxe0), each end with its own event channel. What librdmacm and the
+ * kernel's rdma_cm give: REJECTED with reason 8 (invalid service ID)
+ * from a port nobody listens on and 28 (consumer defined) from
+ * rdma_reject; one DISCONNECTED per end however the connection ends;
+ * rdma_disconnect's returns; ENODEV from every entry point while no
+ * device is there (mode "nodev").
+ *
+ * usage: cmreturns ADDR PORT | cmreturns nodev
+ */
+#include <arpa/inet.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+
+#include "gtest.h"
+
+static struct sockaddr_storage addr;
+
+/* next returns the type of ch's next event within ms (its status in
+ * *status and its id in *id), or -1. */
+static int next(struct rdma_event_channel *ch, int ms, int *status, struct rdma_cm_id **id)
+{
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+	if (poll(&p, 1, ms) != 1)
+		return -1;
+	struct rdma_cm_event *ev;
+	if (rdma_get_cm_event(ch, &ev))
+		return -1;
+	int t = ev->event;
+	if (status)
+		*status = ev->status;
+	if (id)
+		*id = ev->id;
+	rdma_ack_cm_event(ev);
+	return t;
+}
+
+/* expect checks that ch's next event is want, and returns its status. */
+static int expect_ev(struct rdma_event_channel *ch, enum rdma_cm_event_type want, struct rdma_cm_id **id,
+		     const char *what)
+{
+	int st = 0;
+	int t = next(ch, 5000, &st, id);
+	CHECK(t == (int)want, "%s: event %s (%d, status %d), want %s", what, t < 0 ? "none" : rdma_event_str(t), t, st,
+	      rdma_event_str(want));
+	return st;
+}
+
+static void set_port(int port)
+{
+	if (addr.ss_family == AF_INET)
+		((struct sockaddr_in *)&addr)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&addr)->sin6_port = htons(port);
+}
+
+/* RMUST: an rdma_cm call succeeds; the test cannot go on without it. */
+#define RMUST(expr)                                                                                                   \
+	do {                                                                                                          \
+		errno = 0;                                                                                            \
+		if ((expr)) {                                                                                         \
+			fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, strerror(errno));        \
+			exit(2);                                                                                      \
+		}                                                                                                     \
+	} while (0)
+
+/* create_qp gives id an RC QP on CQs of its own (rdma_create_qp writes
+ * the CQs it made into the attributes). */
+static void create_qp(struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr a = {.qp_type = IBV_QPT_RC,
+				     .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	RMUST(rdma_create_qp(id, NULL, &a));
+}
+
+/* dial resolves and connects a new id on ch to addr; it returns the id
+ * with its QP once rdma_connect is called. */
+static struct rdma_cm_id *dial(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_id *id;
+	RMUST(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP));
+	RMUST(rdma_resolve_addr(id, NULL, (struct sockaddr *)&addr, 2000));
+	expect_ev(ch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL, "resolve_addr");
+	RMUST(rdma_resolve_route(id, 2000));
+	expect_ev(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, "resolve_route");
+	create_qp(id);
+	struct rdma_conn_param p = {.retry_count = 7, .rnr_retry_count = 7};
+	RMUST(rdma_connect(id, &p));
+	return id;
+}
+
+static struct rdma_cm_id *listen_on(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_id *id;
+	RMUST(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP));
+	RMUST(rdma_bind_addr(id, (struct sockaddr *)&addr));
+	RMUST(rdma_listen(id, 8));
+	return id;
+}
+
+/* accept_next takes ch's next CONNECT_REQUEST and accepts it. */
+static struct rdma_cm_id *accept_next(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_id *id = NULL;
+	expect_ev(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &id, "listener");
+	if (!id)
+		exit(2);
+	create_qp(id);
+	struct rdma_conn_param p = {.retry_count = 7, .rnr_retry_count = 7};
+	RMUST(rdma_accept(id, &p));
+	return id;
+}
+
+static void close_id(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		rdma_destroy_qp(id);
+	EQ_ERR(rdma_destroy_id(id), 0);
+}
+
+/* connected makes a connection: the active end on cch, the passive one
+ * on sch from listener ln. */
+static void connected(struct rdma_event_channel *cch, struct rdma_event_channel *sch, struct rdma_cm_id **c,
+		      struct rdma_cm_id **s)
+{
+	*c = dial(cch);
+	*s = accept_next(sch);
+	expect_ev(cch, RDMA_CM_EVENT_ESTABLISHED, NULL, "active end");
+	expect_ev(sch, RDMA_CM_EVENT_ESTABLISHED, NULL, "passive end");
+}
+
+static void test_refused(struct rdma_event_channel *cch, int port)
+{
+	set_port(port);
+	struct rdma_cm_id *c = dial(cch);
+	int st = expect_ev(cch, RDMA_CM_EVENT_REJECTED, NULL, "connect to a port nobody listens on");
+	CHECK(st == 8, "REJECTED status %d from a port nobody listens on, want 8 (invalid service ID)", st);
+	close_id(c);
+}
+
+static void test_rejected(struct rdma_event_channel *cch, struct rdma_event_channel *sch, int port)
+{
+	set_port(port);
+	struct rdma_cm_id *ln = listen_on(sch), *s = NULL;
+	struct rdma_cm_id *c = dial(cch);
+	expect_ev(sch, RDMA_CM_EVENT_CONNECT_REQUEST, &s, "listener");
+	if (!s)
+		exit(2);
+	const char why[] = "busy";
+	EQ_ERR(rdma_reject(s, why, sizeof why), 0);
+	int st = expect_ev(cch, RDMA_CM_EVENT_REJECTED, NULL, "connect to a program that rejects");
+	CHECK(st == 28, "REJECTED status %d after rdma_reject, want 28 (consumer defined)", st);
+	EQ_ERR(rdma_destroy_id(s), 0);
+	close_id(c);
+	EQ_ERR(rdma_destroy_id(ln), 0);
+}
+
+/* test_disconnect ends connections each way, and both ends at once:
+ * each end gets one DISCONNECTED, and rdma_disconnect again returns 0. */
+static void test_disconnect(struct rdma_event_channel *cch, struct rdma_event_channel *sch, int port)
+{
+	set_port(port);
+	struct rdma_cm_id *ln = listen_on(sch);
+	for (int how = 0; how < 3; how++) {
+		struct rdma_cm_id *c, *s;
+		connected(cch, sch, &c, &s);
+		if (how != 1)
+			EQ_ERR(rdma_disconnect(c), 0);
+		if (how != 0)
+			EQ_ERR(rdma_disconnect(s), 0);
+		expect_ev(cch, RDMA_CM_EVENT_DISCONNECTED, NULL, "active end");
+		expect_ev(sch, RDMA_CM_EVENT_DISCONNECTED, NULL, "passive end");
+		/* The end that did not disconnect answers the DREQ with its
+		 * own rdma_disconnect, as programs do on DISCONNECTED. */
+		EQ_ERR(rdma_disconnect(how == 0 ? s : c), 0);
+		EQ_ERR(rdma_disconnect(c), 0);
+		int t1 = next(cch, 300, NULL, NULL), t2 = next(sch, 300, NULL, NULL);
+		CHECK(t1 < 0 && t2 < 0, "disconnect %d: a second event: %s on the active end, %s on the passive end", how,
+		      t1 < 0 ? "none" : rdma_event_str(t1), t2 < 0 ? "none" : rdma_event_str(t2));
+		close_id(c);
+		close_id(s);
+	}
+	EQ_ERR(rdma_destroy_id(ln), 0);
+}
+
+/* test_relisten destroys a listener and listens on its port again: a
+ * request that comes between goes to the new listener; one that comes
+ * when nobody listens again is refused. */
+static void test_relisten(struct rdma_event_channel *cch, struct rdma_event_channel *sch, int port)
+{
+	set_port(port);
+	struct rdma_cm_id *ln = listen_on(sch), *c, *s;
+	connected(cch, sch, &c, &s);
+	EQ_ERR(rdma_destroy_id(ln), 0);
+	struct rdma_cm_id *c2 = dial(cch);
+	usleep(50 * 1000);
+	ln = listen_on(sch);
+	struct rdma_cm_id *s2 = accept_next(sch);
+	expect_ev(cch, RDMA_CM_EVENT_ESTABLISHED, NULL, "a connect between two listeners");
+	expect_ev(sch, RDMA_CM_EVENT_ESTABLISHED, NULL, "the second listener");
+	EQ_ERR(rdma_destroy_id(ln), 0);
+	struct rdma_cm_id *c3 = dial(cch);
+	int st = expect_ev(cch, RDMA_CM_EVENT_REJECTED, NULL, "connect after the last listener went");
+	CHECK(st == 8, "REJECTED status %d after the listener went, want 8", st);
+	close_id(c3);
+	struct rdma_cm_id *ends[] = {c, s, c2, s2};
+	for (int i = 0; i < 4; i++) {
+		EQ_ERR(rdma_disconnect(ends[i]), 0);
+		expect_ev(i % 2 ? sch : cch, RDMA_CM_EVENT_DISCONNECTED, NULL, "an end of the relisten test");
+	}
+	for (int i = 0; i < 4; i++)
+		close_id(ends[i]);
+}
+
+static int nodev(void)
+{
+	NULL_ERR(rdma_create_event_channel(), ENODEV);
+	struct rdma_cm_id *id;
+	errno = 0;
+	int r = rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	CHECK(r == -1 && errno == ENODEV, "rdma_create_id with no device = %d, errno %d, want -1 and ENODEV", r, errno);
+	int n = -1;
+	struct ibv_context **l = rdma_get_devices(&n);
+	CHECK(!l && n == 0, "rdma_get_devices with no device = %p, %d devices", (void *)l, n);
+	return report("cmreturns nodev");
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 2 && !strcmp(argv[1], "nodev"))
+		return nodev();
+	if (argc != 3) {
+		fprintf(stderr, "usage: cmreturns ADDR PORT | cmreturns nodev\n");
+		return 2;
+	}
+	struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
+	if (inet_pton(AF_INET, argv[1], &a4->sin_addr) == 1)
+		a4->sin_family = AF_INET;
+	else if (inet_pton(AF_INET6, argv[1], &a6->sin6_addr) == 1)
+		a6->sin6_family = AF_INET6;
+	else {
+		fprintf(stderr, "cmreturns: %s is not an address\n", argv[1]);
+		return 2;
+	}
+	int port = atoi(argv[2]);
+	struct rdma_event_channel *cch = OK(rdma_create_event_channel()), *sch = OK(rdma_create_event_channel());
+	test_refused(cch, port);
+	test_rejected(cch, sch, port + 1);
+	test_disconnect(cch, sch, port + 2);
+	test_relisten(cch, sch, port + 3);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+	return report("cmreturns");
+}
