@@ -385,10 +385,10 @@ int gr_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct gr_cq *cq = to_cq(ibcq);
 	struct gr_context *ctx = to_ctx(ibcq->context);
-	if (gr_dead(ctx))
+	if (gr_forked(ctx) || n < 0)
 		return -1;
-	if (n <= 0)
-		return n < 0 ? -1 : 0;
+	if (!n)
+		return 0;
 	pthread_spin_lock(&cq->lock);
 	uint32_t prod = atomic_load_explicit((_Atomic uint32_t *)&cq->r.hdr->prod, memory_order_acquire);
 	int i = 0;
@@ -405,6 +405,11 @@ int gr_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		yield = ++cq->empty % YIELD_EVERY == 0;
 	}
 	pthread_spin_unlock(&cq->lock);
+	if (!i && (atomic_load_explicit(&ctx->gone, memory_order_relaxed) || (yield && gr_gone(ctx)))) {
+		/* Nothing left, and nothing will come: the device went. */
+		errno = EIO;
+		return -1;
+	}
 	if (yield)
 		sched_yield();
 	return i;
@@ -442,13 +447,16 @@ static int start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 	struct gr_cq *cq = container_of(c, struct gr_cq, cq);
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	if (gr_dead(to_ctx(c->context)))
+	struct gr_context *ctx = to_ctx(c->context);
+	if (gr_forked(ctx))
 		return EIO;
 	pthread_spin_lock(&cq->lock);
 	uint32_t prod = atomic_load_explicit((_Atomic uint32_t *)&cq->r.hdr->prod, memory_order_acquire);
 	if (cq->cons == prod) {
 		int yield = ++cq->empty % YIELD_EVERY == 0;
 		pthread_spin_unlock(&cq->lock);
+		if (atomic_load_explicit(&ctx->gone, memory_order_relaxed) || (yield && gr_gone(ctx)))
+			return EIO; /* nothing left, and nothing will come: the device went */
 		if (yield)
 			sched_yield();
 		return ENOENT;

@@ -7,6 +7,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -196,17 +197,26 @@ int gr_call(struct gr_context *ctx, uint32_t op, const void *req, size_t req_len
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	pthread_mutex_lock(&ctx->call_lock);
 	int r = call_fd(ctx->sock, op, req, req_len, rep, rep_len, fds, nfds, rfd);
+	if (r == EIO)
+		atomic_store(&ctx->gone, 1); /* the session's socket failed: the device went */
 	pthread_mutex_unlock(&ctx->call_lock);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return r;
 }
 
-/* gr_alive reports whether the device still answers on ctx's socket. */
-int gr_alive(struct gr_context *ctx)
+/* gr_gone reports whether ctx's device closed its session (it stopped,
+ * or its process died), looking at the session's socket without taking
+ * anything from it. */
+int gr_gone(struct gr_context *ctx)
 {
-	char c;
-	ssize_t n = recv(ctx->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK));
+	if (atomic_load(&ctx->gone))
+		return 1;
+	struct pollfd p = {.fd = ctx->sock, .events = POLLRDHUP};
+	if (poll(&p, 1, 0) == 1 && p.revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+		atomic_store(&ctx->gone, 1);
+		return 1;
+	}
+	return 0;
 }
 
 /* Device list. */
@@ -404,7 +414,7 @@ EXPORT int ibv_close_device(struct ibv_context *context)
 	struct gr_context *ctx = to_ctx(context);
 	/* Closing the socket ends the session: the device frees what is
 	 * left, as the kernel does when a device file closes. */
-	if (!gr_dead(ctx)) {
+	if (!gr_forked(ctx)) {
 		pthread_mutex_lock(&devs_lock);
 		if (ctx->prev)
 			ctx->prev->next = ctx->next;

@@ -67,6 +67,8 @@ struct gr_context {
 	int doorbell;
 	int ringfd;
 	unsigned gen; /* gr_fork_gen when opened: a forked child's contexts are dead */
+	_Atomic int gone;       /* the device closed the session: it stopped or died */
+	_Atomic int fatal_told; /* ibv_get_async_event reported IBV_EVENT_DEVICE_FATAL */
 	pthread_mutex_t call_lock;
 	struct goroce_session_page *page;
 	struct goroce_hello_reply info;
@@ -188,7 +190,7 @@ static inline struct gr_ah *to_ah(struct ibv_ah *a) { return container_of(a, str
 extern atomic_uint gr_fork_gen;
 int gr_call(struct gr_context *ctx, uint32_t op, const void *req, size_t req_len, void *rep, size_t rep_len,
 	    const int *fds, int nfds, int *rfd);
-int gr_alive(struct gr_context *ctx);
+int gr_gone(struct gr_context *ctx);
 int gr_map_ring(struct gr_context *ctx, const struct goroce_ring_reply *rr, struct gr_ring *r);
 void gr_unmap_ring(struct gr_ring *r);
 int gr_tab_add(struct gr_context *ctx, uint32_t h, uint32_t kind, void *obj);
@@ -227,9 +229,15 @@ void gr_qp_ex_ops(struct gr_qp *qp);
 int gr_wq_full(struct gr_wq *wq);
 
 /* A context made before the process forked is dead in the child. */
-static inline int gr_dead(struct gr_context *ctx)
+static inline int gr_forked(struct gr_context *ctx)
 {
 	return ctx->gen != atomic_load_explicit(&gr_fork_gen, memory_order_relaxed);
+}
+
+/* A context is dead in a forked child, and once its device went. */
+static inline int gr_dead(struct gr_context *ctx)
+{
+	return gr_forked(ctx) || atomic_load_explicit(&ctx->gone, memory_order_relaxed);
 }
 
 #endif

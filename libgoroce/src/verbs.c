@@ -58,6 +58,8 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	if (!pd)
 		return EINVAL;
 	int r = destroy_handle(pd->context, GOROCE_OP_DEALLOC_PD, to_pd(pd)->h);
+	if (r == EIO)
+		r = 0; /* the device went, and what it held with it */
 	if (!r)
 		free(to_pd(pd));
 	return r;
@@ -134,7 +136,7 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 		return EINVAL;
 	struct gr_mr *m = to_mr(mr);
 	int r = destroy_handle(mr->context, GOROCE_OP_DEREG_MR, m->h);
-	if (r)
+	if (r && r != EIO) /* EIO: the device went, and the region with it */
 		return r;
 	gr_tab_del(to_ctx(mr->context), m->h);
 	gr_mem_unshare(m->start, m->end);
@@ -225,6 +227,8 @@ int gr_dealloc_mw(struct ibv_mw *mw)
 	if (!mw)
 		return EINVAL;
 	int r = destroy_handle(mw->context, GOROCE_OP_DEALLOC_MW, to_mw(mw)->h);
+	if (r == EIO)
+		r = 0; /* the device went, and what it held with it */
 	if (!r)
 		free(to_mw(mw));
 	return r;
@@ -280,6 +284,8 @@ EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 	if (!ah)
 		return EINVAL;
 	int r = destroy_handle(ah->context, GOROCE_OP_DESTROY_AH, to_ah(ah)->h);
+	if (r == EIO)
+		r = 0; /* the device went, and what it held with it */
 	if (!r)
 		free(to_ah(ah));
 	return r;
@@ -991,8 +997,21 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 	struct gr_context *ctx = to_ctx(context);
 	for (;;) {
 		struct goroce_async_event ev;
-		if (read(context->async_fd, &ev, sizeof ev) != sizeof ev)
+		ssize_t n = read(context->async_fd, &ev, sizeof ev);
+		if (n == 0 && !atomic_exchange(&ctx->fatal_told, 1)) {
+			/* The device closed its end: it stopped or died, as a
+			 * NIC's catastrophic error, which the kernel reports
+			 * once. */
+			atomic_store(&ctx->gone, 1);
+			memset(event, 0, sizeof *event);
+			event->event_type = IBV_EVENT_DEVICE_FATAL;
+			return 0;
+		}
+		if (n != sizeof ev) {
+			if (n >= 0)
+				errno = EIO;
 			return -1;
+		}
 		memset(event, 0, sizeof *event);
 		event->event_type = (enum ibv_event_type)ev.type;
 		switch (ev.type) {
