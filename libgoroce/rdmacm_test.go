@@ -89,8 +89,11 @@ func TestRdmaCM(t *testing.T) {
 					t.Errorf("client output lacks %q:\n%s", re, r.Out)
 				}
 			}
+			if c.name == "cmtime" {
+				s.Kill() // cmtime's server serves until killed
+			}
 			sr := s.Wait()
-			if c.name != "cmtime" && sr.Err != nil { // cmtime's server serves until killed
+			if c.name != "cmtime" && sr.Err != nil {
 				t.Errorf("server %s", sr)
 			}
 			for _, re := range c.sexpect {
@@ -105,8 +108,9 @@ func TestRdmaCM(t *testing.T) {
 // TestRdmaCMReturns runs testdata/cmreturns.c: rdma_cm's events and
 // returns as librdmacm and the kernel give them (REJECTED's reasons,
 // one DISCONNECTED per end however a connection ends, rdma_disconnect's
-// returns, a listening port taken again), over IPv4 and IPv6, and ENODEV
-// from every entry point on a host with no device.
+// returns, a listening port taken again), over IPv4 and IPv6, ENODEV
+// from every entry point on a host with no device, and DEVICE_REMOVAL
+// for every id when the device goes.
 func TestRdmaCMReturns(t *testing.T) {
 	exe := devicetest.CC(t, "cmreturns", []string{"testdata/cmreturns.c"}, "-lrdmacm")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -115,11 +119,21 @@ func TestRdmaCMReturns(t *testing.T) {
 		t.Errorf("no device: %s", r)
 	}
 	h := devicetest.NewHost(t)
-	h.Start("goroce0", "127.0.0.1,::1")
+	d := h.Start("goroce0", "127.0.0.1,::1")
 	for _, a := range []string{"127.0.0.1", "::1"} {
 		r := h.Run(ctx, exe, a, strconv.Itoa(devicetest.FreeTCPPort(t)))
 		if r.Err != nil || !strings.Contains(r.Out, ", 0 failed") {
 			t.Errorf("%s: %s", a, r)
 		}
+	}
+	// The device going under a program blocked in rdma_get_cm_event.
+	p := h.Go(ctx, exe, "127.0.0.1", strconv.Itoa(devicetest.FreeTCPPort(t)), "gone")
+	defer p.Kill()
+	p.WaitFor(t, "ready", 20*time.Second)
+	if err := d.Srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Wait(); r.Err != nil || !strings.Contains(r.Out, ", 0 failed") {
+		t.Errorf("device gone: %s", r)
 	}
 }

@@ -7,8 +7,10 @@
  *
  * As librdmacm does, the library opens one verbs context per device for
  * the ids on it (id->verbs); an id is on the device of the address it is
- * bound or resolved to. An event channel is a pipe: every device with ids
- * on it writes its events there (see uverbs/abi/cm.go).
+ * bound or resolved to. An event channel is an epoll descriptor on a pipe
+ * per device with ids on it, which the device writes its events to (see
+ * uverbs/abi/cm.go); a device that goes closes its pipe, and each id on
+ * it gets DEVICE_REMOVAL.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -18,6 +20,7 @@
 #include <rdma/rdma_cma.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "goroce.h"
@@ -32,10 +35,16 @@ struct cm_dev {
 	int index;
 };
 
+/* An event channel: ch.fd is an epoll descriptor (what programs poll) on
+ * one pipe per device with ids on the channel, which the device writes
+ * its events to; a device that goes closes its end. */
 struct cm_channel {
 	struct rdma_event_channel ch; /* what programs hold */
-	int wfd;                      /* the pipe's write end, which each device gets a copy of */
+	int rfd[MAX_CM_DEVS];         /* each device's pipe's read end, -1: none */
 	uint32_t reg[MAX_CM_DEVS];    /* the channel's handle on each device, 0: not registered */
+	uint8_t dead[MAX_CM_DEVS];    /* the device closed its pipe */
+	struct goroce_cm_event *gone; /* the DEVICE_REMOVAL events to report, oldest first */
+	size_t ngone, capgone;
 };
 
 struct cm_id {
@@ -205,19 +214,19 @@ EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	if (cm_init())
 		return NULL;
 	struct cm_channel *c = calloc(1, sizeof *c);
-	int p[2];
 	if (!c) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (pipe2(p, O_CLOEXEC)) {
+	c->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+	if (c->ch.fd < 0) {
 		int e = errno;
 		free(c);
 		errno = e;
 		return NULL;
 	}
-	c->ch.fd = p[0];
-	c->wfd = p[1];
+	for (int i = 0; i < MAX_CM_DEVS; i++)
+		c->rfd[i] = -1;
 	return &c->ch;
 }
 
@@ -235,9 +244,12 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 			gr_call(cd_ctx(&cm_devs[i]), GOROCE_OP_CM_UNREGISTER_CHANNEL, &req, sizeof req, NULL, 0, NULL, 0,
 				NULL);
 		}
+	for (int i = 0; i < MAX_CM_DEVS; i++)
+		if (c->rfd[i] >= 0)
+			close(c->rfd[i]);
 	pthread_mutex_unlock(&cm_lock);
-	close(c->wfd);
 	close(c->ch.fd);
+	free(c->gone);
 	free(c);
 }
 
@@ -246,12 +258,25 @@ static int reg_channel(struct cm_channel *c, struct cm_dev *cd)
 {
 	if (c->reg[cd->index])
 		return 0;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC))
+		return errno;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)cd->index};
+	int r = 0;
+	if (fcntl(p[0], F_SETFL, O_NONBLOCK) || epoll_ctl(c->ch.fd, EPOLL_CTL_ADD, p[0], &ev))
+		r = errno;
 	struct goroce_cm_register_channel_req req = {.tag = (uint32_t)cd->index};
 	struct goroce_handle_reply rep;
-	int r = gr_call(cd_ctx(cd), GOROCE_OP_CM_REGISTER_CHANNEL, &req, sizeof req, &rep, sizeof rep, &c->wfd, 1, NULL);
 	if (!r)
-		c->reg[cd->index] = rep.handle;
-	return r;
+		r = gr_call(cd_ctx(cd), GOROCE_OP_CM_REGISTER_CHANNEL, &req, sizeof req, &rep, sizeof rep, &p[1], 1, NULL);
+	close(p[1]);
+	if (r) {
+		close(p[0]);
+		return r;
+	}
+	c->rfd[cd->index] = p[0];
+	c->reg[cd->index] = rep.handle;
+	return 0;
 }
 
 /* Ids */
@@ -432,21 +457,89 @@ static struct cm_id *lookup(uint32_t tag, uint32_t h)
 }
 
 /* read_event reads the next event of channel c and makes it the program's. */
+/* removal queues a DEVICE_REMOVAL for each of c's ids on device i,
+ * which closed its pipe (it stopped, or its process died), as the
+ * kernel's rdma_cm reports a device removed. The pipe stays in the epoll
+ * set, readable, until they are read. The caller holds cm_lock. */
+static void drop_pipe(struct cm_channel *c, int i)
+{
+	epoll_ctl(c->ch.fd, EPOLL_CTL_DEL, c->rfd[i], NULL);
+	close(c->rfd[i]);
+	c->rfd[i] = -1;
+}
+
+static void removal(struct cm_channel *c, int i)
+{
+	if (c->dead[i])
+		return;
+	c->dead[i] = 1;
+	size_t before = c->ngone;
+	for (struct cm_id *id = ids; id; id = id->next) {
+		if (id->chan != c || id->cd != &cm_devs[i] || !id->h)
+			continue;
+		if (c->ngone == c->capgone) {
+			size_t n = c->capgone ? 2 * c->capgone : 8;
+			struct goroce_cm_event *g = realloc(c->gone, n * sizeof *g);
+			if (!g)
+				return;
+			c->gone = g;
+			c->capgone = n;
+		}
+		c->gone[c->ngone++] = (struct goroce_cm_event){
+			.type = RDMA_CM_EVENT_DEVICE_REMOVAL, .tag = (uint32_t)i, .id = id->h};
+	}
+	if (c->ngone == before)
+		drop_pipe(c, i); /* no id to tell */
+}
+
+/* next_event reads c's next event into g: 0, or -1 with errno (EAGAIN:
+ * none waits on a non-blocking channel). */
+static int next_event(struct cm_channel *c, struct goroce_cm_event *g)
+{
+	int timeout = fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK ? 0 : -1;
+	for (;;) {
+		pthread_mutex_lock(&cm_lock);
+		if (c->ngone) {
+			*g = c->gone[0];
+			memmove(c->gone, c->gone + 1, --c->ngone * sizeof *g);
+			for (int i = 0; !c->ngone && i < MAX_CM_DEVS; i++)
+				if (c->dead[i] && c->rfd[i] >= 0)
+					drop_pipe(c, i);
+			pthread_mutex_unlock(&cm_lock);
+			return 0;
+		}
+		pthread_mutex_unlock(&cm_lock);
+		struct epoll_event ev[MAX_CM_DEVS];
+		int n = epoll_wait(c->ch.fd, ev, MAX_CM_DEVS, timeout);
+		if (n < 0 && errno == EINTR)
+			continue; /* as the kernel's read restarts */
+		if (n < 0)
+			return -1;
+		if (!n)
+			return fail(EAGAIN);
+		for (int k = 0; k < n; k++) {
+			uint32_t i = ev[k].data.u32;
+			pthread_mutex_lock(&cm_lock);
+			int fd = i < MAX_CM_DEVS ? c->rfd[i] : -1;
+			ssize_t r = fd < 0 ? -1 : read(fd, g, sizeof *g);
+			if (r == 0)
+				removal(c, (int)i);
+			pthread_mutex_unlock(&cm_lock);
+			if (r == sizeof *g)
+				return 0;
+			if (r > 0)
+				return fail(EIO);
+			/* r < 0: another thread took it (EAGAIN), or the pipe went. */
+		}
+	}
+}
+
 static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 {
 	for (;;) {
 		struct goroce_cm_event g;
-		ssize_t n = read(c->ch.fd, &g, sizeof g);
-		if (n == 0) {
-			/* No writer is left: the program destroyed the channel
-			 * while this thread read it. librdmacm's read of the
-			 * kernel's file blocks then, and the program exits around
-			 * it: so does this one (cancellably). */
-			for (;;)
-				pause();
-		}
-		if (n != sizeof g)
-			return n < 0 ? -1 : fail(EIO);
+		if (next_event(c, &g))
+			return -1;
 		pthread_mutex_lock(&cm_lock);
 		if (g.tag >= (uint32_t)n_cm_devs) {
 			pthread_mutex_unlock(&cm_lock);
@@ -576,6 +669,8 @@ static int wait_sync(struct cm_id *id, enum rdma_cm_event_type want)
 		switch (t) {
 		case RDMA_CM_EVENT_REJECTED:
 			return fail(ECONNREFUSED);
+		case RDMA_CM_EVENT_DEVICE_REMOVAL:
+			return fail(ENODEV);
 		case RDMA_CM_EVENT_UNREACHABLE:
 		case RDMA_CM_EVENT_ADDR_ERROR:
 		case RDMA_CM_EVENT_ROUTE_ERROR:

@@ -6,9 +6,10 @@
  * from a port nobody listens on and 28 (consumer defined) from
  * rdma_reject; one DISCONNECTED per end however the connection ends;
  * rdma_disconnect's returns; ENODEV from every entry point while no
- * device is there (mode "nodev").
+ * device is there (mode "nodev"); DEVICE_REMOVAL for every id when the
+ * device goes (mode "gone").
  *
- * usage: cmreturns ADDR PORT | cmreturns nodev
+ * usage: cmreturns ADDR PORT [gone] | cmreturns nodev
  */
 #include <arpa/inet.h>
 #include <poll.h>
@@ -214,6 +215,33 @@ static void test_relisten(struct rdma_event_channel *cch, struct rdma_event_chan
 		close_id(ends[i]);
 }
 
+/* gone connects to itself, says "ready", and waits for the device to go:
+ * each id gets DEVICE_REMOVAL, the listener's too, and tears down. */
+static int gone(int port)
+{
+	struct rdma_event_channel *cch = OK(rdma_create_event_channel()), *sch = OK(rdma_create_event_channel());
+	set_port(port);
+	struct rdma_cm_id *ln = listen_on(sch), *c, *s;
+	connected(cch, sch, &c, &s);
+	printf("ready\n");
+	struct rdma_cm_id *id = NULL;
+	expect_ev(cch, RDMA_CM_EVENT_DEVICE_REMOVAL, &id, "the active end once the device went");
+	CHECK(id == c, "DEVICE_REMOVAL of %p, want the active end %p", (void *)id, (void *)c);
+	int got = 0;
+	for (int k = 0; k < 2; k++) {
+		id = NULL;
+		expect_ev(sch, RDMA_CM_EVENT_DEVICE_REMOVAL, &id, "the passive side once the device went");
+		got |= (id == ln) | (id == s) << 1;
+	}
+	CHECK(got == 3, "DEVICE_REMOVAL for the listener and the passive end: %d", got);
+	close_id(c);
+	close_id(s);
+	EQ_ERR(rdma_destroy_id(ln), 0);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+	return report("cmreturns gone");
+}
+
 static int nodev(void)
 {
 	NULL_ERR(rdma_create_event_channel(), ENODEV);
@@ -232,8 +260,9 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 2 && !strcmp(argv[1], "nodev"))
 		return nodev();
-	if (argc != 3) {
-		fprintf(stderr, "usage: cmreturns ADDR PORT | cmreturns nodev\n");
+	int go = argc == 4 && !strcmp(argv[3], "gone");
+	if (argc != 3 && !go) {
+		fprintf(stderr, "usage: cmreturns ADDR PORT [gone] | cmreturns nodev\n");
 		return 2;
 	}
 	struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
@@ -247,6 +276,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int port = atoi(argv[2]);
+	if (go)
+		return gone(port);
 	struct rdma_event_channel *cch = OK(rdma_create_event_channel()), *sch = OK(rdma_create_event_channel());
 	test_refused(cch, port);
 	test_rejected(cch, sch, port + 1);

@@ -4,12 +4,13 @@ package abi
 // events, carried out by the device's cm.Agent (one per device, on its
 // QP 1) for the session's ids.
 //
-// An event channel (rdma_create_event_channel) is a pipe of the
-// library's: it registers the write end with each device whose ids use
-// the channel (OpCMRegisterChannel), with a tag of its own, and the device
-// writes a CMEvent record to it for each event of those ids. A record is
-// less than PIPE_BUF bytes, so records of several devices never
-// interleave. An id (rdma_create_id) exists on the device once the
+// An event channel (rdma_create_event_channel) has a pipe for each
+// device whose ids use it: the library registers the pipe's write end
+// with the device (OpCMRegisterChannel), with a tag of its own, and the
+// device writes a CMEvent record to it for each event of those ids (a
+// record is less than PIPE_BUF bytes: one write each). The device closes
+// its end when it stops, which the library reports as DEVICE_REMOVAL to
+// the ids on it. An id (rdma_create_id) exists on the device once the
 // library has picked the device it is on: at its bind or address
 // resolution.
 
@@ -25,7 +26,7 @@ const CMEventSize = 384
 const MaxPrivateData = 196
 
 // CMRegisterChannelReq registers an event channel; it carries one
-// descriptor, the write end of the channel's pipe. Tag is what the device
+// descriptor, the write end of the channel's pipe for the device. Tag is what the device
 // writes in every CMEvent of the channel.
 type CMRegisterChannelReq struct {
 	Tag uint32
