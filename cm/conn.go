@@ -73,6 +73,15 @@ type Params struct {
 	// PrivateData goes to the peer: at most 56 bytes in a REQ (after
 	// rdma_cm's header), 196 in a REP.
 	PrivateData []byte
+	// ManualQP leaves QP to the caller, as rdma_cm leaves the QP of an id
+	// that has none (the program passes its QP's number): the agent reads
+	// its QPN and never moves it, and the caller takes it to INIT, RTR
+	// and RTS with ConnInfo.QPAttr (rdma_init_qp_attr). Dial then returns
+	// once the REP has come (RDMA_CM_EVENT_CONNECT_RESPONSE), and the
+	// connection is up when the caller calls Conn.Establish
+	// (rdma_establish), which sends the RTU; the listener's side is up at
+	// the RTU, as with any QP.
+	ManualQP bool
 }
 
 // check reports the first value of p that is out of range.
@@ -81,6 +90,8 @@ func (p *Params) check() error {
 	case p.QP != nil && isNil(p.QP), p.PD != nil && isNil(p.PD), p.SendCQ != nil && isNil(p.SendCQ),
 		p.RecvCQ != nil && isNil(p.RecvCQ):
 		return invalid("Params holds a nil pointer in QP, PD, SendCQ or RecvCQ: leave the field nil to have one made")
+	case p.ManualQP && p.QP == nil:
+		return invalid("Params.ManualQP needs the caller's QP in Params.QP")
 	case p.PathMTU != 0 && p.PathMTU.Bytes() == 0:
 		return invalid("Params.PathMTU %d is not a path MTU (bth.MTU256 to bth.MTU4096, or 0 for the device's)", p.PathMTU)
 	case p.ACKTimeout > 31:
@@ -112,8 +123,44 @@ type ConnInfo struct {
 	// LocalACKTimeout is the QP's local ACK timeout exponent:
 	// Params.ACKTimeout when set, else the one derived from the path.
 	LocalACKTimeout uint8
-	RemoteCAGUID    uint64
-	ServiceID       uint64
+	// MinRNRTimer is the QP's minimum RNR NAK timer code.
+	MinRNRTimer  uint8
+	RemoteCAGUID uint64
+	ServiceID    uint64
+	// AH is the path to the peer the QP takes in RTR.
+	AH verbs.AHAttr
+}
+
+// QPAttr returns the attributes that take the connection's QP to state
+// (verbs.StateInit, StateRTR or StateRTS) and the mask of those that
+// apply, as rdma_init_qp_attr gives them: what the agent sets on a QP it
+// moves, and what the owner of a Params.ManualQP QP sets on it.
+func (i ConnInfo) QPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
+	switch state {
+	case verbs.StateInit:
+		access := verbs.RemoteWrite
+		if i.ResponderResources > 0 {
+			access |= verbs.RemoteRead | verbs.RemoteAtomic
+		}
+		return verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: access},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags, nil
+	case verbs.StateRTR:
+		ah := i.AH
+		if ah.HopLimit == 0 {
+			ah.HopLimit = hopLimit
+		}
+		ah.Port = 1
+		return verbs.QPAttr{State: verbs.StateRTR, PathMTU: i.PathMTU, DestQPN: i.RemoteQPN, RQPSN: bth.PSN(i.RecvPSN),
+				MaxDestRDAtomic: i.ResponderResources, MinRNRTimer: i.MinRNRTimer, AH: ah},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+				verbs.AttrMaxDestRDAtomic | verbs.AttrMinRNRTimer, nil
+	case verbs.StateRTS:
+		return verbs.QPAttr{State: verbs.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
+				RetryCnt: i.RetryCount, RNRRetry: i.RNRRetryCount, MaxRDAtomic: i.InitiatorDepth},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
+				verbs.AttrMaxQPRDAtomic, nil
+	}
+	return verbs.QPAttr{}, 0, invalid("no connection attributes for a QP in %v (INIT, RTR and RTS have them)", state)
 }
 
 // connState is where a connection is in the IB CM's state machine (IBTA
@@ -131,10 +178,11 @@ const (
 	stDREQSent
 	stTimeWait
 	stGone
+	stREPRcvd // the active side of a Params.ManualQP connection, until Establish
 )
 
 var stateNames = [...]string{"", "REQ_SENT", "MRA_REQ_RCVD", "REQ_RCVD", "MRA_REQ_SENT", "REP_SENT",
-	"MRA_REP_RCVD", "ESTABLISHED", "DREQ_SENT", "TIMEWAIT", "GONE"}
+	"MRA_REP_RCVD", "ESTABLISHED", "DREQ_SENT", "TIMEWAIT", "GONE", "REP_RCVD"}
 
 func (s connState) String() string { return stateNames[s] }
 
@@ -347,15 +395,47 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 	return err
 }
 
+// Establish ends the handshake of a Params.ManualQP connection Dial
+// returned: it sends the RTU, for which the listener's side waits, once
+// the caller has moved its QP to RTS (ConnInfo.QPAttr); librdmacm's
+// rdma_establish. It fails on any other connection, or one established or
+// gone already.
+func (c *Conn) Establish() error {
+	if err := c.ok(); err != nil {
+		return err
+	}
+	a := c.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c.state != stREPRcvd {
+		return fmt.Errorf("%w: Establish of a connection in %v (a ManualQP connection that Dial returned, once)",
+			ErrInvalid, c.state)
+	}
+	i := &c.info
+	a.send(c.peer, c.tid, &mad.RTU{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID})
+	c.state = stEstablished
+	a.log.Debug("cm: established", "side", "active", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID,
+		"qpn", i.LocalQPN, "psn", i.SendPSN)
+	return nil
+}
+
 // close is Close and CloseContext: it returns ctx.Err() itself when ctx
 // ends before the disconnect exchange.
 func (c *Conn) close(ctx context.Context) error {
 	a := c.a
 	a.mu.Lock()
-	if c.state == stEstablished {
+	switch c.state {
+	case stEstablished:
 		c.endLocked(ErrClosed)
 		a.toErr(c)
 		a.sendDREQ(c)
+	case stREPRcvd:
+		// Not established: the REP is refused, as the IB CM's active
+		// side does when its consumer gives up.
+		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
+			MessageRejected: mad.RejectedREP, Reason: mad.RejConsumerDefined})
+		c.fail(ErrClosed)
+		a.forget(c)
 	}
 	a.mu.Unlock()
 	select {
@@ -445,7 +525,8 @@ func (c *Conn) fail(err error) {
 
 // Dial connects to a listener at addr (the peer's IP address and rdma_cm
 // TCP port) and returns the connection once the REP has come and the RTU
-// is sent. It fails at once with a *RejectError when the peer rejects
+// is sent (with Params.ManualQP, once the REP has come: Establish sends
+// the RTU). It fails at once with a *RejectError when the peer rejects
 // (matching ErrConnRefused when nobody listens on the port, or the peer's
 // device has no CM agent), as soon as the network reports the peer
 // unreachable with ErrUnreachable (an ICMP error over UDP: nothing
@@ -597,6 +678,13 @@ func count(v uint8) uint8 {
 // when this side serves them.
 func (c *Conn) setupQP(p *Params, reads bool) error {
 	a := c.a
+	if p.ManualQP {
+		if t := p.QP.Type(); t != verbs.RC {
+			return fmt.Errorf("cm: %w: a %v QP (rdma_cm's TCP port space connects RC QPs)", verbs.ErrInvalidAttr, t)
+		}
+		c.qp = p.QP
+		return nil
+	}
 	if p.QP != nil {
 		c.qp = p.QP
 	} else {
@@ -663,41 +751,43 @@ func (c *Conn) initQP(reads bool) error {
 	if st.State != verbs.StateReset && st.State != verbs.StateInit {
 		return fmt.Errorf("%w: QP %d is %v", ErrQPState, c.qp.QPN(), st.State)
 	}
-	access := verbs.RemoteWrite
+	i := ConnInfo{}
 	if reads {
-		access |= verbs.RemoteRead | verbs.RemoteAtomic
+		i.ResponderResources = 1
 	}
-	a := verbs.QPAttr{State: verbs.StateInit, Port: 1, Access: access}
-	if err := c.qp.Modify(&a, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+	a, mask, _ := i.QPAttr(verbs.StateInit)
+	if err := c.qp.Modify(&a, mask); err != nil {
 		return fmt.Errorf("cm: QP %d to INIT: %w", c.qp.QPN(), err)
 	}
 	return nil
 }
 
+// setPath records the path to the peer the QP takes (c.info.AH), and
+// the QP's RNR timer.
+func (c *Conn) setPath(path *mad.Path) {
+	c.info.AH = verbs.AHAttr{DGID: c.peerGID, FlowLabel: path.FlowLabel, HopLimit: path.HopLimit,
+		TrafficClass: path.TrafficClass, SL: path.SL, Port: 1}
+	c.info.MinRNRTimer = c.params.MinRNRTimer
+}
+
 // toRTS moves the QP from INIT to RTR and RTS with what the connection
-// negotiated (c.info), towards the peer's GID on path.
+// negotiated (c.info), towards the peer's GID on path. A ManualQP QP is
+// the caller's to move: toRTS only records the path.
 func (c *Conn) toRTS(path *mad.Path) error {
+	c.setPath(path)
+	if c.params.ManualQP {
+		return nil
+	}
 	i := &c.info
 	if err := c.initQP(i.ResponderResources > 0); err != nil {
 		return err
 	}
-	rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: i.PathMTU, DestQPN: i.RemoteQPN, RQPSN: bth.PSN(i.RecvPSN),
-		MaxDestRDAtomic: i.ResponderResources, MinRNRTimer: c.params.MinRNRTimer,
-		AH: verbs.AHAttr{DGID: c.peerGID, FlowLabel: path.FlowLabel, HopLimit: path.HopLimit,
-			TrafficClass: path.TrafficClass, SL: path.SL, Port: 1}}
-	if rtr.AH.HopLimit == 0 {
-		rtr.AH.HopLimit = hopLimit
-	}
-	err := c.qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-		verbs.AttrMaxDestRDAtomic|verbs.AttrMinRNRTimer)
-	if err != nil {
+	rtr, mask, _ := i.QPAttr(verbs.StateRTR)
+	if err := c.qp.Modify(&rtr, mask); err != nil {
 		return fmt.Errorf("cm: QP %d to RTR: %w", c.qp.QPN(), err)
 	}
-	rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: bth.PSN(i.SendPSN), Timeout: i.LocalACKTimeout,
-		RetryCnt: i.RetryCount, RNRRetry: i.RNRRetryCount, MaxRDAtomic: i.InitiatorDepth}
-	err = c.qp.Modify(&rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
-		verbs.AttrMaxQPRDAtomic)
-	if err != nil {
+	rts, mask, _ := i.QPAttr(verbs.StateRTS)
+	if err := c.qp.Modify(&rts, mask); err != nil {
 		return fmt.Errorf("cm: QP %d to RTS: %w", c.qp.QPN(), err)
 	}
 	c.a.log.Debug("cm: QP ready", "qpn", i.LocalQPN, "remote_qpn", i.RemoteQPN, "sq_psn", i.SendPSN,
@@ -709,8 +799,8 @@ func (c *Conn) toRTS(path *mad.Path) error {
 // rejection and timeout; the caller holds a.mu. Until the REP is sent the
 // passive side's QP belongs to Accept, which does it.
 func (a *Agent) toErr(c *Conn) {
-	if c.state == stREQRcvd || c.state == stMRAReqSent {
-		return
+	if c.state == stREQRcvd || c.state == stMRAReqSent || c.params.ManualQP {
+		return // Accept's, or the caller's
 	}
 	a.qpToErr(c.qp)
 }
@@ -862,10 +952,13 @@ func (a *Agent) sendDREQ(c *Conn) {
 func (a *Agent) shutdownLocked(c *Conn) {
 	a.disarm(c)
 	switch c.state {
-	case stREQRcvd, stMRAReqSent, stREPSent, stMRARepRcvd:
+	case stREQRcvd, stMRAReqSent, stREPSent, stMRARepRcvd, stREPRcvd:
 		msg := mad.RejectedREQ
-		if c.state == stREPSent || c.state == stMRARepRcvd {
+		switch c.state {
+		case stREPSent, stMRARepRcvd:
 			msg = mad.RejectedOther
+		case stREPRcvd:
+			msg = mad.RejectedREP
 		}
 		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: c.info.LocalCommID, RemoteCommID: c.info.RemoteCommID,
 			MessageRejected: msg, Reason: mad.RejConsumerDefined})
@@ -921,6 +1014,16 @@ func (a *Agent) onREP(src netip.Addr, m *mad.REP) {
 	i.LocalACKTimeout = c.qpACKTimeout()
 	c.peerData = append([]byte(nil), m.PrivateData[:]...)
 	path := mad.Path{FlowLabel: flowLabel(c.local.Port(), c.remote.Port()), HopLimit: hopLimit}
+	if c.params.ManualQP {
+		// The caller moves its QP and sends the RTU (Establish).
+		c.setPath(&path)
+		a.remote[remoteID{i.RemoteCommID, i.RemoteCAGUID}] = c
+		a.qpns[remoteQP{c.peerGID, i.RemoteQPN}] = c
+		c.state = stREPRcvd
+		a.log.Debug("cm: REP received", "local_id", i.LocalCommID, "remote_id", i.RemoteCommID, "qpn", i.LocalQPN)
+		c.markReady(nil)
+		return
+	}
 	if err := c.toRTS(&path); err != nil {
 		a.send(c.peer, c.tid, &mad.REJ{LocalCommID: i.LocalCommID, RemoteCommID: i.RemoteCommID,
 			MessageRejected: mad.RejectedREP, Reason: mad.RejConsumerDefined})
@@ -960,7 +1063,9 @@ func (a *Agent) establishPassive(c *Conn) {
 	c.state = stEstablished
 	a.log.Debug("cm: established", "side", "passive", "local_id", c.info.LocalCommID,
 		"remote_id", c.info.RemoteCommID, "qpn", c.info.LocalQPN, "psn", c.info.SendPSN)
-	a.watchQP(c)
+	if !c.params.ManualQP {
+		a.watchQP(c) // a caller's manual QP is its own business, as the kernel never sees it
+	}
 	c.markReady(nil)
 }
 
@@ -1002,7 +1107,7 @@ func (a *Agent) onREJ(m *mad.REJ) {
 		ARI: append([]byte(nil), m.ARIBytes()...), PrivateData: append([]byte(nil), m.PrivateData[:]...)}
 	a.log.Debug("cm: REJ received", "local_id", c.info.LocalCommID, "state", c.state, "reason", m.Reason)
 	switch c.state {
-	case stREQSent, stMRAReqRcvd, stREQRcvd, stMRAReqSent, stREPSent, stMRARepRcvd:
+	case stREQSent, stMRAReqRcvd, stREQRcvd, stMRAReqSent, stREPSent, stMRARepRcvd, stREPRcvd:
 		a.toErr(c)
 		c.fail(rej)
 		a.forget(c)

@@ -53,6 +53,11 @@ type Request struct {
 	RemoteQPN uint32
 	// RemoteCAGUID is the peer's CA GUID.
 	RemoteCAGUID uint64
+	// Info is the connection as the REQ sets it up, the depths being the
+	// peer's offer (Accept's Params may lower them): ConnInfo.QPAttr on
+	// it gives what rdma_init_qp_attr gives on a connection request, for
+	// a QP Accept leaves to its caller (Params.ManualQP).
+	Info ConnInfo
 }
 
 // Listener accepts connections to one address and rdma_cm TCP port. Its
@@ -268,9 +273,16 @@ func (l *Listener) request(c *Conn) (*Request, bool) {
 		return nil, false
 	}
 	m := c.req
+	info := c.info
+	info.ResponderResources, info.InitiatorDepth = m.InitiatorDepth, m.ResponderResources
+	info.LocalACKTimeout = c.qpACKTimeout()
+	p := &m.Primary
+	info.AH = verbs.AHAttr{DGID: c.peerGID, FlowLabel: p.FlowLabel, HopLimit: p.HopLimit, TrafficClass: p.TrafficClass,
+		SL: p.SL, Port: 1}
 	return &Request{Local: c.local, Remote: c.remote, PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
 		ResponderResources: m.ResponderResources, InitiatorDepth: m.InitiatorDepth, RetryCount: m.RetryCount,
-		RNRRetryCount: m.RNRRetryCount, PathMTU: m.PathMTU, RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID}, true
+		RNRRetryCount: m.RNRRetryCount, PathMTU: m.PathMTU, RemoteQPN: m.LocalQPN, RemoteCAGUID: m.LocalCAGUID,
+		Info: info}, true
 }
 
 // decide asks OnRequest about the request and readies the QP it gives (or
@@ -364,7 +376,9 @@ func (l *Listener) sendREP(c *Conn, p *Params) error {
 	if c.state != stREQRcvd && c.state != stMRAReqSent {
 		err := c.hsErr
 		a.mu.Unlock()
-		a.qpToErr(c.qp)
+		if !c.params.ManualQP {
+			a.qpToErr(c.qp)
+		}
 		c.release()
 		if errors.Is(err, ErrClosed) {
 			return err
