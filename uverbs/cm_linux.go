@@ -126,6 +126,7 @@ type cmID struct {
 	connecting   bool
 	closing      bool
 	disconnected bool
+	manual       bool // a connection of the program's own QP, to rdma_establish
 }
 
 // decision is a program's answer to a connection request: the Params to
@@ -524,14 +525,28 @@ func connInfo(c *cm.Conn) abi.CMConnParam {
 }
 
 // params turns a program's rdma_conn_param into the agent's.
+// An id with no QP (rdma_create_qp's) names the program's own by its
+// number (rdma_conn_param's qp_num): the agent leaves it to the program
+// (cm.Params.ManualQP), which moves it with rdma_init_qp_attr.
 func (s *session) params(req *abi.CMConnectReq) (*cm.Params, uint32) {
-	q := s.qps[req.QP]
+	var q verbs.QP
+	manual := req.QP == 0
+	if manual {
+		s.srv.mu.Lock()
+		if o := s.srv.byQPN[req.Param.QPNum]; o != nil && o.typ == verbs.RC {
+			q = o.qp
+		}
+		s.srv.mu.Unlock()
+	} else if o := s.qps[req.QP]; o != nil {
+		q = o.qp
+	}
 	if q == nil {
-		return nil, abi.EINVAL // a QP the program drives itself: not yet
+		return nil, abi.EINVAL
 	}
 	n := int(req.Param.PrivateDataLen)
-	p := &cm.Params{QP: q.qp, ResponderResources: req.Param.ResponderResources, InitiatorDepth: req.Param.InitiatorDepth,
-		RetryCount: min(req.Param.RetryCount, 7), RNRRetryCount: min(req.Param.RNRRetryCount, 7), ACKTimeout: req.ACKTimeout,
+	p := &cm.Params{QP: q, ManualQP: manual, ResponderResources: req.Param.ResponderResources,
+		InitiatorDepth: req.Param.InitiatorDepth, RetryCount: min(req.Param.RetryCount, 7),
+		RNRRetryCount: min(req.Param.RNRRetryCount, 7), ACKTimeout: req.ACKTimeout,
 		PrivateData: append([]byte(nil), req.Param.PrivateData[:n]...)}
 	return p, 0
 }
@@ -592,7 +607,12 @@ func (id *cmID) dial(a *cm.Agent, p *cm.Params) {
 		return
 	}
 	id.conn = c
-	id.event(abi.CMEvent{Type: abi.CMEventEstablished, Param: connInfo(c), PathMTU: uint32(c.Info().PathMTU)})
+	typ := uint32(abi.CMEventEstablished)
+	if p.ManualQP {
+		typ = abi.CMEventConnectResp // rdma_establish sends the RTU
+		id.manual = true
+	}
+	id.event(abi.CMEvent{Type: typ, Param: connInfo(c), PathMTU: uint32(c.Info().PathMTU)})
 	go id.watch(c)
 }
 
@@ -631,6 +651,9 @@ func (s *session) cmAccept(body []byte) uint32 {
 	}
 	id.accepted = p.QP
 	id.request <- decision{p: p}
+	if p.ManualQP {
+		return 0 // the program's to move
+	}
 	// As librdmacm's rdma_accept, return once the QP is in RTS, the REP
 	// on its way: a program posts sends as soon as it returns. The agent
 	// moves the QP without the session's lock.
@@ -701,10 +724,14 @@ func (s *session) cmEstablish(body []byte) uint32 {
 	if !decode(body, &req) {
 		return abi.EINVAL
 	}
-	if id := s.cmID(req.Handle); id == nil || id.conn == nil {
+	id := s.cmID(req.Handle)
+	if id == nil || id.conn == nil || !id.manual {
+		return abi.EINVAL // an id with a QP: the agent sent the RTU already
+	}
+	if err := id.conn.Establish(); err != nil {
 		return abi.EINVAL
 	}
-	return 0 // the agent sent the RTU already
+	return 0
 }
 
 func (s *session) cmMigrate(body []byte) uint32 {
@@ -754,7 +781,35 @@ func (s *session) cmInitQPAttr(body []byte) (any, uint32) {
 		return nil, abi.EINVAL
 	}
 	r := &abi.CMInitQPAttrReply{}
-	switch verbs.QPState(req.State) {
+	st := verbs.QPState(req.State)
+	var info *cm.ConnInfo
+	switch {
+	case id.ps == abi.PSUDP:
+	case id.conn != nil:
+		i := id.conn.Info()
+		info = &i
+	case id.reqInfo != nil:
+		info = &id.reqInfo.Info
+	}
+	if info != nil {
+		// A connection's QP, or a request's: what the agent gives its
+		// own QPs.
+		a, mask, err := info.QPAttr(st)
+		if err != nil {
+			return nil, abi.EINVAL
+		}
+		r.Attr = abi.QPAttr{State: uint32(a.State), PathMTU: uint32(a.PathMTU), RQPSN: uint32(a.RQPSN),
+			SQPSN: uint32(a.SQPSN), DestQPN: a.DestQPN, Access: uint32(a.Access), PKeyIndex: a.PKeyIndex,
+			MaxRdAtomic: a.MaxRDAtomic, MaxDestRdAtomic: a.MaxDestRDAtomic, MinRNRTimer: a.MinRNRTimer, Port: 1,
+			Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry}
+		if mask&verbs.AttrAV != 0 {
+			r.Attr.AH = abi.AHAttr{DGID: a.AH.DGID, FlowLabel: a.AH.FlowLabel, HopLimit: a.AH.HopLimit,
+				TrafficClass: a.AH.TrafficClass, SL: a.AH.SL, IsGlobal: 1, Port: 1, SGIDIndex: s.gidIndex(id.src.Addr())}
+		}
+		r.Mask = uint32(mask)
+		return r, 0
+	}
+	switch st {
 	case verbs.StateInit:
 		r.Attr = abi.QPAttr{State: uint32(verbs.StateInit), Port: 1}
 		r.Mask = uint32(verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort)
@@ -766,9 +821,22 @@ func (s *session) cmInitQPAttr(body []byte) (any, uint32) {
 			r.Mask |= uint32(verbs.AttrAccessFlags)
 		}
 	default:
-		return nil, abi.EINVAL // the agent moves a connection's QP to RTR and RTS itself
+		return nil, abi.EINVAL // no connection yet: nothing to move a QP to RTR or RTS with
 	}
 	return r, 0
+}
+
+// gidIndex returns the index of addr in the device's GID table, as rxe
+// numbers it (its last entry of addr: IPv4 at 1, not 0).
+func (s *session) gidIndex(addr netip.Addr) uint8 {
+	g := verbs.GIDFromAddr(addr)
+	var idx uint8
+	for i, e := range s.srv.gids {
+		if e.GID == g {
+			idx = uint8(i)
+		}
+	}
+	return idx
 }
 
 func (s *session) cmDestroyID(body []byte) uint32 {

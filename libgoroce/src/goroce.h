@@ -191,6 +191,7 @@ extern atomic_uint gr_fork_gen;
 int gr_call(struct gr_context *ctx, uint32_t op, const void *req, size_t req_len, void *rep, size_t rep_len,
 	    const int *fds, int nfds, int *rfd);
 int gr_gone(struct gr_context *ctx);
+void gr_qp_attr_from(struct ibv_qp_attr *attr, const struct goroce_qp_attr *g);
 int gr_map_ring(struct gr_context *ctx, const struct goroce_ring_reply *rr, struct gr_ring *r);
 void gr_unmap_ring(struct gr_ring *r);
 int gr_tab_add(struct gr_context *ctx, uint32_t h, uint32_t kind, void *obj);

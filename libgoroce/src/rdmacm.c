@@ -857,7 +857,9 @@ EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *conn_par
 		r = gr_call(cd_ctx(id->cd), GOROCE_OP_CM_CONNECT, &req, sizeof req, NULL, 0, NULL, 0, NULL);
 	if (r)
 		return fail(r);
-	return id->sync ? wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) : 0;
+	/* An id with no QP gets CONNECT_RESPONSE, and rdma_establish ends the
+	 * handshake. */
+	return id->sync ? wait_sync(id, cid->qp ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_CONNECT_RESPONSE) : 0;
 }
 
 /* ack_own acks the request rdma_get_request left on the id. */
@@ -878,6 +880,8 @@ EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *conn_para
 	ack_own(cid);
 	if (!id->cd)
 		return fail(EINVAL);
+	if (!cid->qp && !conn_param)
+		return fail(EINVAL); /* an id with no QP names the program's in conn_param->qp_num */
 	struct goroce_cm_connect_req req;
 	int r = conn_req(id, conn_param, &req);
 	if (!r)
@@ -925,8 +929,8 @@ EXPORT int rdma_disconnect(struct rdma_cm_id *cid)
 
 EXPORT int rdma_establish(struct rdma_cm_id *cid)
 {
-	if (!cid || !to_id(cid)->cd)
-		return fail(EINVAL);
+	if (!cid || !to_id(cid)->cd || cid->qp)
+		return fail(EINVAL); /* an id with a QP: the handshake is done already */
 	struct cm_id *id = to_id(cid);
 	struct goroce_handle_req req = {.handle = id->h};
 	int r = gr_call(cd_ctx(id->cd), GOROCE_OP_CM_ESTABLISH, &req, sizeof req, NULL, 0, NULL, 0, NULL);
@@ -1025,11 +1029,7 @@ EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qp_attr
 	int r = gr_call(cd_ctx(id->cd), GOROCE_OP_CM_INIT_QP_ATTR, &req, sizeof req, &rep, sizeof rep, NULL, 0, NULL);
 	if (r)
 		return fail(r);
-	qp_attr->qp_state = (enum ibv_qp_state)rep.attr.state;
-	qp_attr->pkey_index = rep.attr.pkey_index;
-	qp_attr->port_num = rep.attr.port;
-	qp_attr->qp_access_flags = rep.attr.access;
-	qp_attr->qkey = rep.attr.qkey;
+	gr_qp_attr_from(qp_attr, &rep.attr);
 	*qp_attr_mask = (int)rep.mask;
 	return 0;
 }

@@ -784,17 +784,9 @@ EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int attr_ma
 	return r;
 }
 
-EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int attr_mask, struct ibv_qp_init_attr *init_attr)
+/* gr_qp_attr_from fills attr from the device's g. */
+void gr_qp_attr_from(struct ibv_qp_attr *attr, const struct goroce_qp_attr *g)
 {
-	if (!q || !attr || !init_attr)
-		return EINVAL;
-	struct gr_qp *qp = to_qp(q);
-	struct goroce_query_qp_req req = {.handle = qp->h, .mask = (uint32_t)attr_mask};
-	struct goroce_query_qp_reply rep;
-	int r = gr_call(to_ctx(q->context), GOROCE_OP_QUERY_QP, &req, sizeof req, &rep, sizeof rep, NULL, 0, NULL);
-	if (r)
-		return r;
-	const struct goroce_qp_attr *g = &rep.attr;
 	memset(attr, 0, sizeof *attr);
 	attr->qp_state = g->state;
 	attr->cur_qp_state = g->cur_state;
@@ -830,6 +822,19 @@ EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int attr_mas
 	attr->timeout = g->timeout;
 	attr->retry_cnt = g->retry_cnt;
 	attr->rnr_retry = g->rnr_retry;
+}
+
+EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *attr, int attr_mask, struct ibv_qp_init_attr *init_attr)
+{
+	if (!q || !attr || !init_attr)
+		return EINVAL;
+	struct gr_qp *qp = to_qp(q);
+	struct goroce_query_qp_req req = {.handle = qp->h, .mask = (uint32_t)attr_mask};
+	struct goroce_query_qp_reply rep;
+	int r = gr_call(to_ctx(q->context), GOROCE_OP_QUERY_QP, &req, sizeof req, &rep, sizeof rep, NULL, 0, NULL);
+	if (r)
+		return r;
+	gr_qp_attr_from(attr, &rep.attr);
 	memset(init_attr, 0, sizeof *init_attr);
 	init_attr->qp_context = q->qp_context;
 	init_attr->send_cq = q->send_cq;

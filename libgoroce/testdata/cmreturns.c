@@ -5,7 +5,9 @@
  * kernel's rdma_cm give: REJECTED with reason 8 (invalid service ID)
  * from a port nobody listens on and 28 (consumer defined) from
  * rdma_reject; one DISCONNECTED per end however the connection ends;
- * rdma_disconnect's returns; ENODEV from every entry point while no
+ * rdma_disconnect's returns; ids with no QP, the program moving its own
+ * with rdma_init_qp_attr and ending the handshake with rdma_establish;
+ * ENODEV from every entry point while no
  * device is there (mode "nodev"); DEVICE_REMOVAL for every id when the
  * device goes (mode "gone").
  *
@@ -167,6 +169,8 @@ static void test_disconnect(struct rdma_event_channel *cch, struct rdma_event_ch
 	for (int how = 0; how < 3; how++) {
 		struct rdma_cm_id *c, *s;
 		connected(cch, sch, &c, &s);
+		errno = 0;
+		CHECK(rdma_establish(c) == -1 && errno == EINVAL, "rdma_establish of an id with a QP: errno %d", errno);
 		if (how != 1)
 			EQ_ERR(rdma_disconnect(c), 0);
 		if (how != 0)
@@ -213,6 +217,129 @@ static void test_relisten(struct rdma_event_channel *cch, struct rdma_event_chan
 	}
 	for (int i = 0; i < 4; i++)
 		close_id(ends[i]);
+}
+
+/* own_qp makes an RC QP of the program's own on id's device, with a CQ,
+ * a PD and a registered buffer, and moves it to state with
+ * rdma_init_qp_attr's attributes, state by state. */
+struct own {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	char buf[4096];
+};
+
+static void own_qp(struct rdma_cm_id *id, struct own *o)
+{
+	o->pd = OK(ibv_alloc_pd(id->verbs));
+	o->cq = OK(ibv_create_cq(id->verbs, 16, NULL, NULL, 0));
+	struct ibv_qp_init_attr a = {.send_cq = o->cq, .recv_cq = o->cq, .qp_type = IBV_QPT_RC,
+				     .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	o->qp = OK(ibv_create_qp(o->pd, &a));
+	o->mr = OK(ibv_reg_mr(o->pd, o->buf, sizeof o->buf,
+			      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+}
+
+static void move_qp(struct rdma_cm_id *id, struct ibv_qp *qp, const char *who)
+{
+	enum ibv_qp_state states[] = {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS};
+	for (int k = 0; k < 3; k++) {
+		struct ibv_qp_attr a = {.qp_state = states[k]};
+		int mask = 0;
+		EQ_ERR(rdma_init_qp_attr(id, &a, &mask) ? errno : 0, 0);
+		CHECK(a.qp_state == states[k] && (mask & IBV_QP_STATE), "%s: rdma_init_qp_attr(%d) gave state %d, mask %#x",
+		      who, states[k], a.qp_state, mask);
+		EQ_ERR(ibv_modify_qp(qp, &a, mask), 0);
+	}
+}
+
+static void free_own(struct own *o)
+{
+	EQ_ERR(ibv_destroy_qp(o->qp), 0);
+	EQ_ERR(ibv_dereg_mr(o->mr), 0);
+	EQ_ERR(ibv_destroy_cq(o->cq), 0);
+	EQ_ERR(ibv_dealloc_pd(o->pd), 0);
+}
+
+/* test_manual connects ids that have no QP, each end naming a QP of its
+ * own (conn_param.qp_num) and moving it with rdma_init_qp_attr: the
+ * active end gets CONNECT_RESPONSE and ends the handshake with
+ * rdma_establish, the passive end then gets ESTABLISHED; data flows both
+ * ways. */
+static void test_manual(struct rdma_event_channel *cch, struct rdma_event_channel *sch, int port)
+{
+	set_port(port);
+	struct rdma_cm_id *ln = listen_on(sch), *c, *s = NULL;
+	RMUST(rdma_create_id(cch, &c, NULL, RDMA_PS_TCP));
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR};
+	int mask;
+	errno = 0;
+	CHECK(rdma_init_qp_attr(c, &a, &mask) == -1 && errno == EINVAL, "rdma_init_qp_attr(RTR) of an unbound id: errno %d",
+	      errno);
+	RMUST(rdma_resolve_addr(c, NULL, (struct sockaddr *)&addr, 2000));
+	expect_ev(cch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL, "resolve_addr");
+	RMUST(rdma_resolve_route(c, 2000));
+	expect_ev(cch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL, "resolve_route");
+	static struct own co, so;
+	own_qp(c, &co);
+	struct rdma_conn_param p = {.qp_num = co.qp->qp_num, .responder_resources = 1, .initiator_depth = 1,
+				    .retry_count = 7, .rnr_retry_count = 7};
+	errno = 0;
+	CHECK(rdma_establish(c) == -1 && errno == EINVAL, "rdma_establish before connecting: errno %d", errno);
+	RMUST(rdma_connect(c, &p));
+
+	expect_ev(sch, RDMA_CM_EVENT_CONNECT_REQUEST, &s, "listener");
+	if (!s)
+		exit(2);
+	own_qp(s, &so);
+	move_qp(s, so.qp, "passive end, on the request");
+	errno = 0;
+	CHECK(rdma_accept(s, NULL) == -1 && errno == EINVAL, "rdma_accept with no QP and no conn_param: errno %d", errno);
+	struct rdma_conn_param sp = {.qp_num = so.qp->qp_num, .responder_resources = 1, .initiator_depth = 1};
+	RMUST(rdma_accept(s, &sp));
+
+	expect_ev(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL, "the active end with no QP");
+	move_qp(c, co.qp, "active end, on the response");
+	CHECK(co.qp->state == IBV_QPS_RTS, "the active QP is %d", co.qp->state);
+	EQ_ERR(rdma_establish(c) ? errno : 0, 0);
+	expect_ev(sch, RDMA_CM_EVENT_ESTABLISHED, NULL, "the passive end after rdma_establish");
+	int t = next(cch, 200, NULL, NULL);
+	CHECK(t < 0, "the active end got %s after rdma_establish", t < 0 ? "none" : rdma_event_str(t));
+
+	/* A SEND from the active end, an RDMA WRITE back into its buffer. */
+	struct ibv_sge rs = {.addr = (uintptr_t)so.buf, .length = 64, .lkey = so.mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *rbad;
+	EQ_ERR(ibv_post_recv(so.qp, &rwr, &rbad), 0);
+	strcpy(co.buf, "hello with no QP on the id");
+	struct ibv_sge ss = {.addr = (uintptr_t)co.buf, .length = 27, .lkey = co.mr->lkey};
+	struct ibv_send_wr swr = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED},
+			   *sbad;
+	EQ_ERR(ibv_post_send(co.qp, &swr, &sbad), 0);
+	struct ibv_wc wc[2];
+	CHECK(poll_n(co.cq, wc, 1, 5000) == 1 && wc[0].status == IBV_WC_SUCCESS, "the SEND did not complete");
+	CHECK(poll_n(so.cq, wc, 1, 5000) == 1 && wc[0].status == IBV_WC_SUCCESS && !strcmp(so.buf, co.buf),
+	      "the receive: %s", so.buf);
+	strcpy(so.buf + 100, "written back");
+	struct ibv_sge ws = {.addr = (uintptr_t)so.buf + 100, .length = 13, .lkey = so.mr->lkey};
+	struct ibv_send_wr wwr = {.wr_id = 3, .sg_list = &ws, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED};
+	wwr.wr.rdma.remote_addr = (uintptr_t)co.buf + 200;
+	wwr.wr.rdma.rkey = co.mr->rkey;
+	EQ_ERR(ibv_post_send(so.qp, &wwr, &sbad), 0);
+	CHECK(poll_n(so.cq, wc, 1, 5000) == 1 && wc[0].status == IBV_WC_SUCCESS, "the WRITE did not complete");
+	CHECK(!strcmp(co.buf + 200, "written back"), "the WRITE left %s", co.buf + 200);
+
+	EQ_ERR(rdma_disconnect(c), 0);
+	expect_ev(cch, RDMA_CM_EVENT_DISCONNECTED, NULL, "the active end with no QP");
+	expect_ev(sch, RDMA_CM_EVENT_DISCONNECTED, NULL, "the passive end with no QP");
+	EQ_ERR(rdma_disconnect(s), 0);
+	EQ_ERR(rdma_destroy_id(c), 0);
+	EQ_ERR(rdma_destroy_id(s), 0);
+	EQ_ERR(rdma_destroy_id(ln), 0);
+	free_own(&co);
+	free_own(&so);
 }
 
 /* gone connects to itself, says "ready", and waits for the device to go:
@@ -283,6 +410,7 @@ int main(int argc, char **argv)
 	test_rejected(cch, sch, port + 1);
 	test_disconnect(cch, sch, port + 2);
 	test_relisten(cch, sch, port + 3);
+	test_manual(cch, sch, port + 4);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 	return report("cmreturns");
