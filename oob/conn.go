@@ -157,19 +157,26 @@ type stream struct {
 
 // readMsg reads exactly len(buf) bytes within one bounded step.
 func (s *stream) readMsg(ctx context.Context, step, what string, buf []byte) error {
+	_, err := s.readMsgN(ctx, step, what, buf)
+	return err
+}
+
+// readMsgN is readMsg that also says how many bytes came before an
+// error.
+func (s *stream) readMsgN(ctx context.Context, step, what string, buf []byte) (int, error) {
 	if s.conn == nil {
-		return invalid(step+": read", "no connection: pass the net.Conn from Dial or Accept")
+		return 0, invalid(step+": read", "no connection: pass the net.Conn from Dial or Accept")
 	}
 	end, lim, err := bound(ctx, s.conn, s.cfg)
 	if err != nil {
-		return stepError(ctx, step+": read", err)
+		return 0, stepError(ctx, step+": read", err)
 	}
 	defer end()
 	n, err := io.ReadFull(s.conn, buf)
 	if err != nil {
-		return ioError(ctx, step+": read", expectBytes(len(buf), what), n, lim, buf[:n], err)
+		return n, ioError(ctx, step+": read", expectBytes(len(buf), what), n, lim, buf[:n], err)
 	}
-	return nil
+	return n, nil
 }
 
 // writeMsg writes msg in one Write call, within one bounded step. One call

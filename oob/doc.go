@@ -21,7 +21,12 @@
 // (ReadDests, then Reply) so that the caller can bring its QP up between
 // them.
 //
-// # perftest (v4.5-0.17, src/perftest_communication.c)
+// # perftest (v4.5-0.17 and 25.01.0-0.80, src/perftest_communication.c)
+//
+// Debian 12 ships perftest 4.5-0.17, which announces "6.06", and Debian 13
+// 25.01.0-0.80, which announces "6.24". Their TCP exchanges differ in one
+// place: the newer one ends without "done\0" (CloseConnection takes
+// either).
 //
 // A Perftest session runs one step per method. In every exchange the client
 // writes and then reads, and the server reads and then writes, the same
@@ -34,10 +39,12 @@
 //	Barrier           one more HandShake with the first local entry
 //	ExchangeBWReports 8-byte big-endian size, iters (4 bytes for peers < 5.33), bw_peak,
 //	                  bw_avg, msgRate_avg (IEEE 754 doubles, big-endian)
-//	CloseConnection   a HandShake, then "done\0" each way
+//	CloseConnection   a HandShake, then "done\0" each way; perftest 23.10 (6.17) and
+//	                  later send no "done\0" and close the connection instead
 //
 // The tools chain these steps differently; with N QPs (from the v4.5-0.17
-// sources, confirmed by the captures in testdata/captures):
+// sources, confirmed by the captures in testdata/captures; 25.01 chains
+// them the same way for these tests):
 //
 //	ib_write_bw, ib_read_bw, ib_atomic_bw: versions, sys data, MTU, N handshakes,
 //	    N handshakes, barrier; traffic; barrier, BW reports, close
