@@ -76,7 +76,7 @@ func (o *options) checkIters(fs *cli.FlagSet) error {
 		if o.verb == verbWrite && !o.lat {
 			o.iters = defItersWB
 		}
-	} else if o.iters < perfstat.MinIters || o.iters > maxIters {
+	} else if o.iters < perfstat.MinIters || int64(o.iters) > maxIters {
 		return cli.Usagef("-n should be between %d and %d", perfstat.MinIters, maxIters)
 	}
 	if o.lat && o.verb == verbWrite && o.backend == "soft" && !fs.IsSet("busy-poll") {
@@ -155,7 +155,10 @@ func (o *options) checkDepths(fs *cli.FlagSet) error {
 		}
 	} else if o.rxDepth < 1 || o.rxDepth > maxRx {
 		return cli.Usagef("-r should be between 1 and %d", maxRx)
-	} else if o.verb != verbSend && o.rxDepth > 1 {
+	} else if o.verb != verbSend && o.verb != verbWrite && o.rxDepth > 1 {
+		// perftest 25 takes -r for the write tests (their write-with-
+		// immediate variant posts receives) and then sets it to 1; 4.5
+		// refused it there too.
 		return cli.Usagef("on RDMA verbs rx depth can be only 1")
 	}
 	o.cqModSet = fs.IsSet("Q")
@@ -167,8 +170,13 @@ func (o *options) checkDepths(fs *cli.FlagSet) error {
 	return nil
 }
 
-// force is perftest's force_dependecies.
+// force is perftest's force_dependecies. It notes in warnPeak that a
+// bandwidth test will not measure its peak, where perftest 25 prints a
+// warning of it.
 func (o *options) force() {
+	if o.verb == verbWrite {
+		o.rxDepth = 1
+	}
 	if o.duration == 0 {
 		o.txDepth = min(o.txDepth, o.iters)
 		if o.verb == verbSend {
@@ -176,6 +184,7 @@ func (o *options) force() {
 		}
 	} else {
 		o.iters = 0
+		o.warnPeak = !o.lat
 		o.noPeak = true
 	}
 	if o.size > cqModLimit && !o.cqModSet {
@@ -183,6 +192,7 @@ func (o *options) force() {
 	}
 	o.cqMod = min(o.cqMod, o.txDepth)
 	if o.verb == verbSend && !o.lat && o.server == "" {
+		o.warnPeak = o.warnPeak || !o.noPeak
 		o.noPeak = true
 	}
 }

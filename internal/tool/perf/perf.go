@@ -1,8 +1,8 @@
 // Package perf is roce perf: perftest's ib_write_bw, ib_read_bw,
-// ib_send_bw, ib_atomic_bw and their _lat counterparts (perftest 4.5), in
-// either role, over goroce's software device or libibverbs, speaking
-// perftest's TCP exchange or its rdma_cm one (-R) and printing its tables,
-// so that either end can be the real tool.
+// ib_send_bw, ib_atomic_bw and their _lat counterparts (perftest 4.5 and
+// 25, Debian 12's and 13's), in either role, over goroce's software device
+// or libibverbs, speaking perftest's TCP exchange or its rdma_cm one (-R)
+// and printing its tables (25's), so that either end can be the real tool.
 package perf
 
 import (
@@ -25,7 +25,7 @@ var Cmd = &cli.Command{
 		"[--timeout D] [-v] [SERVER]",
 	Short: "measure bandwidth or latency as perftest's ib_{write,read,send,atomic}_{bw,lat} do, against them or another roce",
 	Long: `Runs perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw or, with --lat,
-ib_write_lat, ib_read_lat, ib_send_lat, ib_atomic_lat (perftest 4.5), as server (no
+ib_write_lat, ib_read_lat, ib_send_lat, ib_atomic_lat (perftest 4.5 or 25), as server (no
 SERVER argument) or client, over goroce's software RoCE device (--backend soft) or
 libibverbs (--backend hw, a build with -tags hwverbs). Either end may be the real tool:
 the TCP exchange on port 18515, the QP attributes and the traffic are perftest's, and
@@ -65,7 +65,7 @@ const (
 var verbNames = [...]string{"send", "write", "read", "atomic"}
 
 // perftest's constants (perftest_parameters.h, perftest_resources.h of
-// v4.5-0.17).
+// v4.5-0.17 and 25.01.0-0.80, the same unless said).
 const (
 	defPort         = 18515
 	defSizeBW       = 65536
@@ -76,8 +76,8 @@ const (
 	defTxLat        = 1
 	defRxSend       = 512
 	defCQMod        = 100
-	cqModLimit      = 8192 // MSG_SIZE_CQ_MOD_LIMIT: larger messages signal every WR
-	maxIters        = 100000000
+	cqModLimit      = 8192    // MSG_SIZE_CQ_MOD_LIMIT: larger messages signal every WR
+	maxIters        = 1 << 32 // MAX_ITER; 100000000 in 4.5
 	maxTx           = 15000
 	maxRx           = 16384
 	maxCQMod        = 1024
@@ -124,6 +124,7 @@ type options struct {
 
 	cqModSet   bool
 	noPeak     bool
+	warnPeak   bool // perftest 25 warns that the peak will not be measured
 	cpuProfile string
 }
 

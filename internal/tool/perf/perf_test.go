@@ -16,7 +16,7 @@ import (
 )
 
 var (
-	perfBWLine = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d) *\t\t   (\d+\.\d{6})$`)
+	perfBWLine = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d) *\t\t     (\d+\.\d{6})$`)
 	perfLatRow = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+` +
 		`(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d)\s+(\d+\.\d\d) *$`)
 	perfLatDurRow = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+(\d+\.\d\d)\s+(\d+\.\d\d) *$`)
@@ -154,7 +154,7 @@ func TestPerf(t *testing.T) {
 	}
 }
 
-// TestPerfHeader compares the header with perftest's, line by line,
+// TestPerfHeader compares the header with perftest 25's, line by line,
 // where it does not depend on the device.
 func TestPerfHeader(t *testing.T) {
 	srv, cl := perfPair(t, false, "read", "-s", "4096", "-n", "20")
@@ -163,8 +163,8 @@ func TestPerfHeader(t *testing.T) {
 		" Dual-port       : OFF\t\tDevice         : goroce:127.0.0.2\n" +
 		" Number of qps   : 1\t\tTransport type : IB\n" +
 		" Connection type : RC\t\tUsing SRQ      : OFF\n" +
-		" PCIe relax order: Unsupported\n" +
-		" ibv_wr* API     : OFF\n" +
+		" PCIe relax order: Unsupported\t\tLock-free\t: Unsupported\n" +
+		" ibv_wr* API     : OFF\t\tUsing DDP      : OFF\n" +
 		" TX depth        : 20\n" +
 		" CQ Moderation   : 20\n"
 	if !strings.HasPrefix(cl.Stdout, wantClient) {
@@ -172,7 +172,7 @@ func TestPerfHeader(t *testing.T) {
 	}
 	for _, want := range []string{" Outstand reads  : 128\n", " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n",
 		" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:01\n",
-		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"} {
+		" #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n"} {
 		if !strings.Contains(cl.Stdout, want) || !strings.Contains(srv.Stdout, want) {
 			t.Errorf("no %q in\n%s\n%s", want, cl.Stdout, srv.Stdout)
 		}
@@ -328,7 +328,7 @@ func TestPerfUsage(t *testing.T) {
 		nil, {"nope"}, {"write", "a", "b"}, {"write", "-n", "3"}, {"write", "-s", "0"}, {"write", "-s", "12X"},
 		{"atomic", "-s", "16"}, {"write", "-A", "CMP_AND_SWAP"}, {"atomic", "-A", "SWAP"}, {"write", "-m", "1000"},
 		{"write", "--lat", "-q", "2"}, {"write", "-n", "10", "-D", "2"}, {"write", "-D", "2", "-f", "1"},
-		{"write", "-r", "8"}, {"write", "-o", "4"}, {"write", "-t", "0"}, {"write", "-Q", "5000"},
+		{"read", "-r", "8"}, {"atomic", "-r", "2"}, {"write", "-o", "4"}, {"write", "-n", "4294967297"}, {"write", "-t", "0"}, {"write", "-Q", "5000"},
 		{"write", "--backend", "gpu"}, {"write", "--transport", "x"}, {"write", "--no-such-flag"},
 		{"write", "-x", "99"}, {"write", "-p", "0"}, {"write", "-R"}, {"write", "-R", "--backend", "hw", "h"},
 	} {
@@ -379,6 +379,11 @@ func TestPerfDefaults(t *testing.T) {
 		{[]string{"send", "--lat", "h"}, 2, 1000, 1, 1, 512, 0, false},
 		{[]string{"atomic", "h"}, 8, 1000, 128, 100, 1, 0, false},
 		{[]string{"write", "-D", "4", "-s", "1K", "h"}, 1024, 0, 128, 100, 1, 4, true},
+		// perftest 25 takes -r for the write tests and sets it to 1
+		{[]string{"write", "-r", "64", "h"}, 65536, 5000, 128, 1, 1, 0, false},
+		{[]string{"write", "--lat", "-r", "8", "h"}, 2, 1000, 1, 1, 1, 0, false},
+		// -n up to 2^32 (MAX_ITER of perftest 25; 4.5 stopped at 10^8)
+		{[]string{"write", "-n", "4294967296", "-s", "8", "h"}, 8, 1 << 32, 128, 100, 1, 0, false},
 	} {
 		o, err := parseT(c.args...)
 		if err != nil {
@@ -393,6 +398,40 @@ func TestPerfDefaults(t *testing.T) {
 	}
 	if o, _ := parseT("write", "-D", "4", "h"); o.margin != 1 {
 		t.Errorf("margin %d, want D/4 = 1", o.margin)
+	}
+}
+
+// TestPerfPeakWarning: perftest 25 warns when a bandwidth test will not
+// measure its peak, in the cases roce perf leaves it out too: a duration
+// run, a send server.
+func TestPerfPeakWarning(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"write", "-D", "4", "h"}, true},
+		{[]string{"send", "-D", "4"}, true},
+		{[]string{"send"}, true},
+		{[]string{"send", "h"}, false},
+		{[]string{"write"}, false},
+		{[]string{"write", "--lat", "-D", "4", "h"}, false},
+		{[]string{"send", "--lat"}, false},
+	} {
+		o, err := parseT(c.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if o.warnPeak != c.warn || c.warn && !o.noPeak {
+			t.Errorf("%v: warn %v noPeak %v, want a warning %v", c.args, o.warnPeak, o.noPeak, c.warn)
+		}
+	}
+	srv, cl := perfPair(t, false, "send", "-s", "1024", "-n", "20")
+	const warning = " WARNING: BW peak won't be measured in this run.\n"
+	if !strings.HasPrefix(srv.Stdout, warning+"\n****") {
+		t.Errorf("the send server does not start with the warning:\n%s", srv.Stdout)
+	}
+	if strings.Contains(cl.Stdout, warning) {
+		t.Errorf("the send client warns:\n%s", cl.Stdout)
 	}
 }
 

@@ -1,8 +1,9 @@
 package perf
 
 // roce perf's output: perftest's header, address lines and result tables
-// (perftest_parameters.c and perftest_communication.c of v4.5-0.17, with
-// their printf formats), and the --json object.
+// (perftest_parameters.c and perftest_communication.c, with their printf
+// formats, of 25.01.0-0.80: Debian 13's; where 4.5-0.17, Debian 12's,
+// printed otherwise, the comments say how), and the --json object.
 
 import (
 	"encoding/json"
@@ -16,7 +17,8 @@ import (
 )
 
 // bwResult is a bandwidth test's result: perftest's bw_report_data. Rates
-// are in MiB/s (perftest's "MB/sec") and millions of messages per second.
+// are in MiB/s (perftest's "MiB/sec", "MB/sec" in 4.5) and millions of
+// messages per second.
 type bwResult struct {
 	size, iters     uint64
 	peak, avg, rate float64
@@ -93,8 +95,11 @@ func (r *session) printHeader() {
 	r.print(" Dual-port       : OFF\t\tDevice         : %s\n", r.devNm)
 	r.print(" Number of qps   : %d\t\tTransport type : IB\n", o.qps)
 	r.print(" Connection type : RC\t\tUsing SRQ      : OFF\n")
-	r.print(" PCIe relax order: Unsupported\n")
-	r.print(" ibv_wr* API     : OFF\n")
+	// 4.5: " PCIe relax order: Unsupported" and " ibv_wr* API     : OFF" alone;
+	// 25 adds the lock-free (thread domain) and DDP columns, neither of
+	// which goroce has (25's own spelling: a tab after "Lock-free").
+	r.print(" PCIe relax order: Unsupported\t\tLock-free\t: Unsupported\n")
+	r.print(" ibv_wr* API     : OFF\t\tUsing DDP      : OFF\n")
 	if r.role == oob.Client {
 		r.print(" TX depth        : %d\n", o.txDepth)
 	}
@@ -148,13 +153,15 @@ func (r *session) printDest(side string, d *oob.PerftestDest) {
 	r.print("%s\n%s\n", line, gid)
 }
 
+// printBWTitle is RESULT_FMT; 4.5 said "MB/sec" for the same MiB/s.
 func (r *session) printBWTitle() {
 	r.print(resultLine)
-	r.print(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+	r.print(" #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n")
 }
 
+// printBW is REPORT_FMT; 4.5 had three blanks after the tabs, not five.
 func (r *session) printBW(b *bwResult) {
-	r.print(" %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", b.size, b.iters, b.peak, b.avg, b.rate)
+	r.print(" %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f\n", b.size, b.iters, b.peak, b.avg, b.rate)
 }
 
 func (r *session) printLatTitle() {

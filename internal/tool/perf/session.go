@@ -105,6 +105,9 @@ func (r *session) run() error {
 	if o.server != "" {
 		r.role = oob.Client
 	}
+	if o.warnPeak {
+		r.print(" WARNING: BW peak won't be measured in this run.\n")
+	}
 	closeConn, err := r.openExchange()
 	if err != nil {
 		return err
