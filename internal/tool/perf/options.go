@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/goroce/goroce/bth"
@@ -36,6 +37,11 @@ func (o *options) check(fs *cli.FlagSet, args []string) error {
 		}
 	}
 	o.force()
+	if o.ipv6 && o.server != "" {
+		if a, err := netip.ParseAddr(o.server); err == nil && a.Unmap().Is4() {
+			return cli.Usagef("--ipv6-addr: %s is an IPv4 address; give the server's IPv6 address or name, or leave --ipv6-addr out", o.server)
+		}
+	}
 	if o.rdmaCM && o.backend == "hw" {
 		return cli.Usagef("-R needs --backend soft (a libibverbs device's rdma_cm belongs to librdmacm)")
 	}

@@ -20,7 +20,7 @@ import (
 // Cmd is roce perf.
 var Cmd = &cli.Command{
 	UsageLine: "perf {write|read|send|atomic} [--lat] [-s SIZE] [-n ITERS | -D SECS] [-m MTU] [-q QPS] " +
-		"[-A CMP_AND_SWAP|FETCH_AND_ADD] [-p PORT] [-R] [--json] [--backend soft|hw] [--dev-name NAME] " +
+		"[-A CMP_AND_SWAP|FETCH_AND_ADD] [-p PORT] [-R] [--ipv6-addr] [--json] [--backend soft|hw] [--dev-name NAME] " +
 		"[-t TXDEPTH] [-Q CQMOD] [-r RXDEPTH] [-o OUTREADS] [-x GIDIDX] [--bind ADDR] [--transport udp|afpacket] " +
 		"[--timeout D] [-v] [SERVER]",
 	Short: "measure bandwidth or latency as perftest's ib_{write,read,send,atomic}_{bw,lat} do, against them or another roce",
@@ -110,6 +110,7 @@ type options struct {
 	atomic   string
 	port     int
 	rdmaCM   bool
+	ipv6     bool // perftest 25's --ipv6-addr: SERVER's IPv6 address
 	json     bool
 	backend  string
 	devName  string
@@ -140,6 +141,7 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.String(&o.atomic, atomicFetchAdd, "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD", "A", "atomic_type")
 	fs.Int(&o.port, defPort, "TCP `port` of the exchange", "p", "port")
 	fs.Bool(&o.rdmaCM, false, "connect the QPs with rdma_cm", "R", "rdma_cm")
+	fs.Bool(&o.ipv6, false, "reach SERVER at its IPv6 address (the TCP exchange, or rdma_cm with -R), as perftest 25's --ipv6-addr", "ipv6-addr")
 	fs.Bool(&o.json, false, "print one JSON object with the figures instead of the tables", "json")
 	fs.String(&o.cpuProfile, "", "write a pprof CPU profile of the run to this `file` (go tool pprof)", "cpuprofile")
 	fs.String(&o.backend, "soft", "`backend`: soft (goroce's engine) or hw (libibverbs: kernel rxe, an RNIC)", "backend")

@@ -328,7 +328,8 @@ func TestPerfUsage(t *testing.T) {
 		nil, {"nope"}, {"write", "a", "b"}, {"write", "-n", "3"}, {"write", "-s", "0"}, {"write", "-s", "12X"},
 		{"atomic", "-s", "16"}, {"write", "-A", "CMP_AND_SWAP"}, {"atomic", "-A", "SWAP"}, {"write", "-m", "1000"},
 		{"write", "--lat", "-q", "2"}, {"write", "-n", "10", "-D", "2"}, {"write", "-D", "2", "-f", "1"},
-		{"read", "-r", "8"}, {"atomic", "-r", "2"}, {"write", "-o", "4"}, {"write", "-n", "4294967297"}, {"write", "-t", "0"}, {"write", "-Q", "5000"},
+		{"read", "-r", "8"}, {"atomic", "-r", "2"}, {"write", "-o", "4"}, {"write", "-n", "4294967297"},
+		{"write", "--ipv6-addr", "198.18.0.11"}, {"write", "--ipv6-addr", "::ffff:198.18.0.11"}, {"write", "-t", "0"}, {"write", "-Q", "5000"},
 		{"write", "--backend", "gpu"}, {"write", "--transport", "x"}, {"write", "--no-such-flag"},
 		{"write", "-x", "99"}, {"write", "-p", "0"}, {"write", "-R"}, {"write", "-R", "--backend", "hw", "h"},
 	} {
@@ -432,6 +433,27 @@ func TestPerfPeakWarning(t *testing.T) {
 	}
 	if strings.Contains(cl.Stdout, warning) {
 		t.Errorf("the send client warns:\n%s", cl.Stdout)
+	}
+}
+
+// TestPerfIPv6Exchange: with --ipv6-addr (perftest 25's), the client
+// reaches the server's TCP exchange at its IPv6 address; the RoCE traffic
+// goes where --bind says, as before.
+func TestPerfIPv6Exchange(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	ln.Close()
+	tcp, udp := clitest.Ports(t)
+	common := []string{"write", "-s", "4096", "-n", "50", "-p", strconv.Itoa(tcp), "--roce-port", strconv.Itoa(udp), "--timeout", "30s"}
+	srv, cl := clitest.RunPair(t, Cmd, "Waiting for client to connect...",
+		append([]string{"--bind", "127.0.0.1", "--ipv6-addr"}, common...),
+		append([]string{"--bind", "127.0.0.2", "--ipv6-addr"}, append(common, "::1")...), nil, 2*time.Minute)
+	for _, r := range []clitest.Result{srv, cl} {
+		if r.Code != cli.ExitOK || perfBWLine.FindString(r.Stdout) == "" {
+			t.Fatalf("exit %d:\n%s%s", r.Code, r.Stdout, r.Stderr)
+		}
 	}
 }
 

@@ -108,6 +108,9 @@ func (r *session) run() error {
 	if o.warnPeak {
 		r.print(" WARNING: BW peak won't be measured in this run.\n")
 	}
+	if err := r.resolveIPv6(); err != nil {
+		return err
+	}
 	closeConn, err := r.openExchange()
 	if err != nil {
 		return err
@@ -191,6 +194,25 @@ func (r *session) openExchange() (closeConn func(), err error) {
 	}
 	r.pt = oob.NewPerftest(conn, r.role, r.oobConfig())
 	return func() { conn.Close() }, nil
+}
+
+// resolveIPv6 puts the IPv6 address of a SERVER name in its place, with
+// --ipv6-addr, as perftest 25 resolves it (getaddrinfo with AF_INET6);
+// the checks have refused an IPv4 address.
+func (r *session) resolveIPv6() error {
+	o := r.o
+	if !o.ipv6 || o.server == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddr(o.server); err == nil {
+		return nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(r.ctx, "ip6", o.server)
+	if err != nil || len(ips) == 0 {
+		return fmt.Errorf("--ipv6-addr: %q has no IPv6 address (leave --ipv6-addr out for IPv4)", o.server)
+	}
+	o.server = ips[0].String()
+	return nil
 }
 
 // psn returns a random 24-bit PSN, as lrand48() & 0xffffff does.
