@@ -56,6 +56,10 @@ const (
 	cmDialFor = 10 * time.Second
 )
 
+// cmCloseWait bounds closeCM: the disconnects, and the wait for the
+// peer's (a variable for the tests).
+var cmCloseWait = 5 * time.Second
+
 // cmExchange is perftest's exchange over an rdma_cm connection. It is used by
 // one goroutine.
 type cmExchange struct {
@@ -280,19 +284,25 @@ func (r *session) connectCM() error {
 	return nil
 }
 
-// closeCM ends the rdma_cm connections as perftest does: the client
-// disconnects the data QPs, the server the comm QP; each side then waits
-// (briefly) for the other's disconnects.
+// closeCM ends the rdma_cm connections as perftest does. The client
+// disconnects the data QPs and waits (briefly) for the server to
+// disconnect the comm QP. The server disconnects the data QPs, then the
+// comm QP. perftest's rdma_cm_disconnect_nodes changed twice: in 4.5 the
+// client disconnects the data QPs and the server does not; from 23.04 both
+// do; from 24.04 (Debian 13's 25.01) only the server does, and the client
+// waits for it. A server that left them to the client would wait for
+// a 25 client that waits for it; against 4.5's client the two DREQs
+// cross, which the CM answers.
 func (r *session) closeCM() {
 	c := r.cm
 	if c == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cmCloseWait)
 	defer cancel()
 	mine, theirs := c.data, []*cm.Conn{c.comm}
 	if r.role == oob.Server {
-		mine, theirs = theirs, mine
+		mine, theirs = append(append([]*cm.Conn{}, c.data...), c.comm), nil
 	}
 	for _, conn := range mine {
 		if conn != nil {

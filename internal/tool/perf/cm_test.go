@@ -113,6 +113,107 @@ func testPerfCMLostAck(t *testing.T, answer bool) {
 	}
 }
 
+// TestCloseCMServerDisconnects: a server's closeCM disconnects the data
+// connections itself, and then the comm one. perftest 25's client sends
+// no DREQ for its data QPs: it waits for the server's. The client here
+// does the same, closing nothing, against a server given a whole minute
+// to wait for the client's DREQs: it must not wait.
+func TestCloseCMServerDisconnects(t *testing.T) {
+	defer func(d time.Duration) { cmCloseWait = d }(cmCloseWait)
+	cmCloseWait = time.Minute
+	n := mem.NewNetwork(&mem.Config{Live: true})
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type end struct {
+		agent *cm.Agent
+		qps   []verbs.QP // the comm QP, the data QP
+	}
+	open := func(addr netip.Addr) end {
+		dev, err := roce.Open(&roce.Config{Link: &roce.Mem{Network: n, Addr: addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		a, err := cm.NewAgent(dev, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		pd, err := dev.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := dev.CreateCQ(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := end{agent: a}
+		for range 2 {
+			q, err := pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+				Cap: verbs.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := roce.ModifyToInit(q, nil); err != nil {
+				t.Fatal(err)
+			}
+			e.qps = append(e.qps, q)
+		}
+		return e
+	}
+	srvAddr := netip.MustParseAddr("198.18.0.1")
+	srv, cl := open(srvAddr), open(netip.MustParseAddr("198.18.0.2"))
+	next := 0
+	ln, err := srv.agent.Listen(ctx, netip.AddrPortFrom(srvAddr, oob.Port), &cm.ListenConfig{Backlog: 2,
+		OnRequest: func(context.Context, *cm.Request) (*cm.Params, error) {
+			next++
+			return &cm.Params{QP: srv.qps[next-1]}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var srvConns, clConns []*cm.Conn
+	for _, q := range cl.qps {
+		dialed := make(chan error, 1)
+		go func() {
+			c, err := cl.agent.Dial(ctx, netip.AddrPortFrom(srvAddr, oob.Port), &cm.Params{QP: q})
+			clConns = append(clConns, c)
+			dialed <- err
+		}()
+		s, err := ln.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvConns = append(srvConns, s)
+		if err := <-dialed; err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &session{role: oob.Server, cm: &cmExchange{agent: srv.agent, comm: srvConns[0], data: srvConns[1:]}}
+	closed := make(chan struct{})
+	go func() {
+		r.closeCM()
+		close(closed)
+	}()
+	for i, c := range clConns {
+		select {
+		case <-c.Done():
+			if !errors.Is(c.Err(), cm.ErrDisconnected) {
+				t.Errorf("client connection %d ended with %v, want the server's disconnect", i, c.Err())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the server left connection %d (0 comm, 1 data) up: a perftest 25 client waits for its DREQ", i)
+		}
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("closeCM still waiting after the client's connections ended")
+	}
+}
+
 // TestRetryRefused: refused data connections are retried for a time, not
 // a count (a server may start listening seconds late under loss), and
 // other errors end the retries at once, an unreachable server's too.
