@@ -42,7 +42,7 @@ fi
 mkdir -p "$STATE"
 exec 7> "$STATE/run.lock"
 flock -n 7 || skip "another interop run is using the lab ($STATE/run.lock)"
-OUT="$STATE/hwverbs"
+OUT="$STATE/hwverbs/$SUITE"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 LAB_STARTED=0
@@ -59,7 +59,7 @@ build() { # output-name go-test-flags...: hwverbs's test binary NAME and rdmacm'
         die "build ${o%.test}-cm.test failed"
 }
 UNREACH="$NET_PREFIX.99" # no host holds it: ARP goes unanswered
-if vm_ready 1 && vm_ready 2 && ns_exists; then
+if lab_ready; then
     log "lab: reusing the running lab"
 else
     LAB_STARTED=1

@@ -1,8 +1,10 @@
 #!/bin/bash
-# goroce interop lab: two Debian 12 VMs with the kernel's soft-RoCE (rxe0) on a bridge in the
-# network namespace goroce-lab, host end 198.18.0.1 (see README.md and lib.sh).
+# goroce interop lab: two Debian VMs with the kernel's soft-RoCE (rxe0) on a bridge in the
+# network namespace goroce-lab, host end 198.18.0.1 (see README.md and lib.sh). The guests run
+# Debian 13 (trixie) unless GOROCE_LAB_SUITE=bookworm (Debian 12).
 #
-#   lab.sh build [--force]       build the guest image once (cached in $GOROCE_LAB_DIR/img)
+#   lab.sh build [--force]       build the guest image once (cached in $GOROCE_LAB_DIR/img/SUITE)
+#   lab.sh peers DIR             build the C peers (interop/peers) for the guests' release into DIR
 #   lab.sh up                    image + namespace + boot VM1 and VM2, wait until rxe0 is ACTIVE
 #   lab.sh down                  power off the VMs, stop them by pid, delete the namespace
 #   lab.sh status                VMs, namespace links and addresses, nftables rules
@@ -26,12 +28,18 @@ tmo_arg() { # parses an optional -t S; sets T and SHIFTN
 cmd=${1:-status}
 shift || true
 case "$cmd" in
-build) need_root; build_image "${1:-}"; echo "image ready in $IMG" ;;
+build) need_root; build_image "${1:-}"; echo "$SUITE image ready in $IMG: kernel $(cat "$IMG/kver"); $(paste -sd';' "$IMG/versions")" ;;
+peers)
+    need_root
+    d=${1:?peers DIR}
+    build_peers "$IOP/peers" "$d" || die "the C peers did not build for $SUITE"
+    echo "C peers for $SUITE in $d: $(make -s -C "$IOP/peers" list)"
+    ;;
 up) lab_up ;;
 down) need_root; lab_down; echo "lab down" ;;
 status)
     for n in $VMS; do
-        if vm_ready "$n"; then echo "vm$n $(vm_ip "$n") running (qemu pid $(cat "$(vm_dir "$n")/qemu.pid"))"
+        if vm_ready "$n"; then echo "vm$n $(vm_ip "$n") running $(cat "$(vm_dir "$n")/suite" 2> /dev/null) (qemu pid $(cat "$(vm_dir "$n")/qemu.pid"))"
         else echo "vm$n not running"; fi
     done
     if ns_exists; then
@@ -64,5 +72,5 @@ mtu) set_mtu "${1:?1500 or 9000}" && echo "eth0/vhost0 MTU $1" ;;
 loss) loss_on "${1:?percent}" "${@:2}" ;;
 noloss) loss_off ;;
 ns) [ $# -gt 0 ] || die "ns 'cmd'"; exec ip netns exec "$NS" bash -c "$*" ;;
-*) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 2 ;;
+*) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 2 ;;
 esac

@@ -1,8 +1,10 @@
 # shellcheck shell=bash
 # goroce interop lab: settings and functions shared by lab.sh and run.sh. Sourced, not run.
 #
-# The lab is two Debian 12 guests under QEMU, each with the kernel's soft-RoCE driver (rxe0 on
-# eth0), on a bridge inside the network namespace $NS. The namespace also holds the host end,
+# The lab is two Debian guests under QEMU, each with the kernel's soft-RoCE driver (rxe0 on
+# eth0), on a bridge inside the network namespace $NS. GOROCE_LAB_SUITE picks their release:
+# trixie (Debian 13: kernel 6.12, rdma-core 56, perftest 25; the default) or bookworm (Debian 12:
+# kernel 6.1, rdma-core 44, perftest 4.5). Each release has its own image; one lab runs at a time. The namespace also holds the host end,
 # 198.18.0.1 on vhost0, where goroce runs (`ip netns exec $NS ...`), and IPv6 next to IPv4:
 # 2001:db8::1/64 on vhost0, 2001:db8::1N/64 on the guests' eth0. Nothing is routed out of
 # 198.18.0.0/24 or 2001:db8::/64; IPv6 is off on the bridge and its ports.
@@ -18,8 +20,14 @@ IOP="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"   # this directory
 # shellcheck disable=SC2034 # used by run.sh
 SRC="$(cd "$IOP/.." && pwd)"                          # the goroce module root
 STATE="${GOROCE_LAB_DIR:-/var/tmp/goroce-lab}"        # images, run files, goroce binary
-# GOROCE_LAB_MIRROR: Debian mirror URL for the guest image (default: the host's apt bookworm entry)
-IMG="$STATE/img"                                      # rootfs.ext4, vmlinuz, initrd.img, stamp
+SUITE="${GOROCE_LAB_SUITE:-trixie}"                   # the guests' Debian release: trixie | bookworm
+case $SUITE in
+trixie | bookworm) ;;
+*) echo "error: GOROCE_LAB_SUITE must be trixie (Debian 13) or bookworm (Debian 12), not \"$SUITE\"" >&2; exit 2 ;;
+esac
+# GOROCE_LAB_MIRROR: Debian mirror URL for the guest image (default: the host's apt Debian entry)
+IMG="$STATE/img/$SUITE"                               # rootfs.ext4, vmlinuz, initrd.img, stamp
+BUILD="$STATE/build/$SUITE"                           # the debootstrap tree (kept: rebuilds, C peers)
 RUN="$STATE/run"                                      # per-VM share, pid files, QMP sockets
 NS="${GOROCE_LAB_NS:-goroce-lab}"                     # network namespace
 BR=br0
@@ -42,13 +50,15 @@ ACCEL="${ACCEL:-auto}"                                # auto | kvm | tcg
 VMS="1 2"
 SKIP_RC=77                                            # exit code: the lab cannot be built or booted
 
-# Guest packages (Debian bookworm). libibverbs1/librdmacm1 are also what a cgo binary built on
-# a bookworm host links against. rdmacm-utils brings rstream, rcopy and riostream, librdmacm1
-# librspreload.so (rsockets under LD_PRELOAD); curl is the unmodified socket program run under it
-# (busybox-static's wget, linked statically, cannot take a preloaded library).
+# Guest packages (the same names in bookworm and trixie). libibverbs1/librdmacm1 are also what a
+# cgo binary built on the host links against (the libraries keep their ABI from 44 to 56).
+# rdmacm-utils brings rstream, rcopy and riostream, librdmacm1 librspreload.so (rsockets under
+# LD_PRELOAD); curl is the unmodified socket program run under it (busybox-static's wget, linked
+# statically, cannot take a preloaded library). The last five build the C peers (interop/peers)
+# against the release's own headers, in a chroot of the image's tree (build_peers).
 GUEST_PKGS="linux-image-amd64 rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1
   perftest rdmacm-utils infiniband-diags iproute2 tcpdump kmod busybox-static procps
-  iputils-ping ethtool psmisc curl"
+  iputils-ping ethtool psmisc curl gcc make libc6-dev libibverbs-dev librdmacm-dev"
 # Host commands and the Debian packages that provide them.
 HOST_TOOLS="qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils debootstrap:debootstrap
   nft:nftables modprobe:kmod depmod:kmod cpio:cpio mkfs.ext4:e2fsprogs tcpdump:tcpdump
@@ -97,20 +107,6 @@ ensure_host_tools() {
     done
 }
 
-# ensure_peer_build: the compiler and headers the C peers (interop/peers) build with, installed
-# with apt-get when missing; returns 1 when they cannot be had.
-ensure_peer_build() {
-    command -v "${CC:-cc}" >/dev/null 2>&1 && command -v make >/dev/null 2>&1 &&
-        [ -e /usr/include/rdma/rdma_cma.h ] && [ -e /usr/include/infiniband/verbs.h ] && return 0
-    command -v apt-get >/dev/null 2>&1 || return 1
-    log "installing the C peers' build packages: gcc make libc6-dev librdmacm-dev libibverbs-dev"
-    mkdir -p "$STATE"
-    { timeout 600 apt-get update -q && DEBIAN_FRONTEND=noninteractive timeout 900 \
-        apt-get install -y -q --no-install-recommends gcc make libc6-dev librdmacm-dev libibverbs-dev; } \
-        > "$STATE/apt-peers.log" 2>&1 || return 1
-    command -v "${CC:-cc}" >/dev/null 2>&1 && command -v make >/dev/null 2>&1
-}
-
 # --------------------------------------------------------------------------- guest image
 
 # The initramfs /init: load virtio and ext4 modules, mount the root, switch to goroce-lab-init.
@@ -134,7 +130,7 @@ INIT
 
 # image_stamp: identifies what the image is built from; a change triggers a rebuild.
 image_stamp() {
-    { echo "$GUEST_PKGS"; cat "$IOP/guest/goroce-lab-init"; initramfs_init; } | sha256sum | cut -c1-16
+    { echo "$SUITE $GUEST_PKGS"; cat "$IOP/guest/goroce-lab-init"; initramfs_init; } | sha256sum | cut -c1-16
 }
 
 image_ok() {
@@ -142,52 +138,66 @@ image_ok() {
         [ "$(cat "$IMG/stamp" 2>/dev/null)" = "$(image_stamp)" ]
 }
 
-# build_image [--force]: debootstrap bookworm, install GUEST_PKGS, build a busybox initramfs
-# and a sparse ext4 image. Does nothing when a current image exists. Skips (exit 77) when the
-# image cannot be built here (no root, no tools, no mirror).
+# apt_sources SUITE: "URI RELEASE" lines for the guests' apt sources, from this host's apt
+# configuration (no host name is written here): the host's entries for SUITE and its -updates and
+# -security when it has them, or else its entries for its own Debian release with the release's
+# name changed to SUITE (Debian serves every release from the same mirrors). GOROCE_LAB_MIRROR
+# replaces them with that mirror alone. The first line is the mirror debootstrap uses.
+apt_sources() {
+    local s=$1 own
+    if [ -n "${GOROCE_LAB_MIRROR:-}" ]; then echo "$GOROCE_LAB_MIRROR $s"; return; fi
+    own=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null | sort -u)
+    if ! awk -v s="$s" '$2 == s { f = 1 } END { exit !f }' <<< "$own"; then
+        # the host's release: the one whose name, without a suffix, its apt sources list
+        local h
+        h=$(. /etc/os-release 2> /dev/null && echo "${VERSION_CODENAME:-}")
+        [ -n "$h" ] || return 0
+        own=$(awk -v h="$h" -v s="$s" '$2 == h || $2 == h"-updates" || $2 == h"-security" { sub("^" h, s, $2); print }' <<< "$own")
+    fi
+    awk -v s="$s" '$2 == s' <<< "$own" | head -1
+    awk -v s="$s" '$2 == s"-updates" || $2 == s"-security"' <<< "$own"
+}
+
+# build_image [--force]: debootstrap $SUITE, install GUEST_PKGS, build a busybox initramfs and a
+# sparse ext4 image. Does nothing when a current image exists. Skips (exit 77) when the image
+# cannot be built here (no root, no tools, no mirror).
 build_image() {
     [ "${1:-}" = --force ] && rm -f "$IMG/stamp"
     image_ok && return 0
     need_root
     ensure_host_tools
-    mkdir -p "$IMG" "$STATE/build"
-    exec 8> "$STATE/build.lock"
-    flock -w 1800 8 || skip "timed out waiting for another image build ($STATE/build.lock)"
+    mkdir -p "$IMG" "$BUILD"
+    exec 8> "$BUILD.lock"
+    flock -w 1800 8 || skip "timed out waiting for another image build ($BUILD.lock)"
     image_ok && { exec 8>&-; return 0; }
-    local t0 suite root kver m ir size mirror
+    local t0 root kver m ir size mirror sources
     t0=$(now)
-    suite=bookworm
-    # The mirror comes from this host's apt configuration (no host name is written here).
-    mirror=${GOROCE_LAB_MIRROR:-}
-    [ -n "$mirror" ] || mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null |
-        awk -v s="$suite" '$2 == s { print $1; exit }')
-    [ -n "$mirror" ] || skip "no Debian $suite repository in the host's apt configuration (set GOROCE_LAB_MIRROR)"
-    log "building the guest image in $IMG from $mirror (log: $STATE/build.log)"
-    root="$STATE/build/rootfs"
+    sources=$(apt_sources "$SUITE")
+    mirror=$(head -1 <<< "$sources" | awk '{ print $1 }')
+    [ -n "$mirror" ] || skip "no Debian mirror in the host's apt configuration for $SUITE (set GOROCE_LAB_MIRROR)"
+    log "building the $SUITE guest image in $IMG from $mirror (log: $BUILD.log)"
+    root="$BUILD/rootfs"
     (
         set -eo pipefail
         if [ ! -e "$root/.debootstrap-done" ]; then
             rm -rf "$root"
-            timeout 1200 debootstrap --variant=minbase "$suite" "$root" "$mirror"
+            timeout 1200 debootstrap --variant=minbase "$SUITE" "$root" "$mirror"
             touch "$root/.debootstrap-done"
         fi
-        # guest apt sources: the host's entries for the suite (and its updates), else the mirror
-        apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null | sort -u |
-            awk -v s="$suite" '$2 == s || $2 == s"-updates" || $2 == s"-security" { print "deb " $1 " " $2 " main" }' \
-            > "$root/etc/apt/sources.list"
-        [ -s "$root/etc/apt/sources.list" ] || echo "deb $mirror $suite main" > "$root/etc/apt/sources.list"
+        awk '{ print "deb " $1 " " $2 " main" }' <<< "$sources" > "$root/etc/apt/sources.list"
         printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
         chmod +x "$root/usr/sbin/policy-rc.d"
-        for d in proc sys dev dev/pts; do mountpoint -q "$root/$d" || mount --bind "/$d" "$root/$d"; done
-        trap 'for d in dev/pts dev sys proc; do umount -l "$root/$d" 2>/dev/null || true; done' EXIT
+        chroot_mounts "$root"
+        trap 'chroot_umounts "$root"' EXIT
         # INITRD=No: no initramfs-tools image; the lab builds its own small one below.
         timeout 1800 chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive LC_ALL=C INITRD=No bash -c "
             apt-get update -q && apt-get install -y -q --no-install-recommends \
               -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold $(echo $GUEST_PKGS) &&
             apt-get clean"
-        for d in dev/pts dev sys proc; do umount -l "$root/$d"; done
+        chroot_umounts "$root"
         trap - EXIT
         kver=$(ls "$root/lib/modules" | sort -V | tail -1)
+        dpkg-query --admindir="$root/var/lib/dpkg" -W -f '${Package} ${Version}\n' rdma-core perftest libibverbs-dev > "$IMG/versions"
         echo "guest kernel $kver"
         cp "$root/boot/vmlinuz-$kver" "$IMG/vmlinuz"
         echo "$kver" > "$IMG/kver"
@@ -203,7 +213,7 @@ build_image() {
         install -m 0755 "$IOP/guest/goroce-lab-init" "$root/sbin/goroce-lab-init"
         echo goroce-vm > "$root/etc/hostname"
         # initramfs: busybox plus the modules needed to reach ext4 on virtio-blk
-        ir="$STATE/build/initramfs"
+        ir="$BUILD/initramfs"
         rm -rf "$ir"
         mkdir -p "$ir/bin" "$ir/mod"
         cp "$root/bin/busybox" "$ir/bin/busybox"
@@ -221,16 +231,51 @@ build_image() {
         rm -f "$IMG/rootfs.ext4.tmp"
         mkfs.ext4 -q -F -L goroce-lab -d "$root" "$IMG/rootfs.ext4.tmp" "${size}M"
         mv "$IMG/rootfs.ext4.tmp" "$IMG/rootfs.ext4"
-    ) > "$STATE/build.log" 2>&1
+    ) > "$BUILD.log" 2>&1
     local rc=$?
     if [ $rc != 0 ]; then
         exec 8>&-
-        tail -15 "$STATE/build.log" >&2
-        skip "guest image build failed (rc $rc; mirror reachable? log: $STATE/build.log)"
+        tail -15 "$BUILD.log" >&2
+        skip "$SUITE guest image build failed (rc $rc; mirror reachable? log: $BUILD.log)"
     fi
     image_stamp > "$IMG/stamp"
     exec 8>&-
-    log "guest image built in $(elapsed "$t0") s ($(du -sh --apparent-size "$IMG/rootfs.ext4" | cut -f1) sparse image)"
+    log "$SUITE guest image built in $(elapsed "$t0") s (kernel $(cat "$IMG/kver"), $(du -sh --apparent-size "$IMG/rootfs.ext4" | cut -f1) sparse image)"
+}
+
+# chroot_mounts ROOT, chroot_umounts ROOT: the host's /proc, /sys and /dev in a chroot, and out.
+chroot_mounts() {
+    local d
+    for d in proc sys dev dev/pts; do mountpoint -q "$1/$d" || mount --bind "/$d" "$1/$d" || return 1; done
+}
+chroot_umounts() {
+    local d
+    for d in dev/pts dev sys proc; do umount -l "$1/$d" 2> /dev/null; done
+    return 0
+}
+
+# build_peers SRC OUT: builds the C peers (interop/peers, `make -C SRC OUT=...`) against the
+# guests' own rdma-core headers and libraries, in a chroot of the image's tree (GUEST_PKGS has
+# the compiler), and copies them to OUT. A peer may then use what the guests' rdma-core offers
+# (rdma-core 56's ibv_wr_flush in trixie, say) and links against exactly what the guests run.
+# The build's output goes to standard output.
+build_peers() {
+    local src=$1 out=$2 root="$BUILD/rootfs" rc
+    build_image || return 1
+    exec 8> "$BUILD.lock"
+    flock -w 600 8 || { echo "timed out waiting for $BUILD.lock"; exec 8>&-; return 1; }
+    rm -rf "$root/tmp/peers-src" "$root/tmp/peers-out"
+    mkdir -p "$root/tmp/peers-out" "$out"
+    cp -R "$src" "$root/tmp/peers-src"
+    chroot_mounts "$root" || { chroot_umounts "$root"; exec 8>&-; return 1; }
+    timeout 300 chroot "$root" /usr/bin/env LC_ALL=C PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        make -C /tmp/peers-src OUT=/tmp/peers-out ${CC:+CC=$CC}
+    rc=$?
+    chroot_umounts "$root"
+    [ $rc = 0 ] && cp -p "$root"/tmp/peers-out/* "$out/"
+    rm -rf "$root/tmp/peers-src" "$root/tmp/peers-out"
+    exec 8>&-
+    return $rc
 }
 
 # ----------------------------------------------------------------------------- network
@@ -326,6 +371,21 @@ accel_opts() {
 
 vm_running() { pid_alive "$(cat "$(vm_dir "$1")/qemu.pid" 2> /dev/null)"; }
 vm_ready() { [ -e "$(vm_dir "$1")/share/ready" ] && vm_running "$1"; }
+# lab_ready: both VMs run $SUITE and are ready, and the namespace is there.
+lab_ready() {
+    local n
+    ns_exists || return 1
+    for n in $VMS; do
+        vm_ready "$n" && [ "$(cat "$(vm_dir "$n")/suite" 2> /dev/null)" = "$SUITE" ] || return 1
+    done
+}
+# lab_current: lab_ready, and the guests run this checkout's guest/init.sh (not another
+# worktree's).
+lab_current() {
+    local n
+    lab_ready || return 1
+    for n in $VMS; do cmp -s "$IOP/guest/init.sh" "$(vm_dir "$n")/share/init.sh" || return 1; done
+}
 
 # vm_start N ACCEL_OPTS: boot VM N in the namespace (returns at once); a running VM is left alone.
 vm_start() {
@@ -336,7 +396,8 @@ vm_start() {
     rm -rf "${d:?}/share/"* "$d/qemu.pid" "$d/wrapper.pid" "$d/console.log"
     mkdir -p "$d/share/jobs" "$d/share/bin"
     cp "$IOP/guest/init.sh" "$d/share/init.sh"
-    [ -d "$STATE/push" ] && cp -pR "$STATE/push/." "$d/share/bin/"
+    echo "$SUITE" > "$d/suite"
+    [ -d "$STATE/push/$SUITE" ] && cp -pR "$STATE/push/$SUITE/." "$d/share/bin/"
     now > "$d/start_time"
     # qemu runs inside the namespace (it opens the persistent tapN there), in its own session,
     # under a hard time limit, without the lock descriptors (7, 8) of run.sh and build_image. romfile= : no iPXE option ROM needed for -kernel boot.
@@ -402,8 +463,16 @@ lab_up() {
     [ -c /dev/net/tun ] || skip "no /dev/net/tun (needed for the VMs' tap devices)"
     ensure_host_tools
     build_image
+    local acc n ok=1 t0 other
+    for n in $VMS; do
+        other=$(cat "$(vm_dir "$n")/suite" 2> /dev/null)
+        if vm_running "$n" && [ "$other" != "$SUITE" ]; then
+            log "lab: the running guests are ${other:-of another release}; stopping them to boot $SUITE"
+            lab_down
+            break
+        fi
+    done
     net_up || { net_down; skip "cannot create network namespace $NS"; }
-    local acc n ok=1 t0
     acc=$(accel_opts)
     t0=$(now)
     for n in $VMS; do vm_start "$n" "$acc"; done
@@ -419,7 +488,7 @@ lab_up() {
         lab_down > /dev/null 2>&1
         skip "the lab VMs did not boot (see $RUN/vm*/console.log)"
     fi
-    echo "lab up in $(elapsed "$t0") s ($acc)"
+    echo "lab up in $(elapsed "$t0") s ($acc; $SUITE, kernel $(cat "$IMG/kver"))"
 }
 
 lab_down() {
@@ -486,13 +555,13 @@ set_mtu() {
 }
 
 # push FILE...: copy files into /lab/bin of the running VMs (on their PATH), and keep them
-# for VMs booted later.
+# for VMs of the same release booted later.
 push_files() {
     local f n
-    mkdir -p "$STATE/push"
+    mkdir -p "$STATE/push/$SUITE"
     for f in "$@"; do
         [ -f "$f" ] || { echo "no such file: $f" >&2; return 1; }
-        cp -p "$f" "$STATE/push/"
+        cp -p "$f" "$STATE/push/$SUITE/"
         for n in $VMS; do
             [ -d "$(vm_dir "$n")/share/bin" ] && cp -p "$f" "$(vm_dir "$n")/share/bin/"
         done

@@ -8,17 +8,20 @@
 #     -l, --list   print the selected case ids and exit (needs no root, boots nothing)
 #     -k, --keep   leave the lab running at the end (next runs reuse it and skip the boot)
 #     -p, --pcap   capture each case on br0 into out/pcap/CASE.pcap
-#   Environment: INTEROP_FILTER (one more ERE), INTEROP_OUT (out dir, default interop/out),
+#   Environment: GOROCE_LAB_SUITE (the guests' Debian release: trixie, the default, or
+#     bookworm), INTEROP_VARIANTS (an ERE of the variants to run; default: all of them on
+#     trixie, the smaller set BOOKWORM_VARIANTS below on bookworm; "all" for all),
+#     INTEROP_FILTER (one more ERE), INTEROP_OUT (out dir, default interop/out/SUITE),
 #     INTEROP_CASES (case table, default interop/cases.txt), INTEROP_LOSS (percent, 3),
 #     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 1620 s),
 #     INTEROP_PUSH (files to copy into the guests' /lab/bin), INTEROP_KEEP=1, INTEROP_PCAP=1,
-#     GO (go command), CC (C compiler of the peers in interop/peers, default cc), plus the lab
+#     GO (go command), CC (C compiler of the peers, built in the guests' release), plus the lab
 #     settings in lib.sh (GOROCE_LAB_DIR, GOROCE_LAB_NS, ACCEL...).
 # Exit: 0 all selected cases passed; 1 a case failed or did not run; 77 the lab could not be
 # built or booted (printed as SKIPPED with the reason; never a pass); 2 usage.
 source "$(dirname "$0")/lib.sh"
 
-OUT="${INTEROP_OUT:-$IOP/out}"
+OUT="${INTEROP_OUT:-$IOP/out/$SUITE}"
 CASES="${INTEROP_CASES:-$IOP/cases.txt}"
 LOSS="${INTEROP_LOSS:-3}"
 DEF_TMO="${INTEROP_TIMEOUT:-45}"
@@ -30,9 +33,21 @@ READY_WAIT=20            # seconds for a server to start listening
 SERVER_GRACE=20          # seconds a server may take to finish after its client
 GOROCE_BIN="$STATE/roce" # host commands run with $STATE first on PATH, so "roce" is this binary
 HTTPD_BIN="$STATE/rsockhttp" # the lab's net/http server on rsockets (interop/rsockhttp), built with roce
-PEERS_SRC="$IOP/peers"   # goroce's C peers (interop/peers), built on the host and pushed to the guests
-PEERS_BIN="$STATE/peers"
-PEERS="rdmaex_server rdmaex_client minimal_server minimal_client imm_server imm_client rdmalib dsahfix.so udpong_rxe"
+PEERS_SRC="$IOP/peers"   # goroce's C peers (interop/peers), built for the guests' release and pushed to them
+PEERS_BIN="$STATE/peers/$SUITE"
+PEERS=$(make -s -C "$PEERS_SRC" list) || die "make -C $PEERS_SRC list failed"
+# The variants the second, smaller run on Debian 12 (bookworm) takes unless INTEROP_VARIANTS says:
+# rxe against rxe, and goroce over udp both ways, at path MTU 1024, with loss, and over IPv6. What
+# differs between the releases is the guests' side (rxe 6.1, rdma-core 44, perftest 4.5); goroce's
+# transports (afpacket) and the MTU 4096 variants exercise the host's side, which the trixie run
+# covers.
+BOOKWORM_VARIANTS='^(ref-1024|cli-udp-1024|srv-udp-1024|cli-udp-loss|srv-udp-loss|ref6-1024|cli-udp6-1024|srv-udp6-1024)$'
+VARIANTS_RE=${INTEROP_VARIANTS:-}
+if [ -z "$VARIANTS_RE" ]; then
+    VARIANTS_RE=.
+    [ "$SUITE" = bookworm ] && VARIANTS_RE=$BOOKWORM_VARIANTS
+fi
+[ "$VARIANTS_RE" = all ] && VARIANTS_RE=.
 
 # Variants, in run order (grouped by MTU so the guests switch MTU twice) and matrix column order.
 #   mode: the word in cases.txt that selects the variant
@@ -163,10 +178,11 @@ load_cases() {
         tl+=("$name") tm+=("$modes") to+=("$opts") tv+=("$vmc") tg+=("$gc")
     done < "$CASES"
     local mode variant srv cli mtu loss hopts hostopts sw sk cw ck check expect wait tmo id addr scmd ccmd ug up o
-    local crc cexp sexp lm cl ipv gid addr4 addr6 hm
+    local crc cexp sexp lm cl ipv gid addr4 addr6 hm su
     while read -r mode variant srv cli mtu loss hopts ipv; do
         [ -z "$mode" ] || [ "${mode:0:1}" = "#" ] && continue
         [ "$loss" = L ] && loss=$LOSS
+        [[ "$variant" =~ $VARIANTS_RE ]] || continue
         sw=${srv%%:*} sk=${srv#*:} cw=${cli%%:*} ck=${cli#*:}
         addr6=$(where_addr "$sw" "$ipv") addr4=$(where_addr "$sw" 4)
         hostopts=$(host_opts "$hopts" "$ipv")
@@ -176,7 +192,7 @@ load_cases() {
             [[ "${tm[$i]}" == *" $mode "* ]] || continue
             id="${tl[$i]}/$variant"
             selected "$id" || continue
-            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6 hm=""
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6 hm="" su=""
             for o in ${to[$i]}; do
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
@@ -186,9 +202,12 @@ load_cases() {
                 loss=requests) lm=r ;;
                 addr4) addr=$addr4 ;;
                 hostmtu=*) hm=${o#*=} ;;
+                suite=*) su=${o#*=} ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
             done
+            # suite=S[,S]: the case runs on those releases' guests only
+            [ -z "$su" ] || [[ ",$su," == *",$SUITE,"* ]] || continue
             ug=0
             if [ "$sk" = goroce ] || [ "$ck" = goroce ]; then
                 ug=1
@@ -273,33 +292,34 @@ if [ "$NEED_PEERS" = 1 ]; then
     t0=$(now)
     rm -rf "$PEERS_BIN"
     mkdir -p "$PEERS_BIN"
-    if ! ensure_peer_build; then
-        PEERS_NOTE="peers: NO C COMPILER (${CC:-cc}), make or librdmacm-dev on the host, and apt-get could not install them; the C-peer cases fail"
-    elif (timeout 300 make -C "$PEERS_SRC" OUT="$PEERS_BIN") > "$OUT/peers-build.log" 2>&1; then
-        PEERS_OK=1 PEERS_NOTE="peers: built $PEERS in $(elapsed "$t0") s"
+    # in a chroot of the guests' tree, against their rdma-core (build_peers in lib.sh); a lab that
+    # cannot be built here skips below, when it is booted
+    (build_peers "$PEERS_SRC" "$PEERS_BIN") > "$OUT/peers-build.log" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+        PEERS_OK=1 PEERS_NOTE="peers: built $PEERS for $SUITE in $(elapsed "$t0") s"
     else
-        PEERS_NOTE="peers: BUILD FAILED (make -C interop/peers; see $OUT/peers-build.log); the C-peer cases fail"
+        PEERS_NOTE="peers: BUILD FAILED (rc $rc; make -C interop/peers in the $SUITE tree; see $OUT/peers-build.log); the C-peer cases fail"
     fi
     log "$PEERS_NOTE"
 fi
 
 # the lab: reuse a running one (and leave it running), or boot one (and stop it at the end). A
-# lab that another checkout set up (its guests run another guest/init.sh: without IPv6, say) is
-# stopped and booted again from this one.
+# lab of the other release, or one that another checkout set up (its guests run another
+# guest/init.sh: without IPv6, say), is stopped and booted again from this one.
 t0=$(now)
-lab_current() { cmp -s "$IOP/guest/init.sh" "$(vm_dir 1)/share/init.sh" && cmp -s "$IOP/guest/init.sh" "$(vm_dir 2)/share/init.sh"; }
-if vm_ready 1 && vm_ready 2 && ns_exists && lab_current; then
-    BOOT_NOTE="lab: reused the running lab"
+if lab_current; then
+    BOOT_NOTE="lab: reused the running $SUITE lab"
 else
     LAB_STARTED=1
     if vm_running 1 || vm_running 2; then
-        log "lab: the running lab's guests run another guest/init.sh (another checkout's); booting it again"
+        log "lab: the running lab's guests are another release's or run another checkout's guest/init.sh; booting it again"
         lab_down > /dev/null 2>&1
     fi
     lab_up 2>&1 | tee "$OUT/lab-up.log" >&2
     rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || exit "$rc" # lab_up printed SKIPPED and the reason
-    BOOT_NOTE="lab: up in $(elapsed "$t0") s ($(accel_opts | awk '{ print $2 }'); boot $(grep -o 'ready [0-9.]* s' "$OUT/lab-up.log" | awk '{ print $2 }' | paste -sd/ -) s per VM)"
+    BOOT_NOTE="lab: $SUITE up in $(elapsed "$t0") s ($(accel_opts | awk '{ print $2 }'); boot $(grep -o 'ready [0-9.]* s' "$OUT/lab-up.log" | awk '{ print $2 }' | paste -sd/ -) s per VM)"
 fi
 log "$BOOT_NOTE"
 loss_off > /dev/null 2>&1 # a reused lab may hold loss rules from an interrupted run
@@ -617,7 +637,8 @@ for c in "${CASE_LIST[@]}"; do
     case ${RES[${c%%"$US"*}]} in PASS) npass=$((npass + 1)) ;; FAIL) nfail=$((nfail + 1)) ;; *) nnr=$((nnr + 1)) ;; esac
 done
 {
-    echo "goroce interop matrix  $(date -u +%FT%TZ)  commit $(git -C "$SRC" rev-parse --short HEAD 2> /dev/null || echo '?')"
+    echo "goroce interop matrix  $(date -u +%FT%TZ)  commit $(git -C "$SRC" rev-parse --short HEAD 2> /dev/null || echo '?')  guests $SUITE"
+    [ "$VARIANTS_RE" != . ] && echo "variants: $VARIANTS_RE (INTEROP_VARIANTS=all for every one)"
     echo "$BOOT_NOTE"
     [ "$RESTARTED" -gt 0 ] && echo "lab: restarted $RESTARTED time(s) after a case left a guest broken (see the case logs)"
     [ -n "$GOROCE_NOTE" ] && echo "$GOROCE_NOTE"
@@ -653,7 +674,7 @@ done
     done
     echo
     echo "whole run: $(elapsed "$RUN_T0") s"
-    echo "interop: $npass passed, $((nfail + nnr)) failed"
+    echo "$SUITE: $npass passed, $((nfail + nnr)) failed"
 } > "$OUT/matrix.txt"
 cat "$OUT/matrix.txt"
 [ $((nfail + nnr)) = 0 ]

@@ -30,7 +30,7 @@ need_root
 mkdir -p "$STATE"
 exec 7> "$STATE/run.lock"
 flock -n 7 || skip "another interop run is using the lab ($STATE/run.lock)"
-OUT="$IOP/out/vmbench"
+OUT="$IOP/out/$SUITE/vmbench"
 mkdir -p "$OUT"
 LAB_STARTED=0
 finish() {
@@ -49,7 +49,7 @@ if ! [ -e /usr/include/infiniband/verbs.h ]; then
 fi
 (cd "$SRC" && CGO_ENABLED=1 timeout 600 "$GO" build -tags hwverbs -o "$HWBIN" ./cmd/roce) || HWBIN=""
 
-if vm_ready 1 && vm_ready 2 && ns_exists; then
+if lab_ready; then
     log "lab: reusing the running lab"
 else
     LAB_STARTED=1
