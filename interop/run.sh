@@ -144,8 +144,12 @@ expand() {
     printf -v "$1" '%s' "${words[*]}"
 }
 
-# is_peer CMD: 0 when CMD runs one of goroce's C peers.
-is_peer() { [[ " $PEERS " == *" ${1%% *} "* ]]; }
+# is_peer CMD: 0 when CMD runs (or preloads, /lab/bin/NAME) one of goroce's C peers.
+is_peer() {
+    local p
+    for p in $PEERS; do [[ " $1 " == *[[:space:]/]"$p"[[:space:]:\;]* ]] && return 0; done
+    return 1
+}
 
 # where_addr WHERE IP: the IPv4 (IP 4) or IPv6 (6) address of host, vm1 or vm2.
 where_addr() {
