@@ -333,7 +333,7 @@ if [ "$PEERS_OK" = 1 ]; then
     # what this release built (a peer that needs a newer rdma-core is not there on bookworm)
     push_files "$PEERS_BIN"/* || { PEERS_OK=0 PEERS_NOTE="peers: could not push them to the guests; the C-peer cases fail"; log "$PEERS_NOTE"; }
 fi
-VERSIONS=$(vm_run 1 20 'echo "kernel $(uname -r);" $(dpkg-query -W -f "\${Package} \${Version}; " rdma-core perftest)' 2> /dev/null)
+VERSIONS=$(vm_run 1 20 'echo "kernel $(uname -r) ($(uname -v | grep -o "Debian [^ ]*"));" $(dpkg-query -W -f "\${Package} \${Version}; " rdma-core perftest)' 2> /dev/null)
 
 # ------------------------------------------------------------------- one side of a case
 # side_start ROLE WHERE TIMEOUT CMD: ROLE is srv or cli; WHERE host | vm1 | vm2.
