@@ -4,10 +4,11 @@
 # The lab is two Debian guests under QEMU, each with the kernel's soft-RoCE driver (rxe0 on
 # eth0), on a bridge inside the network namespace $NS. GOROCE_LAB_SUITE picks their release:
 # trixie (Debian 13: kernel 6.12, rdma-core 56, perftest 25; the default) or bookworm (Debian 12:
-# kernel 6.1, rdma-core 44, perftest 4.5). Each release has its own image; one lab runs at a time. The namespace also holds the host end,
-# 198.18.0.1 on vhost0, where goroce runs (`ip netns exec $NS ...`), and IPv6 next to IPv4:
-# 2001:db8::1/64 on vhost0, 2001:db8::1N/64 on the guests' eth0. Nothing is routed out of
-# 198.18.0.0/24 or 2001:db8::/64; IPv6 is off on the bridge and its ports.
+# kernel 6.1, rdma-core 44, perftest 4.5). Each release has its own image; one lab runs at a
+# time. The namespace also holds the host end, 198.18.0.1 on vhost0, where goroce runs (`ip
+# netns exec $NS ...`), and IPv6 next to IPv4: 2001:db8::1/64 on vhost0, 2001:db8::1N/64 on the
+# guests' eth0. Nothing is routed out of 198.18.0.0/24 or 2001:db8::/64; IPv6 is off on the
+# bridge and its ports.
 #
 #  VM1 eth0 198.18.0.11 2001:db8::11 -- tap1 --+
 #  VM2 eth0 198.18.0.12 2001:db8::12 -- tap2 --+-- br0 (no address, MTU 9000)
@@ -269,7 +270,7 @@ build_peers() {
     cp -R "$src" "$root/tmp/peers-src"
     chroot_mounts "$root" || { chroot_umounts "$root"; exec 8>&-; return 1; }
     timeout 300 chroot "$root" /usr/bin/env LC_ALL=C PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-        make -C /tmp/peers-src OUT=/tmp/peers-out ${CC:+CC=$CC}
+        make -C /tmp/peers-src OUT=/tmp/peers-out
     rc=$?
     chroot_umounts "$root"
     [ $rc = 0 ] && cp -p "$root"/tmp/peers-out/* "$out/"
