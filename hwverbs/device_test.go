@@ -524,7 +524,9 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("posting sends that nothing completes: %v, want ErrQueueFull", err)
 	}
 	posted += pe.Index
-	if posted < int(q.Cap().MaxSendWR) {
+	// rxe 6.12 (with rdma-core 56) holds one request fewer than the Cap it
+	// reports; 6.1 holds Cap.
+	if posted < int(q.Cap().MaxSendWR)-1 {
 		t.Errorf("queue full after %d sends, Cap says %d", posted, q.Cap().MaxSendWR)
 	}
 	t.Logf("send queue full after %d sends (Cap %d): %v", posted, q.Cap().MaxSendWR, err)
