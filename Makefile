@@ -72,7 +72,8 @@ fuzz:
 	done
 
 # Interoperability with the Linux kernel's soft-RoCE (rxe) and rdma-core's
-# tools in QEMU VMs, hwverbs on rxe, and goroce next to rxe in the same VMs;
+# tools in QEMU VMs (Debian 13 guests, then a smaller run on Debian 12's),
+# hwverbs on rxe, and goroce next to rxe in the same VMs;
 # needs root. See interop/README.md. Exit 77: skipped.
 interop:
 	./interop/all.sh
