@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -48,6 +49,41 @@ func TestNilArgs(t *testing.T) {
 		"Multi.MaxPacket":    func(t *testing.T) { want(t, (*Multi)(nil).MaxPacket(), 0) },
 		"Multi.SendsPayload": func(t *testing.T) { want(t, (*Multi)(nil).SendsPayload(), false) },
 		"Multi.Stats":        func(t *testing.T) { want(t, (*Multi)(nil).Stats(), Stats{}) },
+		"Multi.JoinGroup": func(t *testing.T) {
+			apitest.Err(t, (*Multi)(nil).JoinGroup(netip.Addr{}), ErrNil, "NewMulti")
+			m, _ := NewMulti(&nopLink{})
+			apitest.Err(t, m.JoinGroup(netip.MustParseAddr("ff15::1")), nil, "no local address", "ff15::1")
+			apitest.Err(t, m.JoinGroup(netip.MustParseAddr("239.255.0.1")), ErrNoMulticast, "*transport.nopLink")
+		},
+		"Multi.LeaveGroup": func(t *testing.T) {
+			apitest.Err(t, (*Multi)(nil).LeaveGroup(netip.Addr{}), ErrNil, "NewMulti")
+			m, _ := NewMulti(&nopLink{})
+			apitest.Err(t, m.LeaveGroup(netip.Addr{}), nil, "no local address")
+		},
+		"JoinGroup": func(t *testing.T) {
+			apitest.Err(t, JoinGroup(nil, netip.Addr{}), ErrNoMulticast, "udp, afpacket or mem")
+			apitest.Err(t, JoinGroup(&nopLink{}, netip.Addr{}), errors.ErrUnsupported)
+		},
+		"LeaveGroup": func(t *testing.T) {
+			apitest.Err(t, LeaveGroup(nil, netip.Addr{}), ErrNoMulticast, "udp, afpacket or mem")
+		},
+		"CheckGroup": func(t *testing.T) {
+			a4, a6 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("2001:db8::1")
+			apitest.Err(t, CheckGroup(netip.Addr{}, a4), nil, "not a multicast address")
+			apitest.Err(t, CheckGroup(a4, a4), nil, "not a multicast address", "224.0.0.0/4")
+			apitest.Err(t, CheckGroup(netip.MustParseAddr("ff15::1"), a4), nil, "IP version")
+			apitest.Err(t, CheckGroup(netip.MustParseAddr("239.255.0.1"), a6), nil, "IP version")
+			if err := CheckGroup(netip.MustParseAddr("::ffff:239.255.0.1"), a4); err != nil {
+				t.Error(err)
+			}
+		},
+		"Faulty.JoinGroup":  func(t *testing.T) { apitest.Err(t, noLink.JoinGroup(netip.Addr{}), ErrNil, "*Faulty") },
+		"Faulty.LeaveGroup": func(t *testing.T) { apitest.Err(t, noLink.LeaveGroup(netip.Addr{}), ErrNil, "*Faulty") },
+		"Sniffer.JoinGroup": func(t *testing.T) {
+			apitest.Err(t, noSniff.JoinGroup(netip.Addr{}), ErrNil, "*Sniffer")
+			apitest.Err(t, Sniff(&nopLink{}, nil).JoinGroup(netip.Addr{}), ErrNoMulticast)
+		},
+		"Sniffer.LeaveGroup": func(t *testing.T) { apitest.Err(t, noSniff.LeaveGroup(netip.Addr{}), ErrNil, "*Sniffer") },
 		"Multi.NotifyUnreachable": func(t *testing.T) {
 			(*Multi)(nil).NotifyUnreachable(func(Unreachable) {})()
 			m, _ := NewMulti(&nopLink{})

@@ -82,6 +82,10 @@ type Network struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	stats  Stats
+
+	// groups are the multicast groups and who joined them, in order
+	// (mcast.go).
+	groups map[netip.Addr][]*Endpoint
 }
 
 // Stats counts what the network did to packets.
@@ -316,6 +320,7 @@ func (e *Endpoint) Close() error {
 	if n.eps[e.addr] == e {
 		delete(n.eps, e.addr)
 	}
+	n.leaveAll(e) // mcast.go
 	n.mu.Unlock()
 	return nil
 }
@@ -356,6 +361,10 @@ func (e *Endpoint) Send(pkts []transport.Packet) error {
 		e.stats.txPackets.Add(1)
 		e.stats.txBytes.Add(uint64(p.Len()))
 		n.stats.Sent++
+		if p.Dst.IsMulticast() {
+			n.multicast(&p, now) // mcast.go
+			continue
+		}
 		to := n.eps[p.Dst]
 		if to == nil {
 			n.stats.Unroutable++

@@ -67,6 +67,22 @@ func TestNilArgs(t *testing.T) {
 			apitest.Err(t, (&Endpoint{}).Start(func([]transport.Packet) {}), transport.ErrNil, "nil *Endpoint")
 		},
 		"Endpoint.LocalAddr": func(t *testing.T) { want(t, (*Endpoint)(nil).LocalAddr(), netip.Addr{}) },
+		"Endpoint.JoinGroup": func(t *testing.T) {
+			apitest.Err(t, (*Endpoint)(nil).JoinGroup(netip.Addr{}), transport.ErrNil, "nil *Endpoint")
+			_, e := newEP(t)
+			apitest.Err(t, e.JoinGroup(netip.Addr{}), nil, "not a multicast address")
+			apitest.Err(t, e.JoinGroup(a), nil, "not a multicast address")
+			g := netip.MustParseAddr("239.255.0.1")
+			must(t, e.JoinGroup(g))
+			apitest.Err(t, e.JoinGroup(g), nil, "joined 239.255.0.1 already")
+			must(t, e.Close())
+			apitest.Err(t, e.JoinGroup(netip.MustParseAddr("239.255.0.2")), nil, "after Close")
+		},
+		"Endpoint.LeaveGroup": func(t *testing.T) {
+			apitest.Err(t, (*Endpoint)(nil).LeaveGroup(netip.Addr{}), transport.ErrNil, "nil *Endpoint")
+			_, e := newEP(t)
+			apitest.Err(t, e.LeaveGroup(netip.Addr{}), nil, "has not joined")
+		},
 		"Endpoint.BatchSize": func(t *testing.T) { want(t, (*Endpoint)(nil).BatchSize(), 0) },
 		"Endpoint.MaxPacket": func(t *testing.T) { want(t, (*Endpoint)(nil).MaxPacket(), 0) },
 		"Endpoint.Stats":     func(t *testing.T) { want(t, (*Endpoint)(nil).Stats(), transport.Stats{}) },
