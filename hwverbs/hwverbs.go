@@ -128,6 +128,8 @@ var errKinds = map[string]map[syscall.Errno]error{
 	"ibv_wr_complete":     {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR, syscall.EOPNOTSUPP: ErrUnsupported},
 	"ibv_bind_mw":         {syscall.ENOMEM: verbs.ErrQueueFull, syscall.EINVAL: verbs.ErrInvalidWR, syscall.EPERM: verbs.ErrInvalidWR},
 	"ibv_query_gid":       {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.ENODATA: verbs.ErrInvalidAttr},
+	"ibv_attach_mcast":    {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.ENOMEM: verbs.ErrMcastFull, syscall.EOPNOTSUPP: ErrUnsupported},
+	"ibv_detach_mcast":    {syscall.EINVAL: verbs.ErrInvalidAttr, syscall.EOPNOTSUPP: ErrUnsupported},
 	"ibv_req_notify_cq":   {},
 	"ibv_get_async_event": {},
 }

@@ -165,6 +165,12 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) error { return ErrNotBuilt }
 // BindMW returns ErrNotBuilt.
 func (q *QP) BindMW(mw verbs.MW, bind *verbs.MWBindWR) error { return ErrNotBuilt }
 
+// AttachMcast returns ErrNotBuilt.
+func (q *QP) AttachMcast(gid [16]byte) error { return ErrNotBuilt }
+
+// DetachMcast returns ErrNotBuilt.
+func (q *QP) DetachMcast(gid [16]byte) error { return ErrNotBuilt }
+
 // Destroy returns ErrNotBuilt.
 func (q *QP) Destroy() error { return ErrNotBuilt }
 

@@ -28,6 +28,10 @@ type fakeLink struct {
 	refd int // packets sent with their payload in registered memory (Packet.Payload)
 	// onSend, when set, sees each batch before it is taken.
 	onSend func(pkts []transport.Packet)
+	// The multicast groups joined and left (JoinGroup, mcast_test.go),
+	// and what a join fails with.
+	joins, leaves []netip.Addr
+	joinErr       error
 }
 
 func (f *fakeLink) Start(h transport.Handler) error { f.h = h; return nil }

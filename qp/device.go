@@ -132,6 +132,8 @@ type Device struct {
 
 	atomicMu sync.Mutex // makes responder atomics atomic against each other
 
+	mcast mcastTable // multicast groups (mcast.go)
+
 	batches chan *txBatch // a capped free list; sync.Pool would drop them at every GC
 	events  chan verbs.Event
 	closed  atomic.Bool
@@ -285,6 +287,7 @@ func (d *Device) Close() error {
 	d.qps.each(func(q *QP) { qps = append(qps, q) })
 	d.qpMu.Unlock()
 	for _, q := range qps {
+		d.mcast.dropQP(q)
 		q.Destroy()
 	}
 	d.adm.mu.Lock()
@@ -530,14 +533,14 @@ func (d *Device) allocQPN() (uint32, error) {
 	for range bth.MaxQPN {
 		n := d.nextQPN
 		d.nextQPN++
-		if d.nextQPN > bth.MaxQPN {
+		if d.nextQPN >= verbs.MulticastQPN { // 0xFFFFFF is no QP's: it names a multicast group's QPs
 			d.nextQPN = firstQPN
 		}
 		if d.qps.get(n) == nil {
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: all %d are in use: destroy QPs first", verbs.ErrNoQPN, bth.MaxQPN-firstQPN+1)
+	return 0, fmt.Errorf("%w: all %d are in use: destroy QPs first", verbs.ErrNoQPN, verbs.MulticastQPN-firstQPN)
 }
 
 // txBatch collects the packets one pass of the engine sends, so that they

@@ -328,6 +328,18 @@ func TestNilArgs(t *testing.T) {
 			must(t, w.Dealloc())
 			apitest.Err(t, w.Dealloc(), verbs.ErrDestroyed, "twice")
 		},
+		"QP.AttachMcast": func(t *testing.T) {
+			apitest.Err(t, (*QP)(nil).AttachMcast([16]byte{}), verbs.ErrNil, "nil *QP")
+			apitest.Err(t, e.qp.AttachMcast([16]byte{}), verbs.ErrInvalidAttr, "only UD QPs")
+			apitest.Err(t, e.ud.AttachMcast([16]byte{}), verbs.ErrInvalidAttr, "not a multicast GID", "ff15::1")
+		},
+		"QP.DetachMcast": func(t *testing.T) {
+			apitest.Err(t, (*QP)(nil).DetachMcast([16]byte{}), verbs.ErrNil, "nil *QP")
+			apitest.Err(t, e.qp.DetachMcast([16]byte{}), verbs.ErrInvalidAttr, "only UD QPs")
+			apitest.Err(t, e.ud.DetachMcast([16]byte{}), verbs.ErrInvalidAttr, "not a multicast GID")
+			apitest.Err(t, e.ud.DetachMcast(verbs.MulticastGID(netip.MustParseAddr("239.255.0.1"))),
+				verbs.ErrInvalidAttr, "not attached")
+		},
 		"QP.BindMW": func(t *testing.T) {
 			apitest.Err(t, (*QP)(nil).BindMW(nil, nil), verbs.ErrNil, "nil *QP")
 			apitest.Err(t, e.qp.BindMW(nil, &verbs.MWBindWR{}), verbs.ErrNil, "PD.AllocMW")

@@ -270,6 +270,9 @@ func (q *QP) Destroy() error {
 	if !q.ok() {
 		return errNilQP
 	}
+	if err := q.dev.mcast.busy(q); err != nil { // mcast.go
+		return err
+	}
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
@@ -297,6 +300,7 @@ func (q *QP) Destroy() error {
 	}
 	d.retired.Add(&ctr)
 	d.qpMu.Unlock()
+	d.mcast.dropQP(q) // an attach that came while Destroy ran
 	if q.srq != nil {
 		q.srq.mu.Lock()
 		q.srq.users--

@@ -85,29 +85,41 @@ func (r *batchRun) handle(tp *transport.Packet) {
 		d.ctr.drop(dropTVer)
 		return
 	}
+	if pkt.BTH.DestQP() == verbs.MulticastQPN {
+		r.multicast(pkt, tp) // mcast.go
+		return
+	}
 	q := d.qps.get(pkt.BTH.DestQP())
 	if q == nil {
 		d.ctr.drop(dropNoQP)
 		return
 	}
-	if q != r.cur {
-		if r.b == nil {
-			r.b = d.getBatch()
-			r.held = r.b.held[:0]
-		}
-		r.cur = q
-		if !slices.Contains(r.held, q) {
-			if len(r.held) == cap(r.held) || len(r.held) > 0 && !q.mu.TryLock() {
-				d.releaseQPs(r.held, r.b, r.polling)
-				r.held = r.held[:0]
-				q.mu.Lock()
-			} else if len(r.held) == 0 {
-				q.mu.Lock()
-			}
-			r.held = append(r.held, q)
-		}
-	}
+	r.hold(q)
 	q.recv(pkt, tp, r.b)
+}
+
+// hold makes q the run's current QP, taking its lock if the run does not
+// hold it yet.
+func (r *batchRun) hold(q *QP) {
+	if q == r.cur {
+		return
+	}
+	d := r.d
+	if r.b == nil {
+		r.b = d.getBatch()
+		r.held = r.b.held[:0]
+	}
+	r.cur = q
+	if !slices.Contains(r.held, q) {
+		if len(r.held) == cap(r.held) || len(r.held) > 0 && !q.mu.TryLock() {
+			d.releaseQPs(r.held, r.b, r.polling)
+			r.held = r.held[:0]
+			q.mu.Lock()
+		} else if len(r.held) == 0 {
+			q.mu.Lock()
+		}
+		r.held = append(r.held, q)
+	}
 }
 
 // end sends what the run's QPs answered and lets them go.

@@ -135,6 +135,7 @@ const (
 	dropMalformed dropReason = iota
 	dropTVer
 	dropNoQP
+	dropNoMcastGroup
 	numDropReasons
 )
 
@@ -157,6 +158,9 @@ type Stats struct {
 	DropTVer uint64
 	// DropNoQP counts packets for a QP the device does not have.
 	DropNoQP uint64
+	// DropNoMcastGroup counts datagrams to the multicast QPN whose
+	// destination is no group a QP of the device is attached to.
+	DropNoMcastGroup uint64
 	// SendErr counts batches the transport failed to send.
 	SendErr uint64
 	// EventsDropped counts asynchronous events lost to a full channel.
@@ -181,6 +185,7 @@ func (d *Device) Stats() Stats {
 	s.DropMalformed = d.ctr.drops[dropMalformed].Load()
 	s.DropTVer = d.ctr.drops[dropTVer].Load()
 	s.DropNoQP = d.ctr.drops[dropNoQP].Load()
+	s.DropNoMcastGroup = d.ctr.drops[dropNoMcastGroup].Load()
 	s.SendErr = d.ctr.sendErr.Load()
 	s.EventsDropped = d.ctr.eventsDropped.Load()
 	return s

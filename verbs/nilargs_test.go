@@ -107,6 +107,27 @@ func TestNilArgs(t *testing.T) {
 				t.Errorf("GID of the zero Addr: %x", g)
 			}
 		},
+		"IsMulticastGID": func(t *testing.T) {
+			for gid, want := range map[[16]byte]bool{{}: false, GIDFromAddr(netip.MustParseAddr("239.255.0.1")): true,
+				GIDFromAddr(netip.MustParseAddr("198.18.0.1")): false, GIDFromAddr(netip.MustParseAddr("ff15::1")): true,
+				{0xff, 0x0e, 10: 0xff, 11: 0xff, 12: 239, 15: 1}: true, // a RoCE v1 IPv4 group
+			} {
+				if got := IsMulticastGID(gid); got != want {
+					t.Errorf("IsMulticastGID(%v) = %v", netip.AddrFrom16(gid), got)
+				}
+			}
+		},
+		"MulticastGID": func(t *testing.T) {
+			if g := MulticastGID(netip.Addr{}); g != [16]byte{} {
+				t.Errorf("GID of the zero Addr: %x", g)
+			}
+			want := [16]byte{10: 0xff, 11: 0xff, 12: 239, 13: 255, 15: 1}
+			for _, a := range []string{"239.255.0.1", "::ffff:239.255.0.1"} {
+				if g := MulticastGID(netip.MustParseAddr(a)); g != want {
+					t.Errorf("MulticastGID(%s) = %v, want ::ffff:239.255.0.1 (cma_iboe_set_mgid for RoCEv2)", a, netip.AddrFrom16(g))
+				}
+			}
+		},
 		"AddrFromGID": func(t *testing.T) {
 			if a := AddrFromGID([16]byte{}); a != netip.IPv6Unspecified() {
 				t.Errorf("address of the zero GID: %v", a)

@@ -549,6 +549,11 @@ var (
 	ErrNoQPN     = errors.New("verbs: no free QP number")
 	ErrGSIExists = errors.New("verbs: the device already has a GSI QP")
 	ErrForeign   = errors.New("verbs: object belongs to another device or backend")
+	// ErrMcastFull means the device has no room for another multicast
+	// group, or the group for another QP (its max_mcast_grp,
+	// max_mcast_qp_attach or max_total_mcast_qp_attach; ENOMEM from
+	// ibv_attach_mcast).
+	ErrMcastFull = errors.New("verbs: multicast groups or attachments at the device's limit")
 	// ErrNil means a required argument is nil, or a method was called on
 	// a nil object (or on a zero value its constructor did not make).
 	ErrNil = errors.New("verbs: nil argument")

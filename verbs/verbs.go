@@ -100,6 +100,21 @@ type QP interface {
 	// BindMW posts the bind of a type 1 memory window (ibv_bind_mw); a
 	// type 2 window is bound with a BIND_MW work request (PostSend).
 	BindMW(mw MW, bind *MWBindWR) error
+	// AttachMcast attaches a UD QP to the multicast group of gid
+	// (ibv_attach_mcast): the QP receives a copy of each SEND to the
+	// group (destination QPN MulticastQPN) that carries its Q_Key. A
+	// RoCE device joins the group's IP address on its interface for the
+	// first QP it attaches (see the backend's documentation). Attaching
+	// a QP to a group it is attached to already does nothing, as in the
+	// kernel. A QP that is not UD, or a gid that is not a multicast GID
+	// (IsMulticastGID), is refused with ErrInvalidAttr; a device out of
+	// room for groups or attachments with ErrMcastFull.
+	AttachMcast(gid [16]byte) error
+	// DetachMcast detaches the QP from the group of gid
+	// (ibv_detach_mcast); a group the QP is not attached to is refused
+	// with ErrInvalidAttr. A QP still attached to a group cannot be
+	// destroyed (ErrBusy), as ibv_destroy_qp refuses it (EBUSY).
+	DetachMcast(gid [16]byte) error
 	Destroy() error
 }
 
