@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/bth"
 	"golang.org/x/sys/unix"
@@ -138,4 +139,27 @@ func In(t testing.TB, ns string, f func()) {
 		runtime.UnlockOSThread()
 	}()
 	f()
+}
+
+// WaitMulticastRoute waits until dev in namespace ns has its IPv6
+// multicast route (ff00::/8 in the local table), which the kernel adds
+// once it sees the link up, a moment after `ip link set up`: before, a
+// send to an IPv6 group fails with ENETUNREACH. It fails the test after
+// 10 s.
+func WaitMulticastRoute(t testing.TB, ns, dev string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", "-n", ns, "-6", "route", "show", "table", "local", "dev", dev).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip route: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), "ff00::/8") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s has no IPv6 multicast route after 10 s:\n%s", dev, ns, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

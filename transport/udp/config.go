@@ -58,6 +58,9 @@ const (
 	// DefaultSendTimeout bounds how long Send waits for room in the
 	// socket's send buffer.
 	DefaultSendTimeout = time.Second
+	// DefaultMulticastTTL is Config.MulticastTTL's default: 1, the
+	// kernel's for multicast, so that a group's packets stay on the link.
+	DefaultMulticastTTL = 1
 )
 
 // Config configures a Transport. A nil *Config means all defaults.
@@ -117,6 +120,11 @@ type Config struct {
 	// their QPs over the paths too. Poll and Wait receive on the first
 	// path; the others are served by their goroutines. At most MaxPaths.
 	Paths int
+	// MulticastTTL is the IPv4 TTL or IPv6 hop limit of packets sent to
+	// multicast groups; 0 means DefaultMulticastTTL (1: the group's
+	// packets stay on the link). rxe sends them with the address handle's
+	// hop limit, 64 in the ones rdma_cm's IPv4 joins give.
+	MulticastTTL uint8
 	// Logger receives state changes (Debug) and fallbacks (Warn); nil
 	// discards them. Nothing is logged per packet.
 	Logger *slog.Logger

@@ -53,6 +53,18 @@ func TestNilArgs(t *testing.T) {
 		"Transport.NotifyUnreachable": func(t *testing.T) {
 			zero.NotifyUnreachable(func(transport.Unreachable) { t.Error("a zero transport spoke") })()
 		},
+		"Transport.JoinGroup": func(t *testing.T) {
+			apitest.Err(t, zero.JoinGroup(netip.Addr{}), transport.ErrNil, "nil *Transport")
+			tr := mustNew(t, &Config{Addr: netip.AddrPortFrom(lo, freePort(t, lo))})
+			apitest.Err(t, tr.JoinGroup(netip.Addr{}), nil, "not a multicast address")
+			apitest.Err(t, tr.JoinGroup(netip.MustParseAddr("239.255.0.1")), ErrNotStarted, "start the transport first")
+		},
+		"Transport.LeaveGroup": func(t *testing.T) {
+			apitest.Err(t, (*Transport)(nil).LeaveGroup(netip.Addr{}), transport.ErrNil, "nil *Transport")
+			tr := mustNew(t, &Config{Addr: netip.AddrPortFrom(lo, freePort(t, lo))})
+			apitest.Err(t, tr.LeaveGroup(netip.MustParseAddr("239.255.0.1")), nil, "not joined")
+		},
+		"Transport.Groups": func(t *testing.T) { want(t, len(zero.Groups()), 0) },
 	})
 	apitest.NilReceivers(t, ".", (*Transport)(nil))
 }

@@ -99,6 +99,8 @@ type Transport struct {
 	path  int
 	sel   []transport.Packet
 	selAt []int
+
+	mc mcastState // multicast groups joined (mcast_linux.go)
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -215,6 +217,9 @@ func (t *Transport) setup() error {
 	}
 	if err := t.openPathSender(); err != nil {
 		return err
+	}
+	if err := t.setMulticastSend(); err != nil { // mcast_linux.go
+		t.log.Warn("udp: sends to multicast groups keep the kernel's defaults", "addr", t.local, "err", err)
 	}
 	t.tx.init(t)
 	t.log.Debug("udp transport open", "addr", t.local, "send_port", t.txPort, "peer_port", r.PeerPort,
@@ -506,6 +511,7 @@ func (t *Transport) Close() error {
 	default:
 	}
 	t.stopICMP()
+	t.closeGroups() // mcast_linux.go
 	t.sendMu.Lock() // a Send in progress ends within SendTimeout
 	unix.Close(t.txFD)
 	t.txFD = -1

@@ -69,3 +69,12 @@ func (t *Transport) NotifyUnreachable(f func(transport.Unreachable)) (stop func(
 
 // GRO reports false.
 func (t *Transport) GRO() bool { return false }
+
+// JoinGroup fails: see New.
+func (t *Transport) JoinGroup(netip.Addr) error { return errorf(ErrUnsupported, runtime.GOOS) }
+
+// LeaveGroup fails: see New.
+func (t *Transport) LeaveGroup(netip.Addr) error { return errorf(ErrUnsupported, runtime.GOOS) }
+
+// Groups returns nil.
+func (t *Transport) Groups() []netip.Addr { return nil }
