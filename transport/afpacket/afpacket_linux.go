@@ -54,6 +54,8 @@ type Transport struct {
 	started bool
 	closing atomic.Bool
 	wg      sync.WaitGroup
+
+	mc mcastState // multicast groups joined (mcast_linux.go)
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -294,6 +296,7 @@ func (t *Transport) Start(h transport.Handler) error {
 	}
 	t.started = true
 	rx := newRxState(t, h)
+	t.startLoop(h) // mcast_linux.go
 	t.wg.Add(1)
 	go t.receive(rx)
 	return nil
@@ -312,6 +315,7 @@ func (t *Transport) Close() error {
 	}
 	t.mu.Unlock()
 	err := t.release()
+	t.stopLoop() // mcast_linux.go
 	t.wg.Wait()
 	t.log.Debug("afpacket transport closed", "interface", t.ifi.Name, "addr", t.local)
 	return err
@@ -423,7 +427,7 @@ func (rx *rxState) frame(b []byte) {
 		rx.malformed++
 		return
 	}
-	if fr.Flow.Dst != t.local || fr.Flow.DstPort != t.cfg.Port {
+	if fr.Flow.Dst != t.local && !t.isGroup(fr.Flow.Dst) || fr.Flow.DstPort != t.cfg.Port {
 		return // not ours; the filter lets through only what is
 	}
 	tos := uint8(0)
@@ -619,8 +623,11 @@ func (t *Transport) frame(p *transport.Packet, now time.Time) error {
 	if n := p.Len(); len(p.Data) < bth.BTHLen+bth.ICRCLen || n > t.maxPacket || dst.Is4() != t.ipv4 || dst.Is4In6() {
 		return errorf(ErrBadPacket, "%d bytes to %v", n, p.Dst)
 	}
-	mac, err := t.neigh.lookup(dst, now)
-	if err != nil {
+	var mac [6]byte
+	var err error
+	if dst.IsMulticast() {
+		mac = multicastMAC(dst) // mcast_linux.go
+	} else if mac, err = t.neigh.lookup(dst, now); err != nil {
 		return err
 	}
 	ff := bth.FrameFields{
@@ -644,6 +651,9 @@ func (t *Transport) frame(p *transport.Packet, now time.Time) error {
 	hl := ff.HeaderLen()
 	b := p.AppendTo(tx.bufs[tx.nmsg][:hl])
 	bth.EncodeFrame(b, &ff)
+	if t.isGroup(dst) {
+		t.loopBack(b[hl:], &ff) // mcast_linux.go
+	}
 	iov := &tx.iovs[2*tx.nmsg+1]
 	iov.Base = &b[0]
 	iov.SetLen(len(b))

@@ -51,3 +51,12 @@ func (t *Transport) LocalPort() uint16 { return bth.UDPPort }
 
 // PeerPort returns 4791.
 func (t *Transport) PeerPort() uint16 { return bth.UDPPort }
+
+// JoinGroup fails: see New.
+func (t *Transport) JoinGroup(netip.Addr) error { return errorf(ErrUnsupported, runtime.GOOS) }
+
+// LeaveGroup fails: see New.
+func (t *Transport) LeaveGroup(netip.Addr) error { return errorf(ErrUnsupported, runtime.GOOS) }
+
+// Groups returns nil.
+func (t *Transport) Groups() []netip.Addr { return nil }

@@ -37,6 +37,13 @@ func TestNilArgs(t *testing.T) {
 		"Transport.Close":        func(t *testing.T) { apitest.Err(t, zero.Close(), transport.ErrNil) },
 		"Transport.Send":         func(t *testing.T) { apitest.Err(t, (*Transport)(nil).Send(nil), transport.ErrNil) },
 		"Transport.SendsPayload": func(t *testing.T) { want(t, zero.SendsPayload(), false) },
+		"Transport.JoinGroup": func(t *testing.T) {
+			apitest.Err(t, zero.JoinGroup(netip.Addr{}), transport.ErrNil, "nil *Transport")
+		},
+		"Transport.LeaveGroup": func(t *testing.T) {
+			apitest.Err(t, (*Transport)(nil).LeaveGroup(netip.Addr{}), transport.ErrNil, "nil *Transport")
+		},
+		"Transport.Groups": func(t *testing.T) { want(t, len(zero.Groups()), 0) },
 	})
 	apitest.NilReceivers(t, ".", (*Transport)(nil))
 }
