@@ -70,7 +70,11 @@
 // QP that already has a connection gets a REJ "stale connection" and
 // tears the old connection down. SIDR_REQ and SIDR_REP resolve the QPN
 // and Q_Key of UD services in rdma_cm's UDP port space (ListenDatagram,
-// ResolveDatagram).
+// ResolveDatagram). JoinMulticast and Multicast.Leave are
+// rdma_join_multicast and rdma_leave_multicast: over RoCE there is no
+// subnet administrator to ask, so a join attaches the UD QP to the group
+// (the device joins the group's IP address on its link) and gives the
+// group's address vector, QPN 0xFFFFFF and rdma_cm's Q_Key.
 //
 // Failures surface fast, each as its own error:
 //

@@ -11,7 +11,7 @@ import (
 // nil pointer: none panics, and each returns an error naming its type.
 func TestNilPointers(t *testing.T) {
 	apitest.NilReceivers(t, ".", (*Agent)(nil), (*Listener)(nil), (*Conn)(nil), (*RejectError)(nil),
-		(*DatagramListener)(nil), (*Request)(nil), (*SIDRError)(nil), (*DatagramRequest)(nil))
+		(*DatagramListener)(nil), (*Request)(nil), (*SIDRError)(nil), (*DatagramRequest)(nil), (*Multicast)(nil))
 }
 
 // TestNilRejectErrorIs asks a nil *RejectError, as errors.Is would hold

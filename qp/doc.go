@@ -29,6 +29,10 @@
 //     window's bind), the checks of a BIND_MW request as it is posted,
 //     and the local operations (LOCAL_INV and BIND_MW), which the
 //     requester carries out in order with no packet;
+//   - mcast.go (rxe_mcast.c, rxe_recv.c's rxe_rcv_mcast_pkt): UD
+//     multicast: QP.AttachMcast and DetachMcast, the groups the link
+//     joins and leaves for them, and the delivery of a datagram to the
+//     multicast QPN to each QP attached to its group;
 //   - flush.go: IBTA 1.5's FLUSH and ATOMIC_WRITE, which rxe has from
 //     kernel 6.2 (rxe_req.c's packets, rxe_resp.c's process_flush and
 //     atomic_write_reply, rxe_comp.c's answers), and Device.Caps;

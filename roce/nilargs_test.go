@@ -273,6 +273,23 @@ func TestNilArgs(t *testing.T) {
 			_, r := rejectNoAgent(ep, nil)
 			apitest.Err(t, r.Start(nil), verbs.ErrNil, "Handler")
 		},
+		"cmRejecter.JoinGroup": func(t *testing.T) {
+			_, r := rejectNoAgent(nil, nil)
+			apitest.Err(t, r.JoinGroup(netip.Addr{}), transport.ErrNoMulticast)
+			ep, err := mem.NewNetwork(nil).Endpoint(netip.MustParseAddr("198.18.0.9"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, r = rejectNoAgent(ep, nil)
+			apitest.Err(t, r.JoinGroup(netip.Addr{}), nil, "not a multicast address")
+			if err := r.JoinGroup(netip.MustParseAddr("239.255.0.1")); err != nil {
+				t.Errorf("the endpoint underneath did not join: %v", err)
+			}
+		},
+		"cmRejecter.LeaveGroup": func(t *testing.T) {
+			_, r := rejectNoAgent(nil, nil)
+			apitest.Err(t, r.LeaveGroup(netip.Addr{}), transport.ErrNoMulticast)
+		},
 		"pollingRejecter.Poll": func(t *testing.T) {
 			if n := (pollingRejecter{p: polls(3)}).Poll(); n != 3 {
 				t.Errorf("polled %d packets, want the transport's 3", n)
