@@ -3,7 +3,17 @@ package roce
 import (
 	"net/netip"
 
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
+)
+
+// The software device's multicast limits, rxe's: groups (max_mcast_grp),
+// QPs attached to one group (max_mcast_qp_attach) and attachments in all
+// (max_total_mcast_qp_attach).
+const (
+	MaxMcastGroups        = qp.MaxMcastGroups
+	MaxMcastQPAttach      = qp.MaxMcastQPAttach
+	MaxTotalMcastQPAttach = qp.MaxTotalMcastQPAttach
 )
 
 // JoinGroup joins group on the transport underneath

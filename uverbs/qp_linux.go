@@ -221,6 +221,7 @@ func (s *session) destroyQP(body []byte) uint32 {
 // Destroy has returned, no completion of q comes any more.
 func (s *session) freeQP(q *qpObj) {
 	s.log.Debug("destroy QP", "qpn", q.qp.QPN(), "handle", q.h)
+	s.detachAll(q) // mcast_linux.go
 	q.qp.Destroy()
 	s.srv.mu.Lock()
 	if s.srv.byQPN[q.qp.QPN()] == q {

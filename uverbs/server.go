@@ -95,12 +95,15 @@ func errno(err error) uint32 {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, verbs.ErrQueueFull), errors.Is(err, verbs.ErrNoQPN), errors.Is(err, mr.ErrTableFull):
+	case errors.Is(err, verbs.ErrQueueFull), errors.Is(err, verbs.ErrNoQPN), errors.Is(err, mr.ErrTableFull),
+		errors.Is(err, verbs.ErrMcastFull):
 		return abi.ENOMEM
 	case errors.Is(err, verbs.ErrBusy), errors.Is(err, mr.ErrPDBusy), errors.Is(err, mr.ErrBound):
 		return abi.EBUSY
 	case errors.Is(err, verbs.ErrClosed):
 		return abi.ENODEV
+	case errors.Is(err, errors.ErrUnsupported):
+		return abi.EOPNOTSUPP
 	}
 	return abi.EINVAL
 }

@@ -388,6 +388,7 @@ func deviceAttr(name string, dev *roce.Device) abi.DeviceAttr {
 		AtomicCap: 1, // IBV_ATOMIC_HCA: atomic with respect to the device's other atomics
 		MaxMW:     1 << 16, MaxAH: 1 << 16, MaxSRQ: 1 << 16, MaxSRQWR: roce.MaxWR, MaxSRQSGE: roce.MaxSGE,
 		MaxInline: roce.MaxInlineData, MaxPkeys: 1, LocalAckDly: 15, PortCnt: 1,
+		MaxMcastGrp: roce.MaxMcastGroups, MaxMcastQPAttach: roce.MaxMcastQPAttach, MaxTotalMcastQPAttach: roce.MaxTotalMcastQPAttach,
 	}
 }
 

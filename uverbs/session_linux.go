@@ -106,6 +106,7 @@ type qpObj struct {
 	sq, rq    ring
 	sqc, rqc  uint32 // the device's consumer indices of sq and rq
 	maxInline uint32
+	mcast     []abi.McastReq // the groups ATTACH_MCAST attached it to (mcast_linux.go)
 }
 
 func (*qpObj) isWQ() {}
@@ -358,8 +359,10 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		r, e = s.cmQuery(body)
 	case abi.OpCMInitQPAttr:
 		r, e = s.cmInitQPAttr(body)
-	case abi.OpAttachMcast, abi.OpDetachMcast:
-		e = abi.EOPNOTSUPP // no multicast in the engine yet
+	case abi.OpAttachMcast:
+		e = s.attachMcast(body) // mcast_linux.go
+	case abi.OpDetachMcast:
+		e = s.detachMcast(body)
 	default:
 		e = abi.ENOSYS
 	}

@@ -588,6 +588,9 @@ EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr 
 	a->max_pkeys = d->max_pkeys;
 	a->local_ca_ack_delay = d->local_ack_dly;
 	a->phys_port_cnt = d->port_cnt;
+	a->max_mcast_grp = d->max_mcast_grp;
+	a->max_mcast_qp_attach = d->max_mcast_qp_attach;
+	a->max_total_mcast_qp_attach = d->max_total_mcast_qp_attach;
 	return 0;
 }
 

@@ -139,8 +139,12 @@ struct goroce_device_attr {
 	uint16_t max_pkeys;
 	uint8_t local_ack_dly;
 	uint8_t port_cnt;
+	uint32_t max_mcast_grp;
+	uint32_t max_mcast_qp_attach;
+	uint32_t max_total_mcast_qp_attach;
+	uint32_t _pad0;
 };
-_Static_assert(sizeof(struct goroce_device_attr) == 256, "DeviceAttr");
+_Static_assert(sizeof(struct goroce_device_attr) == 272, "DeviceAttr");
 _Static_assert(offsetof(struct goroce_device_attr, name) == 0, "DeviceAttr.Name");
 _Static_assert(offsetof(struct goroce_device_attr, fw_ver) == 64, "DeviceAttr.FwVer");
 _Static_assert(offsetof(struct goroce_device_attr, node_guid) == 128, "DeviceAttr.NodeGUID");
@@ -172,6 +176,9 @@ _Static_assert(offsetof(struct goroce_device_attr, max_inline) == 248, "DeviceAt
 _Static_assert(offsetof(struct goroce_device_attr, max_pkeys) == 252, "DeviceAttr.MaxPkeys");
 _Static_assert(offsetof(struct goroce_device_attr, local_ack_dly) == 254, "DeviceAttr.LocalAckDly");
 _Static_assert(offsetof(struct goroce_device_attr, port_cnt) == 255, "DeviceAttr.PortCnt");
+_Static_assert(offsetof(struct goroce_device_attr, max_mcast_grp) == 256, "DeviceAttr.MaxMcastGrp");
+_Static_assert(offsetof(struct goroce_device_attr, max_mcast_qp_attach) == 260, "DeviceAttr.MaxMcastQPAttach");
+_Static_assert(offsetof(struct goroce_device_attr, max_total_mcast_qp_attach) == 264, "DeviceAttr.MaxTotalMcastQPAttach");
 
 struct goroce_port_attr {
 	uint32_t state;
@@ -214,11 +221,11 @@ struct goroce_hello_reply {
 	uint32_t _pad0;
 	struct goroce_gid_entry gid[16];
 };
-_Static_assert(sizeof(struct goroce_hello_reply) == 688, "HelloReply");
+_Static_assert(sizeof(struct goroce_hello_reply) == 704, "HelloReply");
 _Static_assert(offsetof(struct goroce_hello_reply, device) == 0, "HelloReply.Device");
-_Static_assert(offsetof(struct goroce_hello_reply, port) == 256, "HelloReply.Port");
-_Static_assert(offsetof(struct goroce_hello_reply, num_gids) == 296, "HelloReply.GIDs");
-_Static_assert(offsetof(struct goroce_hello_reply, gid) == 304, "HelloReply.GID");
+_Static_assert(offsetof(struct goroce_hello_reply, port) == 272, "HelloReply.Port");
+_Static_assert(offsetof(struct goroce_hello_reply, num_gids) == 312, "HelloReply.GIDs");
+_Static_assert(offsetof(struct goroce_hello_reply, gid) == 320, "HelloReply.GID");
 
 struct goroce_query_port_req {
 	uint32_t port;

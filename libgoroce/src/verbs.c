@@ -1113,7 +1113,8 @@ EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 	pthread_mutex_unlock(mu);
 }
 
-/* Multicast: the engine has none yet. */
+/* Multicast: the device attaches the QP to the group through the engine,
+ * which joins the group's IP address on its link. */
 
 static int mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid, uint32_t op)
 {

@@ -247,6 +247,11 @@ type DeviceAttr struct {
 	MaxPkeys     uint16
 	LocalAckDly  uint8
 	PortCnt      uint8
+	// The multicast limits: groups, QPs of one group, attachments in all.
+	MaxMcastGrp           uint32 `c:"max_mcast_grp"`
+	MaxMcastQPAttach      uint32 `c:"max_mcast_qp_attach"`
+	MaxTotalMcastQPAttach uint32 `c:"max_total_mcast_qp_attach"`
+	_                     uint32
 }
 
 // PortAttr holds what ibv_query_port reports.
