@@ -46,6 +46,12 @@ var nilCalls = map[string]func() (error, bool){
 		_, err := (&PD{}).CreateAH(verbs.AHAttr{DGID: [16]byte{15: 1}})
 		return err, true
 	},
+	"QP.AttachMcast": func() (error, bool) {
+		return (*QP)(nil).AttachMcast([16]byte{}), true
+	},
+	"QP.DetachMcast": func() (error, bool) {
+		return (&QP{}).DetachMcast([16]byte{0xff}), true
+	},
 	"MR.Addr":      func() (error, bool) { return nil, (*MR)(nil).Addr() == 0 },
 	"MR.Len":       func() (error, bool) { return nil, (*MR)(nil).Len() == 0 },
 	"MR.LKey":      func() (error, bool) { return nil, (*MR)(nil).LKey() == 0 },
