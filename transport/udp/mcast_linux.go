@@ -316,24 +316,34 @@ func (t *Transport) setMulticastSend() error {
 	return nil
 }
 
-// interfaceOf returns the interface that holds address a.
+// interfaceOf returns the interface that holds address a: the one a is
+// an address of, or for a loopback address the loopback interface (the
+// whole of 127.0.0.0/8 is local there, but only 127.0.0.1 is listed).
 func interfaceOf(a netip.Addr) (*net.Interface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, fmt.Errorf("udp: interfaces: %w", err)
 	}
+	a = a.Unmap()
+	var lo *net.Interface
 	for i := range ifs {
+		if ifs[i].Flags&net.FlagLoopback != 0 && lo == nil {
+			lo = &ifs[i]
+		}
 		addrs, err := ifs[i].Addrs()
 		if err != nil {
 			continue
 		}
 		for _, x := range addrs {
 			if n, ok := x.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a.Unmap() {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
 					return &ifs[i], nil
 				}
 			}
 		}
+	}
+	if a.IsLoopback() && lo != nil {
+		return lo, nil
 	}
 	return nil, fmt.Errorf("udp: no interface holds %v", a)
 }
