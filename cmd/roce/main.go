@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/internal/tool/decode"
 	"github.com/goroce/goroce/internal/tool/demo"
 	"github.com/goroce/goroce/internal/tool/device"
+	"github.com/goroce/goroce/internal/tool/mckey"
 	"github.com/goroce/goroce/internal/tool/perf"
 	"github.com/goroce/goroce/internal/tool/pingpong"
 	"github.com/goroce/goroce/internal/tool/rawudp"
@@ -40,6 +41,7 @@ var commands = []*cli.Command{
 	rstream.Cmd,
 	rstream.Riostream,
 	rstream.Udpong,
+	mckey.Cmd,
 	rcopy.Cmd,
 	rawudp.Cmd,
 	decode.Cmd,
