@@ -42,6 +42,9 @@ func (o *options) check(fs *cli.FlagSet, args []string) error {
 			return cli.Usagef("--ipv6-addr: %s is an IPv4 address; give the server's IPv6 address or name, or leave --ipv6-addr out", o.server)
 		}
 	}
+	if err := o.checkMcast(fs); err != nil { // mcast.go
+		return err
+	}
 	if o.rdmaCM && o.backend == "hw" {
 		return cli.Usagef("-R needs --backend soft (a libibverbs device's rdma_cm belongs to librdmacm)")
 	}

@@ -29,7 +29,9 @@ ib_write_lat, ib_read_lat, ib_send_lat, ib_atomic_lat (perftest 4.5 or 25), as s
 SERVER argument) or client, over goroce's software RoCE device (--backend soft) or
 libibverbs (--backend hw, a build with -tags hwverbs). Either end may be the real tool:
 the TCP exchange on port 18515, the QP attributes and the traffic are perftest's, and
-the results are printed in its tables (--json: one JSON object instead). RC only.
+the results are printed in its tables (--json: one JSON object instead). RC, and UD
+for multicast: with --mcg (ib_send_bw --mcg) the server attaches its UD QP to the group
+-M and the client sends to it; over RoCE no subnet administrator is asked.
 -d names the device as --dev-name does; -x picks the GID index of a hw device;
 -F is accepted and ignored. A server without --bind uses the address the client
 reached it at. The write latency test spins on memory as perftest's does: on the
@@ -127,6 +129,10 @@ type options struct {
 	noPeak     bool
 	warnPeak   bool // perftest 25 warns that the peak will not be measured
 	cpuProfile string
+
+	mcg     bool     // --mcg: UD multicast (mcast.go)
+	mgidStr string   // -M
+	mgid    [16]byte // the group's GID
 }
 
 func (o *options) register(fs *cli.FlagSet) {
@@ -152,6 +158,9 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.Int(&o.rxDepth, 0, "receive queue `depth` (send tests; default 512)", "r", "rx-depth")
 	fs.Int(&o.outReads, 0, "outstanding READs/atomics (default the device's)", "o", "outs")
 	fs.Bool(nil, false, "accepted for compatibility (perftest's -F)", "F", "CPU-freq")
+	fs.Bool(&o.mcg, false, "send to a multicast group the server's UD QP is attached to (send bandwidth test)", "g", "mcg")
+	fs.String(&o.mgidStr, "", "the group's `MGID` with --mcg, as perftest reads it: 16 bytes separated by ':'\n"+
+		"(0:0:0:0:0:0:0:0:0:0:255:255:239:255:0:1 is ::ffff:239.255.0.1; default ff01:0:0:2:c985::)", "M", "MGID")
 	fs.Duration(&o.timeout, 2*time.Minute, "bound on the whole run, -D added: waiting for a peer, the exchange, the traffic", "timeout")
 }
 

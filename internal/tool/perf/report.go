@@ -90,11 +90,18 @@ func (r *session) printHeader() {
 	} else {
 		title += "BW "
 	}
+	conn := "RC"
+	if o.mcg {
+		title, conn = title+"Multicast ", "UD"
+	}
 	r.print(resultLine)
 	r.print("                    %sTest\n", title)
+	if o.mcg {
+		r.print(" MultiCast runs on UD!\n")
+	}
 	r.print(" Dual-port       : OFF\t\tDevice         : %s\n", r.devNm)
 	r.print(" Number of qps   : %d\t\tTransport type : IB\n", o.qps)
-	r.print(" Connection type : RC\t\tUsing SRQ      : OFF\n")
+	r.print(" Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	// 4.5: " PCIe relax order: Unsupported" and " ibv_wr* API     : OFF" alone;
 	// 25 adds the lock-free (thread domain) and DDP columns, neither of
 	// which goroce has (25's own spelling: a tab after "Lock-free").
@@ -144,6 +151,9 @@ func (r *session) printDest(side string, d *oob.PerftestDest) {
 		line += " RKey " + cHex(uint64(d.RKey), 8) + " VAddr " + cHex(d.VAddr, 16)
 	}
 	gid := " GID: "
+	if r.mgidLabel(side) {
+		gid = " MGID: "
+	}
 	for i, b := range d.GID {
 		if i > 0 {
 			gid += ":"

@@ -60,6 +60,9 @@ type session struct {
 	// latency server, a bandwidth server of WRITE or READ) used while its
 	// peer's traffic ran.
 	passive *usage
+
+	ah       verbs.AH // --mcg: the client's, to the group (mcast.go)
+	attached bool     // --mcg: the server's QP is attached to the group
 }
 
 // main runs the test within --timeout (and -D), and closes what it
@@ -78,6 +81,7 @@ func (r *session) main(ctx context.Context) error {
 	defer cancel()
 	r.ctx = ctx
 	err := r.run()
+	r.mcastLeave() // mcast.go
 	r.closeCM()
 	if r.dev != nil {
 		r.dev.Close()
@@ -133,6 +137,9 @@ func (r *session) run() error {
 		return err
 	}
 	r.mtu = agreed
+	if o.mcg && o.size > r.mtu.Bytes() {
+		o.size = r.mtu.Bytes() // a UD message fits the MTU: perftest sends MTU-sized ones
+	}
 	if err := r.setup(); err != nil {
 		return err
 	}
@@ -274,6 +281,9 @@ func (r *session) setup() error {
 	}
 	cycle := int(max(r.sys.CycleBuffer, 64))
 	r.bufSz = max(o.size, cycle)
+	if o.mcg {
+		r.bufSz = max(o.size+udAddition, cycle)
+	}
 	r.buf = make([]byte, 2*o.qps*r.bufSz)
 	access := verbs.LocalWrite | verbs.RemoteWrite | verbs.RemoteRead | verbs.RemoteAtomic
 	if r.mr, err = r.pd.RegMR(r.buf, access); err != nil {
@@ -302,8 +312,12 @@ func (r *session) setup() error {
 	if err != nil {
 		return err
 	}
+	typ := verbs.RC
+	if o.mcg {
+		typ = verbs.UD
+	}
 	for i := range o.qps {
-		q, err := r.pd.CreateQP(&verbs.QPInitAttr{Type: verbs.RC, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
+		q, err := r.pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: r.sendCQ, RecvCQ: r.recvCQ,
 			Cap: verbs.QPCap{MaxSendWR: uint32(o.txDepth), MaxRecvWR: uint32(o.rxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return fmt.Errorf("couldn't create QP: %w", err)
@@ -314,6 +328,9 @@ func (r *session) setup() error {
 		r.qps = append(r.qps, q)
 		r.local = append(r.local, oob.PerftestDest{OutReads: uint16(outReads), QPN: q.QPN(), PSN: psn(),
 			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64((o.qps+i)*r.bufSz), GID: gid})
+	}
+	if o.mcg {
+		return r.mcastSetup()
 	}
 	return nil
 }
@@ -338,6 +355,9 @@ func (r *session) params(peer *oob.PerftestDest) *roce.ConnParams {
 	if len(r.local) > 0 {
 		c.MaxDestRDAtomic = uint8(max(r.local[0].OutReads, 1))
 	}
+	if o.mcg {
+		c.QKey = mcastQKey
+	}
 	if peer != nil {
 		c.MaxRDAtomic = uint8(max(min(peer.OutReads, 255), 1))
 	}
@@ -354,6 +374,9 @@ func (r *session) connect() error {
 	}
 	if r.o.rdmaCM { // rdma_cm has connected them
 		return nil
+	}
+	if r.o.mcg {
+		return r.mcastConnect()
 	}
 	rts := r.o.lat || r.role == oob.Client
 	for i, q := range r.qps {

@@ -95,6 +95,9 @@ func (r *session) sendWR(i int, sge []verbs.SGE) verbs.SendWR {
 	o := r.o
 	sge[0] = verbs.SGE{Addr: r.sendArea(i), Length: uint32(o.size), LKey: r.mr.LKey()}
 	w := verbs.SendWR{ID: uint64(i), SGL: sge[:1:1], RemoteAddr: r.remote[i].VAddr, RKey: r.remote[i].RKey}
+	if o.mcg {
+		w.AH, w.RemoteQPN, w.RemoteQKey = r.ah, r.remote[i].QPN, mcastQKey
+	}
 	switch o.verb {
 	case verbSend:
 		w.Opcode = verbs.OpSend
@@ -114,7 +117,11 @@ func (r *session) sendWR(i int, sge []verbs.SGE) verbs.SendWR {
 
 // recvWRs returns n receive requests for QP i, all alike.
 func (r *session) recvWRs(i, n int) []verbs.RecvWR {
-	sge := []verbs.SGE{{Addr: r.recvArea(i), Length: uint32(r.o.size), LKey: r.mr.LKey()}}
+	n0 := r.o.size
+	if r.o.mcg {
+		n0 += udAddition // a UD receive takes the GRH first
+	}
+	sge := []verbs.SGE{{Addr: r.recvArea(i), Length: uint32(n0), LKey: r.mr.LKey()}}
 	wrs := make([]verbs.RecvWR, n)
 	for k := range wrs {
 		wrs[k] = verbs.RecvWR{ID: uint64(i), SGL: sge}
