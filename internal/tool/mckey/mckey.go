@@ -36,7 +36,8 @@ var Cmd = &cli.Command{
 		"-S bytes to the group (SEND with immediate, QPN 0xFFFFFF, rdma_cm's Q_Key) and the\n" +
 		"receiver waits for as many on each connection; both leave the group. Datagrams are\n" +
 		"unreliable and mckey waits for ever: --timeout bounds the wait. Unlike rxe, goroce joins\n" +
-		"IPv6 groups too (the kernel's rdma_cm refuses them on RoCEv2).\n\n",
+		"IPv6 groups too (the kernel's rdma_cm refuses them on RoCEv2). Arguments after the flags\n" +
+		"are ignored, as mckey ignores them.\n\n",
 	Style:   cli.Getopt,
 	OneProc: true,
 	Flags: func(fs *cli.FlagSet) cli.Runner {
@@ -69,7 +70,8 @@ type options struct {
 	dev                   cli.ToolDevice
 	pause, timeout        time.Duration
 
-	addr netip.Addr // the group's, from -m or -M
+	addr  netip.Addr // the group's, from -m or -M
+	extra []string   // arguments after the flags, which mckey ignores
 }
 
 func (o *options) register(fs *cli.FlagSet) {
@@ -96,9 +98,7 @@ func (o *options) register(fs *cli.FlagSet) {
 }
 
 func (o *options) check(args []string) error {
-	if len(args) > 0 {
-		return cli.Usagef("unexpected argument %q", args[0])
-	}
+	o.extra = args
 	ps, err := strconv.ParseInt(o.portSpace, 0, 32)
 	switch {
 	case err != nil:
@@ -153,6 +153,9 @@ func (o *options) main(ctx context.Context, env *cli.Env) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 	out := env.Stdout
+	if len(o.extra) > 0 {
+		fmt.Fprintf(env.Stderr, "roce mckey: ignoring %q: mckey takes no arguments besides its flags\n", o.extra)
+	}
 	role := "server"
 	if o.sender {
 		role = "client"
