@@ -88,7 +88,7 @@ func (r *session) mcastSetup() error {
 	}
 	q := r.qps[0]
 	if err := q.AttachMcast(r.o.mgid); err != nil {
-		return fmt.Errorf("Couldn't attach QP to MultiCast group: %w", err)
+		return fmt.Errorf("couldn't attach QP to multicast group %v: %w", netip.AddrFrom16(r.o.mgid), err)
 	}
 	r.attached = true
 	r.local[0].QPN, r.local[0].GID = verbs.MulticastQPN, r.o.mgid
