@@ -158,7 +158,10 @@ func (b *bencher) run(ctx context.Context) error {
 	if err := b.lat(ctx, b.latCases()); err != nil {
 		return err
 	}
-	return b.rsocketLat(ctx)
+	if err := b.rsocketLat(ctx); err != nil {
+		return err
+	}
+	return b.deviceCases(ctx)
 }
 
 // bwCase is a bandwidth case.
@@ -180,9 +183,27 @@ type ratio struct {
 
 // pairCmd is a server and a client command line (without the binary).
 type pairCmd struct {
+	bin            string   // the program; "" is the roce binary
+	env            []string // what the programs' environment adds
 	server, client []string
-	ready          string // what the server prints when it listens
+	ready          string        // what the server prints when it listens
+	listen         int           // and the TCP port it listens on then
+	settle         time.Duration // how long to give it after it said it listens
+	retry          string        // what a client says when it came before its server listened: run it again
 	parse          func(out []byte) (float64, string, error)
+	// lat reads a latency client's figures from its output (a program
+	// that prints no JSON); its CPU time is the processes' own.
+	lat  func(out []byte) (typ, avg, p99 float64, err error)
+	devs *devices // the devices the programs run on, whose CPU time counts too
+}
+
+// pairOut is what a pair's run gives: the client's output and the
+// server's, the CPU time both used (with their devices'), and the
+// client's wall time.
+type pairOut struct {
+	client, server []byte
+	cpu            float64 // microseconds
+	wall           time.Duration
 }
 
 func (b *bencher) rawudp(gso string, extra ...string) pairCmd {
@@ -244,11 +265,11 @@ func (b *bencher) bw(ctx context.Context, cases []bwCase) error {
 		return -1
 	}, func(i int) error {
 		c := &cases[i]
-		out, _, err := b.runPair(ctx, c.pc)
+		po, err := b.runPair(ctx, c.pc)
 		if err != nil {
 			return err
 		}
-		v, extra, err := c.pc.parse(out)
+		v, extra, err := c.pc.parse(po.client)
 		if err != nil {
 			return err
 		}
@@ -309,19 +330,23 @@ func bwRatio(cases []bwCase, c *bwCase) (rs, target string) {
 }
 
 // runPair starts the server, waits for it to listen, runs the client and
-// returns the client's output and the server's; both are bounded in time
-// and ended. A server that says nothing when it listens (ready "": a
-// roce perf --json server) is given the client at once, and the client
-// is started again while its connection is refused.
-func (b *bencher) runPair(ctx context.Context, pc pairCmd) (client, server []byte, err error) {
+// returns what they gave; both are bounded in time and ended. A server
+// that says nothing when it listens (ready "": a roce perf --json
+// server) is given the client at once, and the client is started again
+// while its connection is refused.
+func (b *bencher) runPair(ctx context.Context, pc pairCmd) (pairOut, error) {
 	limit := time.Duration(b.secs)*time.Second + 60*time.Second
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	srv := exec.CommandContext(ctx, b.roce, pc.server...)
+	var devCPU float64
+	if pc.devs != nil {
+		devCPU = pc.devs.cpu()
+	}
+	srv := b.command(ctx, pc, pc.server)
 	rw := &readyWriter{want: pc.ready, ready: make(chan struct{})}
 	srv.Stdout, srv.Stderr = rw, rw
 	if err := srv.Start(); err != nil {
-		return nil, nil, err
+		return pairOut{}, err
 	}
 	exited := make(chan struct{})
 	go func() { srv.Wait(); close(exited) }()
@@ -331,19 +356,51 @@ func (b *bencher) runPair(ctx context.Context, pc pairCmd) (client, server []byt
 	}()
 	if pc.ready != "" {
 		if err := waitReady(pc, rw, exited); err != nil {
-			return nil, nil, err
+			return pairOut{}, err
 		}
 	}
-	out, err := b.runClient(ctx, pc)
+	if pc.listen != 0 {
+		if err := waitListen(pc, rw, exited); err != nil {
+			return pairOut{}, err
+		}
+	}
+	time.Sleep(pc.settle)
+	po, err := b.runClient(ctx, pc)
 	if err != nil {
-		return nil, nil, err
+		return pairOut{}, err
 	}
 	// The server ends by itself once its client is done.
 	select {
 	case <-exited:
+		po.cpu += cpuOf(srv.ProcessState)
 	case <-time.After(10 * time.Second):
 	}
-	return out, []byte(rw.text()), nil
+	if pc.devs != nil {
+		po.cpu += pc.devs.cpu() - devCPU
+	}
+	po.server = []byte(rw.text())
+	return po, nil
+}
+
+// command is one of pc's programs with args, bounded by ctx.
+func (b *bencher) command(ctx context.Context, pc pairCmd, args []string) *exec.Cmd {
+	bin := pc.bin
+	if bin == "" {
+		bin = b.roce
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	if pc.env != nil {
+		cmd.Env = append(os.Environ(), pc.env...)
+	}
+	return cmd
+}
+
+// cpuOf is the user and system time of an ended process, in microseconds.
+func cpuOf(ps *os.ProcessState) float64 {
+	if ps == nil {
+		return 0
+	}
+	return float64((ps.UserTime() + ps.SystemTime()).Microseconds())
 }
 
 // waitReady waits for the server to say it listens.
@@ -365,19 +422,58 @@ func waitReady(pc pairCmd, rw *readyWriter, exited <-chan struct{}) error {
 	return nil
 }
 
+// waitListen waits for the server to listen on TCP port pc.listen.
+func waitListen(pc pairCmd, rw *readyWriter, exited <-chan struct{}) error {
+	for end := time.Now().Add(20 * time.Second); !tcpListening(pc.listen); {
+		select {
+		case <-exited:
+			return fmt.Errorf("server %v ended before listening: %s", pc.server, rw.text())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("server %v did not listen on TCP port %d within 20 s", pc.server, pc.listen)
+		}
+	}
+	return nil
+}
+
+// tcpListening reports whether a socket of this host listens on TCP port,
+// without connecting to it (a connection would be the server's client).
+func tcpListening(port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// local_address is the second field, st (0A: LISTEN) the fourth.
+			if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // runClient runs the client, again while its connection is refused (for
-// 20 s at most) when the server does not say it listens.
-func (b *bencher) runClient(ctx context.Context, pc pairCmd) ([]byte, error) {
+// 20 s at most) when the server does not say it listens, or while the
+// client says pc.retry.
+func (b *bencher) runClient(ctx context.Context, pc pairCmd) (pairOut, error) {
 	for end := time.Now().Add(20 * time.Second); ; {
-		cli := exec.CommandContext(ctx, b.roce, pc.client...)
+		cli := b.command(ctx, pc, pc.client)
 		var cliErr strings.Builder
 		cli.Stderr = &cliErr
+		start := time.Now()
 		out, err := cli.Output()
 		if err == nil {
-			return out, nil
+			return pairOut{client: out, wall: time.Since(start), cpu: cpuOf(cli.ProcessState)}, nil
 		}
-		if pc.ready != "" || !strings.Contains(cliErr.String(), "connection refused") || time.Now().After(end) {
-			return nil, fmt.Errorf("client %v: %v: %s", pc.client, err, cliErr.String())
+		said := cliErr.String() + string(out)
+		again := pc.retry != "" && strings.Contains(said, pc.retry) ||
+			pc.ready == "" && strings.Contains(said, "connection refused")
+		if !again || time.Now().After(end) {
+			return pairOut{}, fmt.Errorf("client %v: %v: %s", pc.client, err, said)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

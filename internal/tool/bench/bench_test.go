@@ -2,11 +2,14 @@ package bench
 
 import (
 	"encoding/json"
+	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/clitest"
@@ -38,9 +41,58 @@ case "$*" in
 *rstream*-T\ s*-s\ 127.0.0.1*) echo 'custom    64k     4k      1       500m        0.10s     40.00      10.00' ;;
 *rstream*-s\ 127.0.0.1*) echo 'custom    64k     4k      1       500m        0.10s     12.80      40.00' ;;
 *rstream*) echo 'name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer' ;;
+*device\ --lib*) echo /nonexistent/libgoroce.so ;;
+*device\ --bind*) echo "roce device: $5 on $3, UDP port 47932, socket $7/$5.sock"; exec sleep 30 ;;
+rping\ *) ;;
 *) echo "fake roce: $*" >&2; exit 2 ;;
 esac
 `
+
+// fakeTools are stand-ins for perftest's and librdmacm's programs, which
+// the device cases run: servers say they listen and end, clients print
+// perftest 4.5's tables with fixed figures.
+var fakeTools = map[string]string{
+	"ib_write_bw": `#!/bin/sh
+case "$*" in
+*127.0.0.1*-R*|*-R*127.0.0.1*) bw=1716.62 ;;
+*127.0.0.1*) bw=1907.35 ;;
+*-R*) echo ' * Waiting for client to connect... *'; exit 0 ;;
+*) echo ' * Waiting for client to connect... *'; BENCH_FAKE_LISTEN=18631 exec "$BENCH_TEST_BIN" ;;
+esac
+echo ' #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]'
+echo " 65536      12345          0.00               $bw              0.030518"
+`,
+	"ib_send_lat":  fakeLat("6.00", "6.50", "12.00"),
+	"ib_write_lat": fakeLat("20.00", "21.00", "40.00"),
+	"rping":        "#!/bin/sh\nexit 0\n",
+}
+
+// TestMain is also a fake perftest server (BENCH_FAKE_LISTEN): it
+// listens on the port a moment, as a server waiting for its client,
+// which the bench sees in /proc/net/tcp.
+func TestMain(m *testing.M) {
+	if port := os.Getenv("BENCH_FAKE_LISTEN"); port != "" {
+		l, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			os.Exit(1)
+		}
+		time.Sleep(300 * time.Millisecond)
+		l.Close()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func fakeLat(typ, avg, p99 string) string {
+	return `#!/bin/sh
+case "$*" in
+*127.0.0.1*) ;;
+*) echo ' * Waiting for client to connect... *'; BENCH_FAKE_LISTEN=18631 exec "$BENCH_TEST_BIN" ;;
+esac
+echo ' #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] '
+echo ' 2       100          5.00           50.00        ` + typ + `               ` + avg + `           1.00            ` + p99 + `                   40.00'
+`
+}
 
 func TestBench(t *testing.T) {
 	if runtime.GOOS == "windows" {
@@ -51,6 +103,13 @@ func TestBench(t *testing.T) {
 	if err := os.WriteFile(roce, []byte(fakeRoce), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	for name, script := range fakeTools {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("BENCH_TEST_BIN", os.Args[0])
 	js := filepath.Join(dir, "bench.json")
 	out, errs := clitest.NewBuffer(""), clitest.NewBuffer("")
 	if code := clitest.Run(Cmd, nil, out, errs, "-roce", roce, "-D", "1", "-runs", "2", "-n", "100", "-json", js); code != 0 {
@@ -89,6 +148,16 @@ func TestBench(t *testing.T) {
 		"rsocket 64 B request/response (rstream)          13.00 us     1.00x perf send        <= 1.3x perf send  met",
 		"rsocket 64 B req/resp, busy poll, spin            6.50 us     0.50x perf send        \n",
 		"kernel TCP 64 B request/response (-T s)           4.00 us     0.31x rsocket          \n",
+		// The devices' cases: 1907.35 MiB/s is roce perf's 2.0 GB/s;
+		// -R's 1716.62 MiB/s is 0.90 of it.
+		"ib_write_bw 64 KiB on the device                 2.000 GB/s   1.00 of roce perf      >= 0.90 of roce perf  met",
+		"ib_write_bw -R 64 KiB on the device              1.800 GB/s   0.90 of without -R     >= 0.90 of without -R  met",
+		// ib_send_lat's 6 us against roce perf send --lat's 12.5.
+		"ib_send_lat 2 B on the device                  6.00 us  12.00 us",
+		"0.48 of roce perf          <= 1.5 of roce perf, p99 <= 3x typical  met",
+		"ib_write_lat 2 B on the device                20.00 us  40.00 us",
+		"1.60 of roce perf          p99 <= 3x typical  met",
+		"rping on the device, per ping",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -102,7 +171,8 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 29 || results[4].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[4].Met == nil || *results[4].Met ||
+	if len(results) != 38 || results[31].Name != "ib_write_bw -R 64 KiB on the device" || math.Abs(results[31].Ratio-0.9) > 0.001 ||
+		results[33].Name != "ib_send_lat 2 B on the device" || results[33].Value != 6 || results[33].P99 != 12 || results[4].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[4].Met == nil || *results[4].Met ||
 		results[1].Ratio != 0.7 || results[1].Met != nil ||
 		results[9].Name != "WRITE 64 KiB, 64 QPs, 2 paths" || results[9].Ratio != 1 || results[9].Met != nil ||
 		results[15].Name != "raw UDP 36 B + 20 B ACK, busy poll" || results[15].Ratio != 1.25 || results[15].Target != "p99 <= 3x typical" ||

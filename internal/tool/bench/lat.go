@@ -106,10 +106,20 @@ func (o *latOutput) cpu() float64 { return o.CPUUser + o.CPUSys + o.CPU + o.Peer
 
 // latRound runs c once and records its figures.
 func (b *bencher) latRound(ctx context.Context, c *latCase) error {
-	out, srvOut, err := b.runPair(ctx, c.pc)
+	po, err := b.runPair(ctx, c.pc)
 	if err != nil {
 		return err
 	}
+	if c.pc.lat != nil {
+		typ, avg, p99, err := c.pc.lat(po.client)
+		if err != nil {
+			return err
+		}
+		c.typ, c.avg, c.p99 = append(c.typ, typ), append(c.avg, avg), append(c.p99, p99)
+		c.cpu = append(c.cpu, po.cpu/float64(b.iters*c.msgs))
+		return nil
+	}
+	out, srvOut := po.client, po.server
 	var cl, srv latOutput
 	if err := json.Unmarshal(lastLine(out), &cl); err != nil {
 		return fmt.Errorf("bad output: %w: %s", err, out)

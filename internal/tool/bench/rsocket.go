@@ -64,7 +64,7 @@ func rstreamResult(out []byte) (gbits, us float64, err error) {
 type rsLatCase struct {
 	name  string
 	pc    pairCmd
-	value func(out []byte) (float64, error) // the figure, in microseconds
+	value func(po pairOut) (float64, error) // the figure, in microseconds
 	of    int                               // the case the ratio is taken to; -1 none
 	short string                            // the name the ratios to this case give it
 	max   float64                           // at most this ratio (0: no target)
@@ -81,9 +81,9 @@ type rsLatCase struct {
 // then swing by tens of microseconds from run to run.
 func (b *bencher) rsocketLat(ctx context.Context) error {
 	n := strconv.Itoa(b.iters)
-	perfAvg := func(out []byte) (float64, error) { return jsonResult(out, "t_avg_us") }
-	rsAvg := func(out []byte) (float64, error) {
-		_, us, err := rstreamResult(out)
+	perfAvg := func(po pairOut) (float64, error) { return jsonResult(po.client, "t_avg_us") }
+	rsAvg := func(po pairOut) (float64, error) {
+		_, us, err := rstreamResult(po.client)
 		return us, err
 	}
 	rs := []string{"-S", "64", "-C", "1", "-I", n}
@@ -119,11 +119,11 @@ func (b *bencher) rsLatRounds(ctx context.Context, cases []rsLatCase) error {
 	keep, err := b.rounds(len(cases), func(i int) string { return cases[i].name }, func(i int) int { return cases[i].of },
 		func(i int) error {
 			c := &cases[i]
-			out, _, err := b.runPair(ctx, c.pc)
+			po, err := b.runPair(ctx, c.pc)
 			if err != nil {
 				return err
 			}
-			v, err := c.value(out)
+			v, err := c.value(po)
 			if err != nil {
 				return err
 			}
