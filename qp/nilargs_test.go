@@ -182,6 +182,15 @@ func TestNilArgs(t *testing.T) {
 		"QP.Modify":   func(t *testing.T) { e.modify(t) },
 		"QP.PostSend": func(t *testing.T) { e.postSend(t) },
 		"QP.PostRecv": func(t *testing.T) { e.postRecv(t) },
+		"QP.SetRecvSource": func(t *testing.T) {
+			(*QP)(nil).SetRecvSource(&fakeSource{})
+			q := e.newQP(t, verbs.UD)
+			q.SetRecvSource(nil) // none: the queue alone
+		},
+		"SRQ.SetRecvSource": func(t *testing.T) {
+			(*SRQ)(nil).SetRecvSource(&fakeSource{})
+			e.srq.SetRecvSource(nil)
+		},
 		"QP.LogValue": func(t *testing.T) {
 			if got := (*QP)(nil).LogValue().String(); got != "<nil>" {
 				t.Errorf("nil QP logs as %q", got)

@@ -35,6 +35,7 @@ type QP struct {
 	mtu       int        // path MTU in bytes
 	destroyed bool
 	commEst   bool
+	recvSrc   RecvSource // receives posted elsewhere (recvsource.go), under mu
 	// admTurn: the QP has a turn at sending (admit.go), under mu;
 	// admQueued and admGiven: it waits in line, it was given a turn,
 	// under the device's adm.mu.

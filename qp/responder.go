@@ -627,6 +627,10 @@ func (q *QP) takeRecv() bool {
 	} else {
 		w := q.rq.peek()
 		if w == nil {
+			q.pull()
+			w = q.rq.peek()
+		}
+		if w == nil {
 			return false
 		}
 		r.id, r.len = w.id, w.len

@@ -18,6 +18,7 @@ type SRQ struct {
 	limit int // SRQ limit event threshold; 0 when not armed
 	users int
 	dead  bool
+	src   RecvSource // receives posted elsewhere (recvsource.go)
 }
 
 // CreateSRQ returns a shared receive queue in the PD.
@@ -135,6 +136,10 @@ func (s *SRQ) Destroy() error {
 func (s *SRQ) take(w *recvWQE) bool {
 	s.mu.Lock()
 	r := s.q.peek()
+	if r == nil {
+		s.pull()
+		r = s.q.peek()
+	}
 	if r == nil {
 		s.mu.Unlock()
 		return false

@@ -250,6 +250,15 @@ func TestNilArgs(t *testing.T) {
 			})
 			e.dev.(*Device).NotifyUnreachable(nil)()
 		},
+		"SetRecvSource": func(t *testing.T) {
+			if SetRecvSource(nil, nil) {
+				t.Error("a nil QP took a receive source")
+			}
+			// A nil *qp.QP takes the call and does nothing.
+			if !SetRecvSource(typedNil, nil) || !SetRecvSource((*qp.SRQ)(nil), nil) {
+				t.Error("a nil *qp.QP or *qp.SRQ is not goroce's")
+			}
+		},
 		"OnQPExit": func(t *testing.T) {
 			if stop, ok := OnQPExit(nil, func(qp.Exit) {}); ok || stop() {
 				t.Error("a nil QP can tell when it exits")

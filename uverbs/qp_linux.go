@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/uverbs/abi"
 	"github.com/goroce/goroce/verbs"
 )
@@ -103,6 +104,9 @@ func (s *session) createQP(body []byte) (any, uint32) {
 	if srq != nil {
 		srq.users++
 	}
+	if srq == nil {
+		roce.SetRecvSource(q, o)
+	}
 	s.qps[h] = o
 	s.wqs[db] = o
 	s.srv.mu.Lock()
@@ -141,8 +145,10 @@ func (s *session) modifyQP(body []byte) uint32 {
 		q.sqc = q.sq.prod().Load()
 		q.sq.cons().Store(q.sqc)
 		if q.rq.mem != nil {
+			q.rqMu.Lock()
 			q.rqc = q.rq.prod().Load()
 			q.rq.cons().Store(q.rqc)
+			q.rqMu.Unlock()
 		}
 	}
 	return 0
@@ -268,6 +274,7 @@ func (s *session) createSRQ(body []byte) (any, uint32) {
 		s.freeDB = append(s.freeDB, db)
 		return nil, abi.ENOMEM
 	}
+	roce.SetRecvSource(srq, o)
 	s.srqs[h] = o
 	s.wqs[db] = o
 	s.srv.mu.Lock()

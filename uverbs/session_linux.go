@@ -104,7 +104,10 @@ type qpObj struct {
 	sigAll    bool
 	cap       verbs.QPCap
 	sq, rq    ring
-	sqc, rqc  uint32 // the device's consumer indices of sq and rq
+	sqc       uint32     // the device's consumer index of sq
+	rqc       uint32     // and of rq, under rqMu
+	rqMu      sync.Mutex // rq's consumer side: the worker's drains, the engine's pulls (Pull)
+	pullSGE   [32]verbs.SGE
 	maxInline uint32
 	mcast     []abi.McastReq // the groups ATTACH_MCAST attached it to (mcast_linux.go)
 }
@@ -120,8 +123,10 @@ type srqObj struct {
 	maxSGE uint32
 	limit  atomic.Uint32
 	rq     ring
-	rqc    uint32
+	rqc    uint32     // under rqMu
+	rqMu   sync.Mutex // as qpObj's
 	users  int
+	sge    [32]verbs.SGE
 }
 
 func (*srqObj) isWQ() {}

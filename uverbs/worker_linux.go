@@ -148,11 +148,15 @@ func (w *worker) drain() bool {
 		switch o := o.(type) {
 		case *qpObj:
 			if o.rq.mem != nil {
+				o.rqMu.Lock()
 				o.rqc = w.drainRecv(o.db, &o.rq, o.rqc, func(wrs []verbs.RecvWR) error { return o.qp.PostRecv(wrs) },
 					o.cap.MaxRecvSGE, abi.KindRecv, o.h, o.rcq, o.qp.QPN())
+				o.rqMu.Unlock()
 			}
 		case *srqObj:
+			o.rqMu.Lock()
 			o.rqc = w.drainRecv(o.db, &o.rq, o.rqc, o.srq.PostRecv, o.maxSGE, abi.KindSRQ, o.h, nil, 0)
+			o.rqMu.Unlock()
 		}
 	}
 	i := 0
@@ -451,4 +455,61 @@ func wcOpcode(op uint32) verbs.WCOpcode {
 		return verbs.WCAtomicWrite
 	}
 	return verbs.WCSend
+}
+
+// The engine's pulls (qp.RecvSource): a receive the program has published
+// in its ring is the engine's to take at once when a message needs one,
+// as a NIC sees a receive as soon as it is written, before the worker's
+// drain gets to it: a UD or UC message otherwise finds no receive and is
+// dropped (an RC one gets an RNR NAK).
+
+// pullMax is the most receives one pull takes.
+const pullMax = 64
+
+// Pull gives the engine the receives the program posted to q's ring and
+// the worker has not taken yet (qp.RecvSource); it returns at once while
+// the worker drains the ring.
+func (q *qpObj) Pull(post func(*verbs.RecvWR) error) {
+	if !q.rqMu.TryLock() {
+		return
+	}
+	defer q.rqMu.Unlock()
+	q.rqc = pullRing(&q.rq, q.rqc, q.cap.MaxRecvSGE, abi.KindRecv, q.h, post, &q.pullSGE)
+}
+
+// Pull is qpObj.Pull for an SRQ's ring.
+func (o *srqObj) Pull(post func(*verbs.RecvWR) error) {
+	if !o.rqMu.TryLock() {
+		return
+	}
+	defer o.rqMu.Unlock()
+	o.rqc = pullRing(&o.rq, o.rqc, o.maxSGE, abi.KindSRQ, o.h, post, &o.sge)
+}
+
+// pullRing posts the receives of ring r from its consumer index cons on,
+// up to pullMax, and returns the new consumer index. It stops at one that
+// post refuses or that is malformed: the worker's drain completes those
+// with an error.
+func pullRing(r *ring, cons, maxSGE uint32, kind uint8, h uint32, post func(*verbs.RecvWR) error, sge *[32]verbs.SGE) uint32 {
+	n := r.prod().Load() - cons
+	if n > r.entries {
+		return cons // a producer index no program sets: the drain's to sort out
+	}
+	for range min(n, pullMax) {
+		b := r.slot(cons)
+		e := (*abi.RecvWQE)(unsafe.Pointer(&b[0]))
+		// Each field is read once: the program may write the slot (its
+		// own memory) meanwhile, and the engine copies what post takes.
+		nsge, id := e.NumSGE, e.WRID
+		if nsge > maxSGE || abi.RecvWQESize+int(nsge)*abi.SGESize > len(b) {
+			break
+		}
+		wr := verbs.RecvWR{ID: wrID(kind, h, uint32(id)), SGL: appendSGEs(sge[:0], b[abi.RecvWQESize:], nsge)}
+		if post(&wr) != nil {
+			break
+		}
+		cons++
+		r.cons().Store(cons)
+	}
+	return cons
 }
