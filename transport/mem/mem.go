@@ -1,6 +1,8 @@
 // Package mem is an in-memory network for goroce's transports: endpoints
 // joined by IP address, with seeded fault injection (drop, duplicate,
-// reorder, delay, corrupt, truncate).
+// reorder, delay, corrupt, truncate), and switch ports (Network.SetPort):
+// a bottleneck with a line rate, a buffer, ECN marking thresholds and a
+// propagation delay, for exact tests of congestion control.
 //
 // A packet to an address that has no endpoint is lost, and answered, for
 // a sender that watches (Endpoint.NotifyUnreachable), with a notice as a
@@ -75,9 +77,10 @@ type Network struct {
 	eps    map[netip.Addr]*Endpoint
 	queue  []*inflight // ordered by (at, seq)
 	seq    uint64
-	last   map[link]time.Time // latest delivery time per link, to keep delays in order
-	free   []*inflight        // delivered packets, for reuse: no allocation per packet
-	batch  []*inflight        // the batch being delivered (one deliverer at a time)
+	last   map[link]time.Time   // latest delivery time per link, to keep delays in order
+	ports  map[netip.Addr]*port // switch ports in front of addresses (SetPort)
+	free   []*inflight          // delivered packets, for reuse: no allocation per packet
+	batch  []*inflight          // the batch being delivered (one deliverer at a time)
 	kick   chan struct{}
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -400,10 +403,22 @@ func (n *Network) transmit(to *Endpoint, p *transport.Packet, now time.Time) {
 		n.stats.Duplicated++
 		copies = 2
 	}
+	pt := n.ports[p.Dst]
 	for range copies {
+		at := now
+		tos := p.TOS
+		if pt != nil {
+			// The port's queue first (it may drop or mark), then the
+			// network's latency.
+			var ok bool
+			if at, ok = n.enqueue(pt, p, now); !ok {
+				n.stats.Dropped++
+				continue
+			}
+		}
 		q := n.alloc(p.Len())
 		data := p.AppendTo(q.buf[:0])
-		at := now.Add(n.cfg.Latency)
+		at = at.Add(n.cfg.Latency)
 		if f.Delay > 0 {
 			at = at.Add(time.Duration(n.rng.Int64N(int64(f.Delay))))
 			l := link{p.Src, p.Dst}
@@ -427,6 +442,7 @@ func (n *Network) transmit(to *Endpoint, p *transport.Packet, now time.Time) {
 		}
 		q.at, q.seq, q.to, q.pkt, q.notice = at, n.seq, to, *p, false
 		q.pkt.Data, q.pkt.Payload = data, nil
+		p.TOS = tos // a duplicate is marked (or not) on its own
 		n.seq++
 		n.insert(q)
 	}

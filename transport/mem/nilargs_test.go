@@ -41,6 +41,14 @@ func TestNilArgs(t *testing.T) {
 		"Network.Stats":     func(t *testing.T) { want(t, (&Network{}).Stats(), Stats{}) },
 		"Network.SetFaults": func(t *testing.T) { (*Network)(nil).SetFaults(Faults{}) },
 		"Network.Close":     func(t *testing.T) { (*Network)(nil).Close() },
+		"Network.SetPort": func(t *testing.T) {
+			apitest.Err(t, (*Network)(nil).SetPort(a, &Port{Rate: 1}), transport.ErrNil, "nil *Network", "NewNetwork")
+			apitest.Err(t, NewNetwork(nil).SetPort(a, &Port{}), ErrBadPort, "positive line rate")
+		},
+		"Network.PortStats": func(t *testing.T) {
+			want(t, (*Network)(nil).PortStats(a), PortStats{})
+			want(t, NewNetwork(nil).PortStats(a), PortStats{})
+		},
 		"Network.Endpoint": func(t *testing.T) {
 			_, err := (*Network)(nil).Endpoint(a)
 			apitest.Err(t, err, transport.ErrNil, "nil *Network", "NewNetwork")
