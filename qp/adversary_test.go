@@ -55,6 +55,9 @@ type advOpts struct {
 	mwBind    bool // mr allows memory windows
 	mrFlush   bool // mr allows FLUSH of the global placement type
 	seqWindow int  // Config.SeqNAKWindow
+	// probes turns loss probes on (qp/probe.go): off, the cases script
+	// the local ACK timeout alone.
+	probes bool
 }
 
 type adversary struct {
@@ -99,7 +102,11 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 		o.rnrRetry = u8(7)
 	}
 	a := &adversary{t: t, link: &fakeLink{addr: advLocal}, clk: clock.NewManual(time.Unix(1e9, 0)), mtu: o.mtu.Bytes()}
-	dev, err := New(a.link, &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack, SeqNAKWindow: o.seqWindow})
+	cfg := &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack, SeqNAKWindow: o.seqWindow, LossProbe: -1}
+	if o.probes {
+		cfg.LossProbe = 0
+	}
+	dev, err := New(a.link, cfg)
 	must(t, err)
 	t.Cleanup(func() { dev.Close() })
 	a.dev = dev

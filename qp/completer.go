@@ -204,6 +204,7 @@ func (q *QP) ackTo(psn bth.PSN, b *txBatch) {
 // progress notes that the peer answered: retry counts start over and the
 // timer restarts for what is left.
 func (q *QP) progress() {
+	q.progressSample()
 	q.grow(uint32(q.comp.psn.Diff(q.comp.lastPSN)))
 	q.comp.lastPSN = q.comp.psn
 	q.comp.retrying = false

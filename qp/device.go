@@ -78,6 +78,15 @@ type Config struct {
 	// transport's one address. It sends to an IPv6 peer from the first
 	// IPv6 address of the table, to any other from the first.
 	GIDs []netip.Addr
+	// LossProbe is the shortest wait for an acknowledgement after which
+	// an RC requester sends its oldest unacknowledged packet again,
+	// alone, to learn what the peer has (a loss probe, qp/probe.go); the
+	// wait is the path's RTT estimate, SRTT + 4·RTTVAR, when that is
+	// longer. Probes count no retry: the local ACK timeout still fails a
+	// request after retry_cnt retries. 0 means DefaultLossProbe;
+	// negative, no probes (only the local ACK timeout sends again, as in
+	// rxe).
+	LossProbe time.Duration
 	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls
 	// the link before it blocks: it spins as long as recent waits took,
 	// up to this, and not at all while they take longer. 0 means
@@ -114,6 +123,7 @@ type Device struct {
 	link          transport.Poller // the transport, if it is a Poller: waits spin on it
 	waiter        transport.Waiter // the transport, if waiters may receive themselves (wait.go)
 	waitSpin      time.Duration    // Config.WaitSpin, resolved
+	lossProbe     time.Duration    // Config.LossProbe, resolved; 0: no probes
 	lead          leadState
 	progressSpin  spinner          // ProgressWait's adaptive spin
 	timers        chan *time.Timer // a free list for sleeping waits with deadlines
@@ -215,6 +225,11 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 		d.waitSpin = DefaultWaitSpin
 	}
 	d.waitSpin = max(d.waitSpin, 0)
+	d.lossProbe = cfg.LossProbe
+	if d.lossProbe == 0 {
+		d.lossProbe = DefaultLossProbe
+	}
+	d.lossProbe = max(d.lossProbe, 0)
 	d.timers = make(chan *time.Timer, maxFreeBatches)
 	if need := bth.RCWriteFirst.HeaderLen() + bth.MTU256.Bytes() + bth.ICRCLen; d.maxPacket < need {
 		return nil, fmt.Errorf("%w: the transport carries packets of %d bytes, and a 256-byte path MTU needs %d: "+

@@ -87,7 +87,7 @@ func (q *QP) emitFlush(w *sendWQE, b *txBatch) bool {
 		binary.NativeEndian.PutUint64(p.Payload, w.wr.CompareAdd)
 	}
 	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
-	q.countSent()
+	q.countSent(true)
 	q.req.sinceAckReq = 0
 	w.state = wqeSent
 	return true

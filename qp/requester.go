@@ -155,7 +155,8 @@ type reqState struct {
 	// counted is how many of its PSNs Device.inflight holds.
 	active  bool
 	counted uint32
-	turnEnd bth.PSN // the first PSN after the QP's turn (admit.go)
+	turnEnd bth.PSN   // the first PSN after the QP's turn (admit.go)
+	loss    lossState // RTT samples and loss probes (probe.go)
 }
 
 // minWindow is the smallest window the requester shrinks to.
@@ -276,6 +277,9 @@ func (q *QP) windowFullAt(out, npsn uint32) bool {
 // flight too, so that many streams together overrun a receiver no more
 // than one does.
 func (q *QP) window() uint32 {
+	if q.req.loss.probing {
+		return 1 // a loss probe waits for its answer (probe.go)
+	}
 	w := q.req.cwnd
 	if n := uint32(q.dev.activeRC.Load()); n > 1 {
 		w = min(w, max(minWindow, q.dev.sharedUnacked/n))
@@ -397,7 +401,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			}
 			b.add(size, dest, q.sport, tos)
 		}
-		q.countSent()
+		q.countSent(f.AckReq)
 		w.sent += n
 		w.state = wqeStarted
 		if last {
@@ -437,11 +441,14 @@ func (q *QP) ackReq(last bool) bool {
 	return false
 }
 
-// countSent counts a request packet and advances the send PSN.
-func (q *QP) countSent() {
+// countSent counts a request packet, which asks for an ACK if ackReq,
+// and advances the send PSN.
+func (q *QP) countSent(ackReq bool) {
 	q.ctr.SentPkts++
 	if q.req.psn.LessThan(q.req.maxSent) {
 		q.ctr.Retransmits++
+	} else if ackReq {
+		q.sentSample(q.req.psn)
 	}
 	q.req.psn = q.req.psn.Next()
 	if q.req.maxSent.LessThan(q.req.psn) {
@@ -464,7 +471,7 @@ func (q *QP) emitRead(w *sendWQE, b *txBatch) bool {
 		DestQP: q.attr.DestQPN, PSN: q.req.psn, AckReq: true}, 0)
 	p.RETH.Encode(&bth.RETHFields{VA: w.wr.RemoteAddr + w.sent, RKey: w.wr.RKey, DMALen: uint32(rest)})
 	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
-	q.countSent()
+	q.countSent(true)
 	// The request takes one PSN per response packet.
 	q.req.psn = q.req.psn.Add(npsn - 1)
 	if q.req.maxSent.LessThan(q.req.psn) {
@@ -490,7 +497,7 @@ func (q *QP) emitAtomic(w *sendWQE, b *txBatch) bool {
 		PSN: q.req.psn, AckReq: true}, 0)
 	p.AtomicETH.Encode(&f)
 	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
-	q.countSent()
+	q.countSent(true)
 	q.req.sinceAckReq = 0
 	w.state = wqeSent
 	return true
@@ -596,4 +603,5 @@ func (q *QP) rewind(psn bth.PSN) {
 	// Rebuilt packets get their old PSNs.
 	q.req.psn = psn
 	q.req.sinceAckReq = 0
+	q.rewoundSample()
 }

@@ -40,7 +40,13 @@ type Counters struct {
 	// AckDeferred counts ACKs folded into a later one (coalescing).
 	AckDeferred uint64 `rdma:"ack_deferred"`
 	// CompleterRetryErr counts retries: timeouts and retried NAKs.
-	CompleterRetryErr   uint64 `rdma:"completer_retry_err"`
+	CompleterRetryErr uint64 `rdma:"completer_retry_err"`
+	// LocalACKTimeoutErr counts the retries of the local ACK timeout
+	// among them (mlx5's counter of that name).
+	LocalACKTimeoutErr uint64 `rdma:"local_ack_timeout_err"`
+	// LossProbes counts packets sent again, alone, after a probe
+	// timeout without progress (qp/probe.go): no retry is counted.
+	LossProbes          uint64 `rdma:"loss_probes"`
 	RetryExceededErr    uint64 `rdma:"retry_exceeded_err"`
 	RetryRNRExceededErr uint64 `rdma:"retry_rnr_exceeded_err"`
 	// RDMASends and RDMARecvs count SEND messages sent and received.

@@ -25,12 +25,17 @@ func (q *QP) armTimer() {
 		return
 	}
 	d := bth.ACKTimeout(q.attr.Timeout)
-	q.comp.deadline = q.dev.clk.Now().Add(d)
+	now := q.dev.clk.Now()
+	q.comp.deadline = now.Add(d)
 	q.comp.timerArmed = true
-	if !q.comp.timerAt.IsZero() && !q.comp.deadline.Before(q.comp.timerAt) {
+	at := q.comp.deadline
+	if p, ok := q.probeAt(d); ok {
+		at = p // a loss probe comes first (probe.go)
+	}
+	if !q.comp.timerAt.IsZero() && !at.Before(q.comp.timerAt) {
 		return
 	}
-	q.setTimer(d, q.comp.deadline)
+	q.setTimer(at.Sub(now), at)
 }
 
 // setTimer schedules onTimeout d from now, at.
@@ -61,8 +66,17 @@ func (q *QP) onTimeout() {
 		return
 	}
 	if now := q.dev.clk.Now(); now.Before(q.comp.deadline) {
-		// The deadline moved on since the timer was set (armTimer).
-		q.setTimer(q.comp.deadline.Sub(now), q.comp.deadline)
+		// The deadline moved on since the timer was set (armTimer), or a
+		// loss probe is due first.
+		at := q.comp.deadline
+		timeout := bth.ACKTimeout(q.attr.Timeout)
+		if p, ok := q.probeAt(timeout); ok && !now.Before(p) && q.comp.psn != q.req.psn {
+			q.probe(b, now)
+		}
+		if p, ok := q.probeAt(timeout); ok && p.Before(at) {
+			at = p
+		}
+		q.setTimer(at.Sub(now), at)
 		return
 	}
 	q.comp.timerArmed = false
@@ -70,6 +84,7 @@ func (q *QP) onTimeout() {
 		return
 	}
 	q.dev.log.Debug("retransmit timeout", "qpn", q.qpn, "psn", q.comp.psn)
+	q.ctr.LocalACKTimeoutErr++
 	q.retry(b, q.comp.psn)
 }
 

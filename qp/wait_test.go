@@ -108,7 +108,9 @@ func waitEnds(t *testing.T, la, lb *waitLink, nq int, spin time.Duration, clk cl
 		if clk == nil {
 			clk = clock.Real{}
 		}
-		d, err := New(l, &Config{Clock: clk, Logger: testLogger(t), WaitSpin: spin})
+		// No loss probes: TestWaitFollowers leaves b's ACKs unread until a
+		// round ends, and a probe would hold b's next SEND until then.
+		d, err := New(l, &Config{Clock: clk, Logger: testLogger(t), WaitSpin: spin, LossProbe: -1})
 		must(t, err)
 		t.Cleanup(func() { d.Close() })
 		pd, err := d.AllocPD()

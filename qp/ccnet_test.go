@@ -1,0 +1,245 @@
+package qp
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/mr"
+	"github.com/goroce/goroce/transport/mem"
+	"github.com/goroce/goroce/verbs"
+)
+
+// The congestion testbed: senders, each a device with one RC QP, writing
+// into one receiver through a switch port (mem.Port) on the simulated
+// network, in simulated time, so that goodput, fairness and the queue of
+// a control loop come out exactly and the same every run.
+
+// ccOpts describes a testbed run.
+type ccOpts struct {
+	senders int
+	port    mem.Port
+	loss    float64       // random loss of every packet, both ways
+	latency time.Duration // one-way latency of the network (default 50 µs)
+	mtu     bth.MTU       // default 1024
+	msg     int           // WRITE size (default 64 KiB)
+	depth   int           // WRITEs outstanding per QP (default 16)
+	seed    uint64
+	// cfg adjusts the devices' configuration.
+	cfg func(*Config)
+	// timeout is the QPs' local ACK timeout (default 14, 67 ms, as
+	// perftest's).
+	timeout uint8
+}
+
+// ccFlow is one sender's QP and what it moved.
+type ccFlow struct {
+	a, b     end
+	src, dst *mr.MR
+	bytes    uint64 // completed
+	lastWin  uint64 // bytes at the start of the current window
+	perWin   []uint64
+	wrs      []verbs.SendWR
+	failures int
+}
+
+// ccNet is a testbed.
+type ccNet struct {
+	t     *testing.T
+	o     ccOpts
+	net   *mem.Network
+	recv  netip.Addr
+	flows []*ccFlow
+	queue []int // the port's queue at each window's end
+}
+
+func newCCNet(t *testing.T, o ccOpts) *ccNet {
+	t.Helper()
+	if o.latency == 0 {
+		o.latency = 50 * time.Microsecond
+	}
+	if o.mtu == 0 {
+		o.mtu = bth.MTU1024
+	}
+	if o.msg == 0 {
+		o.msg = 64 << 10
+	}
+	if o.depth == 0 {
+		o.depth = 16
+	}
+	if o.timeout == 0 {
+		o.timeout = 14
+	}
+	n := mem.NewNetwork(&mem.Config{Seed: o.seed, Latency: o.latency, Faults: mem.Faults{Drop: o.loss}})
+	c := &ccNet{t: t, o: o, net: n, recv: netip.MustParseAddr("198.18.1.1")}
+	po := pairOpts{timeout: o.timeout, mtu: o.mtu, cqe: 4 * o.depth}
+	po.defaults()
+	mk := func(addr netip.Addr) end {
+		ep, err := n.Endpoint(addr)
+		must(t, err)
+		cfg := &Config{Clock: n.Clock()}
+		if o.cfg != nil {
+			o.cfg(cfg)
+		}
+		d, err := New(ep, cfg)
+		must(t, err)
+		pd, err := d.AllocPD()
+		must(t, err)
+		cq, err := d.CreateCQ(po.cqe)
+		must(t, err)
+		e := end{dev: d, pd: pd.(*PD), cq: cq.(*CQ)}
+		t.Cleanup(func() { d.Close() })
+		return e
+	}
+	rx := mk(c.recv)
+	for i := range o.senders {
+		f := &ccFlow{a: mk(netip.AddrFrom4([4]byte{198, 18, 0, byte(1 + i)})), b: rx}
+		var err error
+		f.a.qp, err = f.a.dev.createQP(f.a.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: f.a.cq, RecvCQ: f.a.cq, Cap: po.cap})
+		must(t, err)
+		f.b.qp, err = rx.dev.createQP(rx.pd, &verbs.QPInitAttr{Type: verbs.RC, SendCQ: rx.cq, RecvCQ: rx.cq, Cap: po.cap})
+		must(t, err)
+		connect(t, &f.a, &f.b, po)
+		connect(t, &f.b, &f.a, po)
+		f.src, f.dst = f.a.reg(t, o.msg), f.b.reg(t, o.msg)
+		f.wrs = []verbs.SendWR{{Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(f.src, 0, o.msg)},
+			RemoteAddr: f.dst.Addr(), RKey: f.dst.RKey()}}
+		c.flows = append(c.flows, f)
+	}
+	if o.port.Rate > 0 {
+		must(t, n.SetPort(c.recv, &o.port))
+	}
+	t.Cleanup(n.Close)
+	return c
+}
+
+// run keeps every flow's WRITEs going for d of simulated time, in
+// windows of win, and returns what they moved.
+func (c *ccNet) run(d, win time.Duration) ccResult {
+	c.t.Helper()
+	for _, f := range c.flows {
+		for range c.o.depth {
+			must(c.t, f.a.qp.PostSend(f.wrs))
+		}
+	}
+	clk := c.net.Clock()
+	start := clk.Now()
+	next := start.Add(win)
+	buf := make([]verbs.WC, 64)
+	err := c.net.Run(func() bool {
+		now := clk.Now()
+		for _, f := range c.flows {
+			for n := f.a.cq.Poll(buf); n > 0; n = f.a.cq.Poll(buf) {
+				for _, wc := range buf[:n] {
+					if wc.Status != verbs.Success {
+						f.failures++
+						continue
+					}
+					f.bytes += uint64(c.o.msg)
+					if !now.After(start.Add(d)) {
+						must(c.t, f.a.qp.PostSend(f.wrs))
+					}
+				}
+			}
+		}
+		for !now.Before(next) {
+			for _, f := range c.flows {
+				f.perWin = append(f.perWin, f.bytes-f.lastWin)
+				f.lastWin = f.bytes
+			}
+			c.queue = append(c.queue, c.net.PortStats(c.recv).Queue)
+			next = next.Add(win)
+		}
+		return !now.Before(start.Add(d))
+	}, d+time.Second)
+	if err != nil {
+		c.t.Fatalf("seed %d: run: %v\n%s", c.o.seed, err, c.counters())
+	}
+	return c.result(d, win)
+}
+
+// ccResult is what a run moved.
+type ccResult struct {
+	goodput  float64 // bytes per second over all flows
+	perFlow  []float64
+	jain     float64 // Jain's index over the windows, averaged
+	retrans  uint64  // packets sent again
+	sent     uint64
+	timeouts uint64
+	port     mem.PortStats
+	failures int
+}
+
+func (c *ccNet) result(d, win time.Duration) ccResult {
+	r := ccResult{port: c.net.PortStats(c.recv)}
+	var total uint64
+	for _, f := range c.flows {
+		total += f.bytes
+		r.perFlow = append(r.perFlow, float64(f.bytes)/d.Seconds())
+		ctr := f.a.qp.Counters()
+		r.retrans += ctr.Retransmits
+		r.sent += ctr.SentPkts
+		r.failures += f.failures
+	}
+	r.goodput = float64(total) / d.Seconds()
+	// Jain's fairness over each window, averaged over the windows after
+	// the first.
+	nw := 0
+	for w := 1; w < len(c.flows[0].perWin); w++ {
+		var s, s2 float64
+		for _, f := range c.flows {
+			x := float64(f.perWin[w])
+			s, s2 = s+x, s2+x*x
+		}
+		if s2 > 0 {
+			r.jain += s * s / (float64(len(c.flows)) * s2)
+			nw++
+		}
+	}
+	if nw > 0 {
+		r.jain /= float64(nw)
+	}
+	return r
+}
+
+func (r ccResult) String() string {
+	return fmt.Sprintf("goodput %.1f MB/s, Jain %.3f, retransmitted %d of %d packets, port %+v, failures %d",
+		r.goodput/1e6, r.jain, r.retrans, r.sent, r.port, r.failures)
+}
+
+func (c *ccNet) counters() string {
+	var b strings.Builder
+	for i, f := range c.flows {
+		fmt.Fprintf(&b, "flow %d: %s\n", i, ptr(f.a.qp.Counters()))
+	}
+	return b.String()
+}
+
+// gbit is a port's rate of one gigabit per second.
+const gbit = 1e9
+
+// TestLossProbesUnderLoss measures one flow through a 1 Gbit/s port with a
+// large buffer at 1 % and 5 % random loss, with and without loss probes:
+// without, a lost retransmission or NAK waits out the 67 ms ACK
+// timeout; with them, no timeout comes, and the flow moves at least
+// three times as much.
+func TestLossProbesUnderLoss(t *testing.T) {
+	for _, loss := range []float64{0.01, 0.05} {
+		var got [2]ccResult
+		var timeouts [2]uint64
+		for i, probe := range []time.Duration{-1, 0} {
+			c := newCCNet(t, ccOpts{senders: 1, port: mem.Port{Rate: gbit, Buffer: 4 << 20}, loss: loss, seed: 1,
+				cfg: func(c *Config) { c.LossProbe = probe }})
+			got[i] = c.run(200*time.Millisecond, 10*time.Millisecond)
+			timeouts[i] = c.flows[0].a.qp.Counters().LocalACKTimeoutErr
+			t.Logf("loss %.0f%%, probes %v: %v", loss*100, i == 1, got[i])
+		}
+		if timeouts[0] == 0 || timeouts[1] != 0 || got[1].goodput < 3*got[0].goodput {
+			t.Errorf("loss %.0f%%: %d and %d timeouts, goodput %.1f and %.1f MB/s: want timeouts only without probes, "+
+				"and three times the goodput with them", loss*100, timeouts[0], timeouts[1], got[0].goodput/1e6, got[1].goodput/1e6)
+		}
+	}
+}
