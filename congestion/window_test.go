@@ -1,0 +1,198 @@
+package congestion
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func delayConfig(t *testing.T, c DelayConfig) *DelayConfig {
+	t.Helper()
+	r, err := (&Config{Delay: c}).Resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &r.Delay
+}
+
+// TestWindow checks the delay window's rules one event at a time: slow
+// start doubles it per round trip while the delay is under target; a
+// sample over target cuts it by Swift's rule, once per smoothed RTT; it
+// then grows by AI per round trip; a loss cuts it only with a queue
+// behind it; a timeout starts over.
+func TestWindow(t *testing.T) {
+	c := delayConfig(t, DelayConfig{Target: us(100), InitialWindow: 10, MaxWindow: 1000})
+	var w Window
+	w.Init(c, 512)
+	var r RTT
+	now := t0
+	sample := func(d time.Duration) {
+		r.Sample(d, now)
+		w.Sample(d, &r, now)
+	}
+	sample(us(50)) // the base
+	if w.Packets() != 10 || !w.State().SlowStart {
+		t.Fatalf("initial window %+v", w.State())
+	}
+	w.Acked(10)
+	if w.Packets() != 20 {
+		t.Fatalf("slow start: %d after 10 acknowledged, want 20", w.Packets())
+	}
+	// 350 µs: 200 µs over the target of 150: cut by max(1 - 0.8·200/350, 0.5).
+	now = now.Add(us(400))
+	sample(us(350))
+	want := 20 * (1 - 0.8*200.0/350)
+	if got := w.cwnd; got < want-1e-9 || got > want+1e-9 || w.State().SlowStart {
+		t.Fatalf("cut to %v, want %v, slow start over", got, want)
+	}
+	// Over target: acknowledgements do not grow it; another sample over
+	// target within a smoothed RTT does not cut again.
+	w.Acked(5)
+	sample(us(600))
+	if w.cwnd != want {
+		t.Fatalf("window %v after a second sample within an RTT, want %v", w.cwnd, want)
+	}
+	// A sample far over target after a round trip cuts by at most MaxMDF.
+	now = now.Add(time.Millisecond)
+	sample(us(5000))
+	want *= 0.5
+	if w.cwnd != want {
+		t.Fatalf("window %v, want half of the last (MaxMDF)", w.cwnd)
+	}
+	// Under target again: AI per round trip, AI/window per packet.
+	sample(us(60))
+	before := w.cwnd
+	w.Acked(1)
+	if got := w.cwnd - before; got < 1/before-1e-12 || got > 1/before+1e-12 {
+		t.Fatalf("additive increase of %v for one packet, want 1/window = %v", got, 1/before)
+	}
+	// A loss with the delay under target cuts nothing.
+	now = now.Add(time.Millisecond)
+	before = w.cwnd
+	w.Loss(&r, now)
+	if w.cwnd != before || w.State().LossesKept != 1 {
+		t.Fatalf("a loss with no queue cut the window: %v -> %v", before, w.cwnd)
+	}
+	// A loss with the delay over target cuts by MaxMDF.
+	now = now.Add(time.Millisecond)
+	sample(us(400))
+	before = w.cwnd
+	now = now.Add(time.Millisecond)
+	w.Loss(&r, now)
+	if w.cwnd != w.clamp(before*0.5) {
+		t.Fatalf("a loss over target: %v -> %v, want half", before, w.cwnd)
+	}
+	// A timeout: the minimum, and slow start again.
+	w.Timeout(now)
+	if w.Packets() != 2 || !w.State().SlowStart {
+		t.Fatalf("after a timeout: %+v", w.State())
+	}
+	// The bounds.
+	for range 100 {
+		w.Acked(1000)
+	}
+	if w.Packets() != 1000 {
+		t.Fatalf("window %d, want MaxWindow 1000", w.Packets())
+	}
+}
+
+// TestWindowBound checks that the engine's bound applies when MaxWindow
+// is 0.
+func TestWindowBound(t *testing.T) {
+	var w Window
+	w.Init(delayConfig(t, DelayConfig{}), 64)
+	if w.Packets() != 32 {
+		t.Fatalf("initial window %d, want 32", w.Packets())
+	}
+	w.Acked(1000)
+	if w.Packets() != 64 {
+		t.Errorf("window %d, want the engine's 64", w.Packets())
+	}
+}
+
+// TestPacer checks the token bucket: packets go at the rate, an idle
+// flow may send its burst at once, and no more.
+func TestPacer(t *testing.T) {
+	var p Pacer
+	if !p.Ready(t0) {
+		t.Fatal("a new pacer holds packets")
+	}
+	// 1000 bytes at 1 Gbit/s take 8 µs. An idle flow sends its burst (20
+	// µs) at once, then waits: three packets, the next 4 µs later.
+	for _, now := range []time.Time{t0, t0.Add(time.Millisecond)} {
+		n := 0
+		for p.Ready(now) {
+			p.Sent(1000, 1e9, now, us(20))
+			n++
+		}
+		if n != 3 || p.Next() != now.Add(us(4)) {
+			t.Errorf("%d packets at once from idle, next at +%v: want 3, then +4µs", n, p.Next().Sub(now))
+		}
+	}
+	// Paced from there on: one every 8 µs.
+	now := p.Next()
+	p.Sent(1000, 1e9, now, us(20))
+	if p.Ready(now) || p.Next() != now.Add(us(8)) {
+		t.Errorf("next at +%v, want +8µs", p.Next().Sub(now))
+	}
+	p.Reset()
+	if !p.Ready(t0) {
+		t.Error("Reset kept the charge")
+	}
+	p.Sent(1000, 0, t0, 0)
+	if !p.Ready(t0) {
+		t.Error("a rate of 0 paced")
+	}
+}
+
+// TestConfig checks the defaults and each setting's range: a bad value is
+// an error matching ErrInvalid that names the setting and its range.
+func TestConfig(t *testing.T) {
+	r, err := (*Config)(nil).Resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.DCQCN
+	if r.Mode != Auto || d.TimeReset != 300*time.Microsecond || d.ByteReset != 32767 || d.Threshold != 1 || d.AIRate != 5e6 ||
+		d.HAIRate != 50e6 || d.MinRate != 1e6 || d.MinDecFac != 50 || d.GD != 11 || d.G != 1019 || d.InitialAlpha != 1023 ||
+		d.ReduceMonitorPeriod != 4*time.Microsecond || d.AlphaPeriod != 55*time.Microsecond ||
+		d.MinTimeBetweenCNPs != 50*time.Microsecond || d.CNPDSCP != 48 || d.ClampTargetRate || d.NoClampAfterTimeInc {
+		t.Errorf("DCQCN defaults %+v", d)
+	}
+	if w := r.Delay; w.Target != 100*time.Microsecond || w.AI != 1 || w.Beta != 0.8 || w.MaxMDF != 0.5 || w.MinWindow != 2 ||
+		w.InitialWindow != 32 || w.MaxWindow != 0 {
+		t.Errorf("Delay defaults %+v", w)
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Mode: 9}, "Mode 9"},
+		{Config{LineRate: -1}, "LineRate"},
+		{Config{DCQCN: DCQCNConfig{TimeReset: -1}}, "DCQCN.TimeReset"},
+		{Config{DCQCN: DCQCNConfig{AIRate: -5}}, "DCQCN.AIRate"},
+		{Config{DCQCN: DCQCNConfig{MinDecFac: 101}}, "DCQCN.MinDecFac 101: want 1 to 100 percent"},
+		{Config{DCQCN: DCQCNConfig{G: 1024}}, "DCQCN.G"},
+		{Config{DCQCN: DCQCNConfig{GD: 12}}, "DCQCN.GD 12"},
+		{Config{DCQCN: DCQCNConfig{CNPDSCP: 64}}, "DCQCN.CNPDSCP"},
+		{Config{Delay: DelayConfig{Target: -1}}, "Delay.Target"},
+		{Config{Delay: DelayConfig{Beta: 2}}, "Delay.Beta"},
+		{Config{Delay: DelayConfig{MinWindow: 10, MaxWindow: 5}}, "MinWindow 10 over Delay.MaxWindow 5"},
+	} {
+		if _, err := c.cfg.Resolved(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want ErrInvalid saying %q", c.cfg, err, c.want)
+		}
+	}
+	for m := range numModes {
+		if p, err := ParseMode(m.String()); err != nil || p != m {
+			t.Errorf("ParseMode(%q) = %v, %v", m, p, err)
+		}
+	}
+	if _, err := ParseMode("reno"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ParseMode(reno): %v", err)
+	}
+	if !Auto.ECN() || Off.ECN() || Delay.ECN() || !DCQCN.Paced() || !Delay.Windowed() || DCQCN.Windowed() {
+		t.Error("mode properties")
+	}
+}
