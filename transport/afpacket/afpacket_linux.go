@@ -634,8 +634,14 @@ func (t *Transport) frame(p *transport.Packet, now time.Time) error {
 		Ethernet: true, SrcMAC: t.mac, DstMAC: mac, TOS: p.TOS, TTL: t.cfg.TTL,
 		Flow: bth.Flow{Src: t.local, Dst: dst, SrcPort: p.SrcPort, DstPort: t.cfg.PeerPort},
 	}
-	if ff.TOS == 0 {
-		ff.TOS = t.cfg.TOS
+	// The configured DSCP where the packet has none, and the configured
+	// ECN bits where it has none: a data packet's ECT(0) keeps the
+	// link's DSCP.
+	if ff.TOS&^0x03 == 0 {
+		ff.TOS |= t.cfg.TOS &^ 0x03
+	}
+	if ff.TOS&0x03 == 0 {
+		ff.TOS |= t.cfg.TOS & 0x03
 	}
 	if ff.Flow.SrcPort == 0 {
 		ff.Flow.SrcPort = t.cfg.Port

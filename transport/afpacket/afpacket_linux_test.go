@@ -117,6 +117,28 @@ func TestVeth(t *testing.T) {
 	}
 }
 
+// TestVethTOS checks how a packet's TOS meets the link's (Config.TOS): a
+// packet's ECN bits keep the link's DSCP, a packet's own DSCP wins over
+// the link's, and the link's ECN bits fill a packet that has none.
+func TestVethTOS(t *testing.T) {
+	nsA, nsB := netnstest.Veth(t, 1)
+	var a, b *Transport
+	netnstest.In(t, nsA, func() { a = mustNew(t, &Config{Interface: "vA", TOS: 0xB8}) }) // DSCP 46
+	netnstest.In(t, nsB, func() { b = mustNew(t, &Config{Interface: "vB"}) })
+	start(t, a)
+	cb := start(t, b)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, c := range []struct{ sent, want uint8 }{{0x02, 0xBA}, {0x00, 0xB8}, {0x68, 0x68}, {0x6A, 0x6A}, {0x03, 0xBB}} {
+		p := transport.Packet{Data: transporttest.BuildPacket(rng, 0x04, 64, 1), Dst: b.LocalAddr(), TOS: c.sent}
+		if err := a.Send([]transport.Packet{p}); err != nil {
+			t.Fatal(err)
+		}
+		if got := cb.Wait(1, 5*time.Second); len(got) != 1 || got[0].TOS != c.want {
+			t.Errorf("sent TOS %#x on a link of TOS 0xB8: arrived %v, want %#x", c.sent, got, c.want)
+		}
+	}
+}
+
 // TestVethDrops sends a packet with a bad ICRC and garbage to an afpacket
 // transport from a plain socket: counted, not delivered; a good packet
 // still arrives.

@@ -38,7 +38,9 @@ type Config struct {
 	// Port is the local UDP port; PeerPort the one packets are sent to.
 	// 0 means 4791 for both.
 	Port, PeerPort uint16
-	// TOS is DSCP << 2 | ECN, used for packets whose own TOS is 0.
+	// TOS is DSCP << 2 | ECN: its DSCP goes on packets whose own TOS has
+	// none, its ECN bits on packets whose own has none (the engine's data
+	// packets carry ECT(0) when congestion control uses ECN).
 	TOS uint8
 	// TTL is the IPv4 TTL or IPv6 hop limit; 0 means 64.
 	TTL uint8
