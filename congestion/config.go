@@ -72,9 +72,11 @@ var ErrInvalid = errors.New("congestion: invalid setting")
 type Config struct {
 	// Mode is the congestion control (Auto by default).
 	Mode Mode
-	// LineRate is the link's rate in bits per second, the ceiling of
-	// DCQCN's rate (a NIC's port speed); 0 means unknown: the rate
-	// recovers up to 400 Gbit/s, and pacing ends there.
+	// LineRate is the link's rate in bits per second, as a NIC's port
+	// speed: the ceiling of DCQCN's rate, and in the paced modes (Auto,
+	// DCQCN) a rate no QP sends faster than, DCQCN active or not. 0
+	// means unknown: DCQCN's rate recovers up to 400 Gbit/s, where its
+	// pacing ends, and nothing else paces.
 	LineRate float64
 	// DCQCN holds the reaction and notification point's settings.
 	DCQCN DCQCNConfig
@@ -157,6 +159,17 @@ type DelayConfig struct {
 	// while the RTT is below the smallest RTT seen plus Target, and
 	// shrinks above it (default 100 µs).
 	Target time.Duration
+	// ProbeInterval is how long the smallest RTT a window has seen
+	// stands before the window probes it again: MinWindow for two round
+	// trips, so that its own queue drains (BBR's ProbeRTT). A flow that
+	// joined a queue others held takes it for the path's delay until
+	// then. Default 100 ms.
+	ProbeInterval time.Duration
+	// FSRange is the most the target grows for a flow with a small
+	// window (Swift's flow scaling, fs_range): MinWindow packets get
+	// Target + FSRange, 100 packets or more Target alone (default Target;
+	// negative: none).
+	FSRange time.Duration
 	// AI is the additive increase, in packets per round trip (default
 	// 1, Swift's ai).
 	AI float64
@@ -169,7 +182,8 @@ type DelayConfig struct {
 	// MinWindow and MaxWindow bound the window, in packets (defaults 2;
 	// 0 for MaxWindow means the engine's bound on packets in flight).
 	MinWindow, MaxWindow int
-	// InitialWindow is a flow's first window, in packets (default 32); it
+	// InitialWindow is a flow's first window, in packets (default 10, as
+	// TCP's); it
 	// doubles each round trip (slow start) until the delay passes the
 	// target or a packet is lost.
 	InitialWindow int
@@ -200,11 +214,12 @@ const (
 // Defaults of DelayConfig.
 const (
 	DefaultTarget        = 100 * time.Microsecond
+	DefaultProbeInterval = 100 * time.Millisecond
 	DefaultAI            = 1
 	DefaultBeta          = 0.8
 	DefaultMaxMDF        = 0.5
 	DefaultMinWindow     = 2
-	DefaultInitialWindow = 32
+	DefaultInitialWindow = 10
 )
 
 // Resolved returns c with every default filled in, or an error naming the
@@ -305,6 +320,19 @@ func (d *DelayConfig) resolve() error {
 		return fmt.Errorf("%w: Delay.Target %v: want a positive duration, or 0 for the default %v", ErrInvalid, d.Target, DefaultTarget)
 	case d.Target == 0:
 		d.Target = DefaultTarget
+	}
+	switch {
+	case d.ProbeInterval < 0:
+		return fmt.Errorf("%w: Delay.ProbeInterval %v: want a positive duration, or 0 for the default %v", ErrInvalid,
+			d.ProbeInterval, DefaultProbeInterval)
+	case d.ProbeInterval == 0:
+		d.ProbeInterval = DefaultProbeInterval
+	}
+	switch {
+	case d.FSRange == 0:
+		d.FSRange = d.Target
+	case d.FSRange < 0:
+		d.FSRange = 0
 	}
 	for _, f := range []struct {
 		name     string

@@ -1,20 +1,26 @@
 package congestion
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Window is the delay-based congestion window of one flow, after Swift
 // (Kumar et al., "Swift: Delay is Simple and Effective for Congestion
 // Control in the Datacenter", SIGCOMM 2020, section 3.1), for paths where
-// nothing marks ECN: the RTT an ACK shows above the smallest one seen is
-// the queue the flow's path holds, and the window holds it near
+// nothing marks ECN: the RTT an ACK shows above the smallest one seen (the
+// base) is the queue the flow's path holds, and the window holds it near
 // DelayConfig.Target. It is plain data: not safe for concurrent use.
 //
-//   - Each RTT sample d is compared with target = min RTT + Target.
+//   - Each RTT sample d is compared with target = base + Target + the
+//     flow scaling (Swift's): FSRange more for a flow at MinWindow,
+//     falling as 1/sqrt(window) to nothing at 100 packets, so that flows
+//     of unequal windows converge to equal ones.
 //   - While the last sample was at or below target, each acknowledged
-//     packet grows the window: by one (slow start, until the first
-//     sample over target or the first loss) or by AI/window (AI packets
-//     per round trip).
-//   - A sample over target cuts the window, at most once per smoothed
+//     packet grows the window: by one (slow start) or by AI/window (AI
+//     packets per round trip).
+//   - The first sample over target ends slow start with a probe of the
+//     base (below); later ones cut the window, at most once per smoothed
 //     RTT: window·max(1 - Beta·(d-target)/d, 1 - MaxMDF).
 //   - A loss (a NAK) cuts it by MaxMDF, at most once per smoothed RTT,
 //     only when the last sample was over target: a loss with no queue
@@ -23,6 +29,13 @@ import "time"
 //     ends slow start all the same.
 //   - A retransmission timeout sets the window to MinWindow and starts
 //     slow start again.
+//   - A probe of the base (BBR's ProbeRTT) holds the window at MinWindow
+//     for two round trips, so that the queue the flow holds drains, and
+//     takes the smallest sample then for the base if it is smaller. It
+//     comes at the end of slow start and whenever the base is
+//     ProbeInterval old: a flow that started into a queue others held
+//     took that queue for the path's delay, and would hold more than its
+//     share until it sees the queue drained.
 //
 // The window is kept between MinWindow and MaxWindow.
 type Window struct {
@@ -34,6 +47,17 @@ type Window struct {
 	lastCut    time.Time
 	cuts       uint64
 	lossesKept uint64
+
+	// base is the smallest RTT the window has seen, confirmed at baseAt.
+	base   time.Duration
+	baseAt time.Time
+	// A probe of the base (ProbeRTT): the window at MinWindow until
+	// probeEnd, the smallest sample meanwhile, the window to go back to.
+	probing   bool
+	probeEnd  time.Time
+	probeMin  time.Duration
+	probeCwnd float64
+	probes    uint64
 }
 
 // Init readies w for a flow with the resolved settings c and a bound on
@@ -55,21 +79,68 @@ func (w *Window) Packets() uint32 { return uint32(w.cwnd) }
 // Sample takes a new RTT sample d, with r the estimator it went into
 // (for the minimum and the smoothed RTT), at now.
 func (w *Window) Sample(d time.Duration, r *RTT, now time.Time) {
-	target := r.Min() + w.c.Target
+	if w.base == 0 || d <= w.base {
+		w.base, w.baseAt = d, now
+	}
+	if w.probing {
+		w.probeMin = min(w.probeMin, d)
+		if now.Before(w.probeEnd) {
+			return
+		}
+		w.endProbe(now)
+		return
+	}
+	if now.Sub(w.baseAt) >= w.c.ProbeInterval {
+		w.startProbe(r, now)
+		return
+	}
+	target := w.base + w.c.Target + w.flowScale()
 	if d <= target {
 		w.over = false
 		return
 	}
-	w.over, w.slowStart = true, false
+	if w.slowStart {
+		// The first queue the flow sees: flows that started together
+		// saw one another's packets, not the path, in their first RTTs.
+		// Drain and look again.
+		w.slowStart = false
+		w.startProbe(r, now)
+		return
+	}
+	w.over = true
 	if w.canCut(r, now) {
 		f := max(1-w.c.Beta*float64(d-target)/float64(d), 1-w.c.MaxMDF)
 		w.cut(f, now)
 	}
 }
 
+// startProbe starts a probe of the base RTT: the window at MinWindow for
+// two round trips, so that the queue the flow holds drains.
+func (w *Window) startProbe(r *RTT, now time.Time) {
+	w.probing, w.probeMin, w.probeCwnd = true, math.MaxInt64, w.cwnd
+	w.probeEnd = now.Add(max(2*r.Smoothed(), minProbeTime))
+	w.cwnd = float64(w.c.MinWindow)
+	w.probes++
+}
+
+// minProbeTime bounds a probe of the base RTT from below.
+const minProbeTime = 200 * time.Microsecond
+
+// endProbe ends a probe: the base is the smallest RTT it saw, if smaller
+// (a base confirmed long ago, past MinRTTWindow, is replaced: the path
+// may have changed), and the window goes back to what it was.
+func (w *Window) endProbe(now time.Time) {
+	w.probing = false
+	if w.probeMin < w.base || now.Sub(w.baseAt) >= MinRTTWindow {
+		w.base = w.probeMin
+	}
+	w.baseAt = now
+	w.cwnd, w.over = w.probeCwnd, false
+}
+
 // Acked grows the window for n packets acknowledged.
 func (w *Window) Acked(n uint32) {
-	if w.over || n == 0 {
+	if w.over || w.probing || n == 0 {
 		return
 	}
 	if w.slowStart {
@@ -82,7 +153,7 @@ func (w *Window) Acked(n uint32) {
 // Loss takes a loss the peer reported (a PSN sequence NAK) at now.
 func (w *Window) Loss(r *RTT, now time.Time) {
 	w.slowStart = false
-	if !w.over {
+	if !w.over || w.probing {
 		w.lossesKept++
 		return
 	}
@@ -93,7 +164,7 @@ func (w *Window) Loss(r *RTT, now time.Time) {
 
 // Timeout takes a retransmission timeout at now.
 func (w *Window) Timeout(now time.Time) {
-	w.cwnd, w.slowStart, w.over = float64(w.c.MinWindow), true, false
+	w.cwnd, w.slowStart, w.over, w.probing = float64(w.c.MinWindow), true, false, false
 	w.lastCut = now
 	w.cuts++
 }
@@ -112,12 +183,34 @@ func (w *Window) cut(f float64, now time.Time) {
 type WindowState struct {
 	Packets   uint32
 	SlowStart bool
+	// Probing: a probe of the base RTT is under way.
+	Probing bool
+	// Base is the smallest RTT the window has seen, the target's base.
+	Base time.Duration
 	// Cuts counts the window's cuts; LossesKept the losses that cut
-	// nothing, as no queue was behind them.
-	Cuts, LossesKept uint64
+	// nothing, as no queue was behind them; Probes the probes of the
+	// base RTT.
+	Cuts, LossesKept, Probes uint64
 }
 
 // State returns the window's state.
 func (w *Window) State() WindowState {
-	return WindowState{Packets: w.Packets(), SlowStart: w.slowStart, Cuts: w.cuts, LossesKept: w.lossesKept}
+	return WindowState{Packets: w.Packets(), SlowStart: w.slowStart, Probing: w.probing, Base: w.base, Cuts: w.cuts,
+		LossesKept: w.lossesKept, Probes: w.probes}
 }
+
+// flowScale is Swift's flow-based scaling of the target: a flow with a
+// small window tolerates more delay, FSRange at MinWindow, falling as
+// 1/sqrt(window) to 0 at fsMaxWindow packets, so that flows of unequal
+// windows converge to equal ones.
+func (w *Window) flowScale() time.Duration {
+	lo, hi := 1/math.Sqrt(float64(w.c.MinWindow)), 1/math.Sqrt(fsMaxWindow)
+	if lo <= hi {
+		return 0
+	}
+	f := (1/math.Sqrt(w.cwnd) - hi) / (lo - hi)
+	return time.Duration(min(max(f, 0), 1) * float64(w.c.FSRange))
+}
+
+// fsMaxWindow is the window past which the target has no flow scaling.
+const fsMaxWindow = 100

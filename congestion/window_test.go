@@ -17,12 +17,13 @@ func delayConfig(t *testing.T, c DelayConfig) *DelayConfig {
 }
 
 // TestWindow checks the delay window's rules one event at a time: slow
-// start doubles it per round trip while the delay is under target; a
+// start doubles it per round trip while the delay is under target; the
+// first sample over target drains it for a probe of the base RTT; then a
 // sample over target cuts it by Swift's rule, once per smoothed RTT; it
-// then grows by AI per round trip; a loss cuts it only with a queue
-// behind it; a timeout starts over.
+// grows by AI per round trip; a loss cuts it only with a queue behind it;
+// a timeout starts over. Flow scaling is off: FSRange -1.
 func TestWindow(t *testing.T) {
-	c := delayConfig(t, DelayConfig{Target: us(100), InitialWindow: 10, MaxWindow: 1000})
+	c := delayConfig(t, DelayConfig{Target: us(100), InitialWindow: 10, MaxWindow: 1000, FSRange: -1})
 	var w Window
 	w.Init(c, 512)
 	var r RTT
@@ -39,12 +40,30 @@ func TestWindow(t *testing.T) {
 	if w.Packets() != 20 {
 		t.Fatalf("slow start: %d after 10 acknowledged, want 20", w.Packets())
 	}
+	// The first sample over target (150 µs) ends slow start with a probe:
+	// the window at MinWindow for two round trips (200 µs at least).
+	now = now.Add(us(400))
+	sample(us(350))
+	if s := w.State(); s.Packets != 2 || s.SlowStart || !s.Probing {
+		t.Fatalf("after slow start: %+v, want a probe at the minimum", s)
+	}
+	w.Acked(50)
+	now = now.Add(us(100))
+	sample(us(60))
+	if s := w.State(); s.Packets != 2 || !s.Probing {
+		t.Fatalf("within the probe: %+v", s)
+	}
+	now = now.Add(time.Millisecond)
+	sample(us(70)) // past its end: back to 20, the base still 50
+	if s := w.State(); s.Packets != 20 || s.Probing || s.Base != us(50) {
+		t.Fatalf("after the probe: %+v, want the window of before and the base of 50 µs", s)
+	}
 	// 350 µs: 200 µs over the target of 150: cut by max(1 - 0.8·200/350, 0.5).
 	now = now.Add(us(400))
 	sample(us(350))
 	want := 20 * (1 - 0.8*200.0/350)
-	if got := w.cwnd; got < want-1e-9 || got > want+1e-9 || w.State().SlowStart {
-		t.Fatalf("cut to %v, want %v, slow start over", got, want)
+	if got := w.cwnd; got < want-1e-9 || got > want+1e-9 {
+		t.Fatalf("cut to %v, want %v", got, want)
 	}
 	// Over target: acknowledgements do not grow it; another sample over
 	// target within a smoothed RTT does not cut again.
@@ -97,13 +116,52 @@ func TestWindow(t *testing.T) {
 	}
 }
 
+// TestWindowProbe checks the probes of the base RTT: a flow that took a
+// queue others held for the path's delay (a base of 300 µs where the path
+// has 100) learns the path's when its probe sees the queue drained, and
+// probes again once its base is ProbeInterval old; a probe that sees a
+// higher RTT does not raise the base.
+func TestWindowProbe(t *testing.T) {
+	c := delayConfig(t, DelayConfig{Target: us(100), InitialWindow: 40, FSRange: -1, ProbeInterval: 10 * time.Millisecond})
+	var w Window
+	w.Init(c, 512)
+	var r RTT
+	now := t0
+	sample := func(d time.Duration) {
+		r.Sample(d, now)
+		w.Sample(d, &r, now)
+	}
+	sample(us(300)) // joined a queue: the base is 300 µs
+	w.slowStart = false
+	now = now.Add(10 * time.Millisecond)
+	sample(us(350)) // the base is 10 ms old: probe
+	if s := w.State(); !s.Probing || s.Packets != 2 {
+		t.Fatalf("no probe when the base is ProbeInterval old: %+v", s)
+	}
+	now = now.Add(us(300))
+	sample(us(100)) // the queue drained
+	now = now.Add(time.Millisecond)
+	sample(us(150))
+	if s := w.State(); s.Probing || s.Base != us(100) || s.Packets != 40 || s.Probes != 1 {
+		t.Fatalf("after the probe: %+v, want the base of 100 µs and the window back", s)
+	}
+	// A probe that sees only more delay keeps the base.
+	now = now.Add(10 * time.Millisecond)
+	sample(us(400))
+	now = now.Add(time.Millisecond)
+	sample(us(400))
+	if s := w.State(); s.Probing || s.Base != us(100) || s.Probes != 2 {
+		t.Fatalf("after a probe over the base: %+v, want it kept", s)
+	}
+}
+
 // TestWindowBound checks that the engine's bound applies when MaxWindow
 // is 0.
 func TestWindowBound(t *testing.T) {
 	var w Window
 	w.Init(delayConfig(t, DelayConfig{}), 64)
-	if w.Packets() != 32 {
-		t.Fatalf("initial window %d, want 32", w.Packets())
+	if w.Packets() != 10 {
+		t.Fatalf("initial window %d, want 10", w.Packets())
 	}
 	w.Acked(1000)
 	if w.Packets() != 64 {
@@ -161,7 +219,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("DCQCN defaults %+v", d)
 	}
 	if w := r.Delay; w.Target != 100*time.Microsecond || w.AI != 1 || w.Beta != 0.8 || w.MaxMDF != 0.5 || w.MinWindow != 2 ||
-		w.InitialWindow != 32 || w.MaxWindow != 0 {
+		w.InitialWindow != 10 || w.MaxWindow != 0 || w.FSRange != 100*time.Microsecond || w.ProbeInterval != 100*time.Millisecond {
 		t.Errorf("Delay defaults %+v", w)
 	}
 	for _, c := range []struct {

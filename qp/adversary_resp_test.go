@@ -436,6 +436,10 @@ func TestAdversaryHeaderChecks(t *testing.T) {
 			a.inject(a.req(bth.UDSendOnly, 0, 8).withQKey(advQKey))
 		}, want: silent("drop_bad_transport")},
 		{name: "CNP to an RC QP", run: func(a *adversary) { a.inject(a.req(bth.CNP, 0, 0)) },
+			want: silent("rp_cnp_handled")},
+		{name: "CNP from another address", run: func(a *adversary) { a.inject(a.req(bth.CNP, 0, 0).from(other)) },
+			want: silent("drop_bad_addr")},
+		{name: "CNP to a UD QP", opts: advOpts{typ: verbs.UD}, run: func(a *adversary) { a.inject(a.req(bth.CNP, 0, 0)) },
 			want: silent("drop_bad_transport")},
 		{name: "RC opcode to a UD QP", opts: advOpts{typ: verbs.UD, recvs: 1}, run: func(a *adversary) {
 			a.inject(a.req(bth.RCSendOnly, 0, 8))

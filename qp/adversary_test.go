@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
@@ -58,6 +59,8 @@ type advOpts struct {
 	// probes turns loss probes on (qp/probe.go): off, the cases script
 	// the local ACK timeout alone.
 	probes bool
+	// cc is the device's congestion control (nil: the default, Auto).
+	cc *congestion.Config
 }
 
 type adversary struct {
@@ -102,7 +105,8 @@ func newAdversary(t *testing.T, o advOpts) *adversary {
 		o.rnrRetry = u8(7)
 	}
 	a := &adversary{t: t, link: &fakeLink{addr: advLocal}, clk: clock.NewManual(time.Unix(1e9, 0)), mtu: o.mtu.Bytes()}
-	cfg := &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack, SeqNAKWindow: o.seqWindow, LossProbe: -1}
+	cfg := &Config{Clock: a.clk, Logger: testLogger(t), MaxUnackedPSNs: o.maxUnack, SeqNAKWindow: o.seqWindow, LossProbe: -1,
+		Congestion: o.cc}
 	if o.probes {
 		cfg.LossProbe = 0
 	}
@@ -205,6 +209,7 @@ type wire struct {
 	imm     uint32
 	ieth    uint32
 	qkey    uint32
+	tos     uint8      // the TOS byte it arrives with
 	src     netip.Addr // the peer when not valid
 	dst     netip.Addr // goroce when not valid
 }
@@ -242,6 +247,7 @@ func (w *wire) withQKey(k uint32) *wire      { w.qkey = k; return w }
 func (w *wire) withDestQP(n uint32) *wire    { w.f.DestQP = n; return w }
 func (w *wire) withTVer(v uint8) *wire       { w.f.TVer = v; return w }
 func (w *wire) from(src netip.Addr) *wire    { w.src = src; return w }
+func (w *wire) withTOS(tos uint8) *wire      { w.tos = tos; return w }
 func (w *wire) to(dst netip.Addr) *wire      { w.dst = dst; return w }
 func (w *wire) atomicOf(va uint64, k uint32, swapAdd, cmp uint64) *wire {
 	w.atomic = &bth.AtomicETHFields{VA: va, RKey: k, SwapAdd: swapAdd, Compare: cmp}
@@ -304,7 +310,7 @@ func (w *wire) bytes() []byte {
 func (a *adversary) inject(ws ...*wire) {
 	pkts := make([]transport.Packet, len(ws))
 	for i, w := range ws {
-		pkts[i] = transport.Packet{Data: w.bytes(), Src: advPeer, Dst: advLocal}
+		pkts[i] = transport.Packet{Data: w.bytes(), Src: advPeer, Dst: advLocal, TOS: w.tos}
 		if w.src.IsValid() {
 			pkts[i].Src = w.src
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport/mem"
 	"github.com/goroce/goroce/verbs"
@@ -225,14 +226,14 @@ const gbit = 1e9
 // large buffer at 1 % and 5 % random loss, with and without loss probes:
 // without, a lost retransmission or NAK waits out the 67 ms ACK
 // timeout; with them, no timeout comes, and the flow moves at least
-// three times as much.
+// three times as much. Congestion control is off: the probes alone.
 func TestLossProbesUnderLoss(t *testing.T) {
 	for _, loss := range []float64{0.01, 0.05} {
 		var got [2]ccResult
 		var timeouts [2]uint64
 		for i, probe := range []time.Duration{-1, 0} {
 			c := newCCNet(t, ccOpts{senders: 1, port: mem.Port{Rate: gbit, Buffer: 4 << 20}, loss: loss, seed: 1,
-				cfg: func(c *Config) { c.LossProbe = probe }})
+				cfg: func(c *Config) { c.LossProbe, c.Congestion = probe, &congestion.Config{Mode: congestion.Off} }})
 			got[i] = c.run(200*time.Millisecond, 10*time.Millisecond)
 			timeouts[i] = c.flows[0].a.qp.Counters().LocalACKTimeoutErr
 			t.Logf("loss %.0f%%, probes %v: %v", loss*100, i == 1, got[i])

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
@@ -87,6 +88,10 @@ type Config struct {
 	// negative, no probes (only the local ACK timeout sends again, as in
 	// rxe).
 	LossProbe time.Duration
+	// Congestion is the congestion control of the device's RC and UC QPs
+	// (package congestion; qp/cc.go): nil means the defaults, Mode Auto.
+	// A QP may have its own (QP.SetCongestion).
+	Congestion *congestion.Config
 	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls
 	// the link before it blocks: it spins as long as recent waits took,
 	// up to this, and not at all while they take longer. 0 means
@@ -119,11 +124,12 @@ type Device struct {
 	ackReqEvery   uint32
 	seqNAKWindow  int32 // Config.SeqNAKWindow; 0: none
 	maxPacket     int
-	poller        transport.Poller // set in busy-poll mode
-	link          transport.Poller // the transport, if it is a Poller: waits spin on it
-	waiter        transport.Waiter // the transport, if waiters may receive themselves (wait.go)
-	waitSpin      time.Duration    // Config.WaitSpin, resolved
-	lossProbe     time.Duration    // Config.LossProbe, resolved; 0: no probes
+	poller        transport.Poller  // set in busy-poll mode
+	link          transport.Poller  // the transport, if it is a Poller: waits spin on it
+	waiter        transport.Waiter  // the transport, if waiters may receive themselves (wait.go)
+	waitSpin      time.Duration     // Config.WaitSpin, resolved
+	lossProbe     time.Duration     // Config.LossProbe, resolved; 0: no probes
+	cc            congestion.Config // Config.Congestion, resolved
 	lead          leadState
 	progressSpin  spinner          // ProgressWait's adaptive spin
 	timers        chan *time.Timer // a free list for sleeping waits with deadlines
@@ -160,7 +166,12 @@ func New(t transport.Transport, cfg *Config) (*Device, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	cc, err := resolveCongestion(cfg.Congestion, "Config.Congestion")
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
+		cc:           cc,
 		t:            t,
 		clk:          cfg.Clock,
 		log:          cfg.Logger,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/apitest"
 	"github.com/goroce/goroce/transport/mem"
 	"github.com/goroce/goroce/verbs"
@@ -80,6 +81,11 @@ func TestNilArgs(t *testing.T) {
 			for _, c := range []Config{{MaxUnackedPSNs: -1}, {SharedUnackedPSNs: -5}, {AckReqEvery: 1 << 30}} {
 				_, err := New(ep, &c)
 				apitest.Err(t, err, verbs.ErrInvalidAttr, "qp: Config.", "want 0 (the default)")
+			}
+			_, err = New(ep, &Config{Congestion: &congestion.Config{DCQCN: congestion.DCQCNConfig{MinDecFac: 200}}})
+			apitest.Err(t, err, verbs.ErrInvalidAttr, "Config.Congestion", "DCQCN.MinDecFac 200")
+			if !errors.Is(err, congestion.ErrInvalid) {
+				t.Errorf("a bad Congestion setting: %v, want it to match congestion.ErrInvalid", err)
 			}
 			small := mem.NewNetwork(&mem.Config{MaxPacket: 100})
 			ep, err = small.Endpoint(addrA)
@@ -173,7 +179,18 @@ func TestNilArgs(t *testing.T) {
 			_, err := q.Query()
 			apitest.Err(t, err, verbs.ErrDestroyed, "after Destroy")
 		},
-		"QP.Counters": func(t *testing.T) { zero(t, (*QP)(nil).Counters()) },
+		"QP.Counters":   func(t *testing.T) { zero(t, (*QP)(nil).Counters()) },
+		"QP.Congestion": func(t *testing.T) { zero(t, (*QP)(nil).Congestion()) },
+		"QP.SetCongestion": func(t *testing.T) {
+			apitest.Err(t, (*QP)(nil).SetCongestion(nil), verbs.ErrNil, "nil *QP", "CreateQP")
+			q := e.newQP(t, verbs.RC)
+			err := q.SetCongestion(&congestion.Config{Mode: 7})
+			apitest.Err(t, err, verbs.ErrInvalidAttr, "SetCongestion", "Mode 7")
+			must(t, q.SetCongestion(&congestion.Config{Mode: congestion.Delay}))
+			must(t, q.SetCongestion(nil))
+			must(t, q.Destroy())
+			apitest.Err(t, q.SetCongestion(nil), verbs.ErrDestroyed, "after Destroy")
+		},
 		"QP.Destroy": func(t *testing.T) {
 			q := e.newQP(t, verbs.RC)
 			must(t, q.Destroy())

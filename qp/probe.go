@@ -71,7 +71,9 @@ func (q *QP) progressSample() {
 	if q.req.loss.sampling && q.req.loss.samplePSN.LessThan(q.comp.psn) {
 		q.req.loss.sampling = false
 		now := q.dev.clk.Now()
-		q.req.loss.rtt.Sample(now.Sub(q.req.loss.sampleAt), now)
+		d := now.Sub(q.req.loss.sampleAt)
+		q.req.loss.rtt.Sample(d, now)
+		q.ccSample(d, now)
 	}
 }
 

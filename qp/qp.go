@@ -48,6 +48,7 @@ type QP struct {
 	req  reqState
 	comp compState
 	resp respState
+	cc   ccState // congestion control (cc.go)
 	ctr  Counters
 
 	timer    clock.Timer // retransmission
@@ -291,6 +292,7 @@ func (q *QP) Destroy() error {
 	q.updateActive()
 	q.stopTimers()
 	ctr := q.ctr
+	ctr.clearModes() // a destroyed QP runs no mode
 	q.mu.Unlock()
 	d := q.dev
 	d.kickTurns()
@@ -368,12 +370,14 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 			q.resp.psn = q.attr.RQPSN
 			q.resp.ackedPSN = q.attr.RQPSN.Add(bth.PSNMask)
 			q.resp.res = make([]readResource, q.attr.MaxDestRDAtomic)
+			q.ccStart()
 		}
 	case verbs.StateRTS:
 		if cur == verbs.StateRTR {
 			q.req.psn = q.attr.SQPSN
 			q.req.maxSent = q.attr.SQPSN
 			q.req.cwnd = q.dev.maxUnacked
+			q.ccWindow()
 			q.comp.psn = q.attr.SQPSN
 			q.comp.lastPSN = q.attr.SQPSN
 			q.comp.retryLeft = q.attr.RetryCnt

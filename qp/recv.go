@@ -160,7 +160,8 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	// The header checks of rxe_recv.c, in its order: the QP's type and
 	// state, the addresses of a connected QP, the P_Key, the Q_Key of a
 	// datagram QP.
-	if p.Info.Transport != transportOf(q.typ) {
+	cnp := p.Info.Operation == bth.OpCNP && (q.typ == verbs.RC || q.typ == verbs.UC) // cnp.go
+	if p.Info.Transport != transportOf(q.typ) && !cnp {
 		q.ctr.DropBadTransport++
 		return
 	}
@@ -178,6 +179,13 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	if p.BTH.PKey()&0x7FFF != bth.DefaultPKey&0x7FFF {
 		q.ctr.DropBadPKey++
 		return
+	}
+	switch {
+	case cnp:
+		q.receiveCNP()
+		return
+	case !ud && isCE(tp):
+		q.markedCE(b)
 	}
 	if ud {
 		if p.DETH.QKey() != q.attr.QKey {

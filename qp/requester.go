@@ -252,7 +252,7 @@ func (q *QP) packets(n uint64) uint32 {
 // windowFull reports whether npsn more PSNs would exceed the number of
 // unacknowledged PSNs allowed. A request always fits an empty window.
 func (q *QP) windowFull(npsn uint32) bool {
-	return q.turnOver() || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn)), npsn)
+	return q.turnOver() || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn)), npsn) || q.paceHeld()
 }
 
 // windowFullAt is windowFull with out PSNs unacknowledged.
@@ -314,7 +314,7 @@ func (q *QP) updateActive() {
 // grow widens the window as n more PSNs are acknowledged: by an eighth
 // for every window's worth.
 func (q *QP) grow(n uint32) {
-	if q.req.cwnd >= q.dev.maxUnacked {
+	if q.ccGrow(n) || q.req.cwnd >= q.dev.maxUnacked {
 		return
 	}
 	q.req.cwndAcked += n
@@ -326,6 +326,9 @@ func (q *QP) grow(n uint32) {
 
 // shrink halves the window after a loss.
 func (q *QP) shrink() {
+	if q.ccShrink() {
+		return
+	}
 	q.req.cwnd = max(minWindow, q.req.cwnd/2)
 	q.req.cwndAcked = 0
 }
@@ -360,7 +363,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			PSN:    q.req.psn,
 			AckReq: q.askAck(last),
 		}
-		dest, tos := q.dest, q.attr.AH.TrafficClass
+		dest, tos := q.dest, q.dataTOS()
 		if q.typ == verbs.UD || q.typ == verbs.GSI {
 			f.DestQP, dest, tos = w.wr.RemoteQPN, w.dest, w.tos
 		}
@@ -401,7 +404,7 @@ func (q *QP) emit(w *sendWQE, b *txBatch) bool {
 			}
 			b.add(size, dest, q.sport, tos)
 		}
-		q.countSent(f.AckReq)
+		q.countSent(f.AckReq, size)
 		w.sent += n
 		w.state = wqeStarted
 		if last {
@@ -441,10 +444,11 @@ func (q *QP) ackReq(last bool) bool {
 	return false
 }
 
-// countSent counts a request packet, which asks for an ACK if ackReq,
-// and advances the send PSN.
-func (q *QP) countSent(ackReq bool) {
+// countSent counts a request packet of size bytes, which asks for an ACK
+// if ackReq, and advances the send PSN.
+func (q *QP) countSent(ackReq bool, size int) {
 	q.ctr.SentPkts++
+	q.paceSent(size)
 	if q.req.psn.LessThan(q.req.maxSent) {
 		q.ctr.Retransmits++
 	} else if ackReq {
@@ -470,8 +474,8 @@ func (q *QP) emitRead(w *sendWQE, b *txBatch) bool {
 	size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCReadRequest, PKey: bth.DefaultPKey,
 		DestQP: q.attr.DestQPN, PSN: q.req.psn, AckReq: true}, 0)
 	p.RETH.Encode(&bth.RETHFields{VA: w.wr.RemoteAddr + w.sent, RKey: w.wr.RKey, DMALen: uint32(rest)})
-	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
-	q.countSent(true)
+	b.add(size, q.dest, q.sport, q.dataTOS())
+	q.countSent(true, size)
 	// The request takes one PSN per response packet.
 	q.req.psn = q.req.psn.Add(npsn - 1)
 	if q.req.maxSent.LessThan(q.req.psn) {
@@ -496,8 +500,8 @@ func (q *QP) emitAtomic(w *sendWQE, b *txBatch) bool {
 	size := p.Build(buf, &bth.BTHFields{Opcode: op, PKey: bth.DefaultPKey, DestQP: q.attr.DestQPN,
 		PSN: q.req.psn, AckReq: true}, 0)
 	p.AtomicETH.Encode(&f)
-	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
-	q.countSent(true)
+	b.add(size, q.dest, q.sport, q.dataTOS())
+	q.countSent(true, size)
 	q.req.sinceAckReq = 0
 	w.state = wqeSent
 	return true

@@ -427,9 +427,9 @@ func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 		}
 		if mem != nil {
 			// Large payloads go from the region in place (see payloadRef).
-			b.addRef(size-int(n)-bth.ICRCLen, mem, pin{m, q.id}, q.dest, q.sport, q.attr.AH.TrafficClass)
+			b.addRef(size-int(n)-bth.ICRCLen, mem, pin{m, q.id}, q.dest, q.sport, q.dataTOS())
 		} else {
-			b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+			b.add(size, q.dest, q.sport, q.dataTOS())
 		}
 		q.ctr.SentPkts++
 	}

@@ -10,7 +10,8 @@ import (
 
 // Counters are a queue pair's (or, summed, a device's) protocol counters,
 // named after rxe's hardware counters as `rdma statistic` shows them where
-// rxe has one. All are cumulative.
+// rxe has one (mlx5's for congestion control). All are cumulative but the
+// CCMode gauges.
 type Counters struct {
 	SentPkts uint64 `rdma:"sent_pkts"`
 	RcvdPkts uint64 `rdma:"rcvd_pkts"`
@@ -76,6 +77,35 @@ type Counters struct {
 	DropBadTransport uint64 `rdma:"drop_bad_transport"`
 	// LostCompletions counts the QP's completions its CQ had no room for.
 	LostCompletions uint64 `rdma:"lost_completions"`
+
+	// Congestion control (qp/cc.go), with mlx5's names where it has one.
+	// NPECNMarked counts CE-marked packets received; NPCNPSent the CNPs
+	// sent for them (at most one per MinTimeBetweenCNPs).
+	NPECNMarked uint64 `rdma:"np_ecn_marked_roce_packets"`
+	NPCNPSent   uint64 `rdma:"np_cnp_sent"`
+	// RPCNPHandled counts CNPs that reached DCQCN's reaction point;
+	// RPCNPIgnored those that came to a QP whose mode runs no DCQCN.
+	RPCNPHandled uint64 `rdma:"rp_cnp_handled"`
+	RPCNPIgnored uint64 `rdma:"rp_cnp_ignored"`
+	// CCPaced counts the times the pacer held a packet back.
+	CCPaced uint64 `rdma:"cc_paced"`
+	// CCWindowCuts counts the delay window's cuts (a sample over target,
+	// a loss with a queue behind it, a timeout); CCLossesKept the
+	// losses that cut nothing, as no queue was behind them.
+	CCWindowCuts uint64 `rdma:"cc_window_cuts"`
+	CCLossesKept uint64 `rdma:"cc_losses_kept"`
+	// CCMode* are 1 for the mode the QP runs and 0 for the others (set
+	// as it moves to RTR); summed in Device.Stats, the live QPs running
+	// each.
+	CCModeAuto  uint64 `rdma:"cc_mode_auto"`
+	CCModeOff   uint64 `rdma:"cc_mode_off"`
+	CCModeDCQCN uint64 `rdma:"cc_mode_dcqcn"`
+	CCModeDelay uint64 `rdma:"cc_mode_delay"`
+}
+
+// clearModes zeroes the mode gauges (CCMode*).
+func (c *Counters) clearModes() {
+	c.CCModeAuto, c.CCModeOff, c.CCModeDCQCN, c.CCModeDelay = 0, 0, 0, 0
 }
 
 // Add adds o to c; a nil o adds nothing, and a nil c takes nothing.

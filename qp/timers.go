@@ -68,12 +68,18 @@ func (q *QP) onTimeout() {
 	if now := q.dev.clk.Now(); now.Before(q.comp.deadline) {
 		// The deadline moved on since the timer was set (armTimer), or a
 		// loss probe is due first.
-		at := q.comp.deadline
+		if q.comp.psn == q.req.psn {
+			// Nothing in flight: a rewind whose packets the pacer holds
+			// (pace.go). Sending them arms the timer again.
+			q.comp.timerArmed = false
+			return
+		}
 		timeout := bth.ACKTimeout(q.attr.Timeout)
-		if p, ok := q.probeAt(timeout); ok && !now.Before(p) && q.comp.psn != q.req.psn {
+		if p, ok := q.probeAt(timeout); ok && !now.Before(p) {
 			q.probe(b, now)
 		}
-		if p, ok := q.probeAt(timeout); ok && p.Before(at) {
+		at := q.comp.deadline
+		if p, ok := q.probeAt(timeout); ok && p.After(now) && p.Before(at) {
 			at = p
 		}
 		q.setTimer(at.Sub(now), at)
@@ -85,6 +91,7 @@ func (q *QP) onTimeout() {
 	}
 	q.dev.log.Debug("retransmit timeout", "qpn", q.qpn, "psn", q.comp.psn)
 	q.ctr.LocalACKTimeoutErr++
+	q.ccTimeout(q.dev.clk.Now())
 	q.retry(b, q.comp.psn)
 }
 
@@ -121,6 +128,7 @@ func (q *QP) stopTimers() {
 	if q.timer != nil {
 		q.timer.Stop()
 	}
+	q.stopPace()
 	if q.rnrTimer != nil {
 		q.rnrTimer.Stop()
 	}
