@@ -13,8 +13,8 @@ import (
 // congestion its mode asks for (Config.Congestion, QP.SetCongestion),
 // from its own paths, under its lock:
 //
-//   - the requester's data packets (and the responder's READ responses)
-//     go out ECN-capable, ECT(0), when the mode uses ECN (dataTOS);
+//   - the QP's packets go out ECN-capable, ECT(0), when the mode uses
+//     ECN (dataTOS);
 //   - the receive path answers a CE-marked packet with a CNP to the
 //     peer's QP, at most one per QP per MinTimeBetweenCNPs (cnp.go: the
 //     notification point), and hands the CNPs it gets to DCQCN's
@@ -155,9 +155,12 @@ func (q *QP) ccSample(d time.Duration, now time.Time) {
 	}
 }
 
-// dataTOS returns the TOS byte of the QP's data packets: its traffic
+// dataTOS returns the TOS byte of the QP's packets but CNPs: its traffic
 // class, ECT(0) when the mode uses ECN and the traffic class sets no ECN
-// bits itself.
+// bits itself. ACKs carry it too, as a NIC marks the whole QP's traffic:
+// with one TOS, an ACK and the one-packet answer it goes after
+// (requester.go's post) stay one GSO datagram, which the peer handles
+// ACK first; a CE mark on an ACK draws no CNP (recv.go).
 func (q *QP) dataTOS() uint8 {
 	t := q.attr.AH.TrafficClass
 	if t&ecnMask == 0 && q.cc.mode.ECN() {

@@ -130,9 +130,9 @@ func TestCNPReactionPoint(t *testing.T) {
 	}
 }
 
-// TestECT: in a mode with ECN, requests and READ responses go out
-// ECT(0), with the QP's DSCP; ACKs do not; a traffic class that sets ECN
-// bits itself keeps them; without ECN nothing is ECN-capable.
+// TestECT: in a mode with ECN, requests, READ responses and ACKs go out
+// ECT(0), with the QP's DSCP; a traffic class that sets ECN bits itself
+// keeps them; without ECN nothing is ECN-capable.
 func TestECT(t *testing.T) {
 	tosOf := func(a *adversary) map[string]uint8 {
 		m := map[string]uint8{}
@@ -147,8 +147,8 @@ func TestECT(t *testing.T) {
 		data, ack      uint8
 		name, dataName string
 	}{
-		{congestion.Auto, 0, 0x02, 0, "auto", "ECT(0)"},
-		{congestion.DCQCN, 0xB8, 0xBA, 0xB8, "dcqcn, DSCP 46", "DSCP 46 and ECT(0)"},
+		{congestion.Auto, 0, 0x02, 0x02, "auto", "ECT(0)"},
+		{congestion.DCQCN, 0xB8, 0xBA, 0xBA, "dcqcn, DSCP 46", "DSCP 46 and ECT(0)"},
 		{congestion.Auto, 0x01, 0x01, 0x01, "auto, ECT(1) by traffic class", "ECT(1)"},
 		{congestion.Off, 0, 0, 0, "off", "not ECN-capable"},
 		{congestion.Delay, 0, 0, 0, "delay", "not ECN-capable"},
@@ -214,5 +214,17 @@ func TestCNPTshark(t *testing.T) {
 		if l != want {
 			t.Errorf("tshark: %s, want %s (opcode, destination QP, PSN, DSCP, ECN)", l, want)
 		}
+	}
+}
+
+// TestCNPNotForACKs: a CE-marked ACK draws no CNP: the mark says nothing
+// of the data the QP sends.
+func TestCNPNotForACKs(t *testing.T) {
+	a := newAdversary(t, advOpts{})
+	a.post(a.write(1, 0, 8))
+	a.link.take()
+	a.inject(a.ackAt(0, bth.ACKSyndrome(bth.NoCredits)).withTOS(0x03))
+	if cnps, _ := takeCNPs(a); len(cnps) != 0 || a.qp.Counters().NPECNMarked != 0 {
+		t.Errorf("a CE-marked ACK: %d CNPs, counters %s", len(cnps), ptr(a.qp.Counters()))
 	}
 }

@@ -184,8 +184,8 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 	case cnp:
 		q.receiveCNP()
 		return
-	case !ud && isCE(tp):
-		q.markedCE(b)
+	case !ud && isCE(tp) && p.Info.Operation != bth.OpAcknowledge:
+		q.markedCE(b) // an ACK's mark says nothing of the data this QP sends
 	}
 	if ud {
 		if p.DETH.QKey() != q.attr.QKey {

@@ -568,7 +568,7 @@ func (q *QP) sendAck(b *txBatch, syn bth.Syndrome, psn bth.PSN) {
 	size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCAcknowledge, PKey: bth.DefaultPKey,
 		DestQP: q.attr.DestQPN, PSN: psn}, 0)
 	p.AETH.Encode(&bth.AETHFields{Syndrome: syn, MSN: q.resp.msn & bth.PSNMask})
-	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+	b.add(size, q.dest, q.sport, q.dataTOS())
 	q.ctr.SentPkts++
 	q.ctr.AcksSent++
 }
@@ -581,7 +581,7 @@ func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
 		DestQP: q.attr.DestQPN, PSN: psn}, 0)
 	p.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
 	p.AtomicAckETH.Encode(&bth.AtomicAckETHFields{Orig: orig})
-	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
+	b.add(size, q.dest, q.sport, q.dataTOS())
 	q.ctr.SentPkts++
 }
 
