@@ -18,7 +18,8 @@ import (
 //     of unequal windows converge to equal ones.
 //   - While the last sample was at or below target, each acknowledged
 //     packet grows the window: by one (slow start) or by AI/window (AI
-//     packets per round trip).
+//     packets per round trip); not once four windows' worth came with no
+//     sample (losses void samples, and growing blind fills buffers).
 //   - The first sample over target ends slow start with a probe of the
 //     base (below); later ones cut the window, at most once per smoothed
 //     RTT: window·max(1 - Beta·(d-target)/d, 1 - MaxMDF).
@@ -58,7 +59,13 @@ type Window struct {
 	probeMin  time.Duration
 	probeCwnd float64
 	probes    uint64
+	// sinceSample counts the packets acknowledged since the last sample.
+	sinceSample float64
 }
+
+// staleWindows is how many windows' worth of packets may be acknowledged
+// with no RTT sample before the window stops growing.
+const staleWindows = 4
 
 // Init readies w for a flow with the resolved settings c and a bound on
 // its window of maxWindow packets (used when c.MaxWindow is 0).
@@ -79,6 +86,7 @@ func (w *Window) Packets() uint32 { return uint32(w.cwnd) }
 // Sample takes a new RTT sample d, with r the estimator it went into
 // (for the minimum and the smoothed RTT), at now.
 func (w *Window) Sample(d time.Duration, r *RTT, now time.Time) {
+	w.sinceSample = 0
 	if w.base == 0 || d <= w.base {
 		w.base, w.baseAt = d, now
 	}
@@ -140,7 +148,12 @@ func (w *Window) endProbe(now time.Time) {
 
 // Acked grows the window for n packets acknowledged.
 func (w *Window) Acked(n uint32) {
-	if w.over || w.probing || n == 0 {
+	blind := w.sinceSample > staleWindows*w.cwnd
+	w.sinceSample += float64(n)
+	if w.over || w.probing || n == 0 || blind {
+		// Over target, draining, or blind: no sample for a few windows
+		// (losses void them), and growing blind is how a window fills
+		// a buffer.
 		return
 	}
 	if w.slowStart {

@@ -107,8 +107,32 @@ func TestWindow(t *testing.T) {
 	if w.Packets() != 2 || !w.State().SlowStart {
 		t.Fatalf("after a timeout: %+v", w.State())
 	}
+	// Blind: four windows acknowledged with no sample, and it stops
+	// growing until one comes.
+	now = now.Add(time.Millisecond)
+	sample(us(60))
+	w.slowStart = false
+	acked := 0
+	for prev := 0.0; w.cwnd != prev; acked += 10 {
+		if float64(acked) > 4*w.cwnd+10 {
+			t.Fatalf("window %v still growing after %d packets with no sample", w.cwnd, acked)
+		}
+		prev = w.cwnd
+		w.Acked(10)
+	}
+	held := w.cwnd
+	if float64(acked) < 4*held {
+		t.Fatalf("window held at %v after %d packets with no sample, want more than four windows", held, acked)
+	}
+	sample(us(60))
+	w.Acked(1)
+	if w.cwnd <= held {
+		t.Fatalf("window %v after a sample, want it growing again", w.cwnd)
+	}
 	// The bounds.
+	w.slowStart = true
 	for range 100 {
+		sample(us(60))
 		w.Acked(1000)
 	}
 	if w.Packets() != 1000 {
@@ -163,6 +187,9 @@ func TestWindowBound(t *testing.T) {
 	if w.Packets() != 10 {
 		t.Fatalf("initial window %d, want 10", w.Packets())
 	}
+	var r RTT
+	r.Sample(us(50), t0)
+	w.Sample(us(50), &r, t0)
 	w.Acked(1000)
 	if w.Packets() != 64 {
 		t.Errorf("window %d, want the engine's 64", w.Packets())
@@ -219,7 +246,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("DCQCN defaults %+v", d)
 	}
 	if w := r.Delay; w.Target != 100*time.Microsecond || w.AI != 1 || w.Beta != 0.8 || w.MaxMDF != 0.5 || w.MinWindow != 2 ||
-		w.InitialWindow != 10 || w.MaxWindow != 0 || w.FSRange != 100*time.Microsecond || w.ProbeInterval != 100*time.Millisecond {
+		w.InitialWindow != 10 || w.MaxWindow != 0 || w.FSRange != 100*time.Microsecond || w.ProbeInterval != 25*time.Millisecond {
 		t.Errorf("Delay defaults %+v", w)
 	}
 	for _, c := range []struct {

@@ -43,43 +43,68 @@ const firstProbeTimeout = 10 * time.Millisecond
 // lossState is the requester's loss probing and RTT sampling.
 type lossState struct {
 	rtt congestion.RTT
-	// sample: the PSN whose acknowledgement ends an RTT sample, and when
-	// it was sent; none when !sampling.
-	sampling  bool
-	samplePSN bth.PSN
-	sampleAt  time.Time
+	// samples are the RTT samples running, oldest first: packets that
+	// ask for an ACK, sent for the first time, with when they went. A
+	// few at once, so that one that a loss before it voids (Karn's rule)
+	// leaves others: at 5 % loss a single sample seldom lived to its ACK.
+	samples  [maxSamples]rttSample
+	nSamples int
 	// probing: a probe is out; the window is one packet until an answer.
 	probing   bool
 	backoff   uint8     // probes sent since the last progress
 	lastProbe time.Time // when the last one went
 }
 
+// rttSample is an RTT sample running: a packet's PSN and when it went.
+type rttSample struct {
+	psn bth.PSN
+	at  time.Time
+}
+
+// maxSamples bounds the RTT samples running at once.
+const maxSamples = 4
+
 // sentSample starts an RTT sample on the packet with PSN psn, which asks
-// for an ACK and was never sent before, if none is running.
+// for an ACK and was never sent before, if fewer than maxSamples run.
 func (q *QP) sentSample(psn bth.PSN) {
-	if q.req.loss.sampling {
+	l := &q.req.loss
+	if l.nSamples == maxSamples {
 		return
 	}
-	q.req.loss.sampling, q.req.loss.samplePSN, q.req.loss.sampleAt = true, psn, q.dev.clk.Now()
+	l.samples[l.nSamples] = rttSample{psn, q.dev.clk.Now()}
+	l.nSamples++
 }
 
-// progressSample ends the RTT sample running if the completer's progress
-// passed its packet, and notes that the peer answered: probing stops.
-// The caller holds q.mu.
+// progressSample ends the RTT samples the completer's progress passed,
+// taking the latest of them for the RTT, and notes that the peer
+// answered: probing stops. The caller holds q.mu.
 func (q *QP) progressSample() {
-	q.req.loss.probing, q.req.loss.backoff = false, 0
-	if q.req.loss.sampling && q.req.loss.samplePSN.LessThan(q.comp.psn) {
-		q.req.loss.sampling = false
-		now := q.dev.clk.Now()
-		d := now.Sub(q.req.loss.sampleAt)
-		q.req.loss.rtt.Sample(d, now)
-		q.ccSample(d, now)
+	l := &q.req.loss
+	l.probing, l.backoff = false, 0
+	done := 0
+	for done < l.nSamples && l.samples[done].psn.LessThan(q.comp.psn) {
+		done++
+	}
+	if done == 0 {
+		return
+	}
+	at := l.samples[done-1].at
+	l.nSamples = copy(l.samples[:], l.samples[done:l.nSamples])
+	now := q.dev.clk.Now()
+	d := now.Sub(at)
+	l.rtt.Sample(d, now)
+	q.ccSample(d, now)
+}
+
+// rewoundSample drops the RTT samples whose packets are sent again from
+// psn on: an ACK may then answer either (Karn's rule). Samples of packets
+// before psn stand.
+func (q *QP) rewoundSample(psn bth.PSN) {
+	l := &q.req.loss
+	for l.nSamples > 0 && !l.samples[l.nSamples-1].psn.LessThan(psn) {
+		l.nSamples--
 	}
 }
-
-// rewoundSample drops the RTT sample running: after going back, an ACK
-// may answer the packet sent again (Karn's rule).
-func (q *QP) rewoundSample() { q.req.loss.sampling = false }
 
 // probeTimeout returns how long the requester waits for progress before
 // it probes, after backoff probes.

@@ -607,5 +607,5 @@ func (q *QP) rewind(psn bth.PSN) {
 	// Rebuilt packets get their old PSNs.
 	q.req.psn = psn
 	q.req.sinceAckReq = 0
-	q.rewoundSample()
+	q.rewoundSample(psn)
 }
