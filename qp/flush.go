@@ -86,8 +86,8 @@ func (q *QP) emitFlush(w *sendWQE, b *txBatch) bool {
 	} else {
 		binary.NativeEndian.PutUint64(p.Payload, w.wr.CompareAdd)
 	}
-	b.add(size, q.dest, q.sport, q.attr.AH.TrafficClass)
-	q.countSent(true)
+	b.add(size, q.dest, q.sport, q.dataTOS())
+	q.countSent(true, size)
 	q.req.sinceAckReq = 0
 	w.state = wqeSent
 	return true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
 )
@@ -50,6 +51,17 @@ type Config struct {
 	// 65,536, and mr.DefaultMaxRegions, 262,144); CreateQP, RegMR and
 	// AllocMW beyond them fail.
 	MaxQPs, MaxMRs int
+	// Congestion is the congestion control of the device's QPs (package
+	// congestion): nil means the defaults, Mode Auto (ECT(0) on data
+	// packets, CNPs for CE marks, DCQCN's rate from the CNPs that come,
+	// the delay window from the ACKs' RTTs). SetCongestion changes one
+	// QP's. See the README's "On a shared network".
+	Congestion *congestion.Config
+	// LossProbe is the shortest wait without an acknowledgement after
+	// which a requester sends its oldest packet again, alone, to learn
+	// what the peer has (0: qp.DefaultLossProbe, 1 ms; negative: none).
+	// See qp.Config.LossProbe.
+	LossProbe time.Duration
 	// Clock runs the engine's timers; nil is the system clock. Tests use
 	// a clock.Manual to be deterministic.
 	Clock clock.Clock

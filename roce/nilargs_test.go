@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/apitest"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
@@ -125,6 +126,27 @@ func TestNilArgs(t *testing.T) {
 		"ModifyToRTS": func(t *testing.T) {
 			apitest.Err(t, ModifyToRTS(nil, nil), verbs.ErrNil, "ModifyToRTS")
 			apitest.Err(t, ModifyToRTS(e.qp, &ConnParams{PSN: 1 << 24}), verbs.ErrInvalidAttr, "ConnParams.PSN", "24 bits")
+		},
+		"SetCongestion": func(t *testing.T) {
+			apitest.Err(t, SetCongestion(nil, nil), verbs.ErrNil, "SetCongestion of a nil QP")
+			apitest.Err(t, SetCongestion(typedNil, nil), verbs.ErrNil, "nil *QP")
+			apitest.Err(t, SetCongestion(e.qp, &congestion.Config{Delay: congestion.DelayConfig{Beta: -1}}),
+				verbs.ErrInvalidAttr, "Delay.Beta")
+			apitest.Err(t, SetCongestion(otherQP{}, nil), ErrNotSoft, "not a QP of goroce's engine")
+			if err := SetCongestion(e.newQP(t, verbs.RC), &congestion.Config{Mode: congestion.Off}); err != nil {
+				t.Errorf("SetCongestion of a (traced) QP: %v", err)
+			}
+		},
+		"Congestion": func(t *testing.T) {
+			if _, ok := Congestion(nil); ok {
+				t.Error("a nil QP has congestion control")
+			}
+			if _, ok := Congestion(otherQP{}); ok {
+				t.Error("another backend's QP has goroce's congestion control")
+			}
+			if c, ok := Congestion(e.qp); !ok || c.Window != 0 {
+				t.Errorf("a new QP's congestion control: %+v, %v", c, ok)
+			}
 		},
 		"Connect": func(t *testing.T) {
 			apitest.Err(t, Connect(nil, nil, nil), verbs.ErrNil, "Connect", "PD.CreateQP")
@@ -416,3 +438,6 @@ func want[T comparable](t *testing.T, got, want T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// otherQP is a QP of another backend.
+type otherQP struct{ verbs.QP }

@@ -55,7 +55,8 @@ func Open(cfg *Config) (*Device, error) {
 	}
 	t, rej := rejectNoAgent(t, c.Logger)
 	eng, err := qp.New(t, &qp.Config{Clock: c.Clock, Logger: c.Logger, MaxUnackedPSNs: c.MaxUnackedPSNs, SeqNAKWindow: c.SeqNAKWindow,
-		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0, Paths: c.paths(), GIDs: gids})
+		MaxQPs: c.MaxQPs, MaxMRs: c.MaxMRs, BusyPoll: c.BusyPoll > 0, Paths: c.paths(), GIDs: gids, Congestion: c.Congestion,
+		LossProbe: c.LossProbe})
 	if err != nil {
 		t.Close()
 		dc.closePcap()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/hwverbs"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/transport/mem"
@@ -33,6 +34,8 @@ type DeviceFlags struct {
 	BusyPoll  time.Duration // --busy-poll
 	NoOffload bool          // --no-offload: no UDP GSO/GRO
 	Paths     int           // --paths: the udp link's receive and send paths
+	CC        string        // --cc: the congestion control mode (package congestion)
+	LineRate  string        // --line-rate: the link's rate, for --cc's pacing
 
 	// Net is the network of --transport mem, set by programs (and
 	// tests) that run both ends in one process.
@@ -51,6 +54,9 @@ func (d *DeviceFlags) Register(fs *FlagSet) {
 	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions", "v", "trace")
 	fs.Duration(&d.BusyPoll, 0, "spin this long on an empty socket before sleeping (lower latency)", "busy-poll")
 	fs.Bool(&d.NoOffload, false, "do not use UDP GSO/GRO", "no-offload")
+	fs.String(&d.CC, "auto", "congestion `mode`: auto (ECN, CNPs and DCQCN where the path marks, a delay-based window everywhere), "+
+		"dcqcn, delay, or off", "cc")
+	fs.String(&d.LineRate, "", "the link's `rate` (1g, 10g, 100m: bits per second), which paced QPs never pass (default unknown)", "line-rate")
 	fs.Int(&d.Paths, 1, "receive and send `paths` of the udp transport (a socket pair and goroutine each; each QP keeps to one), for machines with cores to spare", "paths")
 }
 
@@ -75,6 +81,10 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 	if d.Transport == "mem" && d.Net == nil {
 		return nil, Usagef("--transport mem joins ends in one process only (roce demo); between processes use udp or afpacket")
 	}
+	cc, err := d.congestion()
+	if err != nil {
+		return nil, err
+	}
 	addr := d.Bind
 	if addr == "" {
 		addr = def
@@ -86,7 +96,55 @@ func (d *DeviceFlags) Config(def string) (*roce.Config, error) {
 			return nil, Usagef("--bind: %w", err)
 		}
 	}
-	return &roce.Config{Link: d.Link(a), Pcap: d.Pcap, BusyPoll: d.BusyPoll, Logger: d.Logger}, nil
+	return &roce.Config{Link: d.Link(a), Pcap: d.Pcap, BusyPoll: d.BusyPoll, Logger: d.Logger, Congestion: cc}, nil
+}
+
+// congestion returns the congestion control of --cc and --line-rate.
+func (d *DeviceFlags) congestion() (*congestion.Config, error) {
+	var c congestion.Config
+	if d.CC != "" {
+		m, err := congestion.ParseMode(d.CC)
+		if err != nil {
+			return nil, Usagef("--cc must be auto, dcqcn, delay or off, not %q", d.CC)
+		}
+		c.Mode = m
+	}
+	if d.LineRate != "" {
+		r, err := ParseRate(d.LineRate)
+		if err != nil {
+			return nil, Usagef("--line-rate: %w", err)
+		}
+		c.LineRate = r
+	}
+	return &c, nil
+}
+
+// ParseRate reads a rate in bits per second: a number with an optional k,
+// m, g or t suffix (10g, 1.5G, 100m, 1e9).
+func ParseRate(s string) (float64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("an empty rate: want a positive number of bits per second with an optional k, m, g or t (10g)")
+	}
+	mult := 1.0
+	switch s[len(s)-1] {
+	case 'k', 'K':
+		mult = 1e3
+	case 'm', 'M':
+		mult = 1e6
+	case 'g', 'G':
+		mult = 1e9
+	case 't', 'T':
+		mult = 1e12
+	}
+	num := s
+	if mult != 1 {
+		num = s[:len(s)-1]
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 || v*mult > 1e13 {
+		return 0, fmt.Errorf("%q is not a rate: want a positive number of bits per second with an optional k, m, g or t (10g)", s)
+	}
+	return v * mult, nil
 }
 
 // Link returns the link of --transport with the local address a (the

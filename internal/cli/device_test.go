@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/congestion"
 )
 
 // TestToolDevice parses the tool flags as rping, rstream and rcopy
@@ -38,5 +40,37 @@ func TestToolDevice(t *testing.T) {
 	d := ToolDevice{Transport: "afpacket", Dev: "eth0", Pcap: "x.pcap", Port: 5000}
 	if f := d.Flags("198.18.0.1"); f != (DeviceFlags{Transport: "afpacket", Bind: "198.18.0.1", Dev: "eth0", Port: 5000, Pcap: "x.pcap"}) {
 		t.Errorf("Flags: %+v", f)
+	}
+}
+
+// TestCongestionFlags checks --cc and --line-rate: each mode by name,
+// rates with their suffixes, and a usage error for anything else.
+func TestCongestionFlags(t *testing.T) {
+	for _, c := range []struct {
+		cc, rate string
+		mode     congestion.Mode
+		bps      float64
+	}{
+		{"", "", congestion.Auto, 0}, {"off", "", congestion.Off, 0}, {"dcqcn", "10g", congestion.DCQCN, 10e9},
+		{"delay", "1.5G", congestion.Delay, 1.5e9}, {"auto", "100m", congestion.Auto, 100e6}, {"auto", "2e9", congestion.Auto, 2e9},
+	} {
+		d := DeviceFlags{Transport: "udp", Port: 4791, CC: c.cc, LineRate: c.rate}
+		cfg, err := d.Config("127.0.0.1")
+		if err != nil || cfg.Congestion.Mode != c.mode || cfg.Congestion.LineRate != c.bps {
+			t.Errorf("--cc %q --line-rate %q: %+v, %v", c.cc, c.rate, cfg, err)
+		}
+	}
+	for _, c := range []struct{ cc, rate, want string }{
+		{"reno", "", "--cc must be auto, dcqcn, delay or off"}, {"", "fast", "--line-rate"}, {"", "-1g", "--line-rate"},
+		{"", "0", "--line-rate"},
+	} {
+		d := DeviceFlags{Transport: "udp", Port: 4791, CC: c.cc, LineRate: c.rate}
+		var ue *UsageError
+		if _, err := d.Config(""); !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--cc %q --line-rate %q: %v, want a usage error saying %q", c.cc, c.rate, err, c.want)
+		}
+	}
+	if _, err := ParseRate(""); err == nil {
+		t.Error("an empty rate parsed")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goroce/goroce/internal/perfstat"
 	"github.com/goroce/goroce/oob"
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -222,6 +223,8 @@ type jsonReport struct {
 	Allocs    *uint64        `json:"allocs,omitempty"`
 	AllocsMsg *float64       `json:"allocs_per_msg,omitempty"`
 	Elapsed   float64        `json:"elapsed_s,omitempty"`
+	// Congestion is the soft backend's congestion control (goroce's own).
+	Congestion *ccReport `json:"congestion,omitempty"`
 	// The process's CPU time over the traffic, user and system, and
 	// their sum per message posted or received here (none on a side
 	// that posts nothing, whose device answers its peer's traffic).
@@ -247,15 +250,73 @@ func jsonDests(ds []oob.PerftestDest) []jsonDest {
 	return out
 }
 
-// printJSON prints the run as one JSON object, with --json.
+// ccReport is the congestion control of the run's QPs on the soft
+// backend: the mode, the first QP's window, RTT and DCQCN rate, and the
+// device's counters of what it did.
+type ccReport struct {
+	Mode        string  `json:"mode"`
+	Window      uint32  `json:"window_pkts"`
+	RTT         float64 `json:"rtt_us"`
+	MinRTT      float64 `json:"min_rtt_us"`
+	Rate        float64 `json:"dcqcn_rate_gbit_s,omitempty"`
+	Retransmits uint64  `json:"retransmitted_pkts"`
+	Sent        uint64  `json:"sent_pkts"`
+	LossProbes  uint64  `json:"loss_probes"`
+	Timeouts    uint64  `json:"local_ack_timeout_err"`
+	ECNMarked   uint64  `json:"np_ecn_marked_roce_packets"`
+	CNPSent     uint64  `json:"np_cnp_sent"`
+	CNPHandled  uint64  `json:"rp_cnp_handled"`
+	WindowCuts  uint64  `json:"cc_window_cuts"`
+}
+
+// congestionReport returns the run's ccReport, nil on another backend.
+func (r *session) congestionReport() *ccReport {
+	d, ok := roce.Untrace(r.dev).(*roce.Device)
+	if !ok || len(r.qps) == 0 {
+		return nil
+	}
+	ci, ok := roce.Congestion(r.qps[0])
+	if !ok {
+		return nil
+	}
+	c := d.Stats().Engine.Counters
+	rep := &ccReport{Mode: ci.Mode.String(), Window: ci.Window, RTT: perfstat.Round(float64(ci.RTT.Nanoseconds())/1e3, 2),
+		MinRTT: perfstat.Round(float64(ci.MinRTT.Nanoseconds())/1e3, 2), Retransmits: c.Retransmits, Sent: c.SentPkts,
+		LossProbes: c.LossProbes, Timeouts: c.LocalACKTimeoutErr, ECNMarked: c.NPECNMarked, CNPSent: c.NPCNPSent,
+		CNPHandled: c.RPCNPHandled, WindowCuts: c.CCWindowCuts}
+	if ci.Rate.Active {
+		rep.Rate = perfstat.Round(ci.Rate.Rate/1e9, 3)
+	}
+	return rep
+}
+
+// printCongestion prints the soft backend's congestion control under the
+// results, a line perftest does not have.
+func (r *session) printCongestion() {
+	c := r.congestionReport()
+	if c == nil {
+		return
+	}
+	rate := "unpaced"
+	if c.Rate > 0 {
+		rate = fmt.Sprintf("%.3f Gbit/s", c.Rate)
+	}
+	r.print(" Congestion control: %s (window %d, RTT %.1f us, min %.1f us, DCQCN %s); retransmitted %d of %d packets, "+
+		"%d loss probes, %d timeouts; CE marks %d, CNPs sent %d, handled %d\n", c.Mode, c.Window, c.RTT, c.MinRTT, rate,
+		c.Retransmits, c.Sent, c.LossProbes, c.Timeouts, c.ECNMarked, c.CNPSent, c.CNPHandled)
+}
+
+// printJSON prints the run as one JSON object, with --json, or else the
+// line of the soft backend's congestion control.
 func (r *session) printJSON() error {
 	o := r.o
 	if !o.json {
+		r.printCongestion()
 		return nil
 	}
 	j := jsonReport{Test: o.tool(), Role: r.role.String(), Device: r.devNm, Backend: o.backend, QPs: o.qps,
 		MTU: r.mtu.Bytes(), TxDepth: o.txDepth, Duration: o.duration, Local: jsonDests(r.local),
-		Remote: jsonDests(r.remote), Source: "none"}
+		Remote: jsonDests(r.remote), Source: "none", Congestion: r.congestionReport()}
 	if !o.lat {
 		j.CQMod = o.cqMod
 	}
