@@ -9,8 +9,10 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/clock"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/transport/mem"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -134,6 +136,39 @@ func TestSteadyStateAllocs(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(50, one); n != 0 {
 			t.Errorf("%v of 64 KiB (16 packets and their ACK): %v allocations", op, n)
+		}
+	}
+}
+
+// TestCongestedAllocs is TestSteadyStateAllocs under congestion: a switch
+// port that marks every packet CE, so that the receiver sends CNPs, the
+// sender's DCQCN paces each packet and its pacing timer fires, and the
+// delay window takes RTT samples; the steady state still allocates
+// nothing.
+func TestCongestedAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are noisy under -short runs with other tests")
+	}
+	for _, m := range []congestion.Mode{congestion.Auto, congestion.DCQCN} {
+		p := newPair(t, pairOpts{mtu: bth.MTU4096, cc: &congestion.Config{Mode: m, DCQCN: congestion.DCQCNConfig{RateOnFirstCNP: 2e9}}})
+		must(t, p.net.SetPort(addrB, &mem.Port{Rate: 10e9, KMax: 1}))
+		local, remote := p.a.reg(t, 64<<10), p.b.reg(t, 64<<10)
+		wr := []verbs.SendWR{{Opcode: verbs.OpWrite, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(local, 0, 64<<10)},
+			RemoteAddr: remote.Addr(), RKey: remote.RKey()}}
+		wcs := make([]verbs.WC, 4)
+		done := func() bool { return p.a.cq.Poll(wcs) > 0 }
+		one := func() {
+			must(t, p.a.qp.PostSend(wr))
+			must(t, p.net.Run(done, time.Minute))
+		}
+		for range 20 {
+			one()
+		}
+		if n := testing.AllocsPerRun(50, one); n != 0 {
+			t.Errorf("%v: a WRITE of 64 KiB through a marking port: %v allocations", m, n)
+		}
+		if c := p.a.qp.Counters(); c.RPCNPHandled == 0 || c.CCPaced == 0 || p.b.qp.Counters().NPCNPSent == 0 {
+			t.Errorf("%v: the case did not congest: sender %s, receiver %s", m, &c, ptr(p.b.qp.Counters()))
 		}
 	}
 }

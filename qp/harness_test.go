@@ -12,6 +12,7 @@ import (
 	"github.com/goroce/goroce/verbs"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/transport/mem"
@@ -51,6 +52,8 @@ type pairOpts struct {
 	signalAll bool
 	// live runs the network on its own goroutines in real time.
 	live bool
+	// cc is both devices' congestion control (nil: the default).
+	cc *congestion.Config
 	// wrapB, when set, wraps B's link (to drop chosen packets).
 	wrapB func(transport.Transport) transport.Transport
 }
@@ -123,7 +126,7 @@ func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts, wrap func
 	if os.Getenv("GOROCE_TRACE") != "" {
 		tr = traceTransport{ep, addr.String()}
 	}
-	d, err := New(tr, &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack, Logger: testLogger(t)})
+	d, err := New(tr, &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack, Logger: testLogger(t), Congestion: o.cc})
 	if err != nil {
 		t.Fatal(err)
 	}
