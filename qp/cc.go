@@ -45,6 +45,8 @@ type ccState struct {
 	paceArmed bool
 	// lastCNP is when the notification point last sent a CNP (cnp.go).
 	lastCNP time.Time
+	// turnUsed counts the request packets sent this turn (pace.go).
+	turnUsed int
 }
 
 // resolveCongestion returns the resolved settings of c, or an error

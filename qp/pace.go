@@ -2,8 +2,6 @@ package qp
 
 import (
 	"time"
-
-	"github.com/goroce/goroce/verbs"
 )
 
 // Pacing: a QP whose DCQCN reaction point is active (a CNP came, and its
@@ -104,10 +102,31 @@ func (q *QP) onPace() {
 	q.mu.Lock()
 	defer q.flushAndUnlock(b)
 	q.cc.paceArmed = false
-	if q.destroyed || q.state != verbs.StateRTS && q.state != verbs.StateSQD {
+	if q.destroyed {
 		return
 	}
+	q.cc.turnUsed = 0 // a turn of its own
+	q.respondMore(b)
 	q.request(b)
+}
+
+// Fair turns for requests: a requester the receive path moves on (an ACK
+// that opens the window, a NAK that sends it back N) sends at most
+// reqTurn packets, and its pacing timer, set to fire at once, the rest:
+// with a window of 512 packets, one ACK or one rewind kept the receive
+// path for every other QP's packets while 2 MiB went out. A post by the
+// program, on its own thread, is a turn of its own.
+const reqTurn = 64
+
+// turnSpent reports whether the QP sent its turn's packets, and if so
+// arms the pacing timer for the next turn. The caller holds q.mu.
+func (q *QP) turnSpent() bool {
+	if q.cc.turnUsed < reqTurn {
+		return false
+	}
+	now := q.dev.clk.Now()
+	q.armPace(now, now)
+	return true
 }
 
 // stopPace stops the pacing timer (Destroy). The caller holds q.mu.

@@ -146,6 +146,7 @@ func (d *Device) releaseQPs(held []*QP, b *txBatch, polling bool) {
 	b.flush()
 	for _, q := range held {
 		q.updateActive()
+		q.resp.rq.used, q.cc.turnUsed = 0, 0 // the next batch is its next turn (respq.go, pace.go)
 		q.mu.Unlock()
 	}
 }

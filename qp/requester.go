@@ -22,6 +22,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 func (q *QP) post(wrs []verbs.SendWR, verb bool) error {
 	b := q.dev.getBatch()
 	q.mu.Lock()
+	q.cc.turnUsed = 0 // the program's post is a turn of its own (pace.go)
 	err := q.postSend(wrs, verb)
 	// An ACK left for this post (deferack.go) goes with it. Before a
 	// short answer it would end the GSO run at once (a run's later
@@ -252,7 +253,17 @@ func (q *QP) packets(n uint64) uint32 {
 // windowFull reports whether npsn more PSNs would exceed the number of
 // unacknowledged PSNs allowed. A request always fits an empty window.
 func (q *QP) windowFull(npsn uint32) bool {
-	return q.turnOver() || q.windowFullAt(uint32(q.req.psn.Diff(q.comp.psn)), npsn) || q.paceHeld()
+	out := uint32(q.req.psn.Diff(q.comp.psn))
+	// The pacer and the turns (pace.go) hold nothing back from an empty
+	// window either: after a rewind, the first request goes at once, as
+	// the completer expects (a READ answered meanwhile would otherwise
+	// complete behind the send point, and the requests after it take
+	// its PSNs).
+	if q.turnOver() || q.windowFullAt(out, npsn) {
+		return true
+	}
+	held := q.paceHeld() // also reads the clock paceSent charges at
+	return out != 0 && (held || q.turnSpent())
 }
 
 // windowFullAt is windowFull with out PSNs unacknowledged.
@@ -449,6 +460,7 @@ func (q *QP) ackReq(last bool) bool {
 func (q *QP) countSent(ackReq bool, size int) {
 	q.ctr.SentPkts++
 	q.paceSent(size)
+	q.cc.turnUsed++
 	if q.req.psn.LessThan(q.req.maxSent) {
 		q.ctr.Retransmits++
 	} else if ackReq {

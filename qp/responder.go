@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/verbs"
 )
@@ -68,6 +67,8 @@ type respState struct {
 	ackPending  bool
 	ackPSN      bth.PSN
 	ackDeferred bool // on Device.acks' list (busy-poll mode)
+
+	rq respQueue // responses owed behind a READ's, sent in turns (respq.go)
 }
 
 // readResource remembers an executed READ, atomic, FLUSH or ATOMIC_WRITE
@@ -376,63 +377,11 @@ func (q *QP) receiveRead(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	q.sendReadResponses(b, psn, &f)
 }
 
-// sendReadResponses sends the responses to a READ of f, starting at psn.
-// A READ asked again from the middle is answered as a new message, from
-// a FIRST (or ONLY): rxe's responder goes on with the old one's MIDDLE
-// and LAST there; goroce's requester takes either.
+// sendReadResponses sends the responses to a READ of f, starting at psn,
+// a turn's worth at a time (respq.go).
 func (q *QP) sendReadResponses(b *txBatch, psn bth.PSN, f *bth.RETHFields) {
 	q.sendPendingAck(b)
-	npsn := q.packets(uint64(f.DMALen))
-	mtu := uint64(q.mtu)
-	for i := range npsn {
-		off := uint64(i) * mtu
-		n := min(mtu, uint64(f.DMALen)-off)
-		if f.DMALen == 0 {
-			n = 0
-		}
-		op := bth.RCReadResponseMiddle
-		switch {
-		case npsn == 1:
-			op = bth.RCReadResponseOnly
-		case i == 0:
-			op = bth.RCReadResponseFirst
-		case i == npsn-1:
-			op = bth.RCReadResponseLast
-		}
-		buf := b.buf()
-		var r bth.Packet
-		size := r.Build(buf, &bth.BTHFields{Opcode: op, PKey: bth.DefaultPKey, DestQP: q.attr.DestQPN,
-			PSN: psn.Add(i)}, int(n))
-		if r.AETH != nil {
-			r.AETH.Encode(&bth.AETHFields{Syndrome: bth.ACKSyndrome(bth.NoCredits), MSN: q.resp.msn & bth.PSNMask})
-		}
-		var m *mr.MR
-		var mem []byte
-		if n > 0 {
-			var err error
-			m, mem, err = q.dev.mrs.LookupRemote(q.pd, q.id, f.RKey, f.VA+off, uint32(n), verbs.RemoteRead)
-			if err != nil {
-				// Deregistered while we answered: what went out stays
-				// out; NAK the rest.
-				q.respError(b, bth.NAKRemoteAccessError, psn.Add(i), verbs.RemAccessErr, err.Error())
-				return
-			}
-			if !q.dev.inPlace || n < minRefPayload || n%4 != 0 {
-				copy(r.Payload, mem)
-				mem = nil
-			} else {
-				m.Pin(q.id) // Dereg waits until the batch is sent
-			}
-			m.Release(q.id)
-		}
-		if mem != nil {
-			// Large payloads go from the region in place (see payloadRef).
-			b.addRef(size-int(n)-bth.ICRCLen, mem, pin{m, q.id}, q.dest, q.sport, q.dataTOS())
-		} else {
-			b.add(size, q.dest, q.sport, q.dataTOS())
-		}
-		q.ctr.SentPkts++
-	}
+	q.queueRead(b, psn, f, false)
 }
 
 func (q *QP) receiveAtomic(p *bth.Packet, psn bth.PSN, b *txBatch) {
@@ -523,7 +472,8 @@ func (q *QP) duplicate(p *bth.Packet, psn bth.PSN, b *txBatch) {
 		if !q.checkRETH(b, psn, &f, verbs.RemoteRead) {
 			return
 		}
-		q.sendReadResponses(b, psn, &f)
+		q.sendPendingAck(b)
+		q.queueRead(b, psn, &f, true)
 		return
 	}
 	// A resource evicted since (or never had): silence, as rxe's class D.
@@ -559,6 +509,9 @@ func (q *QP) sendPendingAck(b *txBatch) {
 
 // sendAck sends an ACKNOWLEDGE packet with syndrome syn for psn.
 func (q *QP) sendAck(b *txBatch, syn bth.Syndrome, psn bth.PSN) {
+	if q.queueAck(syn, psn) {
+		return // behind a READ's responses (respq.go)
+	}
 	if syn.Kind() != bth.KindACK {
 		q.sendPendingAck(b)
 		q.ctr.countNAKSent(syn)
@@ -574,6 +527,9 @@ func (q *QP) sendAck(b *txBatch, syn bth.Syndrome, psn bth.PSN) {
 }
 
 func (q *QP) sendAtomicAck(b *txBatch, psn bth.PSN, orig uint64) {
+	if q.queueAtomicAck(b, psn, orig) {
+		return // behind a READ's responses (respq.go)
+	}
 	q.sendPendingAck(b)
 	buf := b.buf()
 	var p bth.Packet
