@@ -5,7 +5,7 @@ PKGS     := ./...
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test vet vet-cross lint fmt-check race bench fuzz interop vmbench soak clean
+.PHONY: all build run test vet vet-cross lint fmt-check race bench ccbench fuzz interop vmbench soak clean
 
 all: build
 
@@ -53,6 +53,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) build -o bin/roce ./cmd/roce
 	bin/roce bench -json bin/bench.json
+
+# Congestion control on a shared bottleneck (roce help ccbench): goroce with
+# and without it against kernel TCP cubic and bbr, in network namespaces
+# (root). CCBENCH_D seconds a run (about 40 runs); the figures go to
+# bin/ccbench.json and the incast figure to bin/ccbench-incast.svg.
+CCBENCH_D ?= 10
+ccbench:
+	$(GO) build -o bin/roce ./cmd/roce
+	bin/roce ccbench -D $(CCBENCH_D) -json bin/ccbench.json -svg bin/ccbench-incast.svg $(CCBENCH_ARGS)
 
 # The long versions of the stress suite (stress/, RELIABILITY.md): the
 # soak for SOAK (an hour; SOAK=15m for less), a quarter of it at each fault

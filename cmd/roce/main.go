@@ -17,6 +17,7 @@ import (
 
 	"github.com/goroce/goroce/internal/cli"
 	"github.com/goroce/goroce/internal/tool/bench"
+	"github.com/goroce/goroce/internal/tool/ccbench"
 	"github.com/goroce/goroce/internal/tool/decode"
 	"github.com/goroce/goroce/internal/tool/demo"
 	"github.com/goroce/goroce/internal/tool/device"
@@ -47,6 +48,7 @@ var commands = []*cli.Command{
 	decode.Cmd,
 	device.Cmd,
 	bench.Cmd,
+	ccbench.Cmd,
 }
 
 func main() {

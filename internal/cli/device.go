@@ -36,6 +36,7 @@ type DeviceFlags struct {
 	Paths     int           // --paths: the udp link's receive and send paths
 	CC        string        // --cc: the congestion control mode (package congestion)
 	LineRate  string        // --line-rate: the link's rate, for --cc's pacing
+	CCTarget  time.Duration // --cc-target: the delay window's target
 
 	// Net is the network of --transport mem, set by programs (and
 	// tests) that run both ends in one process.
@@ -56,6 +57,7 @@ func (d *DeviceFlags) Register(fs *FlagSet) {
 	fs.Bool(&d.NoOffload, false, "do not use UDP GSO/GRO", "no-offload")
 	fs.String(&d.CC, "auto", "congestion `mode`: auto (ECN, CNPs and DCQCN where the path marks, a delay-based window everywhere), "+
 		"dcqcn, delay, or off", "cc")
+	fs.Duration(&d.CCTarget, 0, "the delay window's queueing target (default 100µs; raise it past the RTT's noise on a loaded host)", "cc-target")
 	fs.String(&d.LineRate, "", "the link's `rate` (1g, 10g, 100m: bits per second), which paced QPs never pass (default unknown)", "line-rate")
 	fs.Int(&d.Paths, 1, "receive and send `paths` of the udp transport (a socket pair and goroutine each; each QP keeps to one), for machines with cores to spare", "paths")
 }
@@ -109,6 +111,10 @@ func (d *DeviceFlags) congestion() (*congestion.Config, error) {
 		}
 		c.Mode = m
 	}
+	if d.CCTarget < 0 {
+		return nil, Usagef("--cc-target must be positive, not %v", d.CCTarget)
+	}
+	c.Delay.Target = d.CCTarget
 	if d.LineRate != "" {
 		r, err := ParseRate(d.LineRate)
 		if err != nil {

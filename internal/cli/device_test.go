@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/congestion"
 )
@@ -69,6 +70,15 @@ func TestCongestionFlags(t *testing.T) {
 		if _, err := d.Config(""); !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--cc %q --line-rate %q: %v, want a usage error saying %q", c.cc, c.rate, err, c.want)
 		}
+	}
+	d := DeviceFlags{Transport: "udp", Port: 4791, CCTarget: 300 * time.Microsecond}
+	if cfg, err := d.Config(""); err != nil || cfg.Congestion.Delay.Target != 300*time.Microsecond {
+		t.Errorf("--cc-target 300µs: %+v, %v", cfg, err)
+	}
+	d.CCTarget = -1
+	var ue *UsageError
+	if _, err := d.Config(""); !errors.As(err, &ue) {
+		t.Errorf("--cc-target -1ns: %v, want a usage error", err)
 	}
 	if _, err := ParseRate(""); err == nil {
 		t.Error("an empty rate parsed")
