@@ -36,7 +36,17 @@
 //   - flush.go: IBTA 1.5's FLUSH and ATOMIC_WRITE, which rxe has from
 //     kernel 6.2 (rxe_req.c's packets, rxe_resp.c's process_flush and
 //     atomic_write_reply, rxe_comp.c's answers), and Device.Caps;
-//   - timers.go: the retransmission timer and the RNR wait;
+//   - timers.go: the retransmission timer and the RNR wait; probe.go:
+//     the RTT samples, and the loss probes that resend the oldest
+//     unacknowledged packet, alone, when nothing answers for the RTT
+//     estimate, long before the local ACK timeout;
+//   - cc.go: each QP's congestion control (package congestion's
+//     machines, Config.Congestion); cnp.go: ECN's notification point,
+//     the CNPs it sends for CE marks and takes from the peer; pace.go:
+//     pacing at DCQCN's rate with one lazily moved timer per QP, and the
+//     bounded turns of a requester the receive path moves on; respq.go:
+//     READ responses sent a turn at a time, paced, with what the
+//     responder owes after them queued behind them in PSN order;
 //   - deferack.go: in busy-poll mode, the ACKs that wait for the polling
 //     thread's next post;
 //   - device.go: the Device (New, Close, busy-poll Progress, Linger), the
