@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/internal/cli"
 )
 
@@ -65,22 +66,39 @@ var Cmd = &cli.Command{
 				}
 			}
 			b.out = env.Stdout
-			if err := b.run(ctx); err != nil {
-				return err
-			}
+			err := b.run(ctx) // what the cases before a failure measured is written all the same
 			if svgOut != "" && len(b.series) > 0 {
-				if err := os.WriteFile(svgOut, drawIncast(b.series), 0o644); err != nil {
-					return err
+				if werr := os.WriteFile(svgOut, drawIncast(b.series), 0o644); err == nil {
+					err = werr
 				}
 			}
 			if jsonOut != "" {
 				data, _ := json.MarshalIndent(b.results, "", "  ")
-				return os.WriteFile(jsonOut, append(data, '\n'), 0o644)
+				if werr := os.WriteFile(jsonOut, append(data, '\n'), 0o644); err == nil {
+					err = werr
+				}
 			}
-			return nil
+			return err
 		}
 	},
 }
+
+// stack is what carries a run's flows: goroce in a congestion mode, or
+// kernel TCP with a congestion control.
+type stack struct {
+	name  string // as the tables show it: goroce-auto, goroce-off, tcp-cubic, tcp-bbr
+	roce  bool
+	mode  congestion.Mode
+	tcpCC string
+}
+
+var (
+	goroceCC  = stack{name: "goroce-auto", roce: true, mode: congestion.Auto}
+	goroceOff = stack{name: "goroce-off", roce: true, mode: congestion.Off}
+	tcpCubic  = stack{name: "tcp-cubic", tcpCC: "cubic"}
+	tcpBBR    = stack{name: "tcp-bbr", tcpCC: "bbr"}
+	allStacks = []stack{goroceCC, goroceOff, tcpCubic, tcpBBR}
+)
 
 // step is how often a run samples its flows and the queue.
 const step = 100 * time.Millisecond

@@ -21,23 +21,6 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// stack is what carries a run's flows: goroce in a congestion mode, or
-// kernel TCP with a congestion control.
-type stack struct {
-	name  string // as the tables show it: goroce-auto, goroce-off, tcp-cubic, tcp-bbr
-	roce  bool
-	mode  congestion.Mode
-	tcpCC string
-}
-
-var (
-	goroceCC  = stack{name: "goroce-auto", roce: true, mode: congestion.Auto}
-	goroceOff = stack{name: "goroce-off", roce: true, mode: congestion.Off}
-	tcpCubic  = stack{name: "tcp-cubic", tcpCC: "cubic"}
-	tcpBBR    = stack{name: "tcp-bbr", tcpCC: "bbr"}
-	allStacks = []stack{goroceCC, goroceOff, tcpCubic, tcpBBR}
-)
-
 // bulk is one bulk flow: the bytes it delivered (completed WRITEs, or
 // bytes the TCP receiver read), and for TCP what it sent and sent again
 // (filled by stop; goroce's come from its devices' counters).
