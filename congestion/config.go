@@ -11,21 +11,27 @@ import (
 type Mode uint8
 
 const (
-	// Auto runs both signals a path may give: data packets go out
-	// ECN-capable (ECT(0)), the receiver answers CE marks with CNPs, the
-	// sender paces at DCQCN's rate once CNPs come, and its window follows
-	// the delay its ACKs show (Delay), which works where nothing marks.
-	// A loss with little delay is taken as noise, not congestion. It is
-	// the zero Mode.
-	Auto Mode = iota
+	// DCQCN is DCQCN (Zhu et al., SIGCOMM 2015) as a ConnectX NIC runs
+	// it: data packets go out ECN-capable (ECT(0)), the receiver answers
+	// CE marks with CNPs, and the sender paces at the rate DCQCN computes
+	// from the CNPs it gets; the window is the engine's own (halved by
+	// every retry, grown by an eighth per window acknowledged, as Off).
+	// It costs nothing where nothing marks (no CNP, no pacing), and next
+	// to a peer that ignores ECN (kernel rxe) it never engages. It is the
+	// zero Mode, the default.
+	DCQCN Mode = iota
+	// Auto runs both signals a path may give: DCQCN where the path marks
+	// ECN, and the delay-based window of Delay everywhere, which holds
+	// the queue near a target where nothing marks and takes a loss with
+	// little delay for noise, not congestion. On a host whose RTTs are
+	// noisy (a busy one, or the loopback, where batching alone takes
+	// 100 µs) raise Delay.Target above the noise, or the window holds
+	// back what the path could carry.
+	Auto
 	// Off is no congestion control: the window alone, halved by every
 	// retry, grown by an eighth per window acknowledged (goroce before
 	// congestion control); no ECN, no CNPs, no pacing.
 	Off
-	// DCQCN is DCQCN alone (Zhu et al., SIGCOMM 2015), as a ConnectX NIC
-	// runs it: ECT(0), CNPs for CE marks, the sender's rate from the
-	// CNPs; the window is the device's bound on packets in flight.
-	DCQCN
 	// Delay is the delay-based window alone, from the RTTs ACKs give
 	// (after Swift, Kumar et al., SIGCOMM 2020), for paths where nothing
 	// marks ECN; packets go out not ECN-capable.
@@ -33,9 +39,9 @@ const (
 	numModes
 )
 
-var modeNames = [...]string{"auto", "off", "dcqcn", "delay"}
+var modeNames = [...]string{"dcqcn", "auto", "off", "delay"}
 
-// String returns the mode's name: auto, off, dcqcn or delay.
+// String returns the mode's name: dcqcn, auto, off or delay.
 func (m Mode) String() string {
 	if m < numModes {
 		return modeNames[m]
@@ -50,7 +56,7 @@ func ParseMode(s string) (Mode, error) {
 			return Mode(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: mode %q: want auto, off, dcqcn or delay", ErrInvalid, s)
+	return 0, fmt.Errorf("%w: mode %q: want dcqcn, auto, off or delay", ErrInvalid, s)
 }
 
 // ECN reports whether the mode's data packets go out ECN-capable and its
@@ -70,7 +76,7 @@ var ErrInvalid = errors.New("congestion: invalid setting")
 // Config (and each zero field) means the defaults; negative durations and
 // counts are errors. It is plain data.
 type Config struct {
-	// Mode is the congestion control (Auto by default).
+	// Mode is the congestion control (DCQCN by default).
 	Mode Mode
 	// LineRate is the link's rate in bits per second, as a NIC's port
 	// speed: the ceiling of DCQCN's rate, and in the paced modes (Auto,
@@ -233,7 +239,7 @@ func (c *Config) Resolved() (Config, error) {
 		r = *c
 	}
 	if r.Mode >= numModes {
-		return r, fmt.Errorf("%w: Mode %d: want Auto, Off, DCQCN or Delay", ErrInvalid, r.Mode)
+		return r, fmt.Errorf("%w: Mode %d: want DCQCN, Auto, Off or Delay", ErrInvalid, r.Mode)
 	}
 	if err := positive("LineRate", r.LineRate, "bits per second, 0 for unknown"); err != nil {
 		return r, err

@@ -239,7 +239,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := r.DCQCN
-	if r.Mode != Auto || d.TimeReset != 300*time.Microsecond || d.ByteReset != 32767 || d.Threshold != 1 || d.AIRate != 5e6 ||
+	if r.Mode != DCQCN || d.TimeReset != 300*time.Microsecond || d.ByteReset != 32767 || d.Threshold != 1 || d.AIRate != 5e6 ||
 		d.HAIRate != 50e6 || d.MinRate != 1e6 || d.MinDecFac != 50 || d.GD != 11 || d.G != 1019 || d.InitialAlpha != 1023 ||
 		d.ReduceMonitorPeriod != 4*time.Microsecond || d.AlphaPeriod != 55*time.Microsecond ||
 		d.MinTimeBetweenCNPs != 50*time.Microsecond || d.CNPDSCP != 48 || d.ClampTargetRate || d.NoClampAfterTimeInc {
@@ -277,7 +277,7 @@ func TestConfig(t *testing.T) {
 	if _, err := ParseMode("reno"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ParseMode(reno): %v", err)
 	}
-	if !Auto.ECN() || Off.ECN() || Delay.ECN() || !DCQCN.Paced() || !Delay.Windowed() || DCQCN.Windowed() {
+	if !Auto.ECN() || !DCQCN.ECN() || Off.ECN() || Delay.ECN() || !DCQCN.Paced() || !Delay.Windowed() || DCQCN.Windowed() {
 		t.Error("mode properties")
 	}
 }

@@ -24,7 +24,8 @@ import (
 //     losses; the window bounds the PSNs in flight (reqState.cwnd).
 //
 // Mode Off is the engine before congestion control: the window halved at
-// every retry and grown by an eighth per window (requester.go), no ECN.
+// every retry and grown by an eighth per window (requester.go), no ECN;
+// DCQCN, the default, keeps that window and adds ECN, CNPs and pacing.
 
 // ccState is a QP's congestion control.
 type ccState struct {
@@ -102,34 +103,30 @@ func (q *QP) ccWindow() {
 }
 
 // ccGrow takes n PSNs acknowledged, and reports whether the mode's window
-// took them (false: Mode Off's grow does).
+// took them (false: the engine's own window grows, in Off and DCQCN).
 func (q *QP) ccGrow(n uint32) bool {
-	switch {
-	case q.cc.mode == congestion.Off:
+	if !q.cc.mode.Windowed() {
 		return false
-	case q.cc.mode.Windowed():
-		q.cc.win.Acked(n)
-		q.ccWindow()
 	}
+	q.cc.win.Acked(n)
+	q.ccWindow()
 	return true
 }
 
 // ccShrink takes a retry (a NAK's or a timeout's), and reports whether the
-// mode took it (false: Mode Off halves the window).
+// mode took it (false: the engine's own window halves, in Off and DCQCN).
 func (q *QP) ccShrink() bool {
-	switch {
-	case q.cc.mode == congestion.Off:
+	if !q.cc.mode.Windowed() {
 		return false
-	case q.cc.mode.Windowed():
-		before := q.cc.win.State().Cuts
-		q.cc.win.Loss(&q.req.loss.rtt, q.dev.clk.Now())
-		if q.cc.win.State().Cuts != before {
-			q.ctr.CCWindowCuts++
-		} else {
-			q.ctr.CCLossesKept++
-		}
-		q.ccWindow()
 	}
+	before := q.cc.win.State().Cuts
+	q.cc.win.Loss(&q.req.loss.rtt, q.dev.clk.Now())
+	if q.cc.win.State().Cuts != before {
+		q.ctr.CCWindowCuts++
+	} else {
+		q.ctr.CCLossesKept++
+	}
+	q.ccWindow()
 	return true
 }
 

@@ -89,7 +89,7 @@ type Config struct {
 	// rxe).
 	LossProbe time.Duration
 	// Congestion is the congestion control of the device's RC and UC QPs
-	// (package congestion; qp/cc.go): nil means the defaults, Mode Auto.
+	// (package congestion; qp/cc.go): nil means the defaults, Mode DCQCN.
 	// A QP may have its own (QP.SetCongestion).
 	Congestion *congestion.Config
 	// WaitSpin bounds how long a wait for a completion (CQ.Wait) polls

@@ -52,10 +52,11 @@ type Config struct {
 	// AllocMW beyond them fail.
 	MaxQPs, MaxMRs int
 	// Congestion is the congestion control of the device's QPs (package
-	// congestion): nil means the defaults, Mode Auto (ECT(0) on data
-	// packets, CNPs for CE marks, DCQCN's rate from the CNPs that come,
-	// the delay window from the ACKs' RTTs). SetCongestion changes one
-	// QP's. See the README's "On a shared network".
+	// congestion): nil means the defaults, Mode DCQCN (ECT(0) on data
+	// packets, CNPs for CE marks, DCQCN's rate from the CNPs that come);
+	// Mode Auto adds the delay window, for shared paths where nothing
+	// marks. SetCongestion changes one QP's. See the README's "On a
+	// shared network".
 	Congestion *congestion.Config
 	// LossProbe is the shortest wait without an acknowledgement after
 	// which a requester sends its oldest packet again, alone, to learn

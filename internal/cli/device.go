@@ -55,8 +55,8 @@ func (d *DeviceFlags) Register(fs *FlagSet) {
 	fs.Bool(&d.Trace, false, "print each step: verbs, work requests, completions", "v", "trace")
 	fs.Duration(&d.BusyPoll, 0, "spin this long on an empty socket before sleeping (lower latency)", "busy-poll")
 	fs.Bool(&d.NoOffload, false, "do not use UDP GSO/GRO", "no-offload")
-	fs.String(&d.CC, "auto", "congestion `mode`: auto (ECN, CNPs and DCQCN where the path marks, a delay-based window everywhere), "+
-		"dcqcn, delay, or off", "cc")
+	fs.String(&d.CC, "dcqcn", "congestion `mode`: dcqcn (ECN, CNPs and DCQCN's rate where the path marks), auto (dcqcn and a "+
+		"delay-based window, for shared paths where nothing marks), delay, or off", "cc")
 	fs.Duration(&d.CCTarget, 0, "the delay window's queueing target (default 100µs; raise it past the RTT's noise on a loaded host)", "cc-target")
 	fs.String(&d.LineRate, "", "the link's `rate` (1g, 10g, 100m: bits per second), which paced QPs never pass (default unknown)", "line-rate")
 	fs.Int(&d.Paths, 1, "receive and send `paths` of the udp transport (a socket pair and goroutine each; each QP keeps to one), for machines with cores to spare", "paths")

@@ -52,7 +52,7 @@ func TestCongestionFlags(t *testing.T) {
 		mode     congestion.Mode
 		bps      float64
 	}{
-		{"", "", congestion.Auto, 0}, {"off", "", congestion.Off, 0}, {"dcqcn", "10g", congestion.DCQCN, 10e9},
+		{"", "", congestion.DCQCN, 0}, {"off", "", congestion.Off, 0}, {"dcqcn", "10g", congestion.DCQCN, 10e9},
 		{"delay", "1.5G", congestion.Delay, 1.5e9}, {"auto", "100m", congestion.Auto, 100e6}, {"auto", "2e9", congestion.Auto, 2e9},
 	} {
 		d := DeviceFlags{Transport: "udp", Port: 4791, CC: c.cc, LineRate: c.rate}

@@ -368,7 +368,8 @@ func (b *bench) loss(ctx context.Context) error {
 }
 
 // cost runs roce perf write between two processes on loopback with --cc
-// auto and off, in alternate rounds, as roce bench runs its cases.
+// off, dcqcn (the default) and auto, in alternate rounds, as roce bench
+// runs its cases.
 func (b *bench) cost(ctx context.Context) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -378,15 +379,15 @@ func (b *bench) cost(ctx context.Context) error {
 	b.printf("| --cc | MB/s (median of 3) | runs |\n|---|---|---|\n")
 	got := map[string][]float64{}
 	for round := range 3 {
-		for _, m := range []string{"off", "auto"} {
-			v, err := perfRun(ctx, self, m, b.secs, 18515+round*2+len(m)%2)
+		for mi, m := range []string{"off", "dcqcn", "auto"} {
+			v, err := perfRun(ctx, self, m, b.secs, 18515+round*3+mi)
 			if err != nil {
 				return err
 			}
 			got[m] = append(got[m], v)
 		}
 	}
-	for _, m := range []string{"off", "auto"} {
+	for _, m := range []string{"off", "dcqcn", "auto"} {
 		v := slices.Clone(got[m])
 		slices.Sort(v)
 		b.results = append(b.results, result{Case: "cost", Stack: "goroce-" + m, Goodput: v[1] * 8e6, Note: fmt.Sprint(got[m])})
@@ -438,7 +439,7 @@ func (b *bench) fair(ctx context.Context) error {
 	b.printf("Fair turns: a 64-byte ping-pong on one QP, alone and beside READs of %d MiB on another QP of the same devices (loopback), %d s each\n\n",
 		b.fairSize>>20, b.secs)
 	open := func(addr string) (*roce.Device, error) {
-		return roce.Open(&roce.Config{Link: &roce.UDP{Addr: mustAddr(addr), Port: 47911}})
+		return roce.Open(&roce.Config{Link: &roce.UDP{Addr: mustAddr(addr), Port: 47911, PeerPort: 47911}})
 	}
 	a, err := open("127.0.0.1")
 	if err != nil {

@@ -33,7 +33,7 @@ var Cmd = &cli.Command{
 		"and bbr, in the cases of issue 30: incast (1, 2, 4 and 8 senders into one receiver, with and\n" +
 		"without CE marking past 95 % of the rate), latency (a 64-byte ping-pong beside 4 bulk flows),\n" +
 		"share (2 goroce flows and 2 TCP flows), loss (0.1, 1 and 5 % random loss); then cost (roce perf\n" +
-		"write on loopback with --cc auto and off) and fair (a 64-byte ping-pong beside large READs on\n" +
+		"write on loopback with --cc off, dcqcn and auto) and fair (a 64-byte ping-pong beside large READs on\n" +
 		"the same two devices, loopback). Prints a table per case; -json writes every figure, -svg the\n" +
 		"incast figure (goodput and queue over time, 8 senders, with and without congestion control).\n" +
 		"Cases: incast, latency, share, loss, cost, fair (-only takes a comma-separated list). Needs\n" +
