@@ -15,9 +15,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goroce/goroce/congestion"
 	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
+
+// fairLineRate is the line rate of the fair case's devices.
+const fairLineRate = 4e9
 
 // The bottleneck of every case but cost and fair: issue 30's.
 const (
@@ -182,7 +186,7 @@ func (b *bench) incast(ctx context.Context) error {
 				if mark {
 					c.mark = markAt
 				}
-				keep := n == 8 && !mark && st.roce
+				keep := n == 8 && !mark && (st.name == goroceCC.name || st.name == goroceOff.name)
 				r, s, err := b.bulkRun(ctx, c, st, n, keep)
 				if err != nil {
 					return err
@@ -278,7 +282,7 @@ func (b *bench) latencyRun(ctx context.Context, st stack) (result, error) {
 func (b *bench) share(ctx context.Context) error {
 	b.printf("Sharing with TCP: 2 goroce flows and 2 TCP flows on one bottleneck, %d s each; a kind's share is of its fair half\n\n", b.secs)
 	b.printf("| goroce | TCP | goroce's share | TCP's share | total (of the link) |\n|---|---|---|---|---|\n")
-	for _, g := range []stack{goroceCC, goroceOff} {
+	for _, g := range []stack{goroceCC, goroceDC, goroceOff} {
 		for _, t := range []stack{tcpCubic, tcpBBR} {
 			r, err := b.shareRun(ctx, g, t)
 			if err != nil {
@@ -436,10 +440,15 @@ func perfRun(ctx context.Context, self, mode string, secs, port int) (float64, e
 // fair runs a 64-byte ping-pong alone, then beside READs of fairSize on
 // another QP of the same two devices, on loopback.
 func (b *bench) fair(ctx context.Context) error {
-	b.printf("Fair turns: a 64-byte ping-pong on one QP, alone and beside READs of %d MiB on another QP of the same devices (loopback), %d s each\n\n",
-		b.fairSize>>20, b.secs)
+	b.printf("Fair turns: a 64-byte ping-pong on one QP, alone and beside READs of %d MiB on another QP of the same devices (loopback, "+
+		"line rate %.0f Gbit/s), %d s each\n\n", b.fairSize>>20, fairLineRate/1e9, b.secs)
 	open := func(addr string) (*roce.Device, error) {
-		return roce.Open(&roce.Config{Link: &roce.UDP{Addr: mustAddr(addr), Port: 47911, PeerPort: 47911}})
+		// A line rate, as a NIC's port has: READ responses have no window
+		// (the requester acknowledges none), and unpaced a 1 GiB READ's
+		// responses overrun the requester's socket, on the loopback as on
+		// a link; paced at the line rate, as a NIC sends them.
+		return roce.Open(&roce.Config{Link: &roce.UDP{Addr: mustAddr(addr), Port: 47911, PeerPort: 47911},
+			Congestion: &congestion.Config{LineRate: fairLineRate}})
 	}
 	a, err := open("127.0.0.1")
 	if err != nil {

@@ -47,7 +47,7 @@ var Cmd = &cli.Command{
 		fs.String(&svgOut, "", "draw the incast figure into this SVG `file`", "svg")
 		fs.Int(&b.fairSize, 1<<30, "the READs' size in `bytes` for the fair case", "fair-size")
 		fs.Bool(&b.v6, false, "run the testbed over IPv6 (2001:db8:30::/64)", "6")
-		fs.String(&b.stacks, "", "run only these comma-separated `stacks` (goroce-auto, goroce-off, tcp-cubic, tcp-bbr)", "stacks")
+		fs.String(&b.stacks, "", "run only these comma-separated `stacks` (goroce-auto, goroce-dcqcn, goroce-off, tcp-cubic, tcp-bbr)", "stacks")
 		fs.Duration(&b.target, 0, "the delay window's target (congestion.DelayConfig.Target; 0: its default)", "target")
 		fs.Int(&b.senders, 0, "run incast with this many senders only (1, 2, 4 or 8; 0: all)", "senders")
 		return func(ctx context.Context, env *cli.Env, args []string) error {
@@ -86,7 +86,7 @@ var Cmd = &cli.Command{
 // stack is what carries a run's flows: goroce in a congestion mode, or
 // kernel TCP with a congestion control.
 type stack struct {
-	name  string // as the tables show it: goroce-auto, goroce-off, tcp-cubic, tcp-bbr
+	name  string // as the tables show it: goroce-auto, goroce-dcqcn (the default), goroce-off, tcp-cubic, tcp-bbr
 	roce  bool
 	mode  congestion.Mode
 	tcpCC string
@@ -94,10 +94,11 @@ type stack struct {
 
 var (
 	goroceCC  = stack{name: "goroce-auto", roce: true, mode: congestion.Auto}
+	goroceDC  = stack{name: "goroce-dcqcn", roce: true, mode: congestion.DCQCN}
 	goroceOff = stack{name: "goroce-off", roce: true, mode: congestion.Off}
 	tcpCubic  = stack{name: "tcp-cubic", tcpCC: "cubic"}
 	tcpBBR    = stack{name: "tcp-bbr", tcpCC: "bbr"}
-	allStacks = []stack{goroceCC, goroceOff, tcpCubic, tcpBBR}
+	allStacks = []stack{goroceCC, goroceDC, goroceOff, tcpCubic, tcpBBR}
 )
 
 // step is how often a run samples its flows and the queue.
