@@ -74,7 +74,7 @@ func drawIncast(runs []series) []byte {
 	}
 	for ri, r := range runs {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
-			left+ri*180, h-22, colors[ri%len(colors)], left+ri*180+18, h-12, r.Name)
+			left+ri*180, h-15, colors[ri%len(colors)], left+ri*180+18, h-5, r.Name)
 	}
 	b.WriteString("</svg>\n")
 	return []byte(b.String())
