@@ -172,7 +172,6 @@ type ccResult struct {
 	jain     float64 // Jain's index over the windows, averaged
 	retrans  uint64  // packets sent again
 	sent     uint64
-	timeouts uint64
 	port     mem.PortStats
 	failures int
 }

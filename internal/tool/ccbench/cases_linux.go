@@ -50,14 +50,6 @@ func (b *bench) run(ctx context.Context) error {
 	return nil
 }
 
-// flows is a run's bulk flows with their stack's teardown.
-type flows struct {
-	bulks []*bulk
-	roce  *roceHosts
-	tcp   *tcpHost
-	stop  context.CancelFunc
-}
-
 // startBulk starts n bulk flows of stack st from senders first.. on.
 func startBulk(ctx context.Context, st stack, first, n int, v6 bool, hosts *roceHosts, tcp *tcpHost) ([]*bulk, error) {
 	var out []*bulk

@@ -162,7 +162,6 @@ type tcpHost struct {
 	ln    net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
-	wg    sync.WaitGroup
 }
 
 func listenTCP(v6 bool) (*tcpHost, error) {
