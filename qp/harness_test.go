@@ -54,6 +54,9 @@ type pairOpts struct {
 	live bool
 	// cc is both devices' congestion control (nil: the default).
 	cc *congestion.Config
+	// noProbes turns the loss probes off: only the local ACK timeout
+	// sends again.
+	noProbes bool
 	// wrapB, when set, wraps B's link (to drop chosen packets).
 	wrapB func(transport.Transport) transport.Transport
 }
@@ -126,7 +129,11 @@ func newEnd(t testing.TB, n *mem.Network, addr netip.Addr, o pairOpts, wrap func
 	if os.Getenv("GOROCE_TRACE") != "" {
 		tr = traceTransport{ep, addr.String()}
 	}
-	d, err := New(tr, &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack, Logger: testLogger(t), Congestion: o.cc})
+	cfg := &Config{Clock: n.Clock(), MaxUnackedPSNs: o.maxUnack, Logger: testLogger(t), Congestion: o.cc}
+	if o.noProbes {
+		cfg.LossProbe = -1
+	}
+	d, err := New(tr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
