@@ -99,6 +99,7 @@ type sendRecorder struct {
 	on    bool
 	calls int
 	sent  []sentWrite
+	seen  map[uint32]bool // PSNs recorded: a packet sent again (a loss probe on a slow host) is not
 }
 
 type sentWrite struct {
@@ -115,7 +116,14 @@ func (r *sendRecorder) Send(pkts []transport.Packet) error {
 		for i := range pkts {
 			switch op := bth.Opcode(pkts[i].Data[0]); op {
 			case bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLastImm, bth.RCWriteOnlyImm:
-				r.sent = append(r.sent, sentWrite{op, pkts[i].Len(), r.calls})
+				psn := uint32(bth.BTH(pkts[i].Data).PSN())
+				if r.seen == nil {
+					r.seen = map[uint32]bool{}
+				}
+				if !r.seen[psn] {
+					r.seen[psn] = true
+					r.sent = append(r.sent, sentWrite{op, pkts[i].Len(), r.calls})
+				}
 			}
 		}
 	}
