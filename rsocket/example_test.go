@@ -110,27 +110,29 @@ func ExampleConn_IOWrite() {
 }
 
 // Datagram rsockets (librdmacm's SOCK_DGRAM rsockets, as udpong uses
-// them): two sockets on two software devices over UDP loopback. The first
-// datagram goes on the receiver's UDP socket and teaches it the sender's
-// QP; the answer, and what follows, are UD SENDs.
+// them): two sockets on two software devices over UDP loopback, on
+// addresses of their own (127.0.77.1 and .2, away from other programs'
+// devices on 127.0.0.1). The first datagram goes on the receiver's UDP
+// socket and teaches it the sender's QP; the answer, and what follows,
+// are UD SENDs.
 func ExamplePacketConn() {
 	ctx := context.Background()
-	a, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.1"), Port: 14791, PeerPort: 14791}})
+	a, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.77.1"), Port: 14791, PeerPort: 14791}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	b, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.0.2"), Port: 14791, PeerPort: 14791}})
+	b, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: netip.MustParseAddr("127.0.77.2"), Port: 14791, PeerPort: 14791}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close()
-	server, err := rsocket.ListenPacket(ctx, b, netip.MustParseAddrPort("127.0.0.2:7174"))
+	server, err := rsocket.ListenPacket(ctx, b, netip.MustParseAddrPort("127.0.77.2:7174"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer server.Close()
-	client, err := rsocket.ListenPacket(ctx, a, netip.MustParseAddrPort("127.0.0.1:0")) // any free port
+	client, err := rsocket.ListenPacket(ctx, a, netip.MustParseAddrPort("127.0.77.1:0")) // any free port
 	if err != nil {
 		log.Fatal(err)
 	}
