@@ -13,17 +13,19 @@ import (
 
 // TestRdmaCM runs librdmacm's example programs and perftest over rdma_cm
 // (-R), unmodified, both ends on the device (server on goroce0, client on
-// goroce1 where the tool takes a source address): each ends well and
+// goroce1 where the tool takes a source address; mckey's group member and
+// sender): each ends well and
 // prints what it prints on success.
 func TestRdmaCM(t *testing.T) {
-	devicetest.Need(t, "rping", "ucmatose", "udaddy", "cmtime", "rdma_server", "rdma_client", "ib_write_bw")
+	devicetest.Need(t, "rping", "ucmatose", "udaddy", "mckey", "cmtime", "rdma_server", "rdma_client", "ib_write_bw")
 	h := devicetest.NewHost(t)
 	d0 := h.Start("goroce0", "127.0.0.1")
 	h.Start("goroce1", "127.0.0.2")
 	type tc struct {
 		name             string
 		server, client   func(port string) []string
-		port             int // the rdma_cm port the server listens on, when not the one given (udaddy's)
+		port             int    // the rdma_cm port the server listens on, when not the one given (udaddy's)
+		ready            string // what the server prints when it is ready, for a server that does not listen (mckey's receiver)
 		cexpect, sexpect []string
 	}
 	cases := []tc{
@@ -55,6 +57,18 @@ func TestRdmaCM(t *testing.T) {
 			server:  func(p string) []string { return []string{"rdma_server", "-p", p} },
 			client:  func(p string) []string { return []string{"rdma_client", "-s", "127.0.0.1", "-p", p} },
 			cexpect: []string{`rdma_client: end 0`}, sexpect: []string{`rdma_server: end 0`}},
+		{name: "mckey",
+			// A member of 239.255.60.1 on goroce0 gets the sender's
+			// datagrams through goroce1.
+			// stdbuf: the receiver's "ready" line, not held in a buffer.
+			server: func(p string) []string {
+				return []string{"stdbuf", "-oL", "mckey", "-m", "239.255.60.1", "-b", "127.0.0.1", "-C", "10"}
+			},
+			client: func(p string) []string {
+				return []string{"mckey", "-m", "239.255.60.1", "-b", "127.0.0.2", "-s", "-C", "10"}
+			},
+			ready:   "receiving data transfers",
+			cexpect: []string{`data transfers complete`, `return status 0`}, sexpect: []string{`data transfers complete`, `return status 0`}},
 	}
 	for _, tool := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"} {
 		tool := tool
@@ -79,7 +93,11 @@ func TestRdmaCM(t *testing.T) {
 			if c.port != 0 {
 				lport = c.port
 			}
-			d0.WaitListening(t, lport, 20*time.Second)
+			if c.ready != "" {
+				s.WaitFor(t, c.ready, 20*time.Second)
+			} else {
+				d0.WaitListening(t, lport, 20*time.Second)
+			}
 			r := h.Go(ctx, cli[0], cli[1:]...).Wait()
 			if r.Err != nil {
 				t.Fatalf("client %s\nserver: %s", r, s.Output())

@@ -126,7 +126,8 @@ type cmID struct {
 	connecting   bool
 	closing      bool
 	disconnected bool
-	manual       bool // a connection of the program's own QP, to rdma_establish
+	manual       bool                  // a connection of the program's own QP, to rdma_establish
+	mcasts       map[uint64]netip.Addr // multicast joins, by the library's name for them
 }
 
 // decision is a program's answer to a connection request: the Params to
@@ -271,7 +272,7 @@ func (s *session) cmBind(body []byte) uint32 {
 	case id.src.IsValid() || id.listening:
 		return abi.EINVAL // bound already
 	case !src.Addr().IsUnspecified() && !s.local(src.Addr()):
-		return 99 // EADDRNOTAVAIL: not an address of this device
+		return abi.EADDRNOTAVAIL // not an address of this device
 	}
 	id.src = src
 	return 0
@@ -290,7 +291,7 @@ func (s *session) cmResolveAddr(body []byte) uint32 {
 	}
 	if src.IsValid() && !src.Addr().IsUnspecified() {
 		if !s.local(src.Addr()) {
-			return 99 // EADDRNOTAVAIL
+			return abi.EADDRNOTAVAIL
 		}
 		id.src = src
 	}
@@ -1038,4 +1039,63 @@ func (s *Server) unlinger(lr *listenRec) {
 		delete(s.lingering, lr.ln.Addr())
 	}
 	s.mu.Unlock()
+}
+
+// cmJoinMcast joins a UD id to a multicast group, as the kernel's rdma_cm
+// does on RoCE: there is no subnet administrator to ask, so the join
+// answers at once with RDMA_CM_EVENT_MULTICAST_JOIN and the group's
+// address vector (cm.JoinMulticast's), and the library attaches the id's
+// QP then (ibv_attach_mcast, which joins the group's address on the
+// link). The kernel refuses IPv6 groups on RoCEv2; goroce joins them.
+func (s *session) cmJoinMcast(body []byte) uint32 {
+	var req abi.CMJoinMcastReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	group, ok := sockaddr(req.Addr)
+	switch {
+	case id == nil || !ok || id.ps != abi.PSUDP || !id.src.IsValid():
+		return abi.EINVAL // a UD id, bound or resolved
+	case !group.Addr().IsMulticast():
+		return abi.EINVAL
+	}
+	g := group.Addr()
+	var local netip.Addr
+	for _, e := range s.srv.gids {
+		if a := verbs.AddrFromGID(e.GID); a.Is4() == g.Is4() {
+			local = a
+			break
+		}
+	}
+	if !local.IsValid() {
+		return abi.EINVAL // no address of the group's IP version
+	}
+	if id.mcasts == nil {
+		id.mcasts = map[uint64]netip.Addr{}
+	}
+	id.mcasts[req.UID] = g
+	e := abi.CMEvent{Type: abi.CMEventMulticastJoin, UID: req.UID, Dst: sockaddrOf(group),
+		UD: abi.AHAttr{DGID: verbs.MulticastGID(g), SGIDIndex: s.gidIndex(local), HopLimit: cm.MulticastHopLimit,
+			IsGlobal: 1, Port: 1},
+		UDQPN: verbs.MulticastQPN, UDQKey: verbs.DefaultQKey}
+	id.event(e)
+	return 0
+}
+
+// cmLeaveMcast forgets a join; the library has detached the id's QP.
+func (s *session) cmLeaveMcast(body []byte) uint32 {
+	var req abi.CMLeaveMcastReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	id := s.cmID(req.ID)
+	if id == nil {
+		return abi.EINVAL
+	}
+	if _, ok := id.mcasts[req.UID]; !ok {
+		return abi.EADDRNOTAVAIL
+	}
+	delete(id.mcasts, req.UID)
+	return 0
 }

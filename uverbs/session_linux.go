@@ -364,6 +364,10 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		r, e = s.cmQuery(body)
 	case abi.OpCMInitQPAttr:
 		r, e = s.cmInitQPAttr(body)
+	case abi.OpCMJoinMcast:
+		e = s.cmJoinMcast(body)
+	case abi.OpCMLeaveMcast:
+		e = s.cmLeaveMcast(body)
 	case abi.OpAttachMcast:
 		e = s.attachMcast(body) // mcast_linux.go
 	case abi.OpDetachMcast:

@@ -71,6 +71,8 @@ enum goroce_op {
 	GOROCE_OP_CM_MIGRATE = 41,
 	GOROCE_OP_CM_QUERY = 42,
 	GOROCE_OP_CM_INIT_QP_ATTR = 43,
+	GOROCE_OP_CM_JOIN_MCAST = 44,
+	GOROCE_OP_CM_LEAVE_MCAST = 45,
 };
 
 struct goroce_header {
@@ -882,6 +884,28 @@ _Static_assert(sizeof(struct goroce_cm_init_qp_attr_reply) == 152, "CMInitQPAttr
 _Static_assert(offsetof(struct goroce_cm_init_qp_attr_reply, mask) == 0, "CMInitQPAttrReply.Mask");
 _Static_assert(offsetof(struct goroce_cm_init_qp_attr_reply, attr) == 8, "CMInitQPAttrReply.Attr");
 
+struct goroce_cm_join_mcast_req {
+	uint32_t id;
+	uint32_t join_flags;
+	uint64_t uid;
+	uint8_t addr[28];
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_cm_join_mcast_req) == 48, "CMJoinMcastReq");
+_Static_assert(offsetof(struct goroce_cm_join_mcast_req, id) == 0, "CMJoinMcastReq.ID");
+_Static_assert(offsetof(struct goroce_cm_join_mcast_req, join_flags) == 4, "CMJoinMcastReq.JoinFlags");
+_Static_assert(offsetof(struct goroce_cm_join_mcast_req, uid) == 8, "CMJoinMcastReq.UID");
+_Static_assert(offsetof(struct goroce_cm_join_mcast_req, addr) == 16, "CMJoinMcastReq.Addr");
+
+struct goroce_cm_leave_mcast_req {
+	uint32_t id;
+	uint32_t _pad0;
+	uint64_t uid;
+};
+_Static_assert(sizeof(struct goroce_cm_leave_mcast_req) == 16, "CMLeaveMcastReq");
+_Static_assert(offsetof(struct goroce_cm_leave_mcast_req, id) == 0, "CMLeaveMcastReq.ID");
+_Static_assert(offsetof(struct goroce_cm_leave_mcast_req, uid) == 8, "CMLeaveMcastReq.UID");
+
 struct goroce_cm_event {
 	uint32_t type;
 	int32_t status;
@@ -897,7 +921,8 @@ struct goroce_cm_event {
 	uint8_t src[28];
 	uint8_t dst[28];
 	uint32_t path_mtu;
-	uint8_t _pad1[40];
+	uint64_t uid;
+	uint8_t _pad1[32];
 };
 _Static_assert(sizeof(struct goroce_cm_event) == 384, "CMEvent");
 _Static_assert(offsetof(struct goroce_cm_event, type) == 0, "CMEvent.Type");
@@ -913,5 +938,6 @@ _Static_assert(offsetof(struct goroce_cm_event, ud_qkey) == 280, "CMEvent.UDQKey
 _Static_assert(offsetof(struct goroce_cm_event, src) == 284, "CMEvent.Src");
 _Static_assert(offsetof(struct goroce_cm_event, dst) == 312, "CMEvent.Dst");
 _Static_assert(offsetof(struct goroce_cm_event, path_mtu) == 340, "CMEvent.PathMTU");
+_Static_assert(offsetof(struct goroce_cm_event, uid) == 344, "CMEvent.UID");
 
 #endif

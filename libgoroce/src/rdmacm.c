@@ -61,7 +61,18 @@ struct cm_id {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	unsigned reported, acked; /* events returned and acked */
+	struct cm_mc *mcs;        /* multicast joins, under cm_lock */
 	struct cm_id *next;       /* in ids */
+};
+
+/* A multicast join of an id (rdma_join_multicast). */
+struct cm_mc {
+	struct sockaddr_storage addr;
+	void *context;
+	uint16_t flags;
+	int attached;
+	union ibv_gid mgid;
+	struct cm_mc *next;
 };
 
 struct cm_event {
@@ -425,6 +436,10 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *cid)
 	if (id->sync)
 		rdma_destroy_event_channel(cid->channel);
 	free_own_cqs(id);
+	for (struct cm_mc *mc = id->mcs, *next; mc; mc = next) {
+		next = mc->next;
+		free(mc);
+	}
 	free(id);
 	return 0;
 }
@@ -456,7 +471,6 @@ static struct cm_id *lookup(uint32_t tag, uint32_t h)
 	return NULL;
 }
 
-/* read_event reads the next event of channel c and makes it the program's. */
 /* removal queues a DEVICE_REMOVAL for each of c's ids on device i,
  * which closed its pipe (it stopped, or its process died), as the
  * kernel's rdma_cm reports a device removed. The pipe stays in the epoll
@@ -534,6 +548,40 @@ static int next_event(struct cm_channel *c, struct goroce_cm_event *g)
 	}
 }
 
+/* mc_event gives a multicast event the join's context, and for a join
+ * attaches the id's QP, as librdmacm's ucma_process_join does (an attach
+ * that fails makes it MULTICAST_ERROR). It reports false for a join the
+ * program has left. */
+static int mc_event(struct cm_id *id, const struct goroce_cm_event *g, struct cm_event *e)
+{
+	pthread_mutex_lock(&cm_lock);
+	struct cm_mc *mc = id->mcs;
+	while (mc && (uintptr_t)mc != g->uid)
+		mc = mc->next;
+	if (!mc) {
+		pthread_mutex_unlock(&cm_lock);
+		return 0;
+	}
+	e->ev.param.ud.private_data = mc->context;
+	e->ev.param.ud.private_data_len = 0;
+	if (g->type == RDMA_CM_EVENT_MULTICAST_JOIN) {
+		memcpy(mc->mgid.raw, g->ud.dgid, 16);
+		if (id->id.qp && mc->flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER && !mc->attached) {
+			int r = ibv_attach_mcast(id->id.qp, &mc->mgid, 0);
+			if (r) {
+				errno = r;
+				e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+				e->ev.status = -1;
+			} else {
+				mc->attached = 1;
+			}
+		}
+	}
+	pthread_mutex_unlock(&cm_lock);
+	return 1;
+}
+
+/* read_event reads the next event of channel c and makes it the program's. */
 static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 {
 	for (;;) {
@@ -600,6 +648,12 @@ static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 			p->rnr_retry_count = g.param.rnr_retry_count;
 			p->srq = g.param.srq;
 			p->qp_num = g.param.qp_num;
+		}
+		if (g.type == RDMA_CM_EVENT_MULTICAST_JOIN || g.type == RDMA_CM_EVENT_MULTICAST_ERROR) {
+			if (!mc_event(id, &g, e)) {
+				free(e);
+				continue; /* a join left since */
+			}
 		}
 		switch (g.type) {
 		case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -675,6 +729,7 @@ static int wait_sync(struct cm_id *id, enum rdma_cm_event_type want)
 		case RDMA_CM_EVENT_ADDR_ERROR:
 		case RDMA_CM_EVENT_ROUTE_ERROR:
 		case RDMA_CM_EVENT_CONNECT_ERROR:
+		case RDMA_CM_EVENT_MULTICAST_ERROR:
 			return fail(st < 0 ? -st : EHOSTUNREACH);
 		default:
 			continue;
@@ -1273,22 +1328,81 @@ EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 
 /* Multicast: not in the engine yet. */
 
+/* Multicast: the device answers a join with MULTICAST_JOIN at once (no
+ * SA on RoCE), and the id's QP is attached when the program reads it
+ * (mc_event), as librdmacm attaches it. */
+
+static int join(struct rdma_cm_id *cid, struct sockaddr *addr, uint16_t flags, void *context)
+{
+	int n = sockaddr_len(addr);
+	if (!cid || !n)
+		return fail(EINVAL);
+	struct cm_id *id = to_id(cid);
+	if (!id->cd)
+		return fail(EINVAL); /* bind or resolve it first */
+	struct cm_mc *mc = calloc(1, sizeof *mc);
+	if (!mc)
+		return fail(ENOMEM);
+	memcpy(&mc->addr, addr, n);
+	mc->context = context;
+	mc->flags = flags;
+	pthread_mutex_lock(&cm_lock);
+	mc->next = id->mcs;
+	id->mcs = mc;
+	struct goroce_cm_join_mcast_req req = {.id = id->h, .join_flags = flags, .uid = (uintptr_t)mc};
+	put_sockaddr(req.addr, addr);
+	int r = gr_call(cd_ctx(id->cd), GOROCE_OP_CM_JOIN_MCAST, &req, sizeof req, NULL, 0, NULL, 0, NULL);
+	if (r) {
+		id->mcs = mc->next;
+		free(mc);
+	}
+	pthread_mutex_unlock(&cm_lock);
+	if (r)
+		return fail(r);
+	return id->sync ? wait_sync(id, RDMA_CM_EVENT_MULTICAST_JOIN) : 0;
+}
+
 EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
-	(void)id, (void)addr, (void)context;
-	return fail(EOPNOTSUPP);
+	return join(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
 }
 
-EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr, void *context)
+EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
 {
-	(void)id, (void)mc_join_attr, (void)context;
-	return fail(EOPNOTSUPP);
+	if (!attr)
+		return fail(EINVAL);
+	if (attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED)
+		return fail(EOPNOTSUPP);
+	if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ||
+	    attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
+		return fail(EINVAL);
+	return join(id, attr->addr, (uint16_t)attr->join_flags, context);
 }
 
-EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+EXPORT int rdma_leave_multicast(struct rdma_cm_id *cid, struct sockaddr *addr)
 {
-	(void)id, (void)addr;
-	return fail(EOPNOTSUPP);
+	int n = sockaddr_len(addr);
+	if (!cid || !n)
+		return fail(EINVAL);
+	struct cm_id *id = to_id(cid);
+	pthread_mutex_lock(&cm_lock);
+	struct cm_mc **p = &id->mcs;
+	while (*p && memcmp(&(*p)->addr, addr, n))
+		p = &(*p)->next;
+	struct cm_mc *mc = *p;
+	if (mc)
+		*p = mc->next;
+	pthread_mutex_unlock(&cm_lock);
+	if (!mc)
+		return fail(EADDRNOTAVAIL);
+	if (cid->qp && mc->attached)
+		ibv_detach_mcast(cid->qp, &mc->mgid, 0);
+	if (id->cd) {
+		struct goroce_cm_leave_mcast_req req = {.id = id->h, .uid = (uintptr_t)mc};
+		gr_call(cd_ctx(id->cd), GOROCE_OP_CM_LEAVE_MCAST, &req, sizeof req, NULL, 0, NULL, 0, NULL);
+	}
+	free(mc);
+	return 0;
 }
 
 /* Devices */

@@ -5,7 +5,7 @@
  * kernel's rdma_cm give: REJECTED with reason 8 (invalid service ID)
  * from a port nobody listens on and 28 (consumer defined) from
  * rdma_reject; one DISCONNECTED per end however the connection ends;
- * rdma_disconnect's returns; ids with no QP, the program moving its own
+ * rdma_disconnect's returns; multicast joins (IPv4); ids with no QP, the program moving its own
  * with rdma_init_qp_attr and ending the handshake with rdma_establish;
  * ENODEV from every entry point while no
  * device is there (mode "nodev"); DEVICE_REMOVAL for every id when the
@@ -342,6 +342,110 @@ static void test_manual(struct rdma_event_channel *cch, struct rdma_event_channe
 	free_own(&so);
 }
 
+/* test_mcast joins a UD id to 239.255.60.1 and sends to the group from
+ * another: MULTICAST_JOIN carries the join's context and the group's
+ * address vector (its GID, QPN 0xFFFFFF, rdma_cm's Q_Key), the id's QP
+ * is attached and gets the datagram; a send-only join attaches nothing;
+ * the errors librdmacm and the kernel give. */
+static void test_mcast(struct rdma_event_channel *ch)
+{
+	struct sockaddr_in grp = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "239.255.60.1", &grp.sin_addr);
+	struct rdma_cm_id *tcp, *rx, *tx;
+	RMUST(rdma_create_id(ch, &tcp, NULL, RDMA_PS_TCP));
+	RMUST(rdma_create_id(ch, &rx, NULL, RDMA_PS_UDP));
+	RMUST(rdma_create_id(ch, &tx, NULL, RDMA_PS_UDP));
+	errno = 0;
+	CHECK(rdma_join_multicast(rx, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL,
+	      "a join of an unbound id: errno %d, want EINVAL", errno);
+	set_port(0);
+	RMUST(rdma_bind_addr(rx, (struct sockaddr *)&addr));
+	RMUST(rdma_bind_addr(tx, (struct sockaddr *)&addr));
+	RMUST(rdma_bind_addr(tcp, (struct sockaddr *)&addr));
+	errno = 0;
+	CHECK(rdma_join_multicast(tcp, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL,
+	      "a join of a TCP id: errno %d, want EINVAL", errno);
+	errno = 0;
+	CHECK(rdma_join_multicast(rx, (struct sockaddr *)&addr, NULL) == -1 && errno == EINVAL,
+	      "a join of a unicast address: errno %d, want EINVAL", errno);
+	struct rdma_cm_join_mc_attr_ex bad = {.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS, .addr = (struct sockaddr *)&grp};
+	errno = 0;
+	CHECK(rdma_join_multicast_ex(rx, &bad, NULL) == -1 && errno == EINVAL, "a join with no flags: errno %d", errno);
+	errno = 0;
+	CHECK(rdma_leave_multicast(rx, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL,
+	      "leaving a group not joined: errno %d, want EADDRNOTAVAIL", errno);
+
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	RMUST(rdma_create_qp(rx, NULL, &qa));
+	struct ibv_qp_init_attr qb = qa;
+	qb.send_cq = qb.recv_cq = NULL;
+	RMUST(rdma_create_qp(tx, NULL, &qb));
+	static char rbuf[40 + 64], sbuf[64] = "to the group";
+	struct ibv_mr *rmr = OK(ibv_reg_mr(rx->pd, rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE));
+	struct ibv_mr *smr = OK(ibv_reg_mr(tx->pd, sbuf, sizeof sbuf, 0));
+	struct ibv_sge rs = {.addr = (uintptr_t)rbuf, .length = sizeof rbuf, .lkey = rmr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *rbad;
+	EQ_ERR(ibv_post_recv(rx->qp, &rwr, &rbad), 0);
+
+	int ctx_rx, ctx_tx;
+	RMUST(rdma_join_multicast(rx, (struct sockaddr *)&grp, &ctx_rx));
+	struct rdma_cm_join_mc_attr_ex so = {.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+					     .addr = (struct sockaddr *)&grp,
+					     .join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER};
+	RMUST(rdma_join_multicast_ex(tx, &so, &ctx_tx));
+	struct rdma_ud_param ud[2];
+	for (int k = 0; k < 2; k++) {
+		struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+		struct rdma_cm_event *ev;
+		if (poll(&p, 1, 5000) != 1 || rdma_get_cm_event(ch, &ev)) {
+			CHECK(0, "no MULTICAST_JOIN event");
+			exit(2);
+		}
+		CHECK(ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && !ev->status, "event %s, status %d",
+		      rdma_event_str(ev->event), ev->status);
+		int who = ev->id == tx;
+		CHECK(ev->param.ud.private_data == (who ? (void *)&ctx_tx : (void *)&ctx_rx), "the join's context");
+		ud[who] = ev->param.ud;
+		rdma_ack_cm_event(ev);
+	}
+	union ibv_gid want = {.raw = {[10] = 0xff, [11] = 0xff, [12] = 239, [13] = 255, [14] = 60, [15] = 1}};
+	CHECK(!memcmp(ud[0].ah_attr.grh.dgid.raw, want.raw, 16) && ud[0].ah_attr.is_global && ud[0].qp_num == 0xFFFFFF &&
+		      ud[0].qkey == 0x01234567,
+	      "the join's address vector: qpn %#x qkey %#x", ud[0].qp_num, ud[0].qkey);
+	/* The send-only join attached nothing: detaching is an error. */
+	CHECK(ibv_detach_mcast(tx->qp, &ud[1].ah_attr.grh.dgid, 0) != 0, "a send-only join attached its QP");
+
+	struct ibv_ah *ah = OK(ibv_create_ah(tx->pd, &ud[1].ah_attr));
+	struct ibv_sge ss = {.addr = (uintptr_t)sbuf, .length = sizeof sbuf, .lkey = smr->lkey};
+	struct ibv_send_wr swr = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED},
+			   *sbad;
+	swr.wr.ud.ah = ah;
+	swr.wr.ud.remote_qpn = ud[1].qp_num;
+	swr.wr.ud.remote_qkey = ud[1].qkey;
+	EQ_ERR(ibv_post_send(tx->qp, &swr, &sbad), 0);
+	struct ibv_wc wc;
+	CHECK(poll_n(tx->send_cq, &wc, 1, 5000) == 1 && wc.status == IBV_WC_SUCCESS, "the group's SEND");
+	CHECK(poll_n(rx->recv_cq, &wc, 1, 5000) == 1 && wc.status == IBV_WC_SUCCESS && !strcmp(rbuf + 40, sbuf),
+	      "the member's receive: %s", rbuf + 40);
+
+	EQ_ERR(rdma_leave_multicast(rx, (struct sockaddr *)&grp) ? errno : 0, 0);
+	EQ_ERR(rdma_leave_multicast(tx, (struct sockaddr *)&grp) ? errno : 0, 0);
+	errno = 0;
+	CHECK(rdma_leave_multicast(rx, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL, "a second leave: errno %d",
+	      errno);
+	CHECK(ibv_detach_mcast(rx->qp, &want, 0) != 0, "the leave did not detach the QP");
+	EQ_ERR(ibv_destroy_ah(ah), 0);
+	EQ_ERR(ibv_dereg_mr(rmr), 0);
+	EQ_ERR(ibv_dereg_mr(smr), 0);
+	rdma_destroy_qp(rx);
+	rdma_destroy_qp(tx);
+	EQ_ERR(rdma_destroy_id(rx), 0);
+	EQ_ERR(rdma_destroy_id(tx), 0);
+	EQ_ERR(rdma_destroy_id(tcp), 0);
+}
+
 /* gone connects to itself, says "ready", and waits for the device to go:
  * each id gets DEVICE_REMOVAL, the listener's too, and tears down. */
 static int gone(int port)
@@ -411,6 +515,8 @@ int main(int argc, char **argv)
 	test_disconnect(cch, sch, port + 2);
 	test_relisten(cch, sch, port + 3);
 	test_manual(cch, sch, port + 4);
+	if (addr.ss_family == AF_INET)
+		test_mcast(cch);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 	return report("cmreturns");

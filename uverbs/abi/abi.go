@@ -105,6 +105,8 @@ const (
 	OpCMMigrate
 	OpCMQuery
 	OpCMInitQPAttr
+	OpCMJoinMcast
+	OpCMLeaveMcast
 	opEnd
 )
 
@@ -114,7 +116,7 @@ var opNames = [...]string{"", "HELLO", "QUERY_PORT", "ALLOC_PD", "DEALLOC_PD", "
 	"DESTROY_SRQ", "CREATE_AH", "DESTROY_AH", "ATTACH_MCAST", "DETACH_MCAST", "INFO",
 	"CM_REGISTER_CHANNEL", "CM_UNREGISTER_CHANNEL", "CM_CREATE_ID", "CM_DESTROY_ID", "CM_BIND", "CM_RESOLVE_ADDR",
 	"CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT", "CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH",
-	"CM_MIGRATE", "CM_QUERY", "CM_INIT_QP_ATTR"}
+	"CM_MIGRATE", "CM_QUERY", "CM_INIT_QP_ATTR", "CM_JOIN_MCAST", "CM_LEAVE_MCAST"}
 
 // String returns the operation's name (CREATE_QP, ...).
 func (o Op) String() string {
@@ -155,23 +157,24 @@ type Reply struct {
 
 // Error numbers of Linux, as replies carry them.
 const (
-	EPERM      = 1
-	ENOENT     = 2
-	EINTR      = 4
-	EIO        = 5
-	EBADF      = 9
-	EAGAIN     = 11
-	ENOMEM     = 12
-	EACCES     = 13
-	EFAULT     = 14
-	EBUSY      = 16
-	EEXIST     = 17
-	ENODEV     = 19
-	EINVAL     = 22
-	ENOSPC     = 28
-	ENOSYS     = 38
-	EPROTO     = 71
-	EOPNOTSUPP = 95
+	EPERM         = 1
+	ENOENT        = 2
+	EINTR         = 4
+	EIO           = 5
+	EBADF         = 9
+	EAGAIN        = 11
+	ENOMEM        = 12
+	EACCES        = 13
+	EFAULT        = 14
+	EBUSY         = 16
+	EEXIST        = 17
+	ENODEV        = 19
+	EINVAL        = 22
+	ENOSPC        = 28
+	ENOSYS        = 38
+	EPROTO        = 71
+	EOPNOTSUPP    = 95
+	EADDRNOTAVAIL = 99
 )
 
 // HelloReq opens a session. It carries three descriptors, in this order:

@@ -19,7 +19,7 @@ var structs = []any{
 	CreateSRQReply{}, ModifySRQReq{}, QuerySRQReply{}, CreateAHReq{}, McastReq{}, CreateCompChannelReq{},
 	CompEvent{}, AsyncEvent{}, SessionPage{}, RingHeader{}, SendWQE{}, SGE{}, BindInfo{}, RecvWQE{}, CQE{},
 	CMRegisterChannelReq{}, CMCreateIDReq{}, CMAddrReq{}, CMListenReq{}, CMConnParam{}, CMConnectReq{}, CMRejectReq{},
-	CMMigrateReq{}, CMNewIDReply{}, CMQueryReply{}, CMInitQPAttrReq{}, CMInitQPAttrReply{}, CMEvent{},
+	CMMigrateReq{}, CMNewIDReply{}, CMQueryReply{}, CMInitQPAttrReq{}, CMInitQPAttrReply{}, CMJoinMcastReq{}, CMLeaveMcastReq{}, CMEvent{},
 }
 
 // constants are the numbers the C side needs besides its own headers'.

@@ -138,6 +138,26 @@ type CMInitQPAttrReply struct {
 	Attr QPAttr
 }
 
+// CMJoinMcastReq joins id ID to the multicast group at Addr
+// (rdma_join_multicast, with JoinFlags as rdma_join_multicast_ex takes
+// them); its MULTICAST_JOIN event carries UID, the library's name for the
+// join. The library attaches the id's QP when the event comes, as
+// librdmacm does.
+type CMJoinMcastReq struct {
+	ID        uint32
+	JoinFlags uint32
+	UID       uint64
+	Addr      [SockaddrSize]byte
+	_         uint32
+}
+
+// CMLeaveMcastReq leaves the join UID of id ID (rdma_leave_multicast).
+type CMLeaveMcastReq struct {
+	ID  uint32
+	_   uint32
+	UID uint64
+}
+
 // CMEvent is one rdma_cm event as the device writes it to a channel.
 // Type is rdma_cm_event_type, Status its status; ID the id's handle (for
 // a connection request, the new id's, made on the device for the
@@ -161,7 +181,10 @@ type CMEvent struct {
 	Src      [SockaddrSize]byte
 	Dst      [SockaddrSize]byte
 	PathMTU  uint32
-	_        [40]byte
+	// UID is the library's name for the multicast join a
+	// MULTICAST_JOIN or MULTICAST_ERROR event is about (CMJoinMcastReq).
+	UID uint64
+	_   [32]byte
 }
 
 // rdma_cm event types.
