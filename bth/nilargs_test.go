@@ -57,10 +57,13 @@ func TestNilArgs(t *testing.T) {
 		{Src: netip.MustParseAddr("2001:db8::1"), Dst: v4.Dst}}
 	pkt := make([]byte, BTHLen+ICRCLen)
 	apitest.Run(t, ".", apitest.Table{
-		"AckKind.String": func(t *testing.T) { want(t, AckKind(9).String(), "RESERVED") },
-		"MTU.Valid":      func(t *testing.T) { want(t, MTU(0).Valid(), false) },
-		"MTU.Bytes":      func(t *testing.T) { want(t, MTU(6).Bytes(), 0) },
-		"MTU.String":     func(t *testing.T) { want(t, MTU(0xFF).String(), "MTU(255)") },
+		"IsFlush":         func(t *testing.T) { want(t, IsFlush(nil), false) },
+		"FlushICRCRXE":    func(t *testing.T) { want(t, FlushICRCRXE(5, nil), uint32(5)) },
+		"UnfoldFlushICRC": func(t *testing.T) { UnfoldFlushICRC(nil); UnfoldFlushICRC(make([]byte, 36)) },
+		"AckKind.String":  func(t *testing.T) { want(t, AckKind(9).String(), "RESERVED") },
+		"MTU.Valid":       func(t *testing.T) { want(t, MTU(0).Valid(), false) },
+		"MTU.Bytes":       func(t *testing.T) { want(t, MTU(6).Bytes(), 0) },
+		"MTU.String":      func(t *testing.T) { want(t, MTU(0xFF).String(), "MTU(255)") },
 		"MTUFromBytes": func(t *testing.T) {
 			m, ok := MTUFromBytes(-1)
 			want(t, m, 0)

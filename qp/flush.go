@@ -87,10 +87,26 @@ func (q *QP) emitFlush(w *sendWQE, b *txBatch) bool {
 		binary.NativeEndian.PutUint64(p.Payload, w.wr.CompareAdd)
 	}
 	b.add(size, q.dest, q.sport, q.dataTOS())
+	if op == bth.RCFlush {
+		b.pkts[len(b.pkts)-1].RXEFlushICRC = q.flushICRC(w)
+	}
 	q.countSent(true, size)
 	q.req.sinceAckReq = 0
 	w.state = wqeSent
 	return true
+}
+
+// flushICRC chooses the ICRC of FLUSH w as it goes out, and reports
+// whether it is rxe's (bth.FlushICRCRXE). rxe drops a FLUSH with the
+// IBTA's ICRC and a peer that follows the IBTA would drop one with rxe's,
+// so a FLUSH goes with the style the QP last used (rxe's once its peer
+// sent a FLUSH with it: recv.go), and each time it goes again, with the
+// other: a peer of either kind answers by the second try.
+func (q *QP) flushICRC(w *sendWQE) bool {
+	if w.flushTries++; w.flushTries > 1 {
+		q.req.flushRXE = !q.req.flushRXE
+	}
+	return q.req.flushRXE
 }
 
 // wcByteLen is the byte_len of a send completion: the bytes the request

@@ -36,6 +36,8 @@ type sendWQE struct {
 	sent     uint64  // payload bytes sent (SEND, WRITE) or not to request again (READ)
 	orig     uint64  // atomic: the original remote value
 	bind     *mwBind // BIND_MW: what to bind
+	// flushTries counts the times a FLUSH went out (QP.flushICRC).
+	flushTries uint8
 }
 
 // lastPSN returns the last PSN of the request.
@@ -90,6 +92,7 @@ func (s *sendQueue) post(wr *verbs.SendWR, q *QP) {
 		w.dest, w.tos = a.DestAddr(), a.TrafficClass
 	}
 	w.state, w.status, w.sent, w.npsn, w.orig, w.assigned = wqePosted, verbs.Success, 0, 0, 0, false
+	w.flushTries = 0
 	s.tail++
 }
 

@@ -181,6 +181,9 @@ func (q *QP) recv(p *bth.Packet, tp *transport.Packet, b *txBatch) {
 		q.ctr.DropBadPKey++
 		return
 	}
+	if tp.RXEFlushICRC {
+		q.req.flushRXE = true // the peer is rxe, or speaks as it does: so do the FLUSHes this QP sends it
+	}
 	switch {
 	case cnp:
 		q.receiveCNP()

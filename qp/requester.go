@@ -141,10 +141,13 @@ func (q *QP) checkSendOp(wr *verbs.SendWR) error {
 
 // reqState is the requester's state.
 type reqState struct {
-	psn           bth.PSN // next PSN to send
-	maxSent       bth.PSN // one past the highest PSN ever sent, to count retransmissions
-	rdOutstanding int     // READ and atomic requests sent and not complete
-	sinceAckReq   uint32  // packets since the last AckReq
+	psn     bth.PSN // next PSN to send
+	maxSent bth.PSN // one past the highest PSN ever sent, to count retransmissions
+	// flushRXE: the FLUSHes this QP sends carry the ICRC Linux's rxe
+	// gives FLUSH, not the IBTA's (bth.FlushICRCRXE); flush.go.
+	flushRXE      bool
+	rdOutstanding int    // READ and atomic requests sent and not complete
+	sinceAckReq   uint32 // packets since the last AckReq
 	drainNotify   bool
 	// cwnd is how many PSNs may be unacknowledged: Device.maxUnacked at
 	// best, halved by every retry and grown again by acknowledgements,

@@ -29,6 +29,10 @@ func TestNilArgs(t *testing.T) {
 	noLink := NewFaulty(nil, Faults{Drop: 1}, 1)
 	noSniff := Sniff(nil, nil)
 	apitest.Run(t, ".", apitest.Table{
+		"VerifyFlushRXE": func(t *testing.T) {
+			want(t, VerifyFlushRXE(nil, nil), false)
+			want(t, VerifyFlushRXE(make([]byte, 36), func([]byte) bool { return true }), false) // opcode 0: not a FLUSH
+		},
 		"Faults.Any": func(t *testing.T) {
 			if (*Faults)(nil).Any() || (&Faults{Delay: -1}).Any() {
 				t.Error("nil or negative faults inject something")

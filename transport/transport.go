@@ -9,6 +9,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -61,6 +62,11 @@ type Packet struct {
 	// itself when Parsed is nil (a transport from elsewhere). Send
 	// ignores it.
 	Parsed *bth.Packet
+	// RXEFlushICRC marks a FLUSH with the ICRC Linux's rxe gives FLUSH
+	// (bth.FlushICRCRXE): on Send the transport seals the packet so; a
+	// FLUSH received so has it set, and by then its Data carries the
+	// IBTA's ICRC in its place (bth.UnfoldFlushICRC).
+	RXEFlushICRC bool
 }
 
 // Len returns the packet's length, BTH through ICRC (0 for a nil p).
@@ -92,9 +98,32 @@ func (p *Packet) Seal(f *bth.Flow) error {
 	case p == nil:
 		return nilError("Seal of a nil *Packet")
 	case p.Payload == nil:
-		return f.Seal(p.Data)
+		if err := f.Seal(p.Data); err != nil || !p.RXEFlushICRC {
+			return err
+		}
+		n := len(p.Data) - bth.ICRCLen
+		binary.LittleEndian.PutUint32(p.Data[n:], bth.FlushICRCRXE(binary.LittleEndian.Uint32(p.Data[n:]), p.Data))
+		return nil
 	}
 	return f.SealSplit(p.Data, p.Payload)
+}
+
+// VerifyFlushRXE reports whether data, a packet whose ICRC failed the
+// IBTA's check (verify), is a FLUSH that carries rxe's ICRC: it unfolds
+// the ICRC of a FLUSH (bth.UnfoldFlushICRC) and checks it again. On true,
+// data carries the IBTA's ICRC.
+func VerifyFlushRXE(data []byte, verify func([]byte) bool) bool {
+	if !bth.IsFlush(data) {
+		return false
+	}
+	n := len(data) - bth.ICRCLen
+	was := binary.LittleEndian.Uint32(data[n:])
+	bth.UnfoldFlushICRC(data)
+	if verify(data) {
+		return true
+	}
+	binary.LittleEndian.PutUint32(data[n:], was)
+	return false
 }
 
 // PayloadSender is implemented by transports whose Send takes packets

@@ -441,11 +441,16 @@ func (rx *rxState) frame(b []byte) {
 		if !rx.valid(p) {
 			return
 		}
-		if fr.ICRC() != binary.LittleEndian.Uint32(p[len(p)-bth.ICRCLen:]) {
-			rx.icrcErrors++
-			return
+		icrc := fr.ICRC()
+		ok := func(d []byte) bool { return icrc == binary.LittleEndian.Uint32(d[len(d)-bth.ICRCLen:]) }
+		rxeFlush := false
+		if !ok(p) {
+			if rxeFlush = transport.VerifyFlushRXE(p, ok); !rxeFlush {
+				rx.icrcErrors++
+				return
+			}
 		}
-		rx.deliver(p, &fr.Flow, tos)
+		rx.deliver(p, &fr.Flow, tos, rxeFlush)
 		return
 	}
 	if gsoType != vnetGSOUDPL4 || gsoSize <= 0 || (len(fr.Payload)+gsoSize-1)/gsoSize > maxGSOSegment {
@@ -463,11 +468,14 @@ func (rx *rxState) frame(b []byte) {
 		if flow.IsIPv4() {
 			flow.ID = fr.Flow.ID + i
 		}
+		rxeFlush := false
 		if !flow.Verify(p) {
-			rx.icrcErrors++
-			continue
+			if rxeFlush = transport.VerifyFlushRXE(p, flow.Verify); !rxeFlush {
+				rx.icrcErrors++
+				continue
+			}
 		}
-		rx.deliver(p, &flow, tos)
+		rx.deliver(p, &flow, tos, rxeFlush)
 	}
 }
 
@@ -482,11 +490,12 @@ func (rx *rxState) valid(p []byte) bool {
 }
 
 // deliver queues a verified packet, handing a full batch to the handler.
-func (rx *rxState) deliver(p []byte, f *bth.Flow, tos uint8) {
+func (rx *rxState) deliver(p []byte, f *bth.Flow, tos uint8, rxeFlush bool) {
 	rx.packets++
 	rx.bytes += uint64(len(p))
 	rx.batch = append(rx.batch, transport.Packet{
 		Data: p, Src: f.Src, Dst: f.Dst, SrcPort: f.SrcPort, TOS: tos, IPID: f.ID, Parsed: &rx.parsed[len(rx.batch)],
+		RXEFlushICRC: rxeFlush,
 	})
 	if len(rx.batch) == cap(rx.batch) {
 		rx.flush()

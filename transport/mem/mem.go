@@ -529,9 +529,12 @@ func (e *Endpoint) deliver(batch []*inflight) {
 			e.stats.rxMalformed.Add(1)
 			continue
 		}
+		p.RXEFlushICRC = false // what the receiver finds, not what the sender asked
 		if fl := flow(&p); !fl.Verify(p.Data) {
-			e.stats.rxICRC.Add(1)
-			continue
+			if p.RXEFlushICRC = transport.VerifyFlushRXE(p.Data, fl.Verify); !p.RXEFlushICRC {
+				e.stats.rxICRC.Add(1)
+				continue
+			}
 		}
 		e.stats.rxPackets.Add(1)
 		e.stats.rxBytes.Add(uint64(len(p.Data)))

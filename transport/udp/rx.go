@@ -72,17 +72,23 @@ func (r *receiver) datagram(buf []byte, src netip.AddrPort, dst netip.Addr, tos 
 			continue
 		}
 		var id uint16
+		rxeFlush := false
 		if ipv4 {
 			var ok bool
 			// One CRC pass: the solver returns the ID that fits, which
 			// is the full check when it is the expected one.
 			if id, ok = r.solver.Recover(&flow, data); !ok {
+				recover := func(d []byte) bool { id, ok = r.solver.Recover(&flow, d); return ok }
+				if rxeFlush = transport.VerifyFlushRXE(data, recover); !rxeFlush {
+					r.icrcErrors++
+					continue
+				}
+			}
+		} else if !flow.Verify(data) {
+			if rxeFlush = transport.VerifyFlushRXE(data, flow.Verify); !rxeFlush {
 				r.icrcErrors++
 				continue
 			}
-		} else if !flow.Verify(data) {
-			r.icrcErrors++
-			continue
 		}
 		r.packets++
 		r.bytes += uint64(len(data))
@@ -94,6 +100,8 @@ func (r *receiver) datagram(buf []byte, src netip.AddrPort, dst netip.Addr, tos 
 			TOS:     tos,
 			IPID:    id,
 			Parsed:  parsed,
+
+			RXEFlushICRC: rxeFlush,
 		})
 		if len(r.batch) == cap(r.batch) {
 			r.flush()

@@ -111,11 +111,13 @@ func hint(env *cli.Env, label string, ports *diagram.Ports) {
 //
 // The default output is a line per packet:
 //
-//	FRAME TIME SRC:PORT -> DST:PORT OPCODE qp=DESTQP psn=PSN FLAGS [pad=N] [headers] [MAD ...] payload=LEN icrc=ok|BAD|truncated
+//	FRAME TIME SRC:PORT -> DST:PORT OPCODE qp=DESTQP psn=PSN FLAGS [pad=N] [headers] [MAD ...] payload=LEN icrc=ok|rxe|BAD|truncated
 //
 // where FLAGS holds A (AckReq), S (solicited event), M (MigReq), F (FECN)
 // and B (BECN), or '.' for each bit not set. The ICRC is computed from the
-// frame's IP header and compared with the packet's; "truncated" means the
+// frame's IP header and compared with the packet's ("rxe": a FLUSH whose
+// ICRC is the one Linux's rxe gives FLUSH, covering its headers twice;
+// bth.FlushICRCRXE); "truncated" means the
 // capture kept too little of the packet to check it. payload is the real
 // payload length, from the UDP length when the capture cut the packet.
 //

@@ -149,6 +149,8 @@ func appendSummary(b []byte, rec *packetRecord) []byte {
 	switch {
 	case rec.truncated:
 		b = append(b, " icrc=truncated"...)
+	case rec.icrcRXE:
+		b = append(b, " icrc=rxe"...)
 	case rec.icrcOK:
 		b = append(b, " icrc=ok"...)
 	default:

@@ -38,6 +38,7 @@ type packetRecord struct {
 	payloadLen       int    // the packet's payload length, from the UDP length when truncated
 	truncated        bool   // the capture cut the packet: no ICRC
 	icrcOK           bool   // the ICRC verifies (when not truncated)
+	icrcRXE          bool   // ... as Linux's rxe computes it for a FLUSH (bth.FlushICRCRXE)
 	icrcWire         uint32 // the ICRC's four wire bytes read big-endian, as Wireshark shows it
 	malformed        string // why the frame (or its MAD) does not decode
 	madMalformedOnly bool   // the RoCE packet is fine; only its MAD is malformed
@@ -175,6 +176,10 @@ func (d *packetDecoder) decode(data []byte, first gopacket.LayerType, rec *packe
 		return
 	}
 	rec.payloadLen = len(r.Payload)
-	rec.icrcOK = bth.FrameICRC(fr.IP) == r.ICRC
+	want := bth.FrameICRC(fr.IP)
+	rec.icrcOK = want == r.ICRC
+	if !rec.icrcOK && bth.FlushICRCRXE(want, fr.Payload) == r.ICRC && bth.IsFlush(fr.Payload) {
+		rec.icrcOK, rec.icrcRXE = true, true // Linux's rxe's ICRC of a FLUSH
+	}
 	rec.icrcWire = bits.ReverseBytes32(r.ICRC)
 }
