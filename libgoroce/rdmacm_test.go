@@ -20,7 +20,7 @@ func TestRdmaCM(t *testing.T) {
 	devicetest.Need(t, "rping", "ucmatose", "udaddy", "mckey", "cmtime", "rdma_server", "rdma_client", "ib_write_bw")
 	h := devicetest.NewHost(t)
 	d0 := h.Start("goroce0", "127.0.0.1")
-	h.Start("goroce1", "127.0.0.2")
+	d1 := h.Start("goroce1", "127.0.0.2")
 	type tc struct {
 		name             string
 		server, client   func(port string) []string
@@ -102,6 +102,11 @@ func TestRdmaCM(t *testing.T) {
 			if r.Err != nil {
 				t.Fatalf("client %s\nserver: %s", r, s.Output())
 			}
+			defer func() {
+				if t.Failed() {
+					t.Logf("client: %s\ngoroce0: %+v\ngoroce1: %+v", r.Out, d0.Dev.Stats(), d1.Dev.Stats())
+				}
+			}()
 			for _, re := range c.cexpect {
 				if !regexp.MustCompile(re).MatchString(r.Out) {
 					t.Errorf("client output lacks %q:\n%s", re, r.Out)

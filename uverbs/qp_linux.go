@@ -216,11 +216,31 @@ func (s *session) destroyQP(body []byte) uint32 {
 	if q == nil {
 		return abi.EINVAL
 	}
+	s.drainPosted(q)
 	if err := q.qp.Destroy(); err != nil {
 		return errno(err)
 	}
 	s.freeQP(q)
 	return 0
+}
+
+// drainPosted takes to the engine every send the program posted to q
+// that the worker has not taken yet. The kernel's ibv_post_send hands a
+// request to rxe before it returns, so a program that posts and then
+// destroys the QP at once (mckey's sender) has its datagrams sent; here
+// they would still be in the ring. The caller holds s.mu, which keeps the
+// worker out.
+func (s *session) drainPosted(q *qpObj) {
+	if q.sq.mem == nil {
+		return
+	}
+	w := &worker{s: s}
+	left := min(q.sq.prod().Load()-q.sqc, q.sq.entries) // a producer index no program sets: what the ring holds
+	for left > 0 {
+		before := q.sqc
+		w.drainSend(q, q.sqc+left)
+		left -= q.sqc - before
+	}
 }
 
 // freeQP destroys q and frees its rings and doorbell. Once the engine's

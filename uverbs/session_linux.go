@@ -50,6 +50,7 @@ type session struct {
 	closed  bool // torn down
 
 	worker     sync.WaitGroup
+	ctl        *worker // the scratch space of drains the requests make (handle)
 	asyncLost  atomic.Uint64
 	helloed    bool
 	workerStop chan struct{}
@@ -260,6 +261,19 @@ func (s *session) handle(op abi.Op, body []byte, fds []int) (any, []int, uint32)
 	if len(fds) != want {
 		closeFDs(fds)
 		return nil, nil, abi.EINVAL
+	}
+	if s.page != nil && op != abi.OpInfo {
+		// What the program posted before this call goes to the engine
+		// before the call acts, as the kernel's ibv_post_send hands a
+		// request to rxe (or a driver to its NIC, with its address
+		// vector) before it returns: the sends of a program that posts
+		// and then destroys the address handle or the QP at once
+		// (mckey's sender) go, the receives of one that posts and then
+		// moves the QP to RTR are there.
+		if s.ctl == nil {
+			s.ctl = &worker{s: s}
+		}
+		s.ctl.drainLocked()
 	}
 	r, rfds, err := s.dispatch(op, body, fds)
 	if err != 0 {

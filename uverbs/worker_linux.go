@@ -114,9 +114,14 @@ func (w *worker) ring(d uint32) {
 // a program posts a receive before the send whose answer it expects, so a
 // receive published before a send the drain takes is taken before it.
 func (w *worker) drain() bool {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	return w.drainLocked()
+}
+
+// drainLocked is drain with s.mu held.
+func (w *worker) drainLocked() bool {
 	s := w.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if w.stopped() {
 		return false
 	}
