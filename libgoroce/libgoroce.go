@@ -101,9 +101,9 @@ func Build(cfg *Config) (string, error) {
 		return "", err
 	}
 	if !hasHeader(cc, "rdma/rdma_cma.h") {
-		// librdmacm's ABI needs its headers (librdmacm-dev); without them
-		// the library has libibverbs' alone.
-		files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == "rdmacm.c" })
+		// librdmacm's ABI (rdma_cm and rsockets) needs its headers
+		// (librdmacm-dev); without them the library has libibverbs' alone.
+		files = slices.DeleteFunc(files, func(f string) bool { b := filepath.Base(f); return b == "rdmacm.c" || b == "rsocket.c" })
 	}
 	lib := filepath.Join(tmp, Name)
 	args := append([]string{"-shared", "-fPIC", "-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",

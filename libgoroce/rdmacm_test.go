@@ -99,6 +99,15 @@ func TestRdmaCM(t *testing.T) {
 				d0.WaitListening(t, lport, 20*time.Second)
 			}
 			r := h.Go(ctx, cli[0], cli[1:]...).Wait()
+			if devicetest.Clockless(r) && strings.HasPrefix(c.name, "ib_") {
+				// perftest could not calibrate its clock: once more.
+				s.Kill()
+				s.Wait()
+				s = h.Go(ctx, srv[0], srv[1:]...)
+				defer s.Kill()
+				d0.WaitListening(t, lport, 20*time.Second)
+				r = h.Go(ctx, cli[0], cli[1:]...).Wait()
+			}
 			if r.Err != nil {
 				t.Fatalf("client %s\nserver: %s", r, s.Output())
 			}

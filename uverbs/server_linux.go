@@ -157,7 +157,7 @@ func (s *Server) Sessions() int {
 }
 
 // Listening returns the addresses and rdma_cm ports the programs on the
-// device listen on (rdma_listen), sorted.
+// device listen on (rdma_listen, and rlisten), sorted.
 func (s *Server) Listening() []netip.AddrPort {
 	if s == nil {
 		return nil
@@ -177,6 +177,7 @@ func (s *Server) Listening() []netip.AddrPort {
 			}
 		}
 		ss.mu.Unlock()
+		l = append(l, ss.rs.listening()...)
 	}
 	slices.SortFunc(l, netip.AddrPort.Compare)
 	return l

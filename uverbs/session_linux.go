@@ -47,7 +47,8 @@ type session struct {
 
 	cmChans map[uint32]*cmChannel
 	cmIDs   map[uint32]*cmID
-	closed  bool // torn down
+	rs      rsState // rsockets (rsocket_linux.go)
+	closed  bool    // torn down
 
 	worker     sync.WaitGroup
 	ctl        *worker // the scratch space of drains the requests make (handle)
@@ -144,6 +145,7 @@ func newSession(srv *Server, c *net.UnixConn) (*session, error) {
 		cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{}, srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{},
 		wqs: map[uint32]wqOwner{}, workerStop: make(chan struct{}), cmChans: map[uint32]*cmChannel{},
 		cmIDs: map[uint32]*cmID{}}
+	s.rs.init()
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -257,7 +259,8 @@ func decode[T any](body []byte, v *T) bool {
 func (s *session) handle(op abi.Op, body []byte, fds []int) (any, []int, uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := map[abi.Op]int{abi.OpHello: 3, abi.OpCreateCompChannel: 1, abi.OpCMRegisterChannel: 1}[op]
+	want := map[abi.Op]int{abi.OpHello: 3, abi.OpCreateCompChannel: 1, abi.OpCMRegisterChannel: 1,
+		abi.OpRSConnect: 1, abi.OpRSListen: 1, abi.OpRSAccept: 1}[op]
 	if len(fds) != want {
 		closeFDs(fds)
 		return nil, nil, abi.EINVAL
@@ -382,6 +385,14 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		e = s.cmJoinMcast(body)
 	case abi.OpCMLeaveMcast:
 		e = s.cmLeaveMcast(body)
+	case abi.OpRSConnect:
+		e = s.rsConnect(body, fds)
+	case abi.OpRSListen:
+		r, e = s.rsListen(body, fds)
+	case abi.OpRSAccept:
+		r, e = s.rsAccept(body, fds)
+	case abi.OpRSStatus:
+		e = s.rsStatus(body)
 	case abi.OpAttachMcast:
 		e = s.attachMcast(body) // mcast_linux.go
 	case abi.OpDetachMcast:
@@ -490,6 +501,7 @@ func (s *session) asyncEvent(typ, h uint32) {
 // exits, it destroys the QPs first, then what they used.
 func (s *session) teardown() {
 	s.conn.Close()
+	s.rs.close() // its rsockets end, the peers see them close (rsocket_linux.go)
 	s.mu.Lock()
 	if s.doorbell != nil {
 		close(s.workerStop)

@@ -73,6 +73,10 @@ enum goroce_op {
 	GOROCE_OP_CM_INIT_QP_ATTR = 43,
 	GOROCE_OP_CM_JOIN_MCAST = 44,
 	GOROCE_OP_CM_LEAVE_MCAST = 45,
+	GOROCE_OP_RS_CONNECT = 46,
+	GOROCE_OP_RS_LISTEN = 47,
+	GOROCE_OP_RS_ACCEPT = 48,
+	GOROCE_OP_RS_STATUS = 49,
 };
 
 struct goroce_header {
@@ -939,5 +943,68 @@ _Static_assert(offsetof(struct goroce_cm_event, src) == 284, "CMEvent.Src");
 _Static_assert(offsetof(struct goroce_cm_event, dst) == 312, "CMEvent.Dst");
 _Static_assert(offsetof(struct goroce_cm_event, path_mtu) == 340, "CMEvent.PathMTU");
 _Static_assert(offsetof(struct goroce_cm_event, uid) == 344, "CMEvent.UID");
+
+struct goroce_rs_connect_req {
+	uint8_t src[28];
+	uint8_t dst[28];
+};
+_Static_assert(sizeof(struct goroce_rs_connect_req) == 56, "RSConnectReq");
+_Static_assert(offsetof(struct goroce_rs_connect_req, src) == 0, "RSConnectReq.Src");
+_Static_assert(offsetof(struct goroce_rs_connect_req, dst) == 28, "RSConnectReq.Dst");
+
+struct goroce_rs_header {
+	uint32_t error;
+	uint32_t handle;
+	uint8_t local[28];
+	uint8_t peer[28];
+};
+_Static_assert(sizeof(struct goroce_rs_header) == 64, "RSHeader");
+_Static_assert(offsetof(struct goroce_rs_header, error) == 0, "RSHeader.Errno");
+_Static_assert(offsetof(struct goroce_rs_header, handle) == 4, "RSHeader.Handle");
+_Static_assert(offsetof(struct goroce_rs_header, local) == 8, "RSHeader.Local");
+_Static_assert(offsetof(struct goroce_rs_header, peer) == 36, "RSHeader.Peer");
+
+struct goroce_rs_listen_req {
+	uint8_t addr[28];
+	uint32_t backlog;
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_rs_listen_req) == 36, "RSListenReq");
+_Static_assert(offsetof(struct goroce_rs_listen_req, addr) == 0, "RSListenReq.Addr");
+_Static_assert(offsetof(struct goroce_rs_listen_req, backlog) == 28, "RSListenReq.Backlog");
+
+struct goroce_rs_listen_reply {
+	uint32_t handle;
+	uint32_t _pad0;
+	uint8_t addr[28];
+};
+_Static_assert(sizeof(struct goroce_rs_listen_reply) == 36, "RSListenReply");
+_Static_assert(offsetof(struct goroce_rs_listen_reply, handle) == 0, "RSListenReply.Handle");
+_Static_assert(offsetof(struct goroce_rs_listen_reply, addr) == 8, "RSListenReply.Addr");
+
+struct goroce_rs_accept_req {
+	uint32_t handle;
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_rs_accept_req) == 8, "RSAcceptReq");
+_Static_assert(offsetof(struct goroce_rs_accept_req, handle) == 0, "RSAcceptReq.Handle");
+
+struct goroce_rs_accept_reply {
+	uint32_t handle;
+	uint32_t _pad0;
+	uint8_t local[28];
+	uint8_t peer[28];
+};
+_Static_assert(sizeof(struct goroce_rs_accept_reply) == 64, "RSAcceptReply");
+_Static_assert(offsetof(struct goroce_rs_accept_reply, handle) == 0, "RSAcceptReply.Handle");
+_Static_assert(offsetof(struct goroce_rs_accept_reply, local) == 8, "RSAcceptReply.Local");
+_Static_assert(offsetof(struct goroce_rs_accept_reply, peer) == 36, "RSAcceptReply.Peer");
+
+struct goroce_rs_status_req {
+	uint32_t handle;
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_rs_status_req) == 8, "RSStatusReq");
+_Static_assert(offsetof(struct goroce_rs_status_req, handle) == 0, "RSStatusReq.Handle");
 
 #endif

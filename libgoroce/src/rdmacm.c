@@ -1583,3 +1583,39 @@ EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 		rdma_destroy_srq(id);
 	rdma_destroy_id(id);
 }
+
+/* gr_rs_devices is 0 when there is a device, else -1 with errno ENODEV. */
+int gr_rs_devices(void) { return cm_init(); }
+
+/* gr_rs_ctx returns the session of the device an rsocket uses (rsocket.c):
+ * the one holding local when it is a specific address, else the one to
+ * reach dst from, else the first of local's family; NULL, with errno,
+ * when there is none. */
+struct gr_context *gr_rs_ctx(const struct sockaddr *local, const struct sockaddr *dst)
+{
+	if (cm_init())
+		return NULL;
+	if (!local && !dst) {
+		errno = EINVAL;
+		return NULL;
+	}
+	int any = !local;
+	if (local && local->sa_family == AF_INET)
+		any = ((const struct sockaddr_in *)local)->sin_addr.s_addr == htonl(INADDR_ANY);
+	else if (local && local->sa_family == AF_INET6)
+		any = IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)local)->sin6_addr);
+	pthread_mutex_lock(&cm_lock);
+	struct cm_dev *cd = NULL;
+	if (!any)
+		cd = cm_dev_for(local);
+	else if (dst)
+		cd = cm_dev_route(dst);
+	else
+		cd = cm_dev_route(local);
+	pthread_mutex_unlock(&cm_lock);
+	if (!cd) {
+		errno = any ? ENODEV : EADDRNOTAVAIL;
+		return NULL;
+	}
+	return cd_ctx(cd);
+}

@@ -1,0 +1,616 @@
+/* librdmacm's rsocket API on the goroce device.
+ *
+ * An rsocket here is one end of a UNIX stream socket pair: a real
+ * descriptor, which the program reads, writes, polls and selects as it
+ * would librdmacm's rsocket. The other end goes to the device with
+ * rconnect or raccept, and the device carries the bytes between it and
+ * an rsocket connection of its own, which speaks librdmacm's rsocket
+ * protocol on the wire (package rsocket; uverbs/abi/rsocket.go has the
+ * protocol). A listening rsocket's other end goes to the device with
+ * rlisten: the device writes a byte to it for each connection waiting to
+ * be accepted, so that poll and select see the listener readable.
+ *
+ * What differs from librdmacm: datagram rsockets (SOCK_DGRAM, udpong) and
+ * riomap, riounmap and riowrite fail with ENOTSUP and ENOSYS; rconnect
+ * returns when the connection is made or has failed, also on a
+ * non-blocking rsocket; socket options are taken and, but for the
+ * buffer sizes, have no effect. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/rsocket.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "goroce.h"
+
+struct gr_context *gr_rs_ctx(const struct sockaddr *local, const struct sockaddr *dst);
+int gr_rs_devices(void);
+
+/* rs is what the library knows of an rsocket, by its descriptor. */
+struct rs {
+	int used;
+	int family;
+	int listening;
+	uint32_t handle;	 /* a listener's or a connection's, on the device of ctx */
+	struct gr_context *ctx;	 /* its device */
+	int dev_end;		 /* the pair's other end, until the device has it (-1 after) */
+	int bound, connected;
+	struct sockaddr_storage local, peer;
+};
+
+static pthread_mutex_t rs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rs *rs_tab;
+static int rs_cap;
+
+static int rs_err(int e)
+{
+	errno = e;
+	return -1;
+}
+
+/* rs_get returns the rsocket of descriptor s with rs_lock held, or NULL
+ * (lock released, errno EBADF). */
+static struct rs *rs_get(int s)
+{
+	pthread_mutex_lock(&rs_lock);
+	if (s < 0 || s >= rs_cap || !rs_tab[s].used) {
+		pthread_mutex_unlock(&rs_lock);
+		errno = EBADF;
+		return NULL;
+	}
+	return &rs_tab[s];
+}
+
+/* rs_new records descriptor s as an rsocket; the caller holds rs_lock. */
+static struct rs *rs_new(int s, int family)
+{
+	if (s >= rs_cap) {
+		int n = rs_cap ? rs_cap : 64;
+		while (n <= s)
+			n *= 2;
+		struct rs *t = realloc(rs_tab, n * sizeof *t);
+		if (!t)
+			return NULL;
+		memset(t + rs_cap, 0, (n - rs_cap) * sizeof *t);
+		rs_tab = t;
+		rs_cap = n;
+	}
+	struct rs *r = &rs_tab[s];
+	memset(r, 0, sizeof *r);
+	r->used = 1;
+	r->family = family;
+	r->dev_end = -1;
+	return r;
+}
+
+static socklen_t addr_len(int family) { return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6); }
+
+static void put_addr(uint8_t out[GOROCE_SOCKADDR_SIZE], const struct sockaddr_storage *ss)
+{
+	memset(out, 0, GOROCE_SOCKADDR_SIZE);
+	memcpy(out, ss, addr_len(ss->ss_family));
+}
+
+static void get_addr(struct sockaddr_storage *ss, const uint8_t in[GOROCE_SOCKADDR_SIZE])
+{
+	memset(ss, 0, sizeof *ss);
+	memcpy(ss, in, GOROCE_SOCKADDR_SIZE);
+}
+
+/* copy_addr gives the caller's sockaddr buffer the address ss. */
+static void copy_addr(struct sockaddr *addr, socklen_t *len, const struct sockaddr_storage *ss)
+{
+	if (!addr || !len)
+		return;
+	socklen_t n = addr_len(ss->ss_family);
+	memcpy(addr, ss, *len < n ? *len : n);
+	*len = n;
+}
+
+/* check_addr checks a sockaddr a program passes for family. */
+static int check_addr(const struct sockaddr *addr, socklen_t len, int family)
+{
+	if (!addr)
+		return EFAULT;
+	if (len < sizeof(sa_family_t) || addr->sa_family != family || len < addr_len(family))
+		return addr->sa_family != family ? EAFNOSUPPORT : EINVAL;
+	return 0;
+}
+
+/* pair makes the two ends of a new rsocket. */
+static int pair(int sv[2])
+{
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		return -1;
+	int size = 4 << 20; /* room for a window of rsocket traffic */
+	for (int i = 0; i < 2; i++) {
+		setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+		setsockopt(sv[i], SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+	}
+	return 0;
+}
+
+EXPORT int rsocket(int domain, int type, int protocol)
+{
+	if ((domain != AF_INET && domain != AF_INET6) || (type != SOCK_STREAM && type != SOCK_DGRAM) ||
+	    (type == SOCK_STREAM && protocol && protocol != IPPROTO_TCP) ||
+	    (type == SOCK_DGRAM && protocol && protocol != IPPROTO_UDP))
+		return rs_err(ENOTSUP);
+	if (type == SOCK_DGRAM) {
+		gr_debug("rsocket: datagram rsockets are not supported on the goroce device");
+		return rs_err(ENOTSUP);
+	}
+	if (gr_rs_devices())
+		return -1; /* ENODEV: no device at all, as librdmacm's rsocket with no RDMA device */
+	int sv[2];
+	if (pair(sv))
+		return -1;
+	pthread_mutex_lock(&rs_lock);
+	struct rs *r = rs_new(sv[0], domain);
+	if (!r) {
+		pthread_mutex_unlock(&rs_lock);
+		close(sv[0]);
+		close(sv[1]);
+		return rs_err(ENOMEM);
+	}
+	r->dev_end = sv[1];
+	pthread_mutex_unlock(&rs_lock);
+	return sv[0];
+}
+
+EXPORT int rbind(int s, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	int e = check_addr(addr, addrlen, r->family);
+	if (!e && (r->bound || r->listening || r->connected))
+		e = EINVAL;
+	if (!e) {
+		struct sockaddr_storage ss;
+		memset(&ss, 0, sizeof ss);
+		memcpy(&ss, addr, addr_len(r->family));
+		pthread_mutex_unlock(&rs_lock);
+		if (!gr_rs_ctx((struct sockaddr *)&ss, NULL))
+			return -1; /* EADDRNOTAVAIL: no device has that address */
+		if (!(r = rs_get(s)))
+			return -1;
+		r->local = ss;
+		r->bound = 1;
+	}
+	pthread_mutex_unlock(&rs_lock);
+	return e ? rs_err(e) : 0;
+}
+
+EXPORT int rlisten(int s, int backlog)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	if (r->listening) {
+		pthread_mutex_unlock(&rs_lock);
+		return 0;
+	}
+	if (r->connected || r->dev_end < 0) {
+		pthread_mutex_unlock(&rs_lock);
+		return rs_err(EINVAL);
+	}
+	if (!r->bound)
+		r->local.ss_family = r->family; /* any address, a port the device chooses */
+	struct sockaddr_storage local = r->local;
+	int dev_end = r->dev_end;
+	pthread_mutex_unlock(&rs_lock);
+	struct gr_context *ctx = gr_rs_ctx((struct sockaddr *)&local, NULL);
+	if (!ctx)
+		return -1;
+	struct goroce_rs_listen_req req = {.backlog = backlog > 0 ? backlog : 1};
+	put_addr(req.addr, &local);
+	struct goroce_rs_listen_reply rep;
+	int e = gr_call(ctx, GOROCE_OP_RS_LISTEN, &req, sizeof req, &rep, sizeof rep, &dev_end, 1, NULL);
+	if (e)
+		return rs_err(e);
+	if (!(r = rs_get(s)))
+		return -1;
+	close(r->dev_end);
+	r->dev_end = -1;
+	r->listening = 1;
+	r->ctx = ctx;
+	r->handle = rep.handle;
+	get_addr(&r->local, rep.addr);
+	r->bound = 1;
+	pthread_mutex_unlock(&rs_lock);
+	return 0;
+}
+
+EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	if (!r->listening) {
+		pthread_mutex_unlock(&rs_lock);
+		return rs_err(EINVAL);
+	}
+	struct gr_context *ctx = r->ctx;
+	uint32_t handle = r->handle;
+	int family = r->family;
+	pthread_mutex_unlock(&rs_lock);
+	for (;;) {
+		/* A byte from the device for each connection waiting; none
+		 * yet: wait, or EAGAIN on a non-blocking listener. */
+		char b;
+		ssize_t n = read(s, &b, 1);
+		if (n == 0)
+			return rs_err(EINVAL); /* the device stopped listening */
+		if (n < 0)
+			return -1;
+		int sv[2];
+		if (pair(sv))
+			return -1;
+		struct goroce_rs_accept_req req = {.handle = handle};
+		struct goroce_rs_accept_reply rep;
+		int e = gr_call(ctx, GOROCE_OP_RS_ACCEPT, &req, sizeof req, &rep, sizeof rep, &sv[1], 1, NULL);
+		close(sv[1]);
+		if (e == EAGAIN) {
+			close(sv[0]);
+			continue;
+		}
+		if (e) {
+			close(sv[0]);
+			return rs_err(e);
+		}
+		pthread_mutex_lock(&rs_lock);
+		struct rs *c = rs_new(sv[0], family);
+		if (!c) {
+			pthread_mutex_unlock(&rs_lock);
+			close(sv[0]);
+			return rs_err(ENOMEM);
+		}
+		get_addr(&c->local, rep.local);
+		get_addr(&c->peer, rep.peer);
+		c->bound = c->connected = 1;
+		c->ctx = ctx;
+		c->handle = rep.handle;
+		copy_addr(addr, addrlen, &c->peer);
+		pthread_mutex_unlock(&rs_lock);
+		return sv[0];
+	}
+}
+
+EXPORT int rconnect(int s, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	int e = check_addr(addr, addrlen, r->family);
+	if (!e && r->connected)
+		e = EISCONN;
+	if (!e && (r->listening || r->dev_end < 0))
+		e = EINVAL;
+	if (e) {
+		pthread_mutex_unlock(&rs_lock);
+		return rs_err(e);
+	}
+	struct sockaddr_storage local = r->local, dst;
+	int bound = r->bound, dev_end = r->dev_end;
+	memset(&dst, 0, sizeof dst);
+	memcpy(&dst, addr, addr_len(r->family));
+	pthread_mutex_unlock(&rs_lock);
+	struct gr_context *ctx = gr_rs_ctx(bound ? (struct sockaddr *)&local : NULL, (struct sockaddr *)&dst);
+	if (!ctx)
+		return -1;
+	struct goroce_rs_connect_req req;
+	memset(&req, 0, sizeof req);
+	if (bound)
+		put_addr(req.src, &local);
+	put_addr(req.dst, &dst);
+	if ((e = gr_call(ctx, GOROCE_OP_RS_CONNECT, &req, sizeof req, NULL, 0, &dev_end, 1, NULL)))
+		return rs_err(e);
+	if (!(r = rs_get(s)))
+		return -1;
+	close(r->dev_end);
+	r->dev_end = -1;
+	pthread_mutex_unlock(&rs_lock);
+	/* The device's answer comes first on the connection: wait for it,
+	 * a non-blocking rsocket too. */
+	int fl = fcntl(s, F_GETFL);
+	if (fl >= 0 && (fl & O_NONBLOCK))
+		fcntl(s, F_SETFL, fl & ~O_NONBLOCK);
+	struct goroce_rs_header h;
+	size_t got = 0;
+	while (got < sizeof h) {
+		ssize_t n = read(s, (char *)&h + got, sizeof h - got);
+		if (n > 0) {
+			got += n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		break;
+	}
+	if (fl >= 0 && (fl & O_NONBLOCK))
+		fcntl(s, F_SETFL, fl);
+	if (got < sizeof h)
+		return rs_err(ECONNREFUSED); /* the device went */
+	if (h.error)
+		return rs_err(h.error);
+	if (!(r = rs_get(s)))
+		return -1;
+	get_addr(&r->local, h.local);
+	get_addr(&r->peer, h.peer);
+	r->bound = r->connected = 1;
+	r->ctx = ctx;
+	r->handle = h.handle;
+	pthread_mutex_unlock(&rs_lock);
+	return 0;
+}
+
+EXPORT int rshutdown(int s, int how)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	int ok = r->connected;
+	pthread_mutex_unlock(&rs_lock);
+	if (!ok)
+		return rs_err(ENOTCONN);
+	return shutdown(s, how);
+}
+
+EXPORT int rclose(int s)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	if (r->dev_end >= 0)
+		close(r->dev_end);
+	memset(r, 0, sizeof *r);
+	pthread_mutex_unlock(&rs_lock);
+	return close(s);
+}
+
+/* is_rs reports whether s is an rsocket (errno EBADF if not). */
+static int is_rs(int s)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return 0;
+	pthread_mutex_unlock(&rs_lock);
+	return 1;
+}
+
+EXPORT /* ended is what a read that returned n (0: the end of the peer's
+ * bytes) on rsocket s gives the program: -1 with ECONNRESET when the
+ * peer reset the connection or went, as librdmacm's read does, else n. */
+static ssize_t ended(int s, ssize_t n, size_t len)
+{
+	if (n != 0 || len == 0)
+		return n;
+	struct rs *r = rs_get(s);
+	if (!r)
+		return n;
+	struct gr_context *ctx = r->connected ? r->ctx : NULL;
+	struct goroce_rs_status_req req = {.handle = r->handle};
+	pthread_mutex_unlock(&rs_lock);
+	if (ctx && gr_call(ctx, GOROCE_OP_RS_STATUS, &req, sizeof req, NULL, 0, NULL, 0, NULL) == ECONNRESET)
+		return rs_err(ECONNRESET);
+	return n;
+}
+
+EXPORT ssize_t rrecv(int s, void *buf, size_t len, int flags)
+{
+	return is_rs(s) ? ended(s, recv(s, buf, len, flags), len) : -1;
+}
+
+EXPORT ssize_t rrecvfrom(int s, void *buf, size_t len, int flags, struct sockaddr *src_addr, socklen_t *addrlen)
+{
+	ssize_t n = rrecv(s, buf, len, flags);
+	if (n >= 0 && src_addr && addrlen) {
+		struct rs *r = rs_get(s);
+		if (r) {
+			copy_addr(src_addr, addrlen, &r->peer);
+			pthread_mutex_unlock(&rs_lock);
+		}
+	}
+	return n;
+}
+
+EXPORT ssize_t rrecvmsg(int s, struct msghdr *msg, int flags)
+{
+	return is_rs(s) ? ended(s, recvmsg(s, msg, flags), msg && msg->msg_iovlen ? 1 : 0) : -1;
+}
+
+EXPORT ssize_t rread(int s, void *buf, size_t count) { return is_rs(s) ? ended(s, read(s, buf, count), count) : -1; }
+
+EXPORT ssize_t rreadv(int s, const struct iovec *iov, int iovcnt)
+{
+	return is_rs(s) ? ended(s, readv(s, iov, iovcnt), iovcnt > 0 ? 1 : 0) : -1;
+}
+
+/* Sends never raise SIGPIPE: an rsocket whose peer has gone fails with
+ * EPIPE, as librdmacm's does. */
+EXPORT ssize_t rsend(int s, const void *buf, size_t len, int flags)
+{
+	return is_rs(s) ? send(s, buf, len, flags | MSG_NOSIGNAL) : -1;
+}
+
+EXPORT ssize_t rsendto(int s, const void *buf, size_t len, int flags, const struct sockaddr *dest_addr, socklen_t addrlen)
+{
+	(void)dest_addr, (void)addrlen; /* a stream's peer is its own */
+	return rsend(s, buf, len, flags);
+}
+
+EXPORT ssize_t rsendmsg(int s, const struct msghdr *msg, int flags)
+{
+	return is_rs(s) ? sendmsg(s, msg, flags | MSG_NOSIGNAL) : -1;
+}
+
+EXPORT ssize_t rwrite(int s, const void *buf, size_t count) { return rsend(s, buf, count, 0); }
+
+EXPORT ssize_t rwritev(int s, const struct iovec *iov, int iovcnt)
+{
+	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
+	return rsendmsg(s, &m, 0);
+}
+
+EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) { return poll(fds, nfds, timeout); }
+
+EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds, struct timeval *timeout)
+{
+	return select(nfds, readfds, writefds, exceptfds, timeout);
+}
+
+EXPORT int rgetpeername(int s, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	int e = !r->connected ? ENOTCONN : (!addr || !addrlen) ? EFAULT : 0;
+	if (!e)
+		copy_addr(addr, addrlen, &r->peer);
+	pthread_mutex_unlock(&rs_lock);
+	return e ? rs_err(e) : 0;
+}
+
+EXPORT int rgetsockname(int s, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	int e = (!addr || !addrlen) ? EFAULT : 0;
+	if (!e) {
+		struct sockaddr_storage ss = r->local;
+		ss.ss_family = r->family;
+		copy_addr(addr, addrlen, &ss);
+	}
+	pthread_mutex_unlock(&rs_lock);
+	return e ? rs_err(e) : 0;
+}
+
+EXPORT int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t optlen)
+{
+	if (!is_rs(s))
+		return -1;
+	if (!optval && optlen)
+		return rs_err(EFAULT);
+	switch (level) {
+	case SOL_SOCKET:
+		switch (optname) {
+		case SO_SNDBUF:
+		case SO_RCVBUF:
+			return setsockopt(s, level, optname, optval, optlen);
+		case SO_REUSEADDR:
+		case SO_KEEPALIVE:
+		case SO_OOBINLINE:
+		case SO_LINGER:
+			return 0;
+		}
+		break;
+	case IPPROTO_TCP:
+		if (optname == TCP_NODELAY || optname == TCP_MAXSEG)
+			return 0;
+		break;
+	case IPPROTO_IPV6:
+		if (optname == IPV6_V6ONLY)
+			return 0;
+		break;
+	case SOL_RDMA:
+		switch (optname) {
+		case RDMA_SQSIZE:
+		case RDMA_RQSIZE:
+		case RDMA_INLINE:
+		case RDMA_IOMAPSIZE:
+		case RDMA_ROUTE:
+			return 0;
+		}
+		break;
+	}
+	return rs_err(ENOTSUP);
+}
+
+EXPORT int rgetsockopt(int s, int level, int optname, void *optval, socklen_t *optlen)
+{
+	if (!is_rs(s))
+		return -1;
+	if (!optval || !optlen)
+		return rs_err(EFAULT);
+	int v = 0;
+	switch (level) {
+	case SOL_SOCKET:
+		switch (optname) {
+		case SO_SNDBUF:
+		case SO_RCVBUF:
+			return getsockopt(s, level, optname, optval, optlen);
+		case SO_ERROR:
+		case SO_REUSEADDR:
+		case SO_KEEPALIVE:
+		case SO_OOBINLINE:
+			goto put;
+		}
+		break;
+	case IPPROTO_TCP:
+		if (optname == TCP_NODELAY) {
+			v = 1;
+			goto put;
+		}
+		break;
+	}
+	return rs_err(ENOTSUP);
+put:
+	if (*optlen < sizeof v)
+		return rs_err(EINVAL);
+	memcpy(optval, &v, sizeof v);
+	*optlen = sizeof v;
+	return 0;
+}
+
+EXPORT int rfcntl(int s, int cmd, ... /* arg */)
+{
+	if (!is_rs(s))
+		return -1;
+	switch (cmd) {
+	case F_GETFL:
+		return fcntl(s, F_GETFL);
+	case F_SETFL: {
+		va_list ap;
+		va_start(ap, cmd);
+		int arg = va_arg(ap, int);
+		va_end(ap);
+		return fcntl(s, F_SETFL, arg);
+	}
+	}
+	return rs_err(ENOTSUP);
+}
+
+EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t offset)
+{
+	(void)buf, (void)len, (void)prot, (void)flags, (void)offset;
+	if (!is_rs(s))
+		return -1;
+	gr_debug("riomap: not supported on the goroce device");
+	return rs_err(ENOSYS);
+}
+
+EXPORT int riounmap(int s, void *buf, size_t len)
+{
+	(void)buf, (void)len;
+	return is_rs(s) ? rs_err(ENOSYS) : -1;
+}
+
+EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
+{
+	(void)buf, (void)count, (void)offset, (void)flags;
+	if (is_rs(s))
+		errno = ENOSYS;
+	return (size_t)-1;
+}

@@ -1,0 +1,164 @@
+/* rsreturns checks what librdmacm's rsocket calls return on the goroce
+ * device, where they differ from a kernel socket's only as rsockets do:
+ *
+ *   rsreturns ADDR PORT    (ADDR an address of the device)
+ *   rsreturns ADDR PORT serve | send
+ *
+ * an rsocket is a real descriptor (poll sees it); a connection to a port
+ * nobody listens on is refused; bad descriptors, addresses and families
+ * are EBADF, EADDRNOTAVAIL, ENOTSUP; what the device does not have
+ * (datagram rsockets, riomap) fails with ENOTSUP and ENOSYS; a
+ * connection carries bytes both ways, with the addresses getsockname and
+ * getpeername give, a half close (rshutdown) reaches the peer as an end
+ * of stream, and a send to a peer that has gone fails with EPIPE, never
+ * SIGPIPE. It prints "rsreturns: N checks, M failed".
+ *
+ * "serve" accepts one connection and reads it until it ends, then says
+ * how ("ended: ..."); "send" connects and sends until killed: a test
+ * kills the sender and looks for the server's end. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <rdma/rsocket.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int checks, failed;
+#define CHECK(c, ...)                                                                 \
+	do {                                                                          \
+		checks++;                                                             \
+		if (!(c)) {                                                           \
+			failed++;                                                     \
+			printf("FAIL %s:%d: ", __FILE__, __LINE__);                   \
+			printf(__VA_ARGS__);                                          \
+			printf("\n");                                                 \
+		}                                                                     \
+	} while (0)
+#define ERRNO(call, want) \
+	do { errno = 0; long r_ = (long)(call); CHECK(r_ == -1 && errno == (want), #call ": %ld, errno %d (%s), want %d", r_, errno, strerror(errno), (want)); } while (0)
+
+int main(int argc, char **argv)
+{
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: rsreturns ADDR PORT [serve|send]\n");
+		return 2;
+	}
+	signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would end the program: sends must not raise it */
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
+	inet_pton(AF_INET, argv[1], &a.sin_addr);
+	setvbuf(stdout, NULL, _IONBF, 0);
+	if (argc == 4 && !strcmp(argv[3], "serve")) {
+		int l = rsocket(AF_INET, SOCK_STREAM, 0);
+		if (l < 0 || rbind(l, (struct sockaddr *)&a, sizeof a) || rlisten(l, 1)) {
+			perror("listen");
+			return 1;
+		}
+		int s = raccept(l, NULL, NULL);
+		if (s < 0) {
+			perror("raccept");
+			return 1;
+		}
+		printf("accepted\n");
+		static char b[65536];
+		long total = 0;
+		ssize_t n;
+		while ((n = rrecv(s, b, sizeof b, 0)) > 0)
+			total += n;
+		printf("ended: rrecv %zd, errno %d (%s) after %ld bytes\n", n, n < 0 ? errno : 0, n < 0 ? strerror(errno) : "",
+		       total);
+		rclose(s);
+		rclose(l);
+		return n == 0 || errno == ECONNRESET ? 0 : 1;
+	}
+	if (argc == 4 && !strcmp(argv[3], "send")) {
+		int c = rsocket(AF_INET, SOCK_STREAM, 0);
+		if (c < 0 || rconnect(c, (struct sockaddr *)&a, sizeof a)) {
+			perror("rconnect");
+			return 1;
+		}
+		printf("connected\n");
+		static char b[65536];
+		for (;;)
+			if (rsend(c, b, sizeof b, 0) < 0) {
+				perror("rsend");
+				return 1;
+			}
+	}
+
+	ERRNO(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP);
+	ERRNO(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP);
+	ERRNO(rsocket(AF_INET, SOCK_STREAM, IPPROTO_UDP), ENOTSUP);
+	ERRNO(rsend(12345, "x", 1, 0), EBADF);
+	ERRNO(rclose(12345), EBADF);
+
+	int c = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(c >= 0, "rsocket: %s", strerror(errno));
+	struct sockaddr_in bad = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "192.0.2.1", &bad.sin_addr);
+	ERRNO(rbind(c, (struct sockaddr *)&bad, sizeof bad), EADDRNOTAVAIL);
+	ERRNO(rconnect(c, NULL, sizeof a), EFAULT);
+	ERRNO(rconnect(c, (struct sockaddr *)&a, sizeof a), ECONNREFUSED); /* nobody listens yet */
+	rclose(c);
+	ERRNO(riomap(rsocket(AF_INET, SOCK_STREAM, 0), NULL, 0, 0, 0, 0), ENOSYS);
+
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(!rbind(l, (struct sockaddr *)&a, sizeof a), "rbind: %s", strerror(errno));
+	CHECK(!rlisten(l, 4), "rlisten: %s", strerror(errno));
+	struct pollfd p = {.fd = l, .events = POLLIN};
+	CHECK(rpoll(&p, 1, 0) == 0, "a listener with no connection is readable");
+
+	c = rsocket(AF_INET, SOCK_STREAM, 0);
+	int one = 1;
+	CHECK(!rsetsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), "TCP_NODELAY: %s", strerror(errno));
+	ERRNO(rgetpeername(c, (struct sockaddr *)&bad, &(socklen_t){sizeof bad}), ENOTCONN);
+	CHECK(!rconnect(c, (struct sockaddr *)&a, sizeof a), "rconnect: %s", strerror(errno));
+	CHECK(rpoll(&p, 1, 5000) == 1 && (p.revents & POLLIN), "the listener is not readable with a connection waiting");
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof peer;
+	int s = raccept(l, (struct sockaddr *)&peer, &pl);
+	CHECK(s >= 0, "raccept: %s", strerror(errno));
+	struct sockaddr_in cl, cp;
+	socklen_t n1 = sizeof cl, n2 = sizeof cp;
+	CHECK(!rgetsockname(c, (struct sockaddr *)&cl, &n1) && !rgetpeername(c, (struct sockaddr *)&cp, &n2) &&
+		      cp.sin_port == a.sin_port && cl.sin_port == peer.sin_port &&
+		      cl.sin_addr.s_addr == peer.sin_addr.s_addr,
+	      "the addresses: client %s:%d, accepted from port %d", inet_ntoa(cl.sin_addr), ntohs(cl.sin_port),
+	      ntohs(peer.sin_port));
+
+	char buf[100000], got[100000];
+	for (size_t i = 0; i < sizeof buf; i++)
+		buf[i] = (char)(i * 7 + 3);
+	CHECK(rsend(c, buf, sizeof buf, 0) == (ssize_t)sizeof buf, "rsend: %s", strerror(errno));
+	size_t have = 0;
+	while (have < sizeof got) {
+		ssize_t k = rrecv(s, got + have, sizeof got - have, 0);
+		if (k <= 0)
+			break;
+		have += k;
+	}
+	CHECK(have == sizeof got && !memcmp(buf, got, sizeof got), "%zu bytes came of %zu, or not as sent", have,
+	      sizeof got);
+	CHECK(rwrite(s, "pong", 4) == 4 && rread(c, got, 4) == 4 && !memcmp(got, "pong", 4), "the answer");
+	CHECK(!rshutdown(c, SHUT_WR), "rshutdown: %s", strerror(errno));
+	CHECK(rrecv(s, got, 1, 0) == 0, "the half close did not reach the peer as an end of stream");
+	CHECK(rsend(s, "late", 4, 0) == 4 && rrecv(c, got, 4, 0) == 4, "the other direction after the half close");
+	rclose(s);
+	CHECK(rrecv(c, got, 1, 0) == 0, "the peer's close did not reach the client as an end of stream");
+	/* The peer is gone: sends fail with EPIPE (or ECONNRESET) before long, and no SIGPIPE ends the program. */
+	int e = 0;
+	for (int i = 0; i < 200 && !e; i++) {
+		if (rsend(c, buf, 1000, 0) < 0)
+			e = errno;
+		else
+			usleep(10000);
+	}
+	CHECK(e == EPIPE || e == ECONNRESET, "a send to a closed connection: errno %d (%s)", e, strerror(e));
+	rclose(c);
+	rclose(l);
+	printf("rsreturns: %d checks, %d failed\n", checks, failed);
+	return failed != 0;
+}

@@ -1,0 +1,74 @@
+package abi
+
+// rsockets (librdmacm's rsocket API) on the device. The library's rsocket
+// is one end of a UNIX stream socket pair, a real descriptor the program
+// reads, writes and polls as it would an rsocket; the other end goes to
+// the device with OpRSConnect or OpRSAccept, and the device carries the
+// bytes between it and an rsocket connection of its own (package
+// rsocket), which speaks librdmacm's rsocket protocol on the wire. A
+// listening rsocket's pair end goes with OpRSListen: the device writes a
+// byte to it for each connection waiting to be accepted, so that poll
+// sees the listener readable, and stops listening when the program closes
+// its end.
+
+// RSConnectReq connects to an rsocket listener at Dst (rconnect), from
+// the device's address Src when it is not zero. It carries one
+// descriptor, the connection's end; the device writes an RSHeader to it
+// when the connection is made or has failed, and carries the
+// connection's bytes on it from then on.
+type RSConnectReq struct {
+	Src [SockaddrSize]byte
+	Dst [SockaddrSize]byte
+}
+
+// RSHeader is what the device writes first on a connecting rsocket's
+// descriptor: Errno 0, the connection's handle (RSStatusReq) and its
+// addresses, or why it failed.
+type RSHeader struct {
+	Errno  uint32 `c:"error"`
+	Handle uint32
+	Local  [SockaddrSize]byte
+	Peer   [SockaddrSize]byte
+}
+
+// RSListenReq listens at Addr (rbind's address; port 0: one the device
+// chooses) with a backlog (rlisten). It carries one descriptor, the
+// listener's end.
+type RSListenReq struct {
+	Addr    [SockaddrSize]byte
+	Backlog uint32
+	_       uint32
+}
+
+// RSListenReply names the listener and the address it listens on.
+type RSListenReply struct {
+	Handle uint32
+	_      uint32
+	Addr   [SockaddrSize]byte
+}
+
+// RSAcceptReq takes the first connection waiting at listener Handle
+// (raccept); EAGAIN when none waits. It carries one descriptor, the
+// connection's end.
+type RSAcceptReq struct {
+	Handle uint32
+	_      uint32
+}
+
+// RSAcceptReply holds the accepted connection's handle (RSStatusReq)
+// and addresses.
+type RSAcceptReply struct {
+	Handle uint32
+	_      uint32
+	Local  [SockaddrSize]byte
+	Peer   [SockaddrSize]byte
+}
+
+// RSStatusReq asks how connection Handle's bytes from the peer ended,
+// once the program has read their end: the reply's errno is ECONNRESET
+// when the peer reset the connection or went (the program's read then
+// fails so, as librdmacm's does), 0 when the peer shut its side down.
+type RSStatusReq struct {
+	Handle uint32
+	_      uint32
+}
