@@ -13,7 +13,7 @@
 #     below on trixie, the smaller set BOOKWORM_VARIANTS on bookworm; "all" for all),
 #     INTEROP_FILTER (one more ERE), INTEROP_OUT (out dir, default interop/out/SUITE),
 #     INTEROP_CASES (case table, default interop/cases.txt), INTEROP_LOSS (percent, 3),
-#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 2100 s; 900 s
+#     INTEROP_TIMEOUT (client limit per case, 45 s), INTEROP_BUDGET (whole run, 2100 s; 1500 s
 #     for bookworm's smaller set),
 #     INTEROP_PUSH (files to copy into the guests' /lab/bin), INTEROP_KEEP=1, INTEROP_PCAP=1,
 #     GO (go command), plus the lab
@@ -45,8 +45,11 @@ PEERS=$(make -s -C "$PEERS_SRC" list RDMA_CORE_MAJOR=999) || die "make -C $PEERS
 # are the host's side, which the trixie run covers; the rxe <-> rxe cases check the lab, and
 # `GOROCE_LAB_SUITE=bookworm run.sh ref` runs them when a bookworm case fails. That run gets a
 # budget of its own, BOOKWORM_BUDGET seconds, unless INTEROP_BUDGET says.
-BOOKWORM_VARIANTS='^(cli-udp-1024|srv-udp-1024|cli-udp-loss|srv-udp-loss)$'
-BOOKWORM_BUDGET=900
+# It also runs the device variants (cli-dev-*, srv-dev-*: Debian 12's own tools on the host's
+# goroce device against the guests' rxe; perftest 4.5 at both ends, as the guests' perftest 25
+# does not speak 4.5's exchange).
+BOOKWORM_VARIANTS='^(cli-udp-1024|srv-udp-1024|cli-udp-loss|srv-udp-loss|(cli|srv)-dev(-1024|-loss|6-1024|-4096))$'
+BOOKWORM_BUDGET=1500
 # The trixie run's default: every variant but AF_PACKET at path MTU 4096 (afpacket at 1024 and
 # udp at 4096 cover each on its own) and the rxe <-> rxe checks at 4096 and over IPv6 (ref-1024
 # and ref-loss check the lab), so that the matrix fits its budget and CI's 90 minutes.
@@ -65,7 +68,8 @@ fi
 # Variants, in run order (grouped by MTU so the guests switch MTU twice) and matrix column order.
 #   mode: the word in cases.txt that selects the variant
 #   server/client: WHERE:WHAT, WHERE = vm1 | vm2 | host, WHAT = tool (the VM tool column of
-#     cases.txt) | goroce (the goroce column); loss: L = INTEROP_LOSS % on tap1 (VM1's port)
+#     cases.txt) | goroce (the goroce column) | device (the VM tool column run unmodified on the
+#     host on the goroce device, DEVICE_TOOLS below); loss: L = INTEROP_LOSS % on tap1 (VM1's port)
 #   opts: what {HOST} becomes (- = nothing); ip: 4 or 6, the addresses {SERVER} and --bind take
 #     and the guests' GID index {GID} (1 the IPv4-mapped GID, 2 the IPv6 one; see guest/init.sh)
 VARIANTS="
@@ -92,6 +96,14 @@ udp       srv-udp-4096   host:goroce  vm1:tool     4096  0     udp   4
 srvudp    srv-udp-4096   host:goroce  vm1:tool     4096  0     udp   4
 afpacket  cli-afp-4096   vm1:tool     host:goroce  4096  0     afp   4
 afpacket  srv-afp-4096   host:goroce  vm1:tool     4096  0     afp   4
+udp       cli-dev-1024   vm1:tool     host:device  1024  0     -     4
+udp       srv-dev-1024   host:device  vm1:tool     1024  0     -     4
+loss      cli-dev-loss   vm1:tool     host:device  1024  L     -     4
+loss      srv-dev-loss   host:device  vm1:tool     1024  L     -     4
+udp6      cli-dev6-1024  vm1:tool     host:device  1024  0     -     6
+udp6      srv-dev6-1024  host:device  vm1:tool     1024  0     -     6
+udp       cli-dev-4096   vm1:tool     host:device  4096  0     -     4
+udp       srv-dev-4096   host:device  vm1:tool     4096  0     -     4
 "
 # host_opts OPTS IP: what {HOST} becomes.
 host_opts() {
@@ -170,6 +182,34 @@ where_addr() {
     elif [ "$1" = host ]; then echo "$HOST_IP"; else vm_ip "${1#vm}"; fi
 }
 
+# The device variants (cli-dev-*, srv-dev-*): the host runs the VM's command itself, the same
+# Debian binary, on goroce's soft device ("roce device" on the host's lab addresses, reached with
+# LD_PRELOAD=libgoroce: README, "Unmodified RDMA programs on goroce"), against rxe in VM1. The
+# tools that take part: rdma-core's and perftest's, whose commands name the device (-d rxe0
+# becomes -d goroce0; GID index 1 is the IPv4 address there too, 2 the IPv6 one), and rping.
+DEVICE_TOOLS=" ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw
+ ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat rping "
+# Every such case runs at path MTU 1024 over IPv4 (cli-dev-1024, srv-dev-1024); with loss, over
+# IPv6 and at 4096 a few of them do.
+DEVICE_FEW_VARIANTS='^(cli|srv)-dev(-loss|6-1024|-4096)$'
+DEVICE_FEW=" rc_pingpong ud_pingpong write_bw read_bw atomic_faa send_lat rping write_bw_x6 send_lat_x6 read_bw_cm6 write_bw_cm "
+# perftest 4.5's ib_read_lat -R as the client sends its second connection's REQ before rxe's
+# server listens for it again about one time in two (REJ reason 8: nobody listens), and then
+# crashes (SIGBUS) instead of trying again; goroce's device is only faster than rxe there.
+DEVICE_CLI_RACY=" read_lat_cm "
+DEVICE_DIR=/tmp/goroce-interop-device # GOROCE_DIR of the host's device (a short path: its socket lives there)
+# device_tool CMD: 0 when CMD is one tool of DEVICE_TOOLS and nothing more.
+device_tool() {
+    local w
+    read -r w _ <<< "$1"
+    [[ "$DEVICE_TOOLS" == *" $w "* ]] && [[ "$1" != *[\;\&\|\>]* ]]
+}
+# on_device VAR CMD: VAR = CMD run on the host's goroce device.
+on_device() {
+    local c=${2//rxe0/goroce0}
+    printf -v "$1" '%s' "env LD_PRELOAD=$DEVICE_DIR/libgoroce.so GOROCE_DIR=$DEVICE_DIR $c"
+}
+
 selected() {
     local f
     [ ${#FILTERS[@]} = 0 ] && return 0
@@ -230,10 +270,18 @@ load_cases() {
                 ug=1
                 [ -n "${tg[$i]}" ] || continue # no goroce command for this tool
             fi
+            if [ "$sk" = device ] || [ "$ck" = device ]; then
+                ug=1
+                device_tool "${tv[$i]}" || continue
+                [[ "$variant" =~ $DEVICE_FEW_VARIANTS ]] && [[ "$DEVICE_FEW" != *" ${tl[$i]} "* ]] && continue
+                [[ "$variant" == cli-* ]] && [[ "$DEVICE_CLI_RACY" == *" ${tl[$i]} "* ]] && continue
+            fi
             f=${tv[$i]}; [ "$sk" = goroce ] && f=${tg[$i]}
             expand scmd "$f" server "$addr" "$mtu" "$hostopts" "$gid"
+            [ "$sk" = device ] && on_device scmd "$scmd"
             f=${tv[$i]}; [ "$ck" = goroce ] && f=${tg[$i]}
             expand ccmd "$f" client "$addr" "$mtu" "$hostopts" "$gid"
+            [ "$ck" = device ] && on_device ccmd "$ccmd"
             up=0 cl=$loss
             [ "$loss" != 0 ] && cl=$loss$lm
             if { [ "$sw" != host ] && is_peer "$scmd"; } || { [ "$cw" != host ] && is_peer "$ccmd"; }; then up=1; fi
@@ -279,6 +327,7 @@ finish() {
     local r
     for r in srv cli; do [ -n "${H[$r]:-}" ] && side_cancel "$r"; done
     pid_alive "$TCPDUMP_PID" && kill -INT "$TCPDUMP_PID"
+    device_down
     if ns_exists; then loss_off > /dev/null 2>&1; fi
     if [ "$LAB_STARTED" = 1 ] && [ "$KEEP" != 1 ]; then lab_down > /dev/null 2>&1; fi
     rm -rf "$TMP"
@@ -401,6 +450,42 @@ side_end() {
     H[$1]=""
 }
 
+# device_up: the host's goroce device (DEVICE_DIR), running: "roce device" on the lab's host
+# addresses, UDP port 4791, in the lab's namespace, and the library it prints (--lib) copied
+# beside its socket.
+DEVICE_PID=""
+device_up() {
+    pid_alive "$DEVICE_PID" && return 0
+    mkdir -p "$DEVICE_DIR" && chmod 700 "$DEVICE_DIR" || return 1
+    local lib
+    lib=$(GOROCE_DIR=$DEVICE_DIR "$GOROCE_BIN" device --lib) && cp "$lib" "$DEVICE_DIR/libgoroce.so" || {
+        echo "roce device --lib failed"
+        return 1
+    }
+    ip netns exec "$NS" env GOROCE_DIR="$DEVICE_DIR" "$GOROCE_BIN" device --bind "$HOST_IP,$HOST_IP6" \
+        > "$DEVICE_DIR/device.log" 2>&1 7>&- &
+    DEVICE_PID=$!
+    for _ in $(seq 100); do
+        [ -S "$DEVICE_DIR/goroce0.sock" ] && { echo "device: $(head -1 "$DEVICE_DIR/device.log")"; return 0; }
+        pid_alive "$DEVICE_PID" || break
+        sleep 0.1
+    done
+    echo "device did not start:"
+    cat "$DEVICE_DIR/device.log"
+    device_down
+    return 1
+}
+# device_down: the host's device stopped, if it runs.
+device_down() {
+    pid_alive "$DEVICE_PID" || { DEVICE_PID=""; return 0; }
+    kill -INT "$DEVICE_PID"
+    for _ in $(seq 50); do pid_alive "$DEVICE_PID" || break; sleep 0.1; done
+    pid_alive "$DEVICE_PID" && kill -KILL "$DEVICE_PID"
+    wait "$DEVICE_PID" 2> /dev/null
+    DEVICE_PID=""
+    rm -f "$DEVICE_DIR/goroce0.sock"
+}
+
 # phase TEXT: a time-stamped line for the case log.
 phase() { echo "$(date +%T.%3N) $*" >> "$TMP/phases"; }
 
@@ -520,6 +605,7 @@ run_case() {
     } > "$L"
     ethmtu=1500; [ "$mtu" -gt 1024 ] && ethmtu=9000
     if [ "$CUR_MTU" != "$ethmtu" ]; then
+        device_down # the device takes its port's MTU from the link as it starts
         if set_mtu "$ethmtu" >> "$L" 2>&1; then CUR_MTU=$ethmtu; else why="cannot set eth0 MTU $ethmtu"; fi
     fi
     if [ -z "$why" ] && [ -n "$hm" ]; then
@@ -536,6 +622,13 @@ run_case() {
             -w "$OUT/pcap/${id//\//.}.pcap" 'udp port 4791 or tcp portrange 18515-18516' > "$TMP/tcpdump.log" 2>&1 7>&- &
         TCPDUMP_PID=$!
         for r in $(seq 50); do grep -qs listening "$TMP/tcpdump.log" && break; sleep 0.1; done
+    fi
+    if [ "$sw:$cw" = host:vm1 ] || [ "$sw:$cw" = vm1:host ]; then
+        if [[ "$scmd $ccmd" == *"GOROCE_DIR=$DEVICE_DIR "* ]]; then
+            [ -z "$why" ] && ! device_up >> "$L" 2>&1 && why="the host's goroce device did not start (see the log)"
+        else
+            device_down # roce on the host takes the address's UDP port 4791 itself
+        fi
     fi
     srv_rc=none cli_rc=none
     if [ -z "$why" ]; then
@@ -620,11 +713,24 @@ run_case() {
     fi
 }
 
+# keep_alive: a guest no case has used for a while (VM2, outside the ref variants) gets a job of
+# nothing every two minutes, so that it does not power itself off as idle (VM_IDLE, 900 s) in the
+# middle of the run.
+KEEPALIVE_AT=0
+keep_alive() {
+    [ $SECONDS -lt $KEEPALIVE_AT ] && return
+    KEEPALIVE_AT=$((SECONDS + 120))
+    local v
+    for v in 1 2; do vm_ready $v && vm_run $v 10 true > /dev/null 2>&1; done
+    return 0
+}
+
 # ----------------------------------------------------------------------------- cases
 total=${#CASE_LIST[@]}
 i=0
 for c in "${CASE_LIST[@]}"; do
     i=$((i + 1))
+    keep_alive
     id=${c%%"$US"*}
     if ! vm_ready 1 || ! vm_ready 2; then
         RES[$id]=NR WHY[$id]="not run: the lab is down" DUR[$id]=0
