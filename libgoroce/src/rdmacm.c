@@ -510,7 +510,10 @@ static void removal(struct cm_channel *c, int i)
  * none waits on a non-blocking channel). */
 static int next_event(struct cm_channel *c, struct goroce_cm_event *g)
 {
-	int timeout = fcntl(c->ch.fd, F_GETFL) & O_NONBLOCK ? 0 : -1;
+	int fl = fcntl(c->ch.fd, F_GETFL);
+	if (fl < 0)
+		return -1; /* EBADF: a channel destroyed already, as the kernel's read fails */
+	int timeout = fl & O_NONBLOCK ? 0 : -1;
 	for (;;) {
 		pthread_mutex_lock(&cm_lock);
 		if (c->ngone) {
@@ -527,6 +530,14 @@ static int next_event(struct cm_channel *c, struct goroce_cm_event *g)
 		int n = epoll_wait(c->ch.fd, ev, MAX_CM_DEVS, timeout);
 		if (n < 0 && errno == EINTR)
 			continue; /* as the kernel's read restarts */
+		if (n < 0 && errno == EBADF)
+			/* Another thread destroyed the channel while this one waited
+			 * (rping's main thread does, its event thread blocked here):
+			 * librdmacm's read of the closed descriptor goes on waiting,
+			 * and so does this, rather than fail and have the program
+			 * exit on an error that is not one. */
+			for (;;)
+				pause();
 		if (n < 0)
 			return -1;
 		if (!n)
