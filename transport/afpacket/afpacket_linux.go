@@ -442,9 +442,11 @@ func (rx *rxState) frame(b []byte) {
 			return
 		}
 		icrc := fr.ICRC()
-		ok := func(d []byte) bool { return icrc == binary.LittleEndian.Uint32(d[len(d)-bth.ICRCLen:]) }
 		rxeFlush := false
-		if !ok(p) {
+		if icrc != binary.LittleEndian.Uint32(p[len(p)-bth.ICRCLen:]) {
+			// Not the IBTA's: perhaps rxe's of a FLUSH (the closure only
+			// here, off the path of every packet).
+			ok := func(d []byte) bool { return icrc == binary.LittleEndian.Uint32(d[len(d)-bth.ICRCLen:]) }
 			if rxeFlush = transport.VerifyFlushRXE(p, ok); !rxeFlush {
 				rx.icrcErrors++
 				return
