@@ -187,6 +187,26 @@ func awaitRecv(e *ep) bool {
 	}
 }
 
+// awaitOp waits for the successful completion of op, passing over those
+// of earlier SENDs: the client's rxe may pass its next message to the
+// application before it acknowledges our last SEND (6.12's responder
+// completes a receive before it sends the ACK, in a preemptible work
+// item), so the SEND's completion can follow the next request's. rping
+// itself takes completions in any order.
+func awaitOp(e *ep, op verbs.WCOpcode) {
+	e.t.Helper()
+	for {
+		wc := e.wait()
+		if wc.Status == verbs.Success && wc.Opcode == verbs.WCSend && op != verbs.WCSend {
+			continue
+		}
+		if wc.Status != verbs.Success || wc.Opcode != op {
+			e.t.Fatalf("completion %v, want %v: %v", wc.Opcode, op, wc)
+		}
+		return
+	}
+}
+
 // rpingClient is rping's client for count pings on e (a receive posted).
 func rpingClient(t *testing.T, e *ep, count int) {
 	buf := e.mr.Bytes()
@@ -221,7 +241,7 @@ func rpingServer(t *testing.T, e *ep) int {
 		}
 		r := parseInfo(buf[rpRecv:])
 		e.post(verbs.OpRead, rpStart, int(r.len), r, 0)
-		e.done(verbs.WCRead)
+		awaitOp(e, verbs.WCRead)
 		if !bytes.HasPrefix(buf[rpStart:], []byte(fmt.Sprintf("rdma-ping-%d: ", n))) {
 			t.Errorf("ping %d: read %q", n, buf[rpStart:rpStart+int(r.len)])
 		}
@@ -231,7 +251,7 @@ func rpingServer(t *testing.T, e *ep) int {
 		}
 		r = parseInfo(buf[rpRecv:])
 		e.post(verbs.OpWrite, rpStart, int(r.len), r, 0)
-		e.done(verbs.WCWrite)
+		awaitOp(e, verbs.WCWrite)
 		e.post(verbs.OpSend, rpSend, 16, remote{}, 0)
 	}
 }
