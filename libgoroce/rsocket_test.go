@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -12,10 +15,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/devicetest"
+	goroce "github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/rsocket"
 )
 
@@ -174,5 +179,169 @@ func TestRsocketDeadProgram(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the server still reads 20 s after the sender died: %s", s.Output())
+	}
+}
+
+// pongLine is udpong's results line: name, size, transfers, bytes,
+// seconds, Gb/s, µs per transfer.
+var pongLine = regexp.MustCompile(`(?m)^custom\s+(\S+)\s+(\S+)\s+\S+\s+[\d.]+s\s+[\d.]+\s+[\d.]+$`)
+
+// TestUdpong runs librdmacm's udpong, unmodified, both ends on the
+// device (datagram rsockets: the first datagrams to the server's UDP
+// port, the rest UD SENDs), the client in its modes: each echoed message
+// comes back (the results line counts twice the messages sent), and the
+// server counts those sent one way. The server blocks in rrecvfrom (-T
+// b) or rpoll (-T a): its default, a loop of non-blocking reads, spins on
+// a core the device needs on a machine of two, and udpong's client sends
+// a message again after 1 ms without an answer.
+func TestUdpong(t *testing.T) {
+	devicetest.Need(t, "udpong", "stdbuf")
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1")
+	for _, c := range []struct {
+		name, server, client string
+		transfers            int // 0: one way, some of them lost or not
+	}{
+		{"echo", "-T b", "-S 64 -C 200 -T e", 400},
+		{"echo 1000 bytes", "-T b", "-S 1000 -C 100 -T e", 200},
+		{"blocking", "-T b", "-S 256 -C 100 -T b -T e", 200},
+		{"async", "-T a", "-S 64 -C 100 -T a -T e", 200},
+		{"one way", "-T b", "-S 512 -C 300", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			port := strconv.Itoa(devicetest.FreeTCPPort(t))
+			s := h.Go(ctx, "stdbuf", append([]string{"-oL", "udpong", "-b", "127.0.0.1", "-p", port}, strings.Fields(c.server)...)...)
+			defer s.Kill()
+			r := h.Go(ctx, "udpong", append([]string{"-s", "127.0.0.1", "-p", port}, strings.Fields(c.client)...)...).Wait()
+			m := pongLine.FindStringSubmatch(r.Out)
+			n := -1
+			if m != nil {
+				n = devicetest.Atoi(m[2])
+			}
+			if r.Err != nil || (c.transfers > 0 && n != c.transfers) || (c.transfers == 0 && (n < 1 || n > 300)) {
+				t.Fatalf("client (want %d transfers, 0: some) %s\nserver: %s", c.transfers, r, s.Output())
+			}
+			s.WaitFor(t, "client login from 127.0.0.1", 5*time.Second)
+		})
+	}
+}
+
+// TestUdpongGo runs udpong's client on the device against a udpong server
+// written on package rsocket's PacketConn on another stack (its own
+// device on 127.0.0.3, not the uverbs one): the datagrams cross the wire
+// between two implementations, and each comes back as sent.
+func TestUdpongGo(t *testing.T) {
+	devicetest.Need(t, "udpong")
+	h := devicetest.NewHost(t)
+	h.Start("goroce0", "127.0.0.1")
+	dev, err := goroce.Open(&goroce.Config{Link: &goroce.UDP{Addr: netip.MustParseAddr("127.0.0.3"), Port: h.Port, PeerPort: h.Port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pc, err := rsocket.ListenPacket(ctx, dev, netip.MustParseAddrPort("127.0.0.3:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	var echoed atomic.Int64
+	go func() {
+		// udpong's server: op 0 login, 1 start, 2 data, 3 echo, 4 end
+		// (the count, big-endian, at offset 4); all but data answered.
+		count := uint32(0)
+		b := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFromUDPAddrPort(b)
+			if err != nil {
+				return
+			}
+			if n < 16 {
+				continue
+			}
+			switch b[0] {
+			case 0, 1:
+				count = 0
+			case 2:
+				count++
+				continue
+			case 3:
+				count++
+				echoed.Add(1)
+			case 4:
+				binary.BigEndian.PutUint32(b[4:], count)
+			}
+			pc.WriteToUDPAddrPort(b[:n], from)
+		}
+	}()
+	port := strconv.Itoa(int(pc.LocalAddr().(*net.UDPAddr).Port))
+	r := h.Go(ctx, "udpong", "-s", "127.0.0.3", "-p", port, "-S", "1000", "-C", "100", "-T", "e").Wait()
+	if m := pongLine.FindStringSubmatch(r.Out); r.Err != nil || m == nil || m[2] != "200" || echoed.Load() < 100 {
+		t.Fatalf("client (want 200 transfers, %d echoed, 100 or more): %s", echoed.Load(), r)
+	}
+	st := pc.Stats()
+	t.Logf("the Go side: %+v", st)
+}
+
+// pyClient is a Python socket client as a program would write it:
+// create_connection with a timeout, a request and its answer.
+const pyClient = `
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=20, source_address=("127.0.0.2", 0))
+data = bytes(range(256)) * 400
+c.sendall(data)
+c.shutdown(socket.SHUT_WR)
+got = b""
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    got += b
+print("echoed" if got == data else "differs: %d bytes" % len(got), c.getsockname()[0])
+`
+
+// TestRspreloadPython runs a Python socket client (python3, its
+// socket module asking for SOCK_CLOEXEC and a timeout) under
+// librspreload on goroce1 against an echo server on an rsocket listener
+// of goroce0 (package rsocket, in this process): 100 KB go and come back
+// over rsockets; nothing listens on the kernel's TCP port, so a fallback
+// to a kernel socket could not connect. (A Python server cannot run under
+// Debian's librspreload, of rdma-core 44 and 56, on any device: its
+// accept4 is not intercepted before rdma-core 63.)
+func TestRspreloadPython(t *testing.T) {
+	devicetest.Need(t, "python3")
+	if _, err := os.Stat(rspreload); err != nil {
+		t.Skipf("no %s (apt-get install librdmacm1)", rspreload)
+	}
+	h := devicetest.NewHost(t)
+	d0 := h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	port := devicetest.FreeTCPPort(t)
+	ln, err := rsocket.Listen(ctx, d0.Dev, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+		c.(*rsocket.Conn).CloseWrite()
+	}()
+	script := filepath.Join(t.TempDir(), "client.py")
+	if err := os.WriteFile(script, []byte(pyClient), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.GoEnv(ctx, []string{"LD_PRELOAD=" + h.Lib + " " + rspreload}, "", "python3", script, strconv.Itoa(port)).Wait()
+	if r.Err != nil || !strings.Contains(r.Out, "echoed 127.0.0.2") {
+		t.Fatalf("python3: %s", r)
 	}
 }

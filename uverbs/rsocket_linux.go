@@ -43,6 +43,7 @@ type rsState struct {
 	mu        sync.Mutex
 	listeners map[uint32]*rsListener
 	conns     map[*rsocket.Conn]struct{}
+	packets   map[*rsocket.PacketConn]struct{} // datagram rsockets (rsdgram_linux.go)
 	closed    bool
 	gone      chan struct{}       // closed when the session ends
 	resets    map[uint32]struct{} // connections the peer reset, until the program asks (RSStatusReq)
@@ -101,12 +102,15 @@ func (r *rsState) close() {
 		return
 	}
 	r.closed = true
-	ls := r.listeners
-	r.listeners = nil
+	ls, ps := r.listeners, r.packets
+	r.listeners, r.packets = nil, nil
 	r.mu.Unlock()
 	close(r.gone)
 	for _, l := range ls {
 		l.close()
+	}
+	for c := range ps {
+		c.Close()
 	}
 }
 

@@ -260,7 +260,7 @@ func (s *session) handle(op abi.Op, body []byte, fds []int) (any, []int, uint32)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := map[abi.Op]int{abi.OpHello: 3, abi.OpCreateCompChannel: 1, abi.OpCMRegisterChannel: 1,
-		abi.OpRSConnect: 1, abi.OpRSListen: 1, abi.OpRSAccept: 1}[op]
+		abi.OpRSConnect: 1, abi.OpRSListen: 1, abi.OpRSAccept: 1, abi.OpRSBind: 1}[op]
 	if len(fds) != want {
 		closeFDs(fds)
 		return nil, nil, abi.EINVAL
@@ -393,6 +393,8 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		r, e = s.rsAccept(body, fds)
 	case abi.OpRSStatus:
 		e = s.rsStatus(body)
+	case abi.OpRSBind:
+		r, e = s.rsBind(body, fds) // rsdgram_linux.go
 	case abi.OpAttachMcast:
 		e = s.attachMcast(body) // mcast_linux.go
 	case abi.OpDetachMcast:

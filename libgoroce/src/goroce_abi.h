@@ -77,6 +77,7 @@ enum goroce_op {
 	GOROCE_OP_RS_LISTEN = 47,
 	GOROCE_OP_RS_ACCEPT = 48,
 	GOROCE_OP_RS_STATUS = 49,
+	GOROCE_OP_RS_BIND = 50,
 };
 
 struct goroce_header {
@@ -1006,5 +1007,28 @@ struct goroce_rs_status_req {
 };
 _Static_assert(sizeof(struct goroce_rs_status_req) == 8, "RSStatusReq");
 _Static_assert(offsetof(struct goroce_rs_status_req, handle) == 0, "RSStatusReq.Handle");
+
+struct goroce_rs_bind_req {
+	uint8_t addr[28];
+};
+_Static_assert(sizeof(struct goroce_rs_bind_req) == 28, "RSBindReq");
+_Static_assert(offsetof(struct goroce_rs_bind_req, addr) == 0, "RSBindReq.Addr");
+
+struct goroce_rs_bind_reply {
+	uint32_t handle;
+	uint32_t max;
+	uint8_t addr[28];
+};
+_Static_assert(sizeof(struct goroce_rs_bind_reply) == 36, "RSBindReply");
+_Static_assert(offsetof(struct goroce_rs_bind_reply, handle) == 0, "RSBindReply.Handle");
+_Static_assert(offsetof(struct goroce_rs_bind_reply, max) == 4, "RSBindReply.Max");
+_Static_assert(offsetof(struct goroce_rs_bind_reply, addr) == 8, "RSBindReply.Addr");
+
+struct goroce_rs_dgram_header {
+	uint8_t addr[28];
+	uint32_t _pad0;
+};
+_Static_assert(sizeof(struct goroce_rs_dgram_header) == 32, "RSDgramHeader");
+_Static_assert(offsetof(struct goroce_rs_dgram_header, addr) == 0, "RSDgramHeader.Addr");
 
 #endif

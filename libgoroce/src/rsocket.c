@@ -10,14 +10,24 @@
  * rlisten: the device writes a byte to it for each connection waiting to
  * be accepted, so that poll and select see the listener readable.
  *
- * What differs from librdmacm: datagram rsockets (SOCK_DGRAM, udpong) and
- * riomap, riounmap and riowrite fail with ENOTSUP and ENOSYS; rconnect
+ * A datagram rsocket (SOCK_DGRAM) is one end of a UNIX sequenced-packet
+ * socket pair: its other end goes to the device when the rsocket is bound
+ * (rbind, or its first rsendto or rconnect), and the device carries
+ * datagrams between it and a datagram rsocket of its own (librdmacm's UD
+ * protocol on the wire). Each message on the pair is a
+ * goroce_rs_dgram_header (the datagram's destination or source) and the
+ * datagram.
+ *
+ * What differs from librdmacm: riomap, riounmap and riowrite fail with
+ * ENOSYS; a datagram the device cannot send is lost, as one may be on
+ * the wire, rather than failing rsendto (but for EMSGSIZE); rconnect
  * returns when the connection is made or has failed, also on a
  * non-blocking rsocket; socket options are taken and, but for the
  * buffer sizes, have no effect. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -40,6 +50,8 @@ int gr_rs_devices(void);
 struct rs {
 	int used;
 	int family;
+	int dgram;		 /* SOCK_DGRAM */
+	uint32_t max;		 /* a bound datagram rsocket's largest datagram */
 	int listening;
 	uint32_t handle;	 /* a listener's or a connection's, on the device of ctx */
 	struct gr_context *ctx;	 /* its device */
@@ -72,7 +84,7 @@ static struct rs *rs_get(int s)
 }
 
 /* rs_new records descriptor s as an rsocket; the caller holds rs_lock. */
-static struct rs *rs_new(int s, int family)
+static struct rs *rs_new(int s, int family, int dgram)
 {
 	if (s >= rs_cap) {
 		int n = rs_cap ? rs_cap : 64;
@@ -89,6 +101,7 @@ static struct rs *rs_new(int s, int family)
 	memset(r, 0, sizeof *r);
 	r->used = 1;
 	r->family = family;
+	r->dgram = dgram;
 	r->dev_end = -1;
 	return r;
 }
@@ -107,13 +120,16 @@ static void get_addr(struct sockaddr_storage *ss, const uint8_t in[GOROCE_SOCKAD
 	memcpy(ss, in, GOROCE_SOCKADDR_SIZE);
 }
 
-/* copy_addr gives the caller's sockaddr buffer the address ss. */
+/* copy_addr gives the caller's sockaddr buffer the address ss, cut to
+ * *len, and *len its length, as the kernel's getsockname does (a NULL
+ * buffer of length 0 asks only the length). */
 static void copy_addr(struct sockaddr *addr, socklen_t *len, const struct sockaddr_storage *ss)
 {
-	if (!addr || !len)
+	if (!len)
 		return;
 	socklen_t n = addr_len(ss->ss_family);
-	memcpy(addr, ss, *len < n ? *len : n);
+	if (addr && *len)
+		memcpy(addr, ss, *len < n ? *len : n);
 	*len = n;
 }
 
@@ -127,10 +143,11 @@ static int check_addr(const struct sockaddr *addr, socklen_t len, int family)
 	return 0;
 }
 
-/* pair makes the two ends of a new rsocket. */
-static int pair(int sv[2])
+/* pair makes the two ends of a new rsocket of type (SOCK_STREAM or
+ * SOCK_DGRAM). */
+static int pair(int type, int sv[2])
 {
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+	if (socketpair(AF_UNIX, (type == SOCK_DGRAM ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_CLOEXEC, 0, sv))
 		return -1;
 	int size = 4 << 20; /* room for a window of rsocket traffic */
 	for (int i = 0; i < 2; i++) {
@@ -142,21 +159,23 @@ static int pair(int sv[2])
 
 EXPORT int rsocket(int domain, int type, int protocol)
 {
+	int flags = type & (SOCK_CLOEXEC | SOCK_NONBLOCK);
+	type &= ~(SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if ((domain != AF_INET && domain != AF_INET6) || (type != SOCK_STREAM && type != SOCK_DGRAM) ||
 	    (type == SOCK_STREAM && protocol && protocol != IPPROTO_TCP) ||
 	    (type == SOCK_DGRAM && protocol && protocol != IPPROTO_UDP))
 		return rs_err(ENOTSUP);
-	if (type == SOCK_DGRAM) {
-		gr_debug("rsocket: datagram rsockets are not supported on the goroce device");
-		return rs_err(ENOTSUP);
-	}
 	if (gr_rs_devices())
 		return -1; /* ENODEV: no device at all, as librdmacm's rsocket with no RDMA device */
 	int sv[2];
-	if (pair(sv))
+	if (pair(type, sv))
 		return -1;
+	if (!(flags & SOCK_CLOEXEC))
+		fcntl(sv[0], F_SETFD, 0);
+	if (flags & SOCK_NONBLOCK)
+		fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
 	pthread_mutex_lock(&rs_lock);
-	struct rs *r = rs_new(sv[0], domain);
+	struct rs *r = rs_new(sv[0], domain, type == SOCK_DGRAM);
 	if (!r) {
 		pthread_mutex_unlock(&rs_lock);
 		close(sv[0]);
@@ -168,6 +187,47 @@ EXPORT int rsocket(int domain, int type, int protocol)
 	return sv[0];
 }
 
+/* dgram_bind binds datagram rsocket s, whose rs_lock the caller holds
+ * (it is released), at local (NULL: any address of its family, port 0,
+ * on the device that reaches dst): its pair's other end goes to the
+ * device. 0, or -1 with errno. */
+static int dgram_bind(int s, const struct sockaddr_storage *local, const struct sockaddr *dst)
+{
+	struct rs *r = &rs_tab[s];
+	if (r->bound || r->dev_end < 0) {
+		pthread_mutex_unlock(&rs_lock);
+		return rs_err(EINVAL);
+	}
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	if (local)
+		ss = *local;
+	else
+		ss.ss_family = r->family;
+	int dev_end = r->dev_end;
+	pthread_mutex_unlock(&rs_lock);
+	struct gr_context *ctx = gr_rs_ctx(local ? (struct sockaddr *)&ss : NULL, dst);
+	if (!ctx)
+		return -1;
+	struct goroce_rs_bind_req req;
+	put_addr(req.addr, &ss);
+	struct goroce_rs_bind_reply rep;
+	int e = gr_call(ctx, GOROCE_OP_RS_BIND, &req, sizeof req, &rep, sizeof rep, &dev_end, 1, NULL);
+	if (e)
+		return rs_err(e);
+	if (!(r = rs_get(s)))
+		return -1;
+	close(r->dev_end);
+	r->dev_end = -1;
+	r->ctx = ctx;
+	r->handle = rep.handle;
+	r->max = rep.max;
+	get_addr(&r->local, rep.addr);
+	r->bound = 1;
+	pthread_mutex_unlock(&rs_lock);
+	return 0;
+}
+
 EXPORT int rbind(int s, const struct sockaddr *addr, socklen_t addrlen)
 {
 	struct rs *r = rs_get(s);
@@ -176,6 +236,12 @@ EXPORT int rbind(int s, const struct sockaddr *addr, socklen_t addrlen)
 	int e = check_addr(addr, addrlen, r->family);
 	if (!e && (r->bound || r->listening || r->connected))
 		e = EINVAL;
+	if (!e && r->dgram) {
+		struct sockaddr_storage ss;
+		memset(&ss, 0, sizeof ss);
+		memcpy(&ss, addr, addr_len(r->family));
+		return dgram_bind(s, &ss, NULL);
+	}
 	if (!e) {
 		struct sockaddr_storage ss;
 		memset(&ss, 0, sizeof ss);
@@ -197,6 +263,10 @@ EXPORT int rlisten(int s, int backlog)
 	struct rs *r = rs_get(s);
 	if (!r)
 		return -1;
+	if (r->dgram) {
+		pthread_mutex_unlock(&rs_lock);
+		return rs_err(EOPNOTSUPP);
+	}
 	if (r->listening) {
 		pthread_mutex_unlock(&rs_lock);
 		return 0;
@@ -239,7 +309,7 @@ EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *addrlen)
 		return -1;
 	if (!r->listening) {
 		pthread_mutex_unlock(&rs_lock);
-		return rs_err(EINVAL);
+		return rs_err(r->dgram ? EOPNOTSUPP : EINVAL);
 	}
 	struct gr_context *ctx = r->ctx;
 	uint32_t handle = r->handle;
@@ -255,7 +325,7 @@ EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *addrlen)
 		if (n < 0)
 			return -1;
 		int sv[2];
-		if (pair(sv))
+		if (pair(SOCK_STREAM, sv))
 			return -1;
 		struct goroce_rs_accept_req req = {.handle = handle};
 		struct goroce_rs_accept_reply rep;
@@ -270,7 +340,7 @@ EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *addrlen)
 			return rs_err(e);
 		}
 		pthread_mutex_lock(&rs_lock);
-		struct rs *c = rs_new(sv[0], family);
+		struct rs *c = rs_new(sv[0], family, 0);
 		if (!c) {
 			pthread_mutex_unlock(&rs_lock);
 			close(sv[0]);
@@ -293,6 +363,23 @@ EXPORT int rconnect(int s, const struct sockaddr *addr, socklen_t addrlen)
 	if (!r)
 		return -1;
 	int e = check_addr(addr, addrlen, r->family);
+	if (!e && r->dgram) {
+		/* A datagram rsocket's default destination; bound first if it
+		 * is not. */
+		struct sockaddr_storage dst;
+		memset(&dst, 0, sizeof dst);
+		memcpy(&dst, addr, addr_len(r->family));
+		if (r->bound)
+			pthread_mutex_unlock(&rs_lock);
+		else if (dgram_bind(s, NULL, (struct sockaddr *)&dst))
+			return -1;
+		if (!(r = rs_get(s)))
+			return -1;
+		r->peer = dst;
+		r->connected = 1;
+		pthread_mutex_unlock(&rs_lock);
+		return 0;
+	}
 	if (!e && r->connected)
 		e = EISCONN;
 	if (!e && (r->listening || r->dev_end < 0))
@@ -360,10 +447,12 @@ EXPORT int rshutdown(int s, int how)
 	struct rs *r = rs_get(s);
 	if (!r)
 		return -1;
-	int ok = r->connected;
+	int ok = r->connected, dgram = r->dgram;
 	pthread_mutex_unlock(&rs_lock);
 	if (!ok)
 		return rs_err(ENOTCONN);
+	if (dgram)
+		return 0; /* as librdmacm's: nothing to end */
 	return shutdown(s, how);
 }
 
@@ -379,18 +468,20 @@ EXPORT int rclose(int s)
 	return close(s);
 }
 
-/* is_rs reports whether s is an rsocket (errno EBADF if not). */
-static int is_rs(int s)
+/* rs_kind is 1 for a stream rsocket, 2 for a datagram one, 0 for a
+ * descriptor that is not an rsocket (errno EBADF). */
+static int rs_kind(int s)
 {
 	struct rs *r = rs_get(s);
 	if (!r)
 		return 0;
+	int k = r->dgram ? 2 : 1;
 	pthread_mutex_unlock(&rs_lock);
-	return 1;
+	return k;
 }
 
-EXPORT /* ended is what a read that returned n (0: the end of the peer's
- * bytes) on rsocket s gives the program: -1 with ECONNRESET when the
+/* ended is what a read that returned n (0: the end of the peer's bytes)
+ * on stream rsocket s gives the program: -1 with ECONNRESET when the
  * peer reset the connection or went, as librdmacm's read does, else n. */
 static ssize_t ended(int s, ssize_t n, size_t len)
 {
@@ -407,58 +498,179 @@ static ssize_t ended(int s, ssize_t n, size_t len)
 	return n;
 }
 
-EXPORT ssize_t rrecv(int s, void *buf, size_t len, int flags)
+/* dgram_recvmsg reads the next datagram of datagram rsocket s into msg's
+ * buffers (cut to their length, MSG_TRUNC in msg_flags) and its source
+ * into msg_name. */
+static ssize_t dgram_recvmsg(int s, struct msghdr *msg, int flags)
 {
-	return is_rs(s) ? ended(s, recv(s, buf, len, flags), len) : -1;
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	int bound = r->bound;
+	pthread_mutex_unlock(&rs_lock);
+	if (!msg)
+		return rs_err(EFAULT);
+	if (!bound)
+		return rs_err(EINVAL); /* as librdmacm's: nothing to read before it is bound */
+	if (msg->msg_iovlen >= IOV_MAX || (msg->msg_iovlen && !msg->msg_iov))
+		return rs_err(msg->msg_iovlen >= IOV_MAX ? EMSGSIZE : EFAULT);
+	struct goroce_rs_dgram_header h;
+	struct iovec iov[msg->msg_iovlen + 1];
+	iov[0] = (struct iovec){.iov_base = &h, .iov_len = sizeof h};
+	if (msg->msg_iovlen)
+		memcpy(iov + 1, msg->msg_iov, msg->msg_iovlen * sizeof *iov);
+	struct msghdr m = {.msg_iov = iov, .msg_iovlen = msg->msg_iovlen + 1};
+	ssize_t n = recvmsg(s, &m, flags & (MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL));
+	if (n < 0)
+		return -1;
+	if ((size_t)n < sizeof h)
+		return rs_err(ENODEV); /* the device went */
+	if (msg->msg_name) {
+		struct sockaddr_storage from;
+		get_addr(&from, h.addr);
+		copy_addr(msg->msg_name, &msg->msg_namelen, &from);
+	}
+	msg->msg_flags = m.msg_flags;
+	return n - sizeof h;
 }
 
-EXPORT ssize_t rrecvfrom(int s, void *buf, size_t len, int flags, struct sockaddr *src_addr, socklen_t *addrlen)
+/* dgram_sendmsg sends msg's buffers as one datagram from datagram
+ * rsocket s to msg_name, or to its rconnect address when msg_name is
+ * NULL; an unbound rsocket is bound first. */
+static ssize_t dgram_sendmsg(int s, const struct msghdr *msg, int flags)
 {
-	ssize_t n = rrecv(s, buf, len, flags);
-	if (n >= 0 && src_addr && addrlen) {
-		struct rs *r = rs_get(s);
-		if (r) {
-			copy_addr(src_addr, addrlen, &r->peer);
-			pthread_mutex_unlock(&rs_lock);
-		}
+	if (!msg)
+		return rs_err(EFAULT);
+	if (msg->msg_iovlen >= IOV_MAX || (msg->msg_iovlen && !msg->msg_iov))
+		return rs_err(msg->msg_iovlen >= IOV_MAX ? EMSGSIZE : EFAULT);
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	struct sockaddr_storage dst;
+	memset(&dst, 0, sizeof dst);
+	int e = 0;
+	if (msg->msg_name) {
+		e = check_addr(msg->msg_name, msg->msg_namelen, r->family);
+		if (!e)
+			memcpy(&dst, msg->msg_name, addr_len(r->family));
+	} else if (r->connected) {
+		dst = r->peer;
+	} else {
+		e = EDESTADDRREQ;
 	}
-	return n;
+	if (e) {
+		pthread_mutex_unlock(&rs_lock);
+		return rs_err(e);
+	}
+	if (!r->bound) {
+		if (dgram_bind(s, NULL, (struct sockaddr *)&dst))
+			return -1;
+		if (!(r = rs_get(s)))
+			return -1;
+	}
+	size_t max = r->max;
+	pthread_mutex_unlock(&rs_lock);
+	size_t len = 0;
+	for (size_t i = 0; i < msg->msg_iovlen; i++)
+		len += msg->msg_iov[i].iov_len;
+	if (len > max)
+		return rs_err(EMSGSIZE);
+	struct goroce_rs_dgram_header h;
+	memset(&h, 0, sizeof h);
+	put_addr(h.addr, &dst);
+	struct iovec iov[msg->msg_iovlen + 1];
+	iov[0] = (struct iovec){.iov_base = &h, .iov_len = sizeof h};
+	if (msg->msg_iovlen)
+		memcpy(iov + 1, msg->msg_iov, msg->msg_iovlen * sizeof *iov);
+	struct msghdr m = {.msg_iov = iov, .msg_iovlen = msg->msg_iovlen + 1};
+	ssize_t n = sendmsg(s, &m, (flags & MSG_DONTWAIT) | MSG_NOSIGNAL);
+	if (n < 0)
+		return errno == EPIPE ? rs_err(ENODEV) : -1; /* EPIPE: the device went */
+	return n - sizeof h;
 }
 
 EXPORT ssize_t rrecvmsg(int s, struct msghdr *msg, int flags)
 {
-	return is_rs(s) ? ended(s, recvmsg(s, msg, flags), msg && msg->msg_iovlen ? 1 : 0) : -1;
+	switch (rs_kind(s)) {
+	case 1:
+		return ended(s, recvmsg(s, msg, flags), msg && msg->msg_iovlen ? 1 : 0);
+	case 2:
+		return dgram_recvmsg(s, msg, flags);
+	}
+	return -1;
 }
 
-EXPORT ssize_t rread(int s, void *buf, size_t count) { return is_rs(s) ? ended(s, read(s, buf, count), count) : -1; }
+EXPORT ssize_t rrecvfrom(int s, void *buf, size_t len, int flags, struct sockaddr *src_addr, socklen_t *addrlen)
+{
+	switch (rs_kind(s)) {
+	case 1: {
+		ssize_t n = ended(s, recv(s, buf, len, flags), len);
+		if (n >= 0 && src_addr && addrlen) {
+			struct rs *r = rs_get(s);
+			if (r) {
+				copy_addr(src_addr, addrlen, &r->peer);
+				pthread_mutex_unlock(&rs_lock);
+			}
+		}
+		return n;
+	}
+	case 2: {
+		struct iovec v = {.iov_base = buf, .iov_len = len};
+		struct msghdr m = {.msg_name = addrlen ? src_addr : NULL, .msg_namelen = addrlen ? *addrlen : 0,
+				   .msg_iov = &v, .msg_iovlen = 1};
+		ssize_t n = dgram_recvmsg(s, &m, flags);
+		if (n >= 0 && addrlen && src_addr)
+			*addrlen = m.msg_namelen;
+		return n;
+	}
+	}
+	return -1;
+}
+
+EXPORT ssize_t rrecv(int s, void *buf, size_t len, int flags) { return rrecvfrom(s, buf, len, flags, NULL, NULL); }
+
+EXPORT ssize_t rread(int s, void *buf, size_t count) { return rrecvfrom(s, buf, count, 0, NULL, NULL); }
 
 EXPORT ssize_t rreadv(int s, const struct iovec *iov, int iovcnt)
 {
-	return is_rs(s) ? ended(s, readv(s, iov, iovcnt), iovcnt > 0 ? 1 : 0) : -1;
+	if (iovcnt < 0)
+		return rs_err(EINVAL);
+	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
+	return rrecvmsg(s, &m, 0);
 }
 
 /* Sends never raise SIGPIPE: an rsocket whose peer has gone fails with
  * EPIPE, as librdmacm's does. */
-EXPORT ssize_t rsend(int s, const void *buf, size_t len, int flags)
+EXPORT ssize_t rsendmsg(int s, const struct msghdr *msg, int flags)
 {
-	return is_rs(s) ? send(s, buf, len, flags | MSG_NOSIGNAL) : -1;
+	switch (rs_kind(s)) {
+	case 1:
+		if (msg && msg->msg_name)
+			return rs_err(EISCONN); /* a stream's peer is its own */
+		return sendmsg(s, msg, flags | MSG_NOSIGNAL);
+	case 2:
+		return dgram_sendmsg(s, msg, flags);
+	}
+	return -1;
 }
 
 EXPORT ssize_t rsendto(int s, const void *buf, size_t len, int flags, const struct sockaddr *dest_addr, socklen_t addrlen)
 {
-	(void)dest_addr, (void)addrlen; /* a stream's peer is its own */
-	return rsend(s, buf, len, flags);
+	struct iovec v = {.iov_base = (void *)buf, .iov_len = len};
+	struct msghdr m = {.msg_name = (void *)dest_addr, .msg_namelen = addrlen, .msg_iov = &v, .msg_iovlen = 1};
+	if (!dest_addr && addrlen && rs_kind(s) == 1)
+		return rs_err(EISCONN);
+	return rsendmsg(s, &m, flags);
 }
 
-EXPORT ssize_t rsendmsg(int s, const struct msghdr *msg, int flags)
-{
-	return is_rs(s) ? sendmsg(s, msg, flags | MSG_NOSIGNAL) : -1;
-}
+EXPORT ssize_t rsend(int s, const void *buf, size_t len, int flags) { return rsendto(s, buf, len, flags, NULL, 0); }
 
-EXPORT ssize_t rwrite(int s, const void *buf, size_t count) { return rsend(s, buf, count, 0); }
+EXPORT ssize_t rwrite(int s, const void *buf, size_t count) { return rsendto(s, buf, count, 0, NULL, 0); }
 
 EXPORT ssize_t rwritev(int s, const struct iovec *iov, int iovcnt)
 {
+	if (iovcnt < 0)
+		return rs_err(EINVAL);
 	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
 	return rsendmsg(s, &m, 0);
 }
@@ -475,7 +687,7 @@ EXPORT int rgetpeername(int s, struct sockaddr *addr, socklen_t *addrlen)
 	struct rs *r = rs_get(s);
 	if (!r)
 		return -1;
-	int e = !r->connected ? ENOTCONN : (!addr || !addrlen) ? EFAULT : 0;
+	int e = !r->connected ? ENOTCONN : (!addrlen || (!addr && *addrlen)) ? EFAULT : 0;
 	if (!e)
 		copy_addr(addr, addrlen, &r->peer);
 	pthread_mutex_unlock(&rs_lock);
@@ -487,7 +699,7 @@ EXPORT int rgetsockname(int s, struct sockaddr *addr, socklen_t *addrlen)
 	struct rs *r = rs_get(s);
 	if (!r)
 		return -1;
-	int e = (!addr || !addrlen) ? EFAULT : 0;
+	int e = (!addrlen || (!addr && *addrlen)) ? EFAULT : 0;
 	if (!e) {
 		struct sockaddr_storage ss = r->local;
 		ss.ss_family = r->family;
@@ -499,7 +711,7 @@ EXPORT int rgetsockname(int s, struct sockaddr *addr, socklen_t *addrlen)
 
 EXPORT int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t optlen)
 {
-	if (!is_rs(s))
+	if (!rs_kind(s))
 		return -1;
 	if (!optval && optlen)
 		return rs_err(EFAULT);
@@ -540,7 +752,7 @@ EXPORT int rsetsockopt(int s, int level, int optname, const void *optval, sockle
 
 EXPORT int rgetsockopt(int s, int level, int optname, void *optval, socklen_t *optlen)
 {
-	if (!is_rs(s))
+	if (!rs_kind(s))
 		return -1;
 	if (!optval || !optlen)
 		return rs_err(EFAULT);
@@ -576,7 +788,7 @@ put:
 
 EXPORT int rfcntl(int s, int cmd, ... /* arg */)
 {
-	if (!is_rs(s))
+	if (!rs_kind(s))
 		return -1;
 	switch (cmd) {
 	case F_GETFL:
@@ -595,7 +807,7 @@ EXPORT int rfcntl(int s, int cmd, ... /* arg */)
 EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t offset)
 {
 	(void)buf, (void)len, (void)prot, (void)flags, (void)offset;
-	if (!is_rs(s))
+	if (!rs_kind(s))
 		return -1;
 	gr_debug("riomap: not supported on the goroce device");
 	return rs_err(ENOSYS);
@@ -604,13 +816,13 @@ EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t off
 EXPORT int riounmap(int s, void *buf, size_t len)
 {
 	(void)buf, (void)len;
-	return is_rs(s) ? rs_err(ENOSYS) : -1;
+	return rs_kind(s) ? rs_err(ENOSYS) : -1;
 }
 
 EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 {
 	(void)buf, (void)count, (void)offset, (void)flags;
-	if (is_rs(s))
+	if (rs_kind(s))
 		errno = ENOSYS;
 	return (size_t)-1;
 }

@@ -7,7 +7,10 @@
  * an rsocket is a real descriptor (poll sees it); a connection to a port
  * nobody listens on is refused; bad descriptors, addresses and families
  * are EBADF, EADDRNOTAVAIL, ENOTSUP; what the device does not have
- * (datagram rsockets, riomap) fails with ENOTSUP and ENOSYS; a
+ * (riomap) fails with ENOSYS; datagram rsockets carry datagrams both
+ * ways, with their sources, bound by rbind or by their first rsendto,
+ * and fail as librdmacm's do before they are bound or above their
+ * largest datagram; a
  * connection carries bytes both ways, with the addresses getsockname and
  * getpeername give, a half close (rshutdown) reaches the peer as an end
  * of stream, and a send to a peer that has gone fails with EPIPE, never
@@ -18,6 +21,7 @@
  * kills the sender and looks for the server's end. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <rdma/rsocket.h>
@@ -90,8 +94,12 @@ int main(int argc, char **argv)
 	}
 
 	ERRNO(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP);
-	ERRNO(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP);
 	ERRNO(rsocket(AF_INET, SOCK_STREAM, IPPROTO_UDP), ENOTSUP);
+	ERRNO(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), ENOTSUP);
+	int f = rsocket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); /* as Python's socket module asks */
+	CHECK(f >= 0 && (fcntl(f, F_GETFD) & FD_CLOEXEC) && (fcntl(f, F_GETFL) & O_NONBLOCK),
+	      "rsocket with SOCK_CLOEXEC | SOCK_NONBLOCK: %d, %s", f, strerror(errno));
+	rclose(f);
 	ERRNO(rsend(12345, "x", 1, 0), EBADF);
 	ERRNO(rclose(12345), EBADF);
 
@@ -115,6 +123,10 @@ int main(int argc, char **argv)
 	int one = 1;
 	CHECK(!rsetsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), "TCP_NODELAY: %s", strerror(errno));
 	ERRNO(rgetpeername(c, (struct sockaddr *)&bad, &(socklen_t){sizeof bad}), ENOTCONN);
+	socklen_t zero = 0; /* a NULL buffer of length 0 asks the length only, as librspreload does */
+	CHECK(!rgetsockname(c, NULL, &zero) && zero == sizeof(struct sockaddr_in), "rgetsockname(NULL, 0): %s, %u",
+	      strerror(errno), zero);
+	ERRNO(rgetsockname(c, NULL, &(socklen_t){sizeof bad}), EFAULT);
 	CHECK(!rconnect(c, (struct sockaddr *)&a, sizeof a), "rconnect: %s", strerror(errno));
 	CHECK(rpoll(&p, 1, 5000) == 1 && (p.revents & POLLIN), "the listener is not readable with a connection waiting");
 	struct sockaddr_in peer;
@@ -157,8 +169,66 @@ int main(int argc, char **argv)
 			usleep(10000);
 	}
 	CHECK(e == EPIPE || e == ECONNRESET, "a send to a closed connection: errno %d (%s)", e, strerror(e));
+	ERRNO(rsendto(c, "x", 1, 0, (struct sockaddr *)&a, sizeof a), EISCONN);
 	rclose(c);
 	rclose(l);
+
+	/* Datagram rsockets. */
+	int d1 = rsocket(AF_INET, SOCK_DGRAM, 0);
+	CHECK(d1 >= 0, "rsocket SOCK_DGRAM: %s", strerror(errno));
+	ERRNO(rrecv(d1, got, 10, MSG_DONTWAIT), EINVAL); /* not bound: nothing to read, as librdmacm's */
+	ERRNO(rsend(d1, "x", 1, 0), EDESTADDRREQ);
+	ERRNO(rlisten(d1, 1), EOPNOTSUPP);
+	ERRNO(rbind(d1, (struct sockaddr *)&bad, sizeof bad), EADDRNOTAVAIL);
+	struct sockaddr_in da = a, n1a, n2a, from;
+	da.sin_port = 0;
+	socklen_t l1 = sizeof n1a, l2 = sizeof n2a, fl = sizeof from;
+	CHECK(!rbind(d1, (struct sockaddr *)&da, sizeof da) && !rgetsockname(d1, (struct sockaddr *)&n1a, &l1) &&
+		      n1a.sin_port && n1a.sin_addr.s_addr == a.sin_addr.s_addr,
+	      "rbind of a datagram rsocket, port 0: %s, bound to %s:%d", strerror(errno), inet_ntoa(n1a.sin_addr),
+	      ntohs(n1a.sin_port));
+	ERRNO(rbind(d1, (struct sockaddr *)&da, sizeof da), EINVAL);
+	int d2 = rsocket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+	CHECK(d2 >= 0 && (fcntl(d2, F_GETFL) & O_NONBLOCK), "rsocket SOCK_DGRAM | SOCK_NONBLOCK: %s", strerror(errno));
+	CHECK(rsendto(d2, "hello", 5, 0, (struct sockaddr *)&n1a, sizeof n1a) == 5, "rsendto, not bound: %s",
+	      strerror(errno));
+	CHECK(!rgetsockname(d2, (struct sockaddr *)&n2a, &l2) && n2a.sin_port, "rgetsockname after rsendto: %s",
+	      strerror(errno));
+	p = (struct pollfd){.fd = d1, .events = POLLIN};
+	CHECK(rpoll(&p, 1, 5000) == 1 && (p.revents & POLLIN), "the datagram did not make its rsocket readable");
+	memset(got, 0, 16);
+	CHECK(rrecvfrom(d1, got, sizeof got, 0, (struct sockaddr *)&from, &fl) == 5 && !memcmp(got, "hello", 5) &&
+		      fl == sizeof from && from.sin_port == n2a.sin_port && from.sin_addr.s_addr == a.sin_addr.s_addr,
+	      "rrecvfrom: %.5s from %s:%d, want hello from port %d", got, inet_ntoa(from.sin_addr), ntohs(from.sin_port),
+	      ntohs(n2a.sin_port));
+	ERRNO(rrecv(d2, got, sizeof got, 0), EAGAIN); /* non-blocking, nothing yet */
+	CHECK(rsendto(d1, "world!", 6, 0, (struct sockaddr *)&from, fl) == 6, "rsendto the answer: %s", strerror(errno));
+	p = (struct pollfd){.fd = d2, .events = POLLIN};
+	CHECK(rpoll(&p, 1, 5000) == 1 && rrecv(d2, got, sizeof got, 0) == 6 && !memcmp(got, "world!", 6),
+	      "the answer did not come: %s", strerror(errno));
+	CHECK(!rconnect(d2, (struct sockaddr *)&n1a, sizeof n1a) && !rgetpeername(d2, (struct sockaddr *)&from, &fl) &&
+		      from.sin_port == n1a.sin_port,
+	      "rconnect of a datagram rsocket: %s", strerror(errno));
+	CHECK(rsend(d2, "0123456789", 10, 0) == 10, "rsend after rconnect: %s", strerror(errno));
+	p = (struct pollfd){.fd = d1, .events = POLLIN};
+	CHECK(rpoll(&p, 1, 5000) == 1 && rrecv(d1, got, 4, 0) == 4 && !memcmp(got, "0123", 4),
+	      "a datagram read into 4 bytes is not cut to them: %s", strerror(errno));
+	static char huge[65000];
+	ERRNO(rsendto(d1, huge, sizeof huge, 0, (struct sockaddr *)&n2a, sizeof n2a), EMSGSIZE);
+	/* Many datagrams in a row come in order (a bounded burst: the device's queue holds them). */
+	int sent = 0, came = 0;
+	for (int i = 0; i < 50; i++)
+		sent += rsend(d2, &i, sizeof i, 0) == sizeof i;
+	for (int i = 0; i < 50; i++) {
+		int v = -1;
+		p = (struct pollfd){.fd = d1, .events = POLLIN};
+		if (rpoll(&p, 1, 5000) != 1 || rrecv(d1, &v, sizeof v, 0) != sizeof v || v != i)
+			break;
+		came++;
+	}
+	CHECK(sent == 50 && came == 50, "a burst of 50 datagrams: %d sent, %d came in order", sent, came);
+	rclose(d1);
+	rclose(d2);
 	printf("rsreturns: %d checks, %d failed\n", checks, failed);
 	return failed != 0;
 }

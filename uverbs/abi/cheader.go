@@ -20,7 +20,7 @@ var structs = []any{
 	CompEvent{}, AsyncEvent{}, SessionPage{}, RingHeader{}, SendWQE{}, SGE{}, BindInfo{}, RecvWQE{}, CQE{},
 	CMRegisterChannelReq{}, CMCreateIDReq{}, CMAddrReq{}, CMListenReq{}, CMConnParam{}, CMConnectReq{}, CMRejectReq{},
 	CMMigrateReq{}, CMNewIDReply{}, CMQueryReply{}, CMInitQPAttrReq{}, CMInitQPAttrReply{}, CMJoinMcastReq{}, CMLeaveMcastReq{}, CMEvent{},
-	RSConnectReq{}, RSHeader{}, RSListenReq{}, RSListenReply{}, RSAcceptReq{}, RSAcceptReply{}, RSStatusReq{},
+	RSConnectReq{}, RSHeader{}, RSListenReq{}, RSListenReply{}, RSAcceptReq{}, RSAcceptReply{}, RSStatusReq{}, RSBindReq{}, RSBindReply{}, RSDgramHeader{},
 }
 
 // constants are the numbers the C side needs besides its own headers'.

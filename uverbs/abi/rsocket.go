@@ -10,6 +10,14 @@ package abi
 // byte to it for each connection waiting to be accepted, so that poll
 // sees the listener readable, and stops listening when the program closes
 // its end.
+//
+// A datagram rsocket (SOCK_DGRAM) is one end of a UNIX sequenced-packet
+// socket pair instead; the other end goes to the device with OpRSBind,
+// and the device carries datagrams between it and a datagram rsocket of
+// its own (package rsocket's PacketConn, librdmacm's UD protocol on the
+// wire). Each message on the pair is one datagram after an
+// RSDgramHeader: the program's say where they go, the device's where
+// they came from.
 
 // RSConnectReq connects to an rsocket listener at Dst (rconnect), from
 // the device's address Src when it is not zero. It carries one
@@ -71,4 +79,29 @@ type RSAcceptReply struct {
 type RSStatusReq struct {
 	Handle uint32
 	_      uint32
+}
+
+// RSBindReq binds a datagram rsocket at Addr (rbind; any address of the
+// family and port 0 for the first rsendto or rconnect of an unbound
+// one). It carries one descriptor, the device's end of the rsocket's
+// UNIX sequenced-packet socket pair.
+type RSBindReq struct {
+	Addr [SockaddrSize]byte
+}
+
+// RSBindReply names the datagram rsocket, the address it is bound to,
+// and the largest datagram it sends (rsendto fails with EMSGSIZE above
+// it).
+type RSBindReply struct {
+	Handle uint32
+	Max    uint32
+	Addr   [SockaddrSize]byte
+}
+
+// RSDgramHeader starts each message on a datagram rsocket's pair: the
+// datagram's destination on the program's messages, its source on the
+// device's. The datagram follows it.
+type RSDgramHeader struct {
+	Addr [SockaddrSize]byte
+	_    uint32
 }
