@@ -32,6 +32,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <rdma/rsocket.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -480,13 +481,24 @@ static int rs_kind(int s)
 	return k;
 }
 
+/* again passes on what a call returned, yielding the processor when it
+ * is -1 with EAGAIN: a program that polls with non-blocking calls
+ * (udpong's server and rstream -T n do) gives the device the core it
+ * needs to make progress each time it finds nothing to do. */
+static ssize_t again(ssize_t n)
+{
+	if (n < 0 && errno == EAGAIN)
+		sched_yield(); /* leaves errno alone */
+	return n;
+}
+
 /* ended is what a read that returned n (0: the end of the peer's bytes)
  * on stream rsocket s gives the program: -1 with ECONNRESET when the
  * peer reset the connection or went, as librdmacm's read does, else n. */
 static ssize_t ended(int s, ssize_t n, size_t len)
 {
 	if (n != 0 || len == 0)
-		return n;
+		return again(n);
 	struct rs *r = rs_get(s);
 	if (!r)
 		return n;
@@ -521,7 +533,7 @@ static ssize_t dgram_recvmsg(int s, struct msghdr *msg, int flags)
 		memcpy(iov + 1, msg->msg_iov, msg->msg_iovlen * sizeof *iov);
 	struct msghdr m = {.msg_iov = iov, .msg_iovlen = msg->msg_iovlen + 1};
 	ssize_t n = recvmsg(s, &m, flags & (MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL));
-	if (n < 0)
+	if (again(n) < 0)
 		return -1;
 	if ((size_t)n < sizeof h)
 		return rs_err(ENODEV); /* the device went */
@@ -583,7 +595,7 @@ static ssize_t dgram_sendmsg(int s, const struct msghdr *msg, int flags)
 	if (msg->msg_iovlen)
 		memcpy(iov + 1, msg->msg_iov, msg->msg_iovlen * sizeof *iov);
 	struct msghdr m = {.msg_iov = iov, .msg_iovlen = msg->msg_iovlen + 1};
-	ssize_t n = sendmsg(s, &m, (flags & MSG_DONTWAIT) | MSG_NOSIGNAL);
+	ssize_t n = again(sendmsg(s, &m, (flags & MSG_DONTWAIT) | MSG_NOSIGNAL));
 	if (n < 0)
 		return errno == EPIPE ? rs_err(ENODEV) : -1; /* EPIPE: the device went */
 	return n - sizeof h;
@@ -647,7 +659,7 @@ EXPORT ssize_t rsendmsg(int s, const struct msghdr *msg, int flags)
 	case 1:
 		if (msg && msg->msg_name)
 			return rs_err(EISCONN); /* a stream's peer is its own */
-		return sendmsg(s, msg, flags | MSG_NOSIGNAL);
+		return again(sendmsg(s, msg, flags | MSG_NOSIGNAL));
 	case 2:
 		return dgram_sendmsg(s, msg, flags);
 	}
