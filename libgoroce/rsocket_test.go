@@ -344,3 +344,60 @@ func TestRspreloadPython(t *testing.T) {
 		t.Fatalf("python3: %s", r)
 	}
 }
+
+// TestRspreloadServer runs socket programs under librspreload at both
+// ends on the device: curl (on goroce1) against a plain socket HTTP server
+// (testdata/tinyhttpd.c, on goroce0), and rstream's socket mode (-T s,
+// blocking and non-blocking) against itself. The servers' listeners are
+// the device's (rsockets), not the kernel's.
+func TestRspreloadServer(t *testing.T) {
+	if _, err := os.Stat(rspreload); err != nil {
+		t.Skipf("no %s (apt-get install librdmacm1)", rspreload)
+	}
+	httpd := devicetest.CC(t, "tinyhttpd", []string{"testdata/tinyhttpd.c"})
+	h := devicetest.NewHost(t)
+	d0 := h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	env := []string{"LD_PRELOAD=" + h.Lib + " " + rspreload}
+	t.Run("curl", func(t *testing.T) {
+		devicetest.Need(t, "curl")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		port := devicetest.FreeTCPPort(t)
+		s := h.GoEnv(ctx, env, "", httpd, "127.0.0.1", strconv.Itoa(port), "2")
+		defer s.Kill()
+		d0.WaitListening(t, port, 20*time.Second)
+		for range 2 {
+			r := h.GoEnv(ctx, env, "", "curl", "-sS", "--max-time", "20", "--interface", "127.0.0.2",
+				fmt.Sprintf("http://127.0.0.1:%d/", port)).Wait()
+			if r.Err != nil || !strings.Contains(r.Out, "tinyhttpd answers 127.0.0.2:") {
+				t.Fatalf("curl: %s\nserver: %s", r, s.Output())
+			}
+		}
+		if r := s.Wait(); r.Err != nil || strings.Count(r.Out, "served ") != 2 {
+			t.Errorf("server: %s", r)
+		}
+	})
+	for _, c := range []struct{ name, args string }{
+		{"rstream blocking", "-T s -T b -S 4096 -C 50 -I 2 -T v"},
+		{"rstream nonblocking", "-T s -T n -S 4096 -C 50 -I 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			devicetest.Need(t, "rstream")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			port := strconv.Itoa(devicetest.FreeTCPPort(t))
+			args := strings.Fields(c.args)
+			s := h.GoEnv(ctx, env, "", "rstream", append([]string{"-b", "127.0.0.1", "-p", port}, args...)...)
+			defer s.Kill()
+			d0.WaitListening(t, devicetest.Atoi(port), 20*time.Second)
+			r := h.GoEnv(ctx, env, "", "rstream", append([]string{"-s", "127.0.0.1", "-b", "127.0.0.2", "-p", port}, args...)...).Wait()
+			if r.Err != nil || !strings.Contains(r.Out, "custom    4k") {
+				t.Fatalf("client %s\nserver: %s", r, s.Output())
+			}
+			if sr := s.Wait(); sr.Err != nil {
+				t.Errorf("server %s", sr)
+			}
+		})
+	}
+}
