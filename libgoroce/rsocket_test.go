@@ -193,10 +193,17 @@ var pongLine = regexp.MustCompile(`(?m)^custom\s+(\S+)\s+(\S+)\s+\S+\s+[\d.]+s\s
 // yields it on each EAGAIN) and the client in its: each echoed message
 // comes back (the results line counts twice the messages sent), and the
 // server counts those sent one way.
+//
+// The device is `roce device` in a process of its own: udpong's client
+// sends each echo again when its answer has not come within a millisecond,
+// and every such resend stays in flight for good (its answer, when it
+// comes, is one more to read past), so a device slower than that (ours in
+// the test binary under the race detector) buries the client in stale
+// echoes: 200 took minutes.
 func TestUdpong(t *testing.T) {
 	devicetest.Need(t, "udpong", "stdbuf")
 	h := devicetest.NewHost(t)
-	h.Start("goroce0", "127.0.0.1")
+	h.StartProcess(roce(t), "goroce0", "127.0.0.1")
 	for _, c := range []struct {
 		name, server, client string
 		transfers            int // 0: one way, some of them lost or not
@@ -230,11 +237,12 @@ func TestUdpong(t *testing.T) {
 // TestUdpongGo runs udpong's client on the device against a udpong server
 // written on package rsocket's PacketConn on another stack (its own
 // device on 127.0.0.3, not the uverbs one): the datagrams cross the wire
-// between two implementations, and each comes back as sent.
+// between two implementations, and each comes back as sent. The device is
+// a process of its own, as in TestUdpong.
 func TestUdpongGo(t *testing.T) {
 	devicetest.Need(t, "udpong")
 	h := devicetest.NewHost(t)
-	h.Start("goroce0", "127.0.0.1")
+	h.StartProcess(roce(t), "goroce0", "127.0.0.1")
 	dev, err := goroce.Open(&goroce.Config{Link: &goroce.UDP{Addr: netip.MustParseAddr("127.0.0.3"), Port: h.Port, PeerPort: h.Port}})
 	if err != nil {
 		t.Fatal(err)

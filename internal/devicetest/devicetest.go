@@ -139,6 +139,49 @@ func (h *Host) Start(name, addr string) *Device {
 	return &Device{Name: name, Addr: a, Dev: dev, Srv: srv}
 }
 
+// StartProcess starts a device the way a user does, `roce device` (the
+// binary roce) in a process of its own, on the host's directory and port,
+// and returns once its socket takes connections; the device ends with the
+// test. Tests whose programs assume a device that answers within a
+// millisecond use it: a device in the test binary itself runs under the
+// race detector when the test does, several times slower.
+func (h *Host) StartProcess(roce, name, addr string) {
+	h.t.Helper()
+	cmd := exec.Command(roce, "device", "--bind", addr, "--name", name, "--dir", h.Dir,
+		"--roce-port", strconv.Itoa(int(h.Port)))
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("start %s device: %v", roce, err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	h.t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	sock := filepath.Join(h.Dir, name+".sock")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unixpacket", sock); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-done:
+			h.t.Fatalf("roce device %s on %s ended: %s", name, addr, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("roce device %s on %s: no socket %s after 20 s: %s", name, addr, sock, out)
+		}
+	}
+}
+
 // WaitListening waits until a program listens on rdma_cm port port of
 // device d (rdma_listen), or fails t after timeout.
 func (d *Device) WaitListening(t testing.TB, port int, timeout time.Duration) {
