@@ -76,6 +76,42 @@ func TestRstream(t *testing.T) {
 	}
 }
 
+// TestRiostream runs librdmacm's riostream, unmodified, both ends on the
+// device: the server maps its receive buffer (riomap) and the client
+// writes into it (riowrite) in each of its modes; with -T v both ends
+// check every byte of every transfer.
+func TestRiostream(t *testing.T) {
+	devicetest.Need(t, "riostream")
+	h := devicetest.NewHost(t)
+	d0 := h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	for _, c := range []struct{ name, args string }{
+		{"bandwidth", "-S 65536 -C 100"},
+		{"blocking", "-T b -S 65536 -C 50"},
+		{"async", "-T a -S 4096 -C 200"},
+		{"verify", "-T v -S 10000 -C 50"},
+		{"latency", "-S 64 -I 100 -C 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			port := strconv.Itoa(devicetest.FreeTCPPort(t))
+			args := strings.Fields(c.args)
+			s := h.Go(ctx, "riostream", append([]string{"-b", "127.0.0.1", "-p", port}, args...)...)
+			defer s.Kill()
+			d0.WaitListening(t, devicetest.Atoi(port), 20*time.Second)
+			r := h.Go(ctx, "riostream", append([]string{"-s", "127.0.0.1", "-b", "127.0.0.2", "-p", port}, args...)...).Wait()
+			want := regexp.MustCompile(`(?m)^custom\s+\S+\s+\d+\s+\d+\s+\S+\s+[\d.]+s\s+[\d.]+\s+[\d.]+$`)
+			if r.Err != nil || !want.MatchString(r.Out) {
+				t.Fatalf("client %s\nserver: %s", r, s.Output())
+			}
+			if sr := s.Wait(); sr.Err != nil {
+				t.Errorf("server %s", sr)
+			}
+		})
+	}
+}
+
 // TestRcopy copies a file with librdmacm's rcopy, unmodified, both ends on
 // the device: the copy holds the same bytes.
 func TestRcopy(t *testing.T) {

@@ -2,11 +2,13 @@ package rsocket
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"syscall"
 	"testing"
 	"time"
@@ -341,5 +343,64 @@ func TestIOMapHostilePeer(t *testing.T) {
 				t.Fatalf("stats: %+v", st)
 			}
 		})
+	}
+}
+
+// TestListenerSetIOMapSize: a listener's SetIOMapSize (rsetsockopt's
+// RDMA_IOMAPSIZE on a listening rsocket) gives the connections it
+// accepts after it a table, and leaves those before it as they were.
+func TestListenerSetIOMapSize(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	c1, _, ln := h.pair(t, nil, nil)
+	if _, err := c1.Map(make([]byte, 10), 0); !errors.Is(err, ErrIOMapFull) {
+		t.Fatalf("Map into a listener's connection with no table: %v", err)
+	}
+	for _, n := range []int{-1, maxIomapEntries + 1} {
+		if err := ln.SetIOMapSize(n); !errors.Is(err, ErrOption) {
+			t.Errorf("SetIOMapSize(%d): %v", n, err)
+		}
+	}
+	if err := (*Listener)(nil).SetIOMapSize(1); err == nil {
+		t.Error("SetIOMapSize on a nil Listener succeeded")
+	}
+	if err := ln.SetIOMapSize(1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		s, err := ln.AcceptContext(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- s
+	}()
+	d := &Dialer{}
+	d.Agent = h.aa
+	c2, err := d.Dial(ctx, h.a, netip.AddrPortFrom(h.addrB, 7471))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2 := <-accepted
+	if s2 == nil {
+		t.FailNow()
+	}
+	defer s2.Close()
+	buf := make([]byte, 16)
+	if _, err := c2.Map(buf, 0); err != nil {
+		t.Fatalf("Map into a connection accepted after SetIOMapSize(1): %v", err)
+	}
+	signal(t, c2, s2)
+	if _, err := s2.IOWrite([]byte("after"), 0); err != nil {
+		t.Fatal(err)
+	}
+	signal(t, s2, c2)
+	if string(buf[:5]) != "after" {
+		t.Errorf("the mapped buffer holds %q", buf[:5])
+	}
+	if _, err := c1.Map(make([]byte, 10), 0); !errors.Is(err, ErrIOMapFull) {
+		t.Errorf("the first connection has a table now: %v", err)
 	}
 }

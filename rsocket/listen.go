@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/verbs"
@@ -33,6 +34,9 @@ type Listener struct {
 	opts Options
 	log  *slog.Logger
 	once sync.Once
+	// iomap is the IOMapSize of connections accepted from now on
+	// (SetIOMapSize): opts.IOMapSize until it is set.
+	iomap atomic.Int32
 }
 
 var _ net.Listener = (*Listener)(nil)
@@ -68,6 +72,7 @@ func listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort, cfg *Lis
 		return nil, errNoDevice
 	}
 	l := &Listener{dev: dev, opts: opts, log: opts.Logger}
+	l.iomap.Store(int32(opts.IOMapSize))
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -86,6 +91,22 @@ func listen(ctx context.Context, dev verbs.Device, addr netip.AddrPort, cfg *Lis
 
 // ok reports whether l is a Listener that Listen made.
 func (l *Listener) ok() bool { return l != nil && l.cl != nil }
+
+// SetIOMapSize sets the entries of the iomap table (Options.IOMapSize)
+// that the connections l accepts from now on offer their peers, as
+// rsetsockopt(RDMA_IOMAPSIZE) on a listening rsocket sets it for the
+// connections raccept takes after it. It fails with ErrOption outside 0
+// to 32512 (0x7f00) entries; sizes round as Options.IOMapSize does.
+func (l *Listener) SetIOMapSize(n int) error {
+	if l == nil || l.cl == nil {
+		return errInvalid
+	}
+	if n < 0 || n > maxIomapEntries {
+		return fmt.Errorf("%w: IOMapSize is %d; use 0 to %d", ErrOption, n, maxIomapEntries)
+	}
+	l.iomap.Store(int32(iomapEntries(iomapScale(n))))
+	return nil
+}
 
 // Addr returns the listener's address.
 func (l *Listener) Addr() net.Addr {
@@ -190,7 +211,9 @@ func (l *Listener) onRequest(ctx context.Context, r *cm.Request) (*cm.Params, er
 		l.log.Debug("rsocket: refused", "from", r.Remote, "err", err)
 		return nil, cm.Reject(nil)
 	}
-	ep, err := newEndpoint(l.dev, &l.opts)
+	o := l.opts
+	o.IOMapSize = int(l.iomap.Load())
+	ep, err := newEndpoint(l.dev, &o)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSetup, err)
 	}

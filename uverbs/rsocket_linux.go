@@ -44,6 +44,7 @@ type rsState struct {
 	listeners map[uint32]*rsListener
 	conns     map[*rsocket.Conn]struct{}
 	packets   map[*rsocket.PacketConn]struct{} // datagram rsockets (rsdgram_linux.go)
+	byHandle  map[uint32]*rsConn               // connections by handle, for the iomap calls (rsiomap_linux.go)
 	closed    bool
 	gone      chan struct{}       // closed when the session ends
 	resets    map[uint32]struct{} // connections the peer reset, until the program asks (RSStatusReq)
@@ -62,8 +63,9 @@ func (r *rsState) reset(h uint32) {
 // init makes r ready; the session calls it as it starts.
 func (r *rsState) init() { r.gone = make(chan struct{}) }
 
-// add keeps c, to close when the session ends; false if it has ended.
-func (r *rsState) add(c *rsocket.Conn) bool {
+// add keeps connection h, to close when the session ends; false if it
+// has ended.
+func (r *rsState) add(h uint32, rc *rsConn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -71,8 +73,10 @@ func (r *rsState) add(c *rsocket.Conn) bool {
 	}
 	if r.conns == nil {
 		r.conns = map[*rsocket.Conn]struct{}{}
+		r.byHandle = map[uint32]*rsConn{}
 	}
-	r.conns[c] = struct{}{}
+	r.conns[rc.c] = struct{}{}
+	r.byHandle[h] = rc
 	return true
 }
 
@@ -86,9 +90,10 @@ func (r *rsState) ended() bool {
 	}
 }
 
-func (r *rsState) drop(c *rsocket.Conn) {
+func (r *rsState) drop(h uint32, rc *rsConn) {
 	r.mu.Lock()
-	delete(r.conns, c)
+	delete(r.conns, rc.c)
+	delete(r.byHandle, h)
 	r.mu.Unlock()
 }
 
@@ -198,24 +203,34 @@ func (s *session) rsConnect(body []byte, fds []int) uint32 {
 	dev := s.srv.dev
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), rsDialTimeout)
-		c, err := rsocket.Dial(ctx, dev, dst)
+		d := &rsocket.Dialer{Options: rsocket.Options{IOMapSize: int(req.IOMapSize)}}
+		c, err := d.Dial(ctx, dev, dst)
 		cancel()
 		hdr := abi.RSHeader{Handle: h}
-		if err != nil {
+		var rc *rsConn
+		switch {
+		case err != nil:
 			hdr.Errno = rsErrno(err)
 			s.log.Debug("rconnect failed", "dst", dst, "err", err)
-		} else {
+		default:
+			// Kept before the program hears of it: its riomap may come
+			// right after.
+			if rc = s.rsKeep(h, c); rc == nil {
+				hdr.Errno = abi.ENODEV
+				break
+			}
 			hdr.Local, hdr.Peer = rsAddr(c.LocalAddr()), rsAddr(c.RemoteAddr())
 		}
 		b := unsafe.Slice((*byte)(unsafe.Pointer(&hdr)), unsafe.Sizeof(hdr))
-		if _, werr := f.Write(b); werr != nil || err != nil {
+		if _, werr := f.Write(b); werr != nil || rc == nil {
 			f.Close()
-			if c != nil {
+			if rc != nil {
+				s.rs.drop(h, rc)
 				c.Close()
 			}
 			return
 		}
-		s.rsRelay(h, f, c)
+		s.rsRelay(h, f, rc)
 	}()
 	return 0
 }
@@ -235,17 +250,15 @@ func rsAddr(a net.Addr) [abi.SockaddrSize]byte {
 // connection closes as rclose closes one (what was written reaches the
 // peer first) when the program has gone too, or when the peer has ended
 // its side; the session's end is the program's (rsState.close).
-func (s *session) rsRelay(h uint32, f *os.File, c *rsocket.Conn) {
+func (s *session) rsRelay(h uint32, f *os.File, rc *rsConn) {
+	c := rc.c
+	defer s.rs.drop(h, rc)
 	fc, err := net.FileConn(f)
 	f.Close()
-	if err != nil || !s.rs.add(c) {
-		if fc != nil {
-			fc.Close()
-		}
+	if err != nil {
 		c.Close()
 		return
 	}
-	defer s.rs.drop(c)
 	u := fc.(*net.UnixConn)
 	fromPeer := make(chan struct{})
 	go func() {
@@ -261,16 +274,50 @@ func (s *session) rsRelay(h uint32, f *os.File, c *rsocket.Conn) {
 			u.CloseWrite()
 		}
 	}()
-	if _, err := io.Copy(c, u); err == nil {
+	if rsCopy(rc, u) == nil {
 		c.CloseWrite()
 	}
+	rc.ended()
 	select {
 	case <-fromPeer:
 	case <-s.rs.gone:
 	}
+	rc.unmapAll()
 	c.Close()
 	<-fromPeer
 	u.Close()
+}
+
+// rsKeep keeps connection c of the session as h, or closes it and
+// returns nil when the session has ended.
+func (s *session) rsKeep(h uint32, c *rsocket.Conn) *rsConn {
+	rc := newRSConn(c)
+	if !s.rs.add(h, rc) {
+		c.Close()
+		return nil
+	}
+	return rc
+}
+
+// rsCopy carries the program's bytes from u to the peer, counting them
+// (rsConn.after), until the program's end of stream (nil) or an error.
+func rsCopy(rc *rsConn, u *net.UnixConn) error {
+	b := make([]byte, 256<<10)
+	for {
+		n, err := u.Read(b)
+		if n > 0 {
+			if _, werr := rc.c.Write(b[:n]); werr != nil {
+				return werr
+			}
+			rc.relayed(n)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // rsListen listens at Addr (rlisten) and tells the program of each
@@ -294,7 +341,7 @@ func (s *session) rsListen(body []byte, fds []int) (any, uint32) {
 		return nil, abi.EADDRNOTAVAIL
 	}
 	backlog := int(min(max(req.Backlog, 1), 1024))
-	cfg := &rsocket.ListenConfig{Backlog: backlog}
+	cfg := &rsocket.ListenConfig{Backlog: backlog, Options: rsocket.Options{IOMapSize: int(req.IOMapSize)}}
 	l, err := cfg.Listen(context.Background(), s.srv.dev, addr)
 	if err != nil {
 		f.Close()
@@ -399,8 +446,32 @@ func (s *session) rsAccept(body []byte, fds []int) (any, uint32) {
 		return nil, abi.ENOMEM
 	}
 	r := &abi.RSAcceptReply{Handle: h, Local: rsAddr(c.LocalAddr()), Peer: rsAddr(c.RemoteAddr())}
-	go s.rsRelay(h, f, c)
+	rc := s.rsKeep(h, c) // before the reply: the program's riomap may come right after
+	if rc == nil {
+		f.Close()
+		return nil, abi.ENODEV
+	}
+	go s.rsRelay(h, f, rc)
 	return r, 0
+}
+
+// rsOption sets a listener's RDMA_IOMAPSIZE for the connections it
+// accepts from now on.
+func (s *session) rsOption(body []byte) uint32 {
+	var req abi.RSOptionReq
+	if !decode(body, &req) {
+		return abi.EINVAL
+	}
+	s.rs.mu.Lock()
+	rl := s.rs.listeners[req.Handle]
+	s.rs.mu.Unlock()
+	if rl == nil {
+		return abi.EINVAL
+	}
+	if err := rl.l.SetIOMapSize(int(min(req.IOMapSize, 0x7f00))); err != nil {
+		return abi.EINVAL
+	}
+	return 0
 }
 
 // rsStatus tells the program whether connection h's peer reset it

@@ -257,6 +257,27 @@ func decode[T any](body []byte, v *T) bool {
 // handle runs one request under s.mu; it returns the reply, the
 // descriptors to send with it, and the errno.
 func (s *session) handle(op abi.Op, body []byte, fds []int) (any, []int, uint32) {
+	switch op {
+	case abi.OpRSMap, abi.OpRSUnmap, abi.OpRSIOWrite:
+		// These wait for the connection (its relay, its credits), not
+		// for the session's objects: apart from s.mu
+		// (rsiomap_linux.go).
+		if len(fds) != 0 {
+			closeFDs(fds)
+			return nil, nil, abi.EINVAL
+		}
+		var r any
+		var e uint32
+		switch op {
+		case abi.OpRSMap:
+			r, e = s.rsMap(body)
+		case abi.OpRSUnmap:
+			e = s.rsUnmap(body)
+		default:
+			r, e = s.rsIOWrite(body)
+		}
+		return r, nil, e
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := map[abi.Op]int{abi.OpHello: 3, abi.OpCreateCompChannel: 1, abi.OpCMRegisterChannel: 1,
@@ -395,6 +416,8 @@ func (s *session) dispatch(op abi.Op, body []byte, fds []int) (any, []int, uint3
 		e = s.rsStatus(body)
 	case abi.OpRSBind:
 		r, e = s.rsBind(body, fds) // rsdgram_linux.go
+	case abi.OpRSOption:
+		e = s.rsOption(body)
 	case abi.OpAttachMcast:
 		e = s.attachMcast(body) // mcast_linux.go
 	case abi.OpDetachMcast:

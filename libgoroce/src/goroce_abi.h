@@ -78,6 +78,10 @@ enum goroce_op {
 	GOROCE_OP_RS_ACCEPT = 48,
 	GOROCE_OP_RS_STATUS = 49,
 	GOROCE_OP_RS_BIND = 50,
+	GOROCE_OP_RS_MAP = 51,
+	GOROCE_OP_RS_UNMAP = 52,
+	GOROCE_OP_RS_IOWRITE = 53,
+	GOROCE_OP_RS_OPTION = 54,
 };
 
 struct goroce_header {
@@ -948,10 +952,13 @@ _Static_assert(offsetof(struct goroce_cm_event, uid) == 344, "CMEvent.UID");
 struct goroce_rs_connect_req {
 	uint8_t src[28];
 	uint8_t dst[28];
+	uint32_t iomap_size;
+	uint32_t _pad0;
 };
-_Static_assert(sizeof(struct goroce_rs_connect_req) == 56, "RSConnectReq");
+_Static_assert(sizeof(struct goroce_rs_connect_req) == 64, "RSConnectReq");
 _Static_assert(offsetof(struct goroce_rs_connect_req, src) == 0, "RSConnectReq.Src");
 _Static_assert(offsetof(struct goroce_rs_connect_req, dst) == 28, "RSConnectReq.Dst");
+_Static_assert(offsetof(struct goroce_rs_connect_req, iomap_size) == 56, "RSConnectReq.IOMapSize");
 
 struct goroce_rs_header {
 	uint32_t error;
@@ -968,11 +975,12 @@ _Static_assert(offsetof(struct goroce_rs_header, peer) == 36, "RSHeader.Peer");
 struct goroce_rs_listen_req {
 	uint8_t addr[28];
 	uint32_t backlog;
-	uint32_t _pad0;
+	uint32_t iomap_size;
 };
 _Static_assert(sizeof(struct goroce_rs_listen_req) == 36, "RSListenReq");
 _Static_assert(offsetof(struct goroce_rs_listen_req, addr) == 0, "RSListenReq.Addr");
 _Static_assert(offsetof(struct goroce_rs_listen_req, backlog) == 28, "RSListenReq.Backlog");
+_Static_assert(offsetof(struct goroce_rs_listen_req, iomap_size) == 32, "RSListenReq.IOMapSize");
 
 struct goroce_rs_listen_reply {
 	uint32_t handle;
@@ -1030,5 +1038,67 @@ struct goroce_rs_dgram_header {
 };
 _Static_assert(sizeof(struct goroce_rs_dgram_header) == 32, "RSDgramHeader");
 _Static_assert(offsetof(struct goroce_rs_dgram_header, addr) == 0, "RSDgramHeader.Addr");
+
+struct goroce_rs_map_req {
+	uint32_t handle;
+	uint32_t _pad0;
+	uint64_t addr;
+	uint64_t length;
+	int64_t offset;
+	uint64_t sent;
+};
+_Static_assert(sizeof(struct goroce_rs_map_req) == 40, "RSMapReq");
+_Static_assert(offsetof(struct goroce_rs_map_req, handle) == 0, "RSMapReq.Handle");
+_Static_assert(offsetof(struct goroce_rs_map_req, addr) == 8, "RSMapReq.Addr");
+_Static_assert(offsetof(struct goroce_rs_map_req, length) == 16, "RSMapReq.Length");
+_Static_assert(offsetof(struct goroce_rs_map_req, offset) == 24, "RSMapReq.Offset");
+_Static_assert(offsetof(struct goroce_rs_map_req, sent) == 32, "RSMapReq.Sent");
+
+struct goroce_rs_map_reply {
+	int64_t offset;
+};
+_Static_assert(sizeof(struct goroce_rs_map_reply) == 8, "RSMapReply");
+_Static_assert(offsetof(struct goroce_rs_map_reply, offset) == 0, "RSMapReply.Offset");
+
+struct goroce_rs_unmap_req {
+	uint32_t handle;
+	uint32_t _pad0;
+	uint64_t addr;
+	uint64_t length;
+};
+_Static_assert(sizeof(struct goroce_rs_unmap_req) == 24, "RSUnmapReq");
+_Static_assert(offsetof(struct goroce_rs_unmap_req, handle) == 0, "RSUnmapReq.Handle");
+_Static_assert(offsetof(struct goroce_rs_unmap_req, addr) == 8, "RSUnmapReq.Addr");
+_Static_assert(offsetof(struct goroce_rs_unmap_req, length) == 16, "RSUnmapReq.Length");
+
+struct goroce_rs_write_req {
+	uint32_t handle;
+	uint32_t flags;
+	uint64_t addr;
+	uint64_t length;
+	int64_t offset;
+	uint64_t sent;
+};
+_Static_assert(sizeof(struct goroce_rs_write_req) == 40, "RSWriteReq");
+_Static_assert(offsetof(struct goroce_rs_write_req, handle) == 0, "RSWriteReq.Handle");
+_Static_assert(offsetof(struct goroce_rs_write_req, flags) == 4, "RSWriteReq.Flags");
+_Static_assert(offsetof(struct goroce_rs_write_req, addr) == 8, "RSWriteReq.Addr");
+_Static_assert(offsetof(struct goroce_rs_write_req, length) == 16, "RSWriteReq.Length");
+_Static_assert(offsetof(struct goroce_rs_write_req, offset) == 24, "RSWriteReq.Offset");
+_Static_assert(offsetof(struct goroce_rs_write_req, sent) == 32, "RSWriteReq.Sent");
+
+struct goroce_rs_write_reply {
+	uint64_t n;
+};
+_Static_assert(sizeof(struct goroce_rs_write_reply) == 8, "RSWriteReply");
+_Static_assert(offsetof(struct goroce_rs_write_reply, n) == 0, "RSWriteReply.N");
+
+struct goroce_rs_option_req {
+	uint32_t handle;
+	uint32_t iomap_size;
+};
+_Static_assert(sizeof(struct goroce_rs_option_req) == 8, "RSOptionReq");
+_Static_assert(offsetof(struct goroce_rs_option_req, handle) == 0, "RSOptionReq.Handle");
+_Static_assert(offsetof(struct goroce_rs_option_req, iomap_size) == 4, "RSOptionReq.IOMapSize");
 
 #endif

@@ -18,9 +18,16 @@
  * goroce_rs_dgram_header (the datagram's destination or source) and the
  * datagram.
  *
- * What differs from librdmacm: riomap, riounmap and riowrite fail with
- * ENOSYS; a datagram the device cannot send is lost, as one may be on
- * the wire, rather than failing rsendto (but for EMSGSIZE); rconnect
+ * riomap shares the buffer's pages with the device, as ibv_reg_mr does, so
+ * that the peer's riowrites land in the program's memory; riowrite copies
+ * its bytes into a buffer of the library's, shared likewise, and the
+ * device writes them to the peer. Both act after the bytes the program
+ * sent before them (the library counts them).
+ *
+ * What differs from librdmacm: riowrite waits for room in the send queue
+ * also on a non-blocking rsocket; a datagram the device cannot send is
+ * lost, as one may be on the wire, rather than failing rsendto (but for
+ * EMSGSIZE); rconnect
  * returns when the connection is made or has failed, also on a
  * non-blocking rsocket; socket options are taken and, but for the
  * buffer sizes, have no effect. */
@@ -37,6 +44,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -59,7 +67,32 @@ struct rs {
 	int dev_end;		 /* the pair's other end, until the device has it (-1 after) */
 	int bound, connected;
 	struct sockaddr_storage local, peer;
+	uint64_t sent;		 /* a stream's bytes the program has sent (riomap, riowrite) */
+	uint32_t iomap_size;	 /* RDMA_IOMAPSIZE */
+	struct rs_map *maps;	 /* riomap's buffers */
+	size_t nmaps;
+	char *stage;		 /* riowrite's buffer, shared with the device (STAGE bytes) */
 };
+
+/* rs_map is a buffer riomap mapped. */
+struct rs_map {
+	uintptr_t buf;
+	size_t len;
+	int prot;
+};
+
+#define PAGE 4096UL
+#define STAGE (256UL << 10)
+
+/* io_share and io_unshare give the device, and take back, the pages of len
+ * bytes at buf. */
+static int io_share(uintptr_t buf, size_t len)
+{
+	return gr_mem_share(buf & ~(PAGE - 1), (buf + len + PAGE - 1) & ~(PAGE - 1), 1);
+}
+
+static void io_unshare(uintptr_t buf, size_t len) { gr_mem_unshare(buf & ~(PAGE - 1), (buf + len + PAGE - 1) & ~(PAGE - 1)); }
+
 
 static pthread_mutex_t rs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rs *rs_tab;
@@ -280,11 +313,12 @@ EXPORT int rlisten(int s, int backlog)
 		r->local.ss_family = r->family; /* any address, a port the device chooses */
 	struct sockaddr_storage local = r->local;
 	int dev_end = r->dev_end;
+	uint32_t iomap_size = r->iomap_size;
 	pthread_mutex_unlock(&rs_lock);
 	struct gr_context *ctx = gr_rs_ctx((struct sockaddr *)&local, NULL);
 	if (!ctx)
 		return -1;
-	struct goroce_rs_listen_req req = {.backlog = backlog > 0 ? backlog : 1};
+	struct goroce_rs_listen_req req = {.backlog = backlog > 0 ? backlog : 1, .iomap_size = iomap_size};
 	put_addr(req.addr, &local);
 	struct goroce_rs_listen_reply rep;
 	int e = gr_call(ctx, GOROCE_OP_RS_LISTEN, &req, sizeof req, &rep, sizeof rep, &dev_end, 1, NULL);
@@ -352,6 +386,8 @@ EXPORT int raccept(int s, struct sockaddr *addr, socklen_t *addrlen)
 		c->bound = c->connected = 1;
 		c->ctx = ctx;
 		c->handle = rep.handle;
+		if (s < rs_cap && rs_tab[s].used)
+			c->iomap_size = rs_tab[s].iomap_size;
 		copy_addr(addr, addrlen, &c->peer);
 		pthread_mutex_unlock(&rs_lock);
 		return sv[0];
@@ -391,6 +427,7 @@ EXPORT int rconnect(int s, const struct sockaddr *addr, socklen_t addrlen)
 	}
 	struct sockaddr_storage local = r->local, dst;
 	int bound = r->bound, dev_end = r->dev_end;
+	uint32_t iomap_size = r->iomap_size;
 	memset(&dst, 0, sizeof dst);
 	memcpy(&dst, addr, addr_len(r->family));
 	pthread_mutex_unlock(&rs_lock);
@@ -402,6 +439,7 @@ EXPORT int rconnect(int s, const struct sockaddr *addr, socklen_t addrlen)
 	if (bound)
 		put_addr(req.src, &local);
 	put_addr(req.dst, &dst);
+	req.iomap_size = iomap_size;
 	if ((e = gr_call(ctx, GOROCE_OP_RS_CONNECT, &req, sizeof req, NULL, 0, &dev_end, 1, NULL)))
 		return rs_err(e);
 	if (!(r = rs_get(s)))
@@ -464,9 +502,21 @@ EXPORT int rclose(int s)
 		return -1;
 	if (r->dev_end >= 0)
 		close(r->dev_end);
+	struct rs_map *maps = r->maps;
+	size_t nmaps = r->nmaps;
+	char *stage = r->stage;
 	memset(r, 0, sizeof *r);
 	pthread_mutex_unlock(&rs_lock);
-	return close(s);
+	int ret = close(s); /* the device ends the connection, and its mappings */
+	for (size_t i = 0; i < nmaps; i++)
+		if (maps[i].prot & PROT_WRITE)
+			io_unshare(maps[i].buf, maps[i].len);
+	free(maps);
+	if (stage) {
+		io_unshare((uintptr_t)stage, STAGE);
+		munmap(stage, STAGE);
+	}
+	return ret;
 }
 
 /* rs_kind is 1 for a stream rsocket, 2 for a datagram one, 0 for a
@@ -659,7 +709,15 @@ EXPORT ssize_t rsendmsg(int s, const struct msghdr *msg, int flags)
 	case 1:
 		if (msg && msg->msg_name)
 			return rs_err(EISCONN); /* a stream's peer is its own */
-		return again(sendmsg(s, msg, flags | MSG_NOSIGNAL));
+		ssize_t n = again(sendmsg(s, msg, flags | MSG_NOSIGNAL));
+		if (n > 0) {
+			struct rs *r = rs_get(s);
+			if (r) {
+				r->sent += n;
+				pthread_mutex_unlock(&rs_lock);
+			}
+		}
+		return n;
 	case 2:
 		return dgram_sendmsg(s, msg, flags);
 	}
@@ -750,10 +808,27 @@ EXPORT int rsetsockopt(int s, int level, int optname, const void *optval, sockle
 		break;
 	case SOL_RDMA:
 		switch (optname) {
+		case RDMA_IOMAPSIZE: {
+			if (optlen < sizeof(int))
+				return rs_err(EINVAL);
+			int v;
+			memcpy(&v, optval, sizeof v);
+			struct rs *r = rs_get(s);
+			if (!r)
+				return -1;
+			/* As librdmacm's: for a connection it takes before it
+			 * connects, for a listener the ones it takes from then
+			 * on; on a connection made it changes nothing. */
+			r->iomap_size = v < 0 ? 0 : v > 0x7f00 ? 0x7f00 : v;
+			struct goroce_rs_option_req req = {.handle = r->handle, .iomap_size = r->iomap_size};
+			struct gr_context *ctx = r->listening ? r->ctx : NULL;
+			pthread_mutex_unlock(&rs_lock);
+			int e = ctx ? gr_call(ctx, GOROCE_OP_RS_OPTION, &req, sizeof req, NULL, 0, NULL, 0, NULL) : 0;
+			return e ? rs_err(e) : 0;
+		}
 		case RDMA_SQSIZE:
 		case RDMA_RQSIZE:
 		case RDMA_INLINE:
-		case RDMA_IOMAPSIZE:
 		case RDMA_ROUTE:
 			return 0;
 		}
@@ -816,25 +891,135 @@ EXPORT int rfcntl(int s, int cmd, ... /* arg */)
 	return rs_err(ENOTSUP);
 }
 
+/* conn returns connected stream rsocket s with rs_lock held, or NULL
+ * (lock released; errno EBADF, or EINVAL for one that is not such). */
+static struct rs *conn(int s)
+{
+	struct rs *r = rs_get(s);
+	if (r && (r->dgram || !r->connected)) {
+		pthread_mutex_unlock(&rs_lock);
+		errno = EINVAL;
+		return NULL;
+	}
+	return r;
+}
+
 EXPORT off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t offset)
 {
-	(void)buf, (void)len, (void)prot, (void)flags, (void)offset;
-	if (!rs_kind(s))
+	(void)flags;
+	struct rs *r = conn(s);
+	if (!r)
 		return -1;
-	gr_debug("riomap: not supported on the goroce device");
-	return rs_err(ENOSYS);
+	struct gr_context *ctx = r->ctx;
+	uint32_t h = r->handle;
+	uint64_t sent = r->sent;
+	pthread_mutex_unlock(&rs_lock);
+	uintptr_t a = (uintptr_t)buf;
+	if ((prot & ~(PROT_WRITE | PROT_NONE)) || !len || a + len < a || offset < -1)
+		return rs_err(EINVAL);
+	if (prot & PROT_WRITE) {
+		int e = io_share(a, len);
+		if (e)
+			return rs_err(e);
+		struct goroce_rs_map_req req = {.handle = h, .addr = a, .length = len, .offset = offset, .sent = sent};
+		struct goroce_rs_map_reply rep;
+		if ((e = gr_call(ctx, GOROCE_OP_RS_MAP, &req, sizeof req, &rep, sizeof rep, NULL, 0, NULL))) {
+			io_unshare(a, len);
+			return rs_err(e);
+		}
+		offset = rep.offset;
+	} else if (offset == -1) {
+		offset = (off_t)a; /* a local buffer for riowrite: nothing for the peer */
+	}
+	if (!(r = rs_get(s)))
+		return -1;
+	struct rs_map *m = realloc(r->maps, (r->nmaps + 1) * sizeof *m);
+	if (m) {
+		r->maps = m;
+		m[r->nmaps++] = (struct rs_map){.buf = a, .len = len, .prot = prot};
+	}
+	pthread_mutex_unlock(&rs_lock);
+	return offset;
 }
 
 EXPORT int riounmap(int s, void *buf, size_t len)
 {
-	(void)buf, (void)len;
-	return rs_kind(s) ? rs_err(ENOSYS) : -1;
+	struct rs *r = rs_get(s);
+	if (!r)
+		return -1;
+	struct rs_map m = {0};
+	for (size_t i = 0; i < r->nmaps; i++)
+		if (r->maps[i].buf == (uintptr_t)buf && r->maps[i].len == len) {
+			m = r->maps[i];
+			r->maps[i] = r->maps[--r->nmaps];
+			break;
+		}
+	struct gr_context *ctx = r->ctx;
+	uint32_t h = r->handle;
+	pthread_mutex_unlock(&rs_lock);
+	if (!m.len)
+		return rs_err(EINVAL);
+	if (m.prot & PROT_WRITE) {
+		struct goroce_rs_unmap_req req = {.handle = h, .addr = m.buf, .length = m.len};
+		gr_call(ctx, GOROCE_OP_RS_UNMAP, &req, sizeof req, NULL, 0, NULL, 0, NULL);
+		io_unshare(m.buf, m.len);
+	}
+	return 0;
 }
+
+static pthread_mutex_t rs_io_lock = PTHREAD_MUTEX_INITIALIZER; /* one riowrite at a time: the buffers */
 
 EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 {
-	(void)buf, (void)count, (void)offset, (void)flags;
-	if (rs_kind(s))
-		errno = ENOSYS;
-	return (size_t)-1;
+	struct rs *r = conn(s);
+	if (!r)
+		return (size_t)-1;
+	pthread_mutex_unlock(&rs_lock);
+	if (offset < 0 || (count && !buf)) {
+		errno = offset < 0 ? EINVAL : EFAULT;
+		return (size_t)-1;
+	}
+	pthread_mutex_lock(&rs_io_lock);
+	if (!(r = conn(s))) {
+		pthread_mutex_unlock(&rs_io_lock);
+		return (size_t)-1;
+	}
+	if (!r->stage) {
+		char *st = mmap(NULL, STAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		int e = st == MAP_FAILED ? ENOMEM : io_share((uintptr_t)st, STAGE);
+		if (e) {
+			if (st != MAP_FAILED)
+				munmap(st, STAGE);
+			pthread_mutex_unlock(&rs_lock);
+			pthread_mutex_unlock(&rs_io_lock);
+			errno = e;
+			return (size_t)-1;
+		}
+		r->stage = st;
+	}
+	char *stage = r->stage;
+	struct gr_context *ctx = r->ctx;
+	struct goroce_rs_write_req req = {.handle = r->handle, .flags = flags, .sent = r->sent};
+	pthread_mutex_unlock(&rs_lock);
+	size_t done = 0;
+	int e = 0;
+	while (done < count) {
+		size_t n = count - done < STAGE ? count - done : STAGE;
+		memcpy(stage, (const char *)buf + done, n);
+		req.addr = (uintptr_t)stage;
+		req.length = n;
+		req.offset = offset + done;
+		struct goroce_rs_write_reply rep;
+		if ((e = gr_call(ctx, GOROCE_OP_RS_IOWRITE, &req, sizeof req, &rep, sizeof rep, NULL, 0, NULL)))
+			break;
+		done += rep.n;
+		if (rep.n < n)
+			break;
+	}
+	pthread_mutex_unlock(&rs_io_lock);
+	if (!done && count) {
+		errno = e ? e : EAGAIN;
+		return (size_t)-1;
+	}
+	return done;
 }

@@ -6,8 +6,9 @@
  *
  * an rsocket is a real descriptor (poll sees it); a connection to a port
  * nobody listens on is refused; bad descriptors, addresses and families
- * are EBADF, EADDRNOTAVAIL, ENOTSUP; what the device does not have
- * (riomap) fails with ENOSYS; datagram rsockets carry datagrams both
+ * are EBADF, EADDRNOTAVAIL, ENOTSUP; riomap's buffer takes the peer's
+ * riowrite before the bytes sent after it, and the iomap calls fail as
+ * librdmacm's do where nothing is mapped; datagram rsockets carry datagrams both
  * ways, with their sources, bound by rbind or by their first rsendto,
  * and fail as librdmacm's do before they are bound or above their
  * largest datagram; a
@@ -28,6 +29,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -111,7 +113,7 @@ int main(int argc, char **argv)
 	ERRNO(rconnect(c, NULL, sizeof a), EFAULT);
 	ERRNO(rconnect(c, (struct sockaddr *)&a, sizeof a), ECONNREFUSED); /* nobody listens yet */
 	rclose(c);
-	ERRNO(riomap(rsocket(AF_INET, SOCK_STREAM, 0), NULL, 0, 0, 0, 0), ENOSYS);
+	ERRNO(riomap(rsocket(AF_INET, SOCK_STREAM, 0), NULL, 0, 0, 0, 0), EINVAL); /* not connected */
 
 	int l = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(!rbind(l, (struct sockaddr *)&a, sizeof a), "rbind: %s", strerror(errno));
@@ -172,6 +174,37 @@ int main(int argc, char **argv)
 	ERRNO(rsendto(c, "x", 1, 0, (struct sockaddr *)&a, sizeof a), EISCONN);
 	rclose(c);
 	rclose(l);
+
+	/* The iomap extension: a listener takes RDMA_IOMAPSIZE after rlisten,
+	 * as riostream sets it. */
+	int il = rsocket(AF_INET, SOCK_STREAM, 0), ic = rsocket(AF_INET, SOCK_STREAM, 0), one1 = 1;
+	struct sockaddr_in ia = a;
+	ia.sin_port = htons(ntohs(a.sin_port) + 1);
+	CHECK(!rbind(il, (struct sockaddr *)&ia, sizeof ia) && !rlisten(il, 1) &&
+		      !rsetsockopt(il, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1) &&
+		      !rsetsockopt(ic, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1) &&
+		      !rconnect(ic, (struct sockaddr *)&ia, sizeof ia),
+	      "an iomap connection: %s", strerror(errno));
+	int is = raccept(il, NULL, NULL);
+	CHECK(is >= 0 && !rsetsockopt(is, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1), "raccept: %s", strerror(errno));
+	static char target[3 * 4096 + 100] __attribute__((aligned(4096)));
+	char *tb = target + 100; /* not page-aligned, over pages shared with its neighbours */
+	ERRNO(riounmap(is, tb, 8192), EINVAL);
+	ERRNO(riowrite(ic, buf, 100, 0, 0), EINVAL); /* the peer mapped nothing */
+	ERRNO(riomap(is, tb, 8192, PROT_READ, 0, 0), EINVAL);
+	off_t io = riomap(is, tb, 8192, PROT_WRITE, 0, 4096);
+	CHECK(io == 4096, "riomap: %lld, %s", (long long)io, strerror(errno));
+	CHECK(rsend(ic, "x", 1, 0) == 1 && rrecv(is, got, 1, 0) == 1, "a message after riomap");
+	CHECK(riowrite(ic, buf, 8000, 4096 + 100, 0) == 8000, "riowrite: %s", strerror(errno));
+	CHECK(rsend(ic, "y", 1, 0) == 1 && rrecv(is, got, 1, 0) == 1 && got[0] == 'y', "the message after riowrite");
+	CHECK(!memcmp(tb + 100, buf, 8000), "riowrite's bytes are not in the mapped buffer when the message after them came");
+	ERRNO(riowrite(ic, buf, 200, 4096 + 8100, 0), EINVAL); /* past the mapping: nothing written */
+	CHECK(!riounmap(is, tb, 8192), "riounmap: %s", strerror(errno));
+	ERRNO(riounmap(is, tb, 8192), EINVAL);
+	ERRNO(riowrite(is, buf, 10, 0, 0), EINVAL); /* the client mapped nothing */
+	rclose(is);
+	rclose(ic);
+	rclose(il);
 
 	/* Datagram rsockets. */
 	int d1 = rsocket(AF_INET, SOCK_DGRAM, 0);

@@ -112,6 +112,10 @@ const (
 	OpRSAccept
 	OpRSStatus
 	OpRSBind
+	OpRSMap
+	OpRSUnmap
+	OpRSIOWrite
+	OpRSOption
 	opEnd
 )
 
@@ -122,7 +126,7 @@ var opNames = [...]string{"", "HELLO", "QUERY_PORT", "ALLOC_PD", "DEALLOC_PD", "
 	"CM_REGISTER_CHANNEL", "CM_UNREGISTER_CHANNEL", "CM_CREATE_ID", "CM_DESTROY_ID", "CM_BIND", "CM_RESOLVE_ADDR",
 	"CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT", "CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH",
 	"CM_MIGRATE", "CM_QUERY", "CM_INIT_QP_ATTR", "CM_JOIN_MCAST", "CM_LEAVE_MCAST",
-	"RS_CONNECT", "RS_LISTEN", "RS_ACCEPT", "RS_STATUS", "RS_BIND"}
+	"RS_CONNECT", "RS_LISTEN", "RS_ACCEPT", "RS_STATUS", "RS_BIND", "RS_MAP", "RS_UNMAP", "RS_IOWRITE", "RS_OPTION"}
 
 // String returns the operation's name (CREATE_QP, ...).
 func (o Op) String() string {

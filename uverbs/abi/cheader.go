@@ -20,7 +20,7 @@ var structs = []any{
 	CompEvent{}, AsyncEvent{}, SessionPage{}, RingHeader{}, SendWQE{}, SGE{}, BindInfo{}, RecvWQE{}, CQE{},
 	CMRegisterChannelReq{}, CMCreateIDReq{}, CMAddrReq{}, CMListenReq{}, CMConnParam{}, CMConnectReq{}, CMRejectReq{},
 	CMMigrateReq{}, CMNewIDReply{}, CMQueryReply{}, CMInitQPAttrReq{}, CMInitQPAttrReply{}, CMJoinMcastReq{}, CMLeaveMcastReq{}, CMEvent{},
-	RSConnectReq{}, RSHeader{}, RSListenReq{}, RSListenReply{}, RSAcceptReq{}, RSAcceptReply{}, RSStatusReq{}, RSBindReq{}, RSBindReply{}, RSDgramHeader{},
+	RSConnectReq{}, RSHeader{}, RSListenReq{}, RSListenReply{}, RSAcceptReq{}, RSAcceptReply{}, RSStatusReq{}, RSBindReq{}, RSBindReply{}, RSDgramHeader{}, RSMapReq{}, RSMapReply{}, RSUnmapReq{}, RSWriteReq{}, RSWriteReply{}, RSOptionReq{},
 }
 
 // constants are the numbers the C side needs besides its own headers'.
@@ -103,6 +103,8 @@ func cDecl(t reflect.Type, n string) string {
 		return "uint64_t " + n
 	case reflect.Int32:
 		return "int32_t " + n
+	case reflect.Int64:
+		return "int64_t " + n
 	}
 	panic("abi: no C type for " + t.String())
 }

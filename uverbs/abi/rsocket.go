@@ -27,6 +27,10 @@ package abi
 type RSConnectReq struct {
 	Src [SockaddrSize]byte
 	Dst [SockaddrSize]byte
+	// IOMapSize is the entries of the iomap table the connection
+	// offers its peer (rsetsockopt RDMA_IOMAPSIZE; 0: none).
+	IOMapSize uint32 `c:"iomap_size"`
+	_         uint32
 }
 
 // RSHeader is what the device writes first on a connecting rsocket's
@@ -43,9 +47,9 @@ type RSHeader struct {
 // chooses) with a backlog (rlisten). It carries one descriptor, the
 // listener's end.
 type RSListenReq struct {
-	Addr    [SockaddrSize]byte
-	Backlog uint32
-	_       uint32
+	Addr      [SockaddrSize]byte
+	Backlog   uint32
+	IOMapSize uint32 `c:"iomap_size"` // as RSConnectReq's, for each connection accepted
 }
 
 // RSListenReply names the listener and the address it listens on.
@@ -104,4 +108,60 @@ type RSBindReply struct {
 type RSDgramHeader struct {
 	Addr [SockaddrSize]byte
 	_    uint32
+}
+
+// RSMapReq lets connection Handle's peer write into the program's
+// Length bytes at Addr (riomap with PROT_WRITE), at offsets from Offset
+// (-1: the address), once the first Sent bytes the program wrote on the
+// connection have gone to the peer: the peer sees the mapping after
+// them and before anything written after riomap returns. The library
+// has shared the bytes' pages with the device, as for a memory region.
+type RSMapReq struct {
+	Handle uint32
+	_      uint32
+	Addr   uint64
+	Length uint64
+	Offset int64
+	Sent   uint64
+}
+
+// RSMapReply is the offset the mapping has.
+type RSMapReply struct {
+	Offset int64
+}
+
+// RSUnmapReq ends the mapping of Length bytes at Addr of connection
+// Handle (riounmap).
+type RSUnmapReq struct {
+	Handle uint32
+	_      uint32
+	Addr   uint64
+	Length uint64
+}
+
+// RSWriteReq writes the program's Length bytes at Addr (a buffer of
+// the library's, shared with the device) into the peer's mappings at
+// Offset (riowrite), after the first Sent bytes the program wrote on
+// connection Handle; Flags holds MSG_DONTWAIT when the call must not
+// wait for room.
+type RSWriteReq struct {
+	Handle uint32
+	Flags  uint32
+	Addr   uint64
+	Length uint64
+	Offset int64
+	Sent   uint64
+}
+
+// RSWriteReply is how many bytes went (fewer than asked when the
+// write stopped early: the errno says why only when none went).
+type RSWriteReply struct {
+	N uint64
+}
+
+// RSOptionReq sets listener Handle's RDMA_IOMAPSIZE: the iomap table the
+// connections it accepts from then on offer their peers.
+type RSOptionReq struct {
+	Handle    uint32
+	IOMapSize uint32 `c:"iomap_size"`
 }
