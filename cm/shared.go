@@ -28,6 +28,11 @@ type deviceAgent struct {
 	a     *Agent
 	owned bool // made by NewAgent: the program closes it, not the last hold
 	refs  int  // listeners and connections Listen and Dial made, under agents.mu
+	// gone, once the last hold is given back, is closed when the agent
+	// has closed and given up the device's QP 1: a Listen or Dial in
+	// between waits for it and starts the next agent (it would find
+	// this one closed, or QP 1 still taken).
+	gone chan struct{}
 }
 
 // register records a as the agent of sd; the caller holds agents.mu.
@@ -58,6 +63,13 @@ func acquireAgent(dev verbs.Device) (*deviceAgent, error) {
 	agents.mu.Lock()
 	defer agents.mu.Unlock()
 	e := agents.m[sd]
+	for e != nil && e.gone != nil {
+		gone := e.gone
+		agents.mu.Unlock()
+		<-gone
+		agents.mu.Lock()
+		e = agents.m[sd]
+	}
 	if e == nil {
 		a, err := newAgent(dev, sd, nil)
 		if err != nil {
@@ -87,9 +99,18 @@ func (e *deviceAgent) unref() func() {
 			agents.mu.Lock()
 			e.refs--
 			last := e.refs == 0 && !e.owned
+			if last {
+				e.gone = make(chan struct{})
+			}
 			agents.mu.Unlock()
 			if last {
 				e.a.Close()
+				agents.mu.Lock()
+				if agents.m[e.a.key] == e {
+					delete(agents.m, e.a.key)
+				}
+				agents.mu.Unlock()
+				close(e.gone)
 			}
 		})
 	}

@@ -251,3 +251,33 @@ func TestDeviceCloseStopsAgent(t *testing.T) {
 		agents.mu.Unlock()
 	}
 }
+
+// TestSharedAgentRelisten listens again while the last listener of a
+// shared agent closes (rsockets' rclose then rlisten do so): the new
+// listener waits for the closing agent to give up QP 1 and gets the next
+// one, instead of the closing agent ("closed") or QP 1 still taken.
+func TestSharedAgentRelisten(t *testing.T) {
+	checkNoLeak(t)
+	n := mem.NewNetwork(&mem.Config{Live: true})
+	t.Cleanup(n.Close)
+	d := openMem(t, n, "198.18.0.1")
+	ctx := ctxT(t, 30*time.Second)
+	for i := range 100 {
+		l, err := Listen(ctx, d, netip.AddrPortFrom(d.Addr(), 7174), nil)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		closed := make(chan struct{})
+		go func() {
+			l.Close()
+			close(closed)
+		}()
+		time.Sleep(time.Duration(i%25) * 4 * time.Microsecond) // into the close, at one point or another
+		l2, err := Listen(ctx, d, netip.AddrPortFrom(d.Addr(), 7175), nil)
+		<-closed
+		if err != nil {
+			t.Fatalf("round %d: Listen while the last listener closes: %v", i, err)
+		}
+		l2.Close()
+	}
+}

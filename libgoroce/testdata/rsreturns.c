@@ -180,11 +180,13 @@ int main(int argc, char **argv)
 	int il = rsocket(AF_INET, SOCK_STREAM, 0), ic = rsocket(AF_INET, SOCK_STREAM, 0), one1 = 1;
 	struct sockaddr_in ia = a;
 	ia.sin_port = htons(ntohs(a.sin_port) + 1);
-	CHECK(!rbind(il, (struct sockaddr *)&ia, sizeof ia) && !rlisten(il, 1) &&
-		      !rsetsockopt(il, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1) &&
-		      !rsetsockopt(ic, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1) &&
-		      !rconnect(ic, (struct sockaddr *)&ia, sizeof ia),
-	      "an iomap connection: %s", strerror(errno));
+	CHECK(!rbind(il, (struct sockaddr *)&ia, sizeof ia), "rbind for iomap: %s", strerror(errno));
+	CHECK(!rlisten(il, 1), "rlisten for iomap: %s", strerror(errno));
+	CHECK(!rsetsockopt(il, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1), "RDMA_IOMAPSIZE on a listener: %s",
+	      strerror(errno));
+	CHECK(!rsetsockopt(ic, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1), "RDMA_IOMAPSIZE before rconnect: %s",
+	      strerror(errno));
+	CHECK(!rconnect(ic, (struct sockaddr *)&ia, sizeof ia), "rconnect for iomap: %s", strerror(errno));
 	int is = raccept(il, NULL, NULL);
 	CHECK(is >= 0 && !rsetsockopt(is, SOL_RDMA, RDMA_IOMAPSIZE, &one1, sizeof one1), "raccept: %s", strerror(errno));
 	static char target[3 * 4096 + 100] __attribute__((aligned(4096)));
