@@ -45,11 +45,12 @@ func register(sd *roce.Device, a *Agent, owned bool) *deviceAgent {
 	return e
 }
 
-// unregister forgets a, which is closing.
+// unregister forgets a, which is closing, unless its last hold closes it:
+// then the entry stays until a has given up QP 1 (deviceAgent.gone).
 func unregister(a *Agent) {
 	agents.mu.Lock()
 	defer agents.mu.Unlock()
-	if e := agents.m[a.key]; e != nil && e.a == a {
+	if e := agents.m[a.key]; e != nil && e.a == a && e.gone == nil {
 		delete(agents.m, a.key)
 	}
 }
