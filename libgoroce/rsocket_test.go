@@ -44,28 +44,35 @@ func TestRsocketReturns(t *testing.T) {
 // (poll), verifying the data, and a latency run; each ends well with its
 // results line. (Its fork mode, -T f, runs on kernel sockets.)
 func TestRstream(t *testing.T) {
-	devicetest.Need(t, "rstream")
-	h := devicetest.NewHost(t)
-	d0 := h.Start("goroce0", "127.0.0.1")
-	h.Start("goroce1", "127.0.0.2")
-	for _, c := range []struct{ name, args string }{
+	streamPair(t, "rstream", []struct{ name, args string }{
 		{"bandwidth", "-S 65536 -C 200"},
 		{"blocking", "-T b -S 65536 -C 100"},
 		{"nonblocking", "-T n -S 4096 -C 500"},
 		{"async", "-T a -S 4096 -C 500"},
 		{"verify", "-T v -S 10000 -C 100"},
 		{"latency", "-S 64 -I 200 -C 1"},
-	} {
+	})
+}
+
+// streamPair runs prog (rstream or riostream) as server on goroce0 and
+// client on goroce1 with each case's arguments: the client prints its
+// results line and both end well.
+func streamPair(t *testing.T, prog string, cases []struct{ name, args string }) {
+	devicetest.Need(t, prog)
+	h := devicetest.NewHost(t)
+	d0 := h.Start("goroce0", "127.0.0.1")
+	h.Start("goroce1", "127.0.0.2")
+	want := regexp.MustCompile(`(?m)^custom\s+\S+\s+\d+\s+\d+\s+\S+\s+[\d.]+s\s+[\d.]+\s+[\d.]+$`)
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			port := strconv.Itoa(devicetest.FreeTCPPort(t))
 			args := strings.Fields(c.args)
-			s := h.Go(ctx, "rstream", append([]string{"-b", "127.0.0.1", "-p", port}, args...)...)
+			s := h.Go(ctx, prog, append([]string{"-b", "127.0.0.1", "-p", port}, args...)...)
 			defer s.Kill()
 			d0.WaitListening(t, devicetest.Atoi(port), 20*time.Second)
-			r := h.Go(ctx, "rstream", append([]string{"-s", "127.0.0.1", "-b", "127.0.0.2", "-p", port}, args...)...).Wait()
-			want := regexp.MustCompile(`(?m)^custom\s+\S+\s+\d+\s+\d+\s+\S+\s+[\d.]+s\s+[\d.]+\s+[\d.]+$`)
+			r := h.Go(ctx, prog, append([]string{"-s", "127.0.0.1", "-b", "127.0.0.2", "-p", port}, args...)...).Wait()
 			if r.Err != nil || !want.MatchString(r.Out) {
 				t.Fatalf("client %s\nserver: %s", r, s.Output())
 			}
@@ -81,35 +88,13 @@ func TestRstream(t *testing.T) {
 // writes into it (riowrite) in each of its modes; with -T v both ends
 // check every byte of every transfer.
 func TestRiostream(t *testing.T) {
-	devicetest.Need(t, "riostream")
-	h := devicetest.NewHost(t)
-	d0 := h.Start("goroce0", "127.0.0.1")
-	h.Start("goroce1", "127.0.0.2")
-	for _, c := range []struct{ name, args string }{
+	streamPair(t, "riostream", []struct{ name, args string }{
 		{"bandwidth", "-S 65536 -C 100"},
 		{"blocking", "-T b -S 65536 -C 50"},
 		{"async", "-T a -S 4096 -C 200"},
 		{"verify", "-T v -S 10000 -C 50"},
 		{"latency", "-S 64 -I 100 -C 1"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			port := strconv.Itoa(devicetest.FreeTCPPort(t))
-			args := strings.Fields(c.args)
-			s := h.Go(ctx, "riostream", append([]string{"-b", "127.0.0.1", "-p", port}, args...)...)
-			defer s.Kill()
-			d0.WaitListening(t, devicetest.Atoi(port), 20*time.Second)
-			r := h.Go(ctx, "riostream", append([]string{"-s", "127.0.0.1", "-b", "127.0.0.2", "-p", port}, args...)...).Wait()
-			want := regexp.MustCompile(`(?m)^custom\s+\S+\s+\d+\s+\d+\s+\S+\s+[\d.]+s\s+[\d.]+\s+[\d.]+$`)
-			if r.Err != nil || !want.MatchString(r.Out) {
-				t.Fatalf("client %s\nserver: %s", r, s.Output())
-			}
-			if sr := s.Wait(); sr.Err != nil {
-				t.Errorf("server %s", sr)
-			}
-		})
-	}
+	})
 }
 
 // TestRcopy copies a file with librdmacm's rcopy, unmodified, both ends on
