@@ -60,7 +60,7 @@ struct cm_id {
 	int own_cqs;
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
-	unsigned reported, acked; /* events returned and acked */
+	unsigned out; /* events given to the program and not acked */
 	struct cm_mc *mcs;        /* multicast joins, under cm_lock */
 	struct cm_id *next;       /* in ids */
 };
@@ -78,7 +78,7 @@ struct cm_mc {
 struct cm_event {
 	struct rdma_cm_event ev;
 	uint8_t pd[GOROCE_MAX_PRIVATE_DATA];
-	struct cm_id *id;
+	struct cm_id *held; /* the id whose count holds the event: the listener for a request */
 };
 
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -430,7 +430,7 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *cid)
 	pthread_mutex_unlock(&cm_lock);
 	/* As librdmacm: wait until every event of the id is acked. */
 	pthread_mutex_lock(&id->mu);
-	while (id->acked != id->reported)
+	while (id->out)
 		pthread_cond_wait(&id->cond, &id->mu);
 	pthread_mutex_unlock(&id->mu);
 	if (id->sync)
@@ -592,6 +592,17 @@ static int mc_event(struct cm_id *id, const struct goroce_cm_event *g, struct cm
 	return 1;
 }
 
+/* count_event counts an event of id given to the program (d 1) or acked
+ * (d -1); rdma_destroy_id waits until none is out. */
+static void count_event(struct cm_id *id, int d)
+{
+	pthread_mutex_lock(&id->mu);
+	id->out += d;
+	if (!id->out)
+		pthread_cond_broadcast(&id->cond);
+	pthread_mutex_unlock(&id->mu);
+}
+
 /* read_event reads the next event of channel c and makes it the program's. */
 static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 {
@@ -612,24 +623,36 @@ static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 				pthread_mutex_unlock(&cm_lock);
 				continue; /* a request of a listener destroyed since */
 			}
+			/* As librdmacm's, the request counts on the listener. */
+			count_event(listen, 1);
 			pthread_mutex_unlock(&cm_lock);
 			id = new_id(listen->chan, listen->id.context, listen->id.ps, listen->id.qp_type);
-			if (!id)
+			if (!id) {
+				count_event(listen, -1);
 				return fail(ENOMEM);
+			}
 			pthread_mutex_lock(&cm_lock);
 			id->cd = cd;
 			id->h = g.id;
 			id->id.verbs = cd->ctx;
 			id->id.port_num = 1;
 			id->id.pd = listen->id.pd;
+		} else if (id) {
+			/* Counted under cm_lock, where rdma_destroy_id takes the id
+			 * out of the list: a destroy either finds this event to wait
+			 * for or the event finds no id, never an id freed under it. */
+			count_event(id, 1);
 		}
 		pthread_mutex_unlock(&cm_lock);
 		if (!id)
 			continue; /* an event of an id destroyed since */
+		struct cm_id *held = listen ? listen : id;
 		struct cm_event *e = calloc(1, sizeof *e);
-		if (!e)
+		if (!e) {
+			count_event(held, -1);
 			return fail(ENOMEM);
-		e->id = id;
+		}
+		e->held = held;
 		e->ev.id = &id->id;
 		e->ev.listen_id = listen ? &listen->id : NULL;
 		e->ev.event = (enum rdma_cm_event_type)g.type;
@@ -663,6 +686,7 @@ static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 		if (g.type == RDMA_CM_EVENT_MULTICAST_JOIN || g.type == RDMA_CM_EVENT_MULTICAST_ERROR) {
 			if (!mc_event(id, &g, e)) {
 				free(e);
+				count_event(held, -1);
 				continue; /* a join left since */
 			}
 		}
@@ -684,9 +708,6 @@ static int read_event(struct cm_channel *c, struct rdma_cm_event **event)
 				id->id.qp->state = IBV_QPS_ERR;
 			break;
 		}
-		pthread_mutex_lock(&id->mu);
-		id->reported++;
-		pthread_mutex_unlock(&id->mu);
 		*event = &e->ev;
 		return 0;
 	}
@@ -704,11 +725,7 @@ EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	if (!event)
 		return fail(EINVAL);
 	struct cm_event *e = container_of(event, struct cm_event, ev);
-	struct cm_id *id = e->id;
-	pthread_mutex_lock(&id->mu);
-	id->acked++;
-	pthread_cond_broadcast(&id->cond);
-	pthread_mutex_unlock(&id->mu);
+	count_event(e->held, -1);
 	free(e);
 	return 0;
 }
