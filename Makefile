@@ -57,7 +57,7 @@ race:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) build -o bin/roce ./cmd/roce
-	bin/roce bench -json bin/bench.json
+	bin/roce bench --json bin/bench.json
 
 # Congestion control on a shared bottleneck (roce help ccbench): goroce with
 # and without it against kernel TCP cubic and bbr, in network namespaces
@@ -66,7 +66,7 @@ bench:
 CCBENCH_D ?= 10
 ccbench:
 	$(GO) build -o bin/roce ./cmd/roce
-	bin/roce ccbench -D $(CCBENCH_D) -json bin/ccbench.json -svg bin/ccbench-incast.svg $(CCBENCH_ARGS)
+	bin/roce ccbench -D $(CCBENCH_D) --json bin/ccbench.json --svg bin/ccbench-incast.svg $(CCBENCH_ARGS)
 
 # The long versions of the stress suite (stress/, RELIABILITY.md): the
 # soak for SOAK (an hour; SOAK=15m for less), a quarter of it at each fault

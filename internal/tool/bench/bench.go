@@ -25,7 +25,7 @@ import (
 
 // Cmd is roce bench.
 var Cmd = &cli.Command{
-	UsageLine: "bench [-roce PATH] [-D SECONDS] [-runs N] [-n ITERS] [-only NAME] [-json FILE]",
+	UsageLine: "bench [--roce PATH] [-D SECONDS] [--runs N] [-n ITERS] [--only NAME] [--json FILE]",
 	Short:     "compare roce perf between two processes with the raw-UDP baseline, as make bench does",
 	Long: "Runs roce perf's bandwidth and latency cases between two processes over loopback UDP\n" +
 		"(servers on 127.0.0.1, clients on 127.0.0.2) and the raw-UDP baselines (roce rawudp) with\n" +

@@ -26,7 +26,7 @@ import (
 
 // Cmd is roce ccbench.
 var Cmd = &cli.Command{
-	UsageLine: "ccbench [-D SECONDS] [-only CASES] [-json FILE] [-svg FILE] [-fair-size BYTES] [-6]",
+	UsageLine: "ccbench [-D SECONDS] [--only CASES] [--json FILE] [--svg FILE] [--fair-size BYTES] [-6]",
 	Short:     "measure congestion control on a shared bottleneck against kernel TCP (root, Linux)",
 	Long: "Measures, in network namespaces joined by a veth pair whose egress is a 1 Gbit/s tbf with a\n" +
 		"256 KiB buffer, goroce with congestion control (auto), without (off), and kernel TCP with cubic\n" +
@@ -34,9 +34,9 @@ var Cmd = &cli.Command{
 		"without CE marking past 95 % of the rate), latency (a 64-byte ping-pong beside 4 bulk flows),\n" +
 		"share (2 goroce flows and 2 TCP flows), loss (0.1, 1 and 5 % random loss); then cost (roce perf\n" +
 		"write on loopback with --cc off, dcqcn and auto) and fair (a 64-byte ping-pong beside large READs on\n" +
-		"the same two devices, loopback). Prints a table per case; -json writes every figure, -svg the\n" +
+		"the same two devices, loopback). Prints a table per case; --json writes every figure, --svg the\n" +
 		"incast figure (goodput and queue over time, 8 senders, with and without congestion control).\n" +
-		"Cases: incast, latency, share, loss, cost, fair (-only takes a comma-separated list). Needs\n" +
+		"Cases: incast, latency, share, loss, cost, fair (--only takes a comma-separated list). Needs\n" +
 		"root, ip, tc, nft and ethtool; runs take -D seconds each (about 40 runs in all).\n\n",
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		b := &bench{}
@@ -62,7 +62,7 @@ var Cmd = &cli.Command{
 			}
 			for _, c := range strings.Split(b.only, ",") {
 				if c != "" && !isCase(c) {
-					return cli.Usagef("-only: unknown case %q (want %s)", c, strings.Join(caseNames, ", "))
+					return cli.Usagef("--only: unknown case %q (want %s)", c, strings.Join(caseNames, ", "))
 				}
 			}
 			b.out = env.Stdout
