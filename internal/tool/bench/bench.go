@@ -33,7 +33,10 @@ var Cmd = &cli.Command{
 		"ratio to the case it is compared with; for latency cases also the 99th percentile and the\n" +
 		"CPU time (user and system, both processes) per message. Then rsockets: roce rstream's 64 KiB\n" +
 		"stream and 64-byte request/response against roce perf write and perf send --lat, and the same\n" +
-		"rstream tests over kernel TCP (rstream -T s).\n\n",
+		"rstream tests over kernel TCP (rstream -T s). Last, where perftest, rdmacm-utils and\n" +
+		"libgoroce's build (gcc, libibverbs-dev, librdmacm-dev) are there, unmodified C programs on two\n" +
+		"goroce devices (roce device): ib_write_bw with and without -R, ib_send_lat, ib_write_lat,\n" +
+		"rping and rstream, each in rounds with its roce counterpart.\n\n",
 	Flags: func(fs *cli.FlagSet) cli.Runner {
 		b := &bencher{}
 		var jsonOut string

@@ -65,6 +65,13 @@ echo " 65536      12345          0.00               $bw              0.030518"
 	"ib_send_lat":  fakeLat("6.00", "6.50", "12.00"),
 	"ib_write_lat": fakeLat("20.00", "21.00", "40.00"),
 	"rping":        "#!/bin/sh\nexit 0\n",
+	"rstream": `#!/bin/sh
+case "$*" in
+*-S\ 64\ *-s\ 127.0.0.1*) echo 'custom    64      1       100     12k         0.00s      0.02      15.60' ;;
+*-s\ 127.0.0.1*) echo 'custom    64k     4k      1       500m        0.10s     12.00      43.69' ;;
+*) echo 'name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer' ;;
+esac
+`,
 }
 
 // TestMain is also a fake perftest server (BENCH_FAKE_LISTEN): it
@@ -158,6 +165,10 @@ func TestBench(t *testing.T) {
 		"ib_write_lat 2 B on the device                20.00 us  40.00 us",
 		"1.60 of roce perf          p99 <= 3x typical  met",
 		"rping on the device, per ping",
+		// 12 Gb/s is 1.5 GB/s, 0.94 of roce rstream's 1.6; 15.6 us
+		// against roce rstream's 13: 1.20.
+		"rstream 64 KiB writes on the device              1.500 GB/s   0.94 of roce rstream   >= 0.90 of roce rstream  met",
+		"rstream 64 B req/resp on the device              15.60 us     1.20x roce rstream     <= 1.3x roce rstream  met",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -171,8 +182,8 @@ func TestBench(t *testing.T) {
 	if err := json.Unmarshal(data, &results); err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 38 || results[31].Name != "ib_write_bw -R 64 KiB on the device" || math.Abs(results[31].Ratio-0.9) > 0.001 ||
-		results[33].Name != "ib_send_lat 2 B on the device" || results[33].Value != 6 || results[33].P99 != 12 || results[4].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[4].Met == nil || *results[4].Met ||
+	if len(results) != 42 || results[31].Name != "ib_write_bw -R 64 KiB on the device" || math.Abs(results[31].Ratio-0.9) > 0.001 ||
+		results[35].Name != "ib_send_lat 2 B on the device" || results[35].Value != 6 || results[35].P99 != 12 || results[4].Name != "WRITE 64 KiB, MTU 4096, 1 QP" || results[4].Met == nil || *results[4].Met ||
 		results[1].Ratio != 0.7 || results[1].Met != nil ||
 		results[9].Name != "WRITE 64 KiB, 64 QPs, 2 paths" || results[9].Ratio != 1 || results[9].Met != nil ||
 		results[15].Name != "raw UDP 36 B + 20 B ACK, busy poll" || results[15].Ratio != 1.25 || results[15].Target != "p99 <= 3x typical" ||

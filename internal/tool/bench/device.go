@@ -55,6 +55,13 @@ func (b *bencher) deviceCases(ctx context.Context) error {
 		{name: "ib_write_bw -R 64 KiB on the device", pc: b.perftest(d, "ib_write_bw", "-R", "-s", "65536", "-D", secs),
 			rt: &ratio{of: 1, name: "without -R", min: 0.9}},
 	}
+	if _, err := exec.LookPath("rstream"); err == nil {
+		count := strconv.Itoa(4000 * b.secs)
+		bw = append(bw,
+			bwCase{name: "roce rstream 64 KiB writes", pc: b.rstream("-S", "65536", "-C", count)},
+			bwCase{name: "rstream 64 KiB writes on the device", pc: b.rstreamDev(d, "-S", "65536", "-C", count),
+				rt: &ratio{of: len(bw), name: "roce rstream", min: 0.9}})
+	}
 	if err := b.bw(ctx, bw); err != nil {
 		return err
 	}
@@ -82,7 +89,35 @@ func (b *bencher) deviceCases(ctx context.Context) error {
 		{name: "roce rping, per ping", pc: b.rping(nil, count), value: perPing, of: -1, short: "roce rping"},
 		{name: "rping on the device, per ping", pc: b.rping(d, count), value: perPing, of: 0, max: 1.5},
 	}
-	return b.rsLatRounds(ctx, rping)
+	if err := b.rsLatRounds(ctx, rping); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("rstream"); err != nil {
+		return nil
+	}
+	rsAvg := func(po pairOut) (float64, error) {
+		_, us, err := rstreamResult(po.client)
+		return us, err
+	}
+	rs := []string{"-S", "64", "-C", "1", "-I", n}
+	rstream := []rsLatCase{
+		{name: "roce rstream 64 B request/response", pc: b.rstream(rs...), value: rsAvg, of: -1, short: "roce rstream"},
+		{name: "rstream 64 B req/resp on the device", pc: b.rstreamDev(d, rs...), value: rsAvg, of: 0, max: 1.3},
+	}
+	return b.rsLatRounds(ctx, rstream)
+}
+
+// rstreamDev is librdmacm's rstream, a custom test on the devices: the
+// server on goroce0, the client on goroce1. Its figures read as
+// b.rstream's; it runs line-buffered (stdbuf), so that its header, which
+// it prints once it listens, comes through at once.
+func (b *bencher) rstreamDev(d *devices, args ...string) pairCmd {
+	pc := b.rstream(args...)
+	common := append(append([]string{"-oL", "rstream"}, args...), "-p", tcpPort)
+	pc.bin, pc.env, pc.devs = "stdbuf", d.env, d
+	pc.server = append(slices.Clone(common), "-b", "127.0.0.1")
+	pc.client = append(slices.Clone(common), "-s", "127.0.0.1", "-b", "127.0.0.2")
+	return pc
 }
 
 // startDevices starts goroce0 and goroce1 and builds libgoroce.
