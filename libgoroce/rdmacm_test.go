@@ -140,7 +140,9 @@ func TestRdmaCM(t *testing.T) {
 // TestRdmaCMReturns runs testdata/cmreturns.c: rdma_cm's events and
 // returns as librdmacm and the kernel give them (REJECTED's reasons,
 // one DISCONNECTED per end however a connection ends, rdma_disconnect's
-// returns, a listening port taken again), over IPv4 and IPv6, ENODEV
+// returns, a listening port taken again, rdma_destroy_id waiting for an
+// event another thread holds, a thread that calls rdma_get_cm_event just
+// after another destroyed its channel), over IPv4 and IPv6, ENODEV
 // from every entry point on a host with no device, and DEVICE_REMOVAL
 // for every id when the device goes.
 func TestRdmaCMReturns(t *testing.T) {

@@ -45,7 +45,18 @@ struct cm_channel {
 	uint8_t dead[MAX_CM_DEVS];    /* the device closed its pipe */
 	struct goroce_cm_event *gone; /* the DEVICE_REMOVAL events to report, oldest first */
 	size_t ngone, capgone;
+	int destroyed;       /* rdma_destroy_event_channel took it; it lies in graves */
+	pthread_t destroyer; /* the thread that did */
 };
+
+/* graves holds the channels destroyed last, their memory kept a while: a
+ * thread that calls rdma_get_cm_event a moment after another destroyed
+ * its channel (librdmacm's rping of rdma-core 44 does, its event thread
+ * against its main thread's teardown) finds it destroyed rather than
+ * freed. */
+#define GRAVES 64
+static struct cm_channel *graves[GRAVES];
+static unsigned ngraves;
 
 struct cm_id {
 	struct rdma_cm_id id; /* what programs hold */
@@ -256,12 +267,38 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 				NULL);
 		}
 	for (int i = 0; i < MAX_CM_DEVS; i++)
-		if (c->rfd[i] >= 0)
+		if (c->rfd[i] >= 0) {
 			close(c->rfd[i]);
-	pthread_mutex_unlock(&cm_lock);
+			c->rfd[i] = -1;
+		}
 	close(c->ch.fd);
 	free(c->gone);
-	free(c);
+	c->gone = NULL;
+	c->ngone = c->capgone = 0;
+	c->destroyed = 1;
+	c->destroyer = pthread_self();
+	struct cm_channel **grave = &graves[ngraves++ % GRAVES];
+	free(*grave);
+	*grave = c;
+	pthread_mutex_unlock(&cm_lock);
+}
+
+/* destroyed reports whether c was destroyed, for next_event, which then
+ * fails with EBADF, as a read of the closed descriptor does, in the thread
+ * that destroyed it; another thread, which raced the destroy, waits for
+ * good, as its read would had it come a moment sooner (and rping's main
+ * thread then ends the program). The caller holds cm_lock. */
+static int destroyed(struct cm_channel *c)
+{
+	if (!c->destroyed)
+		return 0;
+	if (pthread_equal(c->destroyer, pthread_self())) {
+		pthread_mutex_unlock(&cm_lock);
+		return fail(EBADF);
+	}
+	pthread_mutex_unlock(&cm_lock);
+	for (;;)
+		pause();
 }
 
 /* reg_channel registers c with cd's device; the caller holds cm_lock. */
@@ -510,12 +547,18 @@ static void removal(struct cm_channel *c, int i)
  * none waits on a non-blocking channel). */
 static int next_event(struct cm_channel *c, struct goroce_cm_event *g)
 {
+	pthread_mutex_lock(&cm_lock);
+	if (destroyed(c))
+		return -1;
 	int fl = fcntl(c->ch.fd, F_GETFL);
+	pthread_mutex_unlock(&cm_lock);
 	if (fl < 0)
-		return -1; /* EBADF: a channel destroyed already, as the kernel's read fails */
+		return -1;
 	int timeout = fl & O_NONBLOCK ? 0 : -1;
 	for (;;) {
 		pthread_mutex_lock(&cm_lock);
+		if (destroyed(c))
+			return -1;
 		if (c->ngone) {
 			*g = c->gone[0];
 			memmove(c->gone, c->gone + 1, --c->ngone * sizeof *g);

@@ -15,6 +15,8 @@
  */
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <rdma/rdma_cma.h>
 
 #include "gtest.h"
@@ -448,6 +450,75 @@ static void test_mcast(struct rdma_event_channel *ch)
 
 /* gone connects to itself, says "ready", and waits for the device to go:
  * each id gets DEVICE_REMOVAL, the listener's too, and tears down. */
+/* Teardown as rping's threads of rdma-core 44 do it: an event thread
+ * that holds an event while the main thread destroys the event's id, and
+ * one that calls rdma_get_cm_event after the main thread destroyed the
+ * channel. */
+static struct rdma_event_channel *td_ch;
+static atomic_int td_held, td_acked, td_go, td_returned, td_errno;
+
+static void *td_holder(void *arg)
+{
+	(void)arg;
+	struct rdma_cm_event *ev;
+	if (rdma_get_cm_event(td_ch, &ev))
+		return NULL;
+	td_held = ev->event == RDMA_CM_EVENT_DISCONNECTED ? 1 : -1;
+	usleep(200 * 1000);
+	td_acked = 1;
+	rdma_ack_cm_event(ev);
+	return NULL;
+}
+
+static void *td_late(void *arg)
+{
+	(void)arg;
+	while (!td_go)
+		usleep(1000);
+	struct rdma_cm_event *ev;
+	int r = rdma_get_cm_event(td_ch, &ev);
+	td_errno = errno;
+	td_returned = r ? -1 : 1;
+	return NULL;
+}
+
+static void test_teardown(int port)
+{
+	set_port(port);
+	struct rdma_event_channel *cch = OK(rdma_create_event_channel()), *sch = OK(rdma_create_event_channel());
+	struct rdma_cm_id *ln = listen_on(sch), *c, *s;
+	connected(cch, sch, &c, &s);
+	td_ch = cch;
+	pthread_t t;
+	CHECK(!pthread_create(&t, NULL, td_holder, NULL), "pthread_create");
+	EQ_ERR(rdma_disconnect(s), 0);
+	for (int i = 0; i < 5000 && !td_held; i++)
+		usleep(1000);
+	CHECK(td_held == 1, "the event thread's event: %d, want DISCONNECTED within 5 s", td_held);
+	rdma_destroy_qp(c);
+	EQ_ERR(rdma_destroy_id(c), 0);
+	CHECK(td_acked, "rdma_destroy_id returned while its DISCONNECTED event was not acked");
+	pthread_join(t, NULL);
+	expect_ev(sch, RDMA_CM_EVENT_DISCONNECTED, NULL, "passive end");
+	close_id(s);
+	EQ_ERR(rdma_destroy_id(ln), 0);
+	rdma_destroy_event_channel(sch);
+
+	CHECK(!pthread_create(&t, NULL, td_late, NULL), "pthread_create");
+	rdma_destroy_event_channel(cch);
+	td_go = 1;
+	usleep(300 * 1000);
+	CHECK(!td_returned, "rdma_get_cm_event in another thread after the channel's destroy returned %d (errno %d), "
+			    "want it to wait as a read of the closed descriptor that had begun does",
+	      td_returned, td_errno);
+	struct rdma_cm_event *ev;
+	errno = 0;
+	int r = rdma_get_cm_event(cch, &ev);
+	CHECK(r == -1 && errno == EBADF, "rdma_get_cm_event after this thread destroyed the channel: %d, errno %d, want EBADF",
+	      r, errno);
+	pthread_detach(t); /* it waits for good; the program's end ends it */
+}
+
 static int gone(int port)
 {
 	struct rdma_event_channel *cch = OK(rdma_create_event_channel()), *sch = OK(rdma_create_event_channel());
@@ -517,6 +588,7 @@ int main(int argc, char **argv)
 	test_manual(cch, sch, port + 4);
 	if (addr.ss_family == AF_INET)
 		test_mcast(cch);
+	test_teardown(port + 5);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(sch);
 	return report("cmreturns");
