@@ -571,18 +571,20 @@ static int next_event(struct cm_channel *c, struct goroce_cm_event *g)
 		pthread_mutex_unlock(&cm_lock);
 		struct epoll_event ev[MAX_CM_DEVS];
 		int n = epoll_wait(c->ch.fd, ev, MAX_CM_DEVS, timeout);
-		if (n < 0 && errno == EINTR)
-			continue; /* as the kernel's read restarts */
-		if (n < 0 && errno == EBADF)
-			/* Another thread destroyed the channel while this one waited
-			 * (rping's main thread does, its event thread blocked here):
-			 * librdmacm's read of the closed descriptor goes on waiting,
-			 * and so does this, rather than fail and have the program
-			 * exit on an error that is not one. */
-			for (;;)
-				pause();
-		if (n < 0)
-			return -1;
+		if (n < 0) {
+			/* Another thread may have destroyed the channel while this
+			 * one waited (rping's main thread does, its event thread
+			 * blocked here): librdmacm's read of the closed descriptor
+			 * goes on waiting, and so does destroyed. */
+			int e = errno;
+			pthread_mutex_lock(&cm_lock);
+			if (destroyed(c))
+				return -1;
+			pthread_mutex_unlock(&cm_lock);
+			if (e == EINTR)
+				continue; /* as the kernel's read restarts */
+			return fail(e);
+		}
 		if (!n)
 			return fail(EAGAIN);
 		for (int k = 0; k < n; k++) {
