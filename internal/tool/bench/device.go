@@ -55,8 +55,9 @@ func (b *bencher) deviceCases(ctx context.Context) error {
 		{name: "ib_write_bw -R 64 KiB on the device", pc: b.perftest(d, "ib_write_bw", "-R", "-s", "65536", "-D", secs),
 			rt: &ratio{of: 1, name: "without -R", min: 0.9}},
 	}
-	if _, err := exec.LookPath("rstream"); err == nil {
-		count := strconv.Itoa(4000 * b.secs)
+	_, rstreamErr := exec.LookPath("rstream")
+	if rstreamErr == nil {
+		count := b.rstreamCount()
 		bw = append(bw,
 			bwCase{name: "roce rstream 64 KiB writes", pc: b.rstream("-S", "65536", "-C", count)},
 			bwCase{name: "rstream 64 KiB writes on the device", pc: b.rstreamDev(d, "-S", "65536", "-C", count),
@@ -92,19 +93,14 @@ func (b *bencher) deviceCases(ctx context.Context) error {
 	if err := b.rsLatRounds(ctx, rping); err != nil {
 		return err
 	}
-	if _, err := exec.LookPath("rstream"); err != nil {
+	if rstreamErr != nil {
 		return nil
 	}
-	rsAvg := func(po pairOut) (float64, error) {
-		_, us, err := rstreamResult(po.client)
-		return us, err
-	}
 	rs := []string{"-S", "64", "-C", "1", "-I", n}
-	rstream := []rsLatCase{
-		{name: "roce rstream 64 B request/response", pc: b.rstream(rs...), value: rsAvg, of: -1, short: "roce rstream"},
-		{name: "rstream 64 B req/resp on the device", pc: b.rstreamDev(d, rs...), value: rsAvg, of: 0, max: 1.3},
-	}
-	return b.rsLatRounds(ctx, rstream)
+	return b.rsLatRounds(ctx, []rsLatCase{
+		{name: "roce rstream 64 B request/response", pc: b.rstream(rs...), value: rstreamAvg, of: -1, short: "roce rstream"},
+		{name: "rstream 64 B req/resp on the device", pc: b.rstreamDev(d, rs...), value: rstreamAvg, of: 0, max: 1.3},
+	})
 }
 
 // rstreamDev is librdmacm's rstream, a custom test on the devices: the

@@ -17,15 +17,25 @@ import (
 // rsockets, its target relative to the case write (roce perf write 64
 // KiB), and the same stream over kernel TCP.
 func (b *bencher) rsocketBW(write int, first int) []bwCase {
-	// rstream moves -C transfers one way, then as many back, and counts
-	// both: about 1 GB each way per 4 s at 2 GB/s.
-	count := strconv.Itoa(4000 * b.secs)
+	count := b.rstreamCount()
 	return []bwCase{
 		{name: "rsocket stream 64 KiB writes (rstream)", pc: b.rstream("-S", "65536", "-C", count),
 			rt: &ratio{of: write, name: "WRITE", min: 0.8}},
 		{name: "kernel TCP stream 64 KiB writes (-T s)", pc: b.rstream("-T", "s", "-S", "65536", "-C", count),
 			rt: &ratio{of: first, name: "rsocket", info: true}},
 	}
+}
+
+// rstreamCount is the -C of a 64 KiB rstream bandwidth run: rstream
+// moves -C transfers one way, then as many back, and counts both, about
+// 1 GB each way per 4 s at 2 GB/s.
+func (b *bencher) rstreamCount() string { return strconv.Itoa(4000 * b.secs) }
+
+// rstreamAvg is an rstream latency run's figure: its microseconds per
+// one-way transfer.
+func rstreamAvg(po pairOut) (float64, error) {
+	_, us, err := rstreamResult(po.client)
+	return us, err
 }
 
 // rstream is a roce rstream custom test between a server on 127.0.0.1
@@ -82,21 +92,17 @@ type rsLatCase struct {
 func (b *bencher) rsocketLat(ctx context.Context) error {
 	n := strconv.Itoa(b.iters)
 	perfAvg := func(po pairOut) (float64, error) { return jsonResult(po.client, "t_avg_us") }
-	rsAvg := func(po pairOut) (float64, error) {
-		_, us, err := rstreamResult(po.client)
-		return us, err
-	}
 	rs := []string{"-S", "64", "-C", "1", "-I", n}
 	cases := []rsLatCase{
 		{name: "SEND 64 B latency (perf send --lat), avg", pc: b.perfLatSize("send", "64"), value: perfAvg, of: -1,
 			short: "perf send"},
-		{name: "rsocket 64 B request/response (rstream)", pc: b.rstream(rs...), value: rsAvg, of: 0, max: 1.3,
+		{name: "rsocket 64 B request/response (rstream)", pc: b.rstream(rs...), value: rstreamAvg, of: 0, max: 1.3,
 			short: "rsocket"},
 		{name: "SEND 64 B latency, busy poll, avg", pc: b.perfLatSize("send", "64", "--busy-poll", "1ms"), value: perfAvg,
 			of: -1, short: "perf send"},
 		{name: "rsocket 64 B req/resp, busy poll, spin", pc: b.rstream(append(rs, "--busy-poll", "1ms", "--spin", "1ms")...),
-			value: rsAvg, of: 2},
-		{name: "kernel TCP 64 B request/response (-T s)", pc: b.rstream(append(rs, "-T", "s")...), value: rsAvg, of: 1},
+			value: rstreamAvg, of: 2},
+		{name: "kernel TCP 64 B request/response (-T s)", pc: b.rstream(append(rs, "-T", "s")...), value: rstreamAvg, of: 1},
 	}
 	return b.rsLatRounds(ctx, cases)
 }
