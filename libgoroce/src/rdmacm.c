@@ -71,9 +71,9 @@ struct cm_id {
 	int own_cqs;
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
-	unsigned out; /* events given to the program and not acked */
-	struct cm_mc *mcs;        /* multicast joins, under cm_lock */
-	struct cm_id *next;       /* in ids */
+	unsigned out;       /* events given to the program and not acked */
+	struct cm_mc *mcs;  /* multicast joins, under cm_lock */
+	struct cm_id *next; /* in ids */
 };
 
 /* A multicast join of an id (rdma_join_multicast). */
