@@ -69,7 +69,7 @@ func (o *options) register(fs *cli.FlagSet) {
 	fs.String(&o.name, "goroce0", "the device's `name`, as ibv_devices lists it", "name")
 	fs.String(&o.dir, "", "`directory` of the control socket (default $GOROCE_DIR, else /tmp/goroce-UID)", "dir")
 	fs.String(&o.mode, "0600", "permission `mode` of the control socket, in octal: 0600 this user only, 0660 its group too", "mode")
-	fs.Duration(&o.spin, 0, "how long a session looks for more work before it sleeps (default 50µs; negative: never)", "spin")
+	fs.Duration(&o.spin, 0, "how long a session looks for more work before it sleeps (default 300µs; negative: never)", "spin")
 	fs.Bool(&o.log, false, "log sessions opening and closing, and refused requests, to standard error", "log")
 	fs.Section("The link:")
 	fs.String(&o.dev.Transport, "udp", "how RoCEv2 packets travel: udp (no privileges) or afpacket (raw frames, CAP_NET_RAW)", "transport").Arg("udp|afpacket")
