@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"syscall"
 
@@ -301,15 +302,51 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, err := c.ioWrite(p, offset)
+	n, err := c.ioWrite(p, offset, true)
 	if err != nil {
 		return n, c.opError("iowrite", err)
 	}
 	return n, nil
 }
 
-// ioWrite is IOWrite once the write turn is taken; the caller holds c.mu.
-func (c *Conn) ioWrite(p []byte, offset int64) (int, error) {
+// IOWriteNow is IOWrite that does not wait, as riowrite on a
+// non-blocking rsocket: it writes what the send queue and buffer have
+// room for now and returns the count. When that is nothing, or another
+// Write or IOWrite has the connection's turn, it fails with an error that
+// is os.ErrDeadlineExceeded, as a write whose deadline has passed does.
+func (c *Conn) IOWriteNow(p []byte, offset int64) (int, error) {
+	if !c.ok() {
+		return 0, errInvalid
+	}
+	if offset < 0 || offset > math.MaxInt64-int64(len(p)) {
+		return 0, c.opError("iowrite", argError("IOWriteNow of %d bytes at offset %d: want a range from 0 to 1<<63 - 1", len(p), offset))
+	}
+	select {
+	case <-c.closing:
+		return 0, c.opError("iowrite", net.ErrClosed)
+	default:
+	}
+	select {
+	case c.wsem <- struct{}{}:
+	default:
+		return 0, c.opError("iowrite", os.ErrDeadlineExceeded)
+	}
+	defer func() { <-c.wsem }()
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, err := c.ioWrite(p, offset, false)
+	if err != nil {
+		return n, c.opError("iowrite", err)
+	}
+	return n, nil
+}
+
+// ioWrite is IOWrite once the write turn is taken (IOWriteNow without
+// wait); the caller holds c.mu.
+func (c *Conn) ioWrite(p []byte, offset int64, wait bool) (int, error) {
 	s := &c.s
 	c.progress() // the entries the peer published last
 	c.notify(dirWrite)
@@ -322,7 +359,14 @@ func (c *Conn) ioWrite(p []byte, offset int64) (int, error) {
 	n := 0
 	for n < len(p) {
 		if !s.canWriteDirect() {
-			if err := c.await(dirWrite, wantDirect, c.wdl, c.closing); err != nil {
+			if !wait {
+				if c.progress(); !s.canWriteDirect() {
+					if n > 0 {
+						return n, nil
+					}
+					return 0, os.ErrDeadlineExceeded
+				}
+			} else if err := c.await(dirWrite, wantDirect, c.wdl, c.closing); err != nil {
 				return n, err
 			}
 		}

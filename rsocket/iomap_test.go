@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -402,5 +403,67 @@ func TestListenerSetIOMapSize(t *testing.T) {
 	}
 	if _, err := c1.Map(make([]byte, 10), 0); !errors.Is(err, ErrIOMapFull) {
 		t.Errorf("the first connection has a table now: %v", err)
+	}
+}
+
+// TestIOWriteNow checks that IOWriteNow writes what it can without
+// waiting: all of a write the send buffer holds, part of one it does not,
+// and nothing, at once, while a Write the peer does not read for holds
+// the connection's turn.
+func TestIOWriteNow(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	o := &Options{IOMapSize: 1, SendBuffer: 16 << 10}
+	c, s, _ := h.pair(t, o, o)
+	a := make([]byte, 256<<10)
+	if _, err := s.Map(a, 0); err != nil {
+		t.Fatal(err)
+	}
+	signal(t, s, c)
+
+	small := randomBytes(4000, 3)
+	if n, err := c.IOWriteNow(small, 0); n != len(small) || err != nil {
+		t.Fatalf("IOWriteNow of %d bytes on an idle connection: %d, %v", len(small), n, err)
+	}
+	big := randomBytes(len(a), 4)
+	n, err := c.IOWriteNow(big, 0)
+	if err != nil || n == 0 || n >= len(big) {
+		t.Fatalf("IOWriteNow of %d bytes through a 16 KiB send buffer: %d, %v; want part of it", len(big), n, err)
+	}
+	signal(t, c, s)
+	if !bytes.Equal(a[:n], big[:n]) {
+		t.Errorf("the mapped buffer differs from what IOWriteNow wrote: equal prefix %d of %d", commonPrefix(a, big), n)
+	}
+
+	// A Write of more than the peer's receive buffer waits for the peer
+	// to read, holding the turn; IOWriteNow does not wait for it.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 1<<20))
+		wrote <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := c.IOWriteNow(small, 0)
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("IOWriteNow beside a Write the peer does not read: %d, %v for 10 s; want 0 and os.ErrDeadlineExceeded", n, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if n, err := c.IOWriteNow(small, 0); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("IOWriteNow again: %d, %v", n, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("IOWriteNow took %v; it must not wait", d)
+	}
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.CopyN(io.Discard, s, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("the Write: %v", err)
 	}
 }

@@ -70,6 +70,26 @@ func (rc *rsConn) after(n uint64) bool {
 	return rc.sent >= n
 }
 
+// What sentBy finds of the program's first n bytes.
+const (
+	rsSent    = iota // they have gone to the peer
+	rsPending        // the relay has yet to carry some of them
+	rsGone           // the relay ended before it carried them all
+)
+
+// sentBy is after without the wait.
+func (rc *rsConn) sentBy(n uint64) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	switch {
+	case rc.sent >= n:
+		return rsSent
+	case rc.done:
+		return rsGone
+	}
+	return rsPending
+}
+
 // unmapAll ends every mapping: the connection is closing.
 func (rc *rsConn) unmapAll() {
 	rc.mu.Lock()
@@ -183,10 +203,21 @@ func (s *session) rsIOWrite(body []byte) (any, uint32) {
 		return nil, e
 	}
 	defer unix.Munmap(view)
-	if !rc.after(req.Sent) {
+	write := rc.c.IOWrite
+	if req.Flags&unix.MSG_DONTWAIT != 0 {
+		// A non-blocking riowrite: EAGAIN rather than a wait for the
+		// bytes written before it to go, or for room.
+		switch rc.sentBy(req.Sent) {
+		case rsGone:
+			return nil, uint32(syscall.ECONNRESET)
+		case rsPending:
+			return nil, uint32(syscall.EAGAIN)
+		}
+		write = rc.c.IOWriteNow
+	} else if !rc.after(req.Sent) {
 		return nil, uint32(syscall.ECONNRESET)
 	}
-	n, err := rc.c.IOWrite(buf, req.Offset)
+	n, err := write(buf, req.Offset)
 	if n == 0 && err != nil {
 		return nil, rsIOErrno(err)
 	}

@@ -999,7 +999,13 @@ EXPORT size_t riowrite(int s, const void *buf, size_t count, off_t offset, int f
 	}
 	char *stage = r->stage;
 	struct gr_context *ctx = r->ctx;
-	struct goroce_rs_write_req req = {.handle = r->handle, .flags = flags, .sent = r->sent};
+	/* A non-blocking rsocket's riowrite does not wait, as librdmacm's
+	 * (rs_nonblocking): for room, nor for the bytes written before it to
+	 * go. */
+	int fl = fcntl(s, F_GETFL);
+	if (fl >= 0 && (fl & O_NONBLOCK))
+		flags |= MSG_DONTWAIT;
+	struct goroce_rs_write_req req = {.handle = r->handle, .flags = flags & MSG_DONTWAIT, .sent = r->sent};
 	pthread_mutex_unlock(&rs_lock);
 	size_t done = 0;
 	int e = 0;

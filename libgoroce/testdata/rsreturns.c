@@ -201,6 +201,45 @@ int main(int argc, char **argv)
 	CHECK(rsend(ic, "y", 1, 0) == 1 && rrecv(is, got, 1, 0) == 1 && got[0] == 'y', "the message after riowrite");
 	CHECK(!memcmp(tb + 100, buf, 8000), "riowrite's bytes are not in the mapped buffer when the message after them came");
 	ERRNO(riowrite(ic, buf, 200, 4096 + 8100, 0), EINVAL); /* past the mapping: nothing written */
+	/* A non-blocking riowrite does not wait, as librdmacm's: with the
+	 * peer not reading, the client's stream fills until rsend says
+	 * EAGAIN for 200 ms on end, and riowrite, whose bytes go after the
+	 * ones sent before it, says EAGAIN too. Once the peer has read them
+	 * it goes. */
+	int icfl = rfcntl(ic, F_GETFL);
+	CHECK(icfl >= 0 && !rfcntl(ic, F_SETFL, icfl | O_NONBLOCK), "rfcntl O_NONBLOCK: %s", strerror(errno));
+	static char fill[65536];
+	size_t filled = 0;
+	int stuck = 0;
+	for (int i = 0; i < 100000 && stuck < 200; i++) {
+		ssize_t k = rsend(ic, fill, sizeof fill, 0);
+		if (k > 0) {
+			filled += k, stuck = 0;
+		} else if (errno == EAGAIN) {
+			stuck++, usleep(1000);
+		} else {
+			break;
+		}
+	}
+	CHECK(stuck == 200, "rsend on a non-blocking rsocket whose peer does not read: %zu bytes, then %s", filled,
+	      strerror(errno));
+	ERRNO(riowrite(ic, buf, 100, 4096, 0), EAGAIN);
+	ERRNO(riowrite(ic, buf, 100, 4096, MSG_DONTWAIT), EAGAIN);
+	size_t drained = 0;
+	while (drained < filled) {
+		ssize_t k = rrecv(is, fill, sizeof fill < filled - drained ? sizeof fill : filled - drained, 0);
+		if (k <= 0)
+			break;
+		drained += k;
+	}
+	CHECK(drained == filled, "the peer read %zu of %zu bytes", drained, filled);
+	ssize_t w = -1;
+	for (int i = 0; i < 5000 && w < 0 && errno == EAGAIN; i++) {
+		if ((w = riowrite(ic, buf, 100, 4096, 0)) < 0)
+			usleep(1000);
+	}
+	CHECK(w == 100, "a non-blocking riowrite once the peer read: %zd, %s", w, strerror(errno));
+	CHECK(!rfcntl(ic, F_SETFL, icfl), "rfcntl: %s", strerror(errno));
 	CHECK(!riounmap(is, tb, 8192), "riounmap: %s", strerror(errno));
 	ERRNO(riounmap(is, tb, 8192), EINVAL);
 	ERRNO(riowrite(is, buf, 10, 0, 0), EINVAL); /* the client mapped nothing */
