@@ -313,7 +313,8 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 // non-blocking rsocket: it writes what the send queue and buffer have
 // room for now and returns the count. When that is nothing, or another
 // Write or IOWrite has the connection's turn, it fails with an error that
-// is os.ErrDeadlineExceeded, as a write whose deadline has passed does.
+// is os.ErrDeadlineExceeded, as a write whose deadline has passed does
+// (and as IOWriteNow does then too).
 func (c *Conn) IOWriteNow(p []byte, offset int64) (int, error) {
 	if !c.ok() {
 		return 0, errInvalid
@@ -324,6 +325,8 @@ func (c *Conn) IOWriteNow(p []byte, offset int64) (int, error) {
 	select {
 	case <-c.closing:
 		return 0, c.opError("iowrite", net.ErrClosed)
+	case <-c.wdl.done():
+		return 0, c.opError("iowrite", os.ErrDeadlineExceeded)
 	default:
 	}
 	select {

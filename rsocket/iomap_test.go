@@ -408,8 +408,8 @@ func TestListenerSetIOMapSize(t *testing.T) {
 
 // TestIOWriteNow checks that IOWriteNow writes what it can without
 // waiting: all of a write the send buffer holds, part of one it does not,
-// and nothing, at once, while a Write the peer does not read for holds
-// the connection's turn.
+// nothing, at once, while a Write the peer does not read for holds the
+// connection's turn, and nothing past the write deadline.
 func TestIOWriteNow(t *testing.T) {
 	h := memHosts(t, transportNoFaults)
 	o := &Options{IOMapSize: 1, SendBuffer: 16 << 10}
@@ -465,5 +465,11 @@ func TestIOWriteNow(t *testing.T) {
 	}
 	if err := <-wrote; err != nil {
 		t.Fatalf("the Write: %v", err)
+	}
+
+	// Past the write deadline, nothing goes, as with IOWrite.
+	c.SetWriteDeadline(time.Now().Add(-time.Second))
+	if n, err := c.IOWriteNow(small, 0); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("IOWriteNow past the write deadline: %d, %v", n, err)
 	}
 }
