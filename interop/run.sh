@@ -257,7 +257,7 @@ load_cases() {
             [[ "${tm[$i]}" == *" $mode "* ]] || continue
             id="${tl[$i]}/$variant"
             selected "$id" || continue
-            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6 hm="" su=""
+            check=none expect="" wait=tcp:18515 tmo=$DEF_TMO crc="" cexp="" sexp="" lm="" addr=$addr6 hm="" su="" dc=""
             for o in ${to[$i]}; do
                 case $o in
                 check=*) check=${o#*=} ;; expect=*) expect=${o#*=} ;;
@@ -268,6 +268,7 @@ load_cases() {
                 addr4) addr=$addr4 ;;
                 hostmtu=*) hm=${o#*=} ;;
                 suite=*) su=${o#*=} ;;
+                devcli=*) dc=${o#*=} dc=${dc//,/ } ;;
                 *) die "$CASES: ${tl[$i]}: unknown option $o" ;;
                 esac
             done
@@ -288,6 +289,7 @@ load_cases() {
             expand scmd "$f" server "$addr" "$mtu" "$hostopts" "$gid"
             [ "$sk" = device ] && on_device scmd "$scmd"
             f=${tv[$i]}; [ "$ck" = goroce ] && f=${tg[$i]}
+            [ "$ck" = device ] && f="$f $dc"
             expand ccmd "$f" client "$addr" "$mtu" "$hostopts" "$gid"
             [ "$ck" = device ] && on_device ccmd "$ccmd"
             up=0 cl=$loss

@@ -5,6 +5,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/congestion"
+	"github.com/goroce/goroce/verbs"
 )
 
 // Loss probes: go-back-N recovers from a lost packet when a later one
@@ -117,6 +118,14 @@ func (q *QP) probeTimeout() time.Duration {
 // the last probe; ok is false when it would not come before deadline.
 func (q *QP) probeAt(timeout time.Duration) (at time.Time, ok bool) {
 	if q.dev.lossProbe == 0 {
+		return time.Time{}, false
+	}
+	if w := q.headPending(); w != nil && w.wr.Opcode == verbs.OpRead {
+		// The oldest packet is a READ request, which the responder
+		// answers again in full (rxe 6.1 from the READ's start): on a
+		// responder slow to send its responses, which is the usual
+		// reason none came, a probe adds a READ's worth of its work each
+		// time. The local ACK timeout moves such a QP, as before probes.
 		return time.Time{}, false
 	}
 	base := q.comp.deadline.Add(-timeout)

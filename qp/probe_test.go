@@ -82,6 +82,13 @@ func TestLossProbes(t *testing.T) {
 			}
 			a.inject(a.ackAt(1, ack))
 		}, want: check{wcs: []string{"2 SUCCESS"}, state: verbs.StateRTS, ctrs: map[string]uint64{"loss_probes": 1}}},
+		{name: "no probe of a READ", opts: advOpts{probes: true}, run: func(a *adversary) {
+			start := a.clk.Now()
+			a.post(a.read(1, 0, 8))
+			a.fire()
+			since(a, start, bth.ACKTimeout(14))
+		}, want: check{sent: []string{"RDMA_READ_REQUEST @0", "RDMA_READ_REQUEST @0"}, state: verbs.StateRTS,
+			ctrs: map[string]uint64{"loss_probes": 0, "local_ack_timeout_err": 1, "completer_retry_err": 1}}},
 		{name: "no probes with LossProbe negative", run: func(a *adversary) {
 			start := a.clk.Now()
 			a.post(a.write(1, 0, 8))
