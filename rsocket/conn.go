@@ -205,6 +205,24 @@ func (c *Conn) enter(sem chan struct{}, dl *deadline) error {
 	return nil
 }
 
+// tryEnter is enter without the wait: it fails with
+// os.ErrDeadlineExceeded when another call has the turn.
+func (c *Conn) tryEnter(sem chan struct{}, dl *deadline) error {
+	select {
+	case <-c.closing:
+		return net.ErrClosed
+	case <-dl.done():
+		return os.ErrDeadlineExceeded
+	default:
+	}
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
+		return os.ErrDeadlineExceeded
+	}
+}
+
 // Read reads what has arrived, up to len(p) bytes, waiting until some
 // data has. After the peer's CloseWrite or Close, and the data sent
 // before it, Read returns io.EOF.

@@ -287,26 +287,7 @@ func (c *Conn) SyncMapped() {
 // returns early, with the count written, on an error or when the write
 // deadline passes. IOWrite and Write are served one at a time.
 func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
-	if !c.ok() {
-		return 0, errInvalid
-	}
-	if offset < 0 || offset > math.MaxInt64-int64(len(p)) {
-		return 0, c.opError("iowrite", argError("IOWrite of %d bytes at offset %d: want a range from 0 to 1<<63 - 1", len(p), offset))
-	}
-	if err := c.enter(c.wsem, c.wdl); err != nil {
-		return 0, c.opError("iowrite", err)
-	}
-	defer func() { <-c.wsem }()
-	if len(p) == 0 {
-		return 0, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n, err := c.ioWrite(p, offset, true)
-	if err != nil {
-		return n, c.opError("iowrite", err)
-	}
-	return n, nil
+	return c.ioWriteCall(p, offset, true)
 }
 
 // IOWriteNow is IOWrite that does not wait, as riowrite on a
@@ -316,23 +297,23 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 // is os.ErrDeadlineExceeded, as a write whose deadline has passed does
 // (and as IOWriteNow does then too).
 func (c *Conn) IOWriteNow(p []byte, offset int64) (int, error) {
+	return c.ioWriteCall(p, offset, false)
+}
+
+// ioWriteCall is IOWrite, or without wait IOWriteNow.
+func (c *Conn) ioWriteCall(p []byte, offset int64, wait bool) (int, error) {
 	if !c.ok() {
 		return 0, errInvalid
 	}
 	if offset < 0 || offset > math.MaxInt64-int64(len(p)) {
-		return 0, c.opError("iowrite", argError("IOWriteNow of %d bytes at offset %d: want a range from 0 to 1<<63 - 1", len(p), offset))
+		return 0, c.opError("iowrite", argError("IOWrite of %d bytes at offset %d: want a range from 0 to 1<<63 - 1", len(p), offset))
 	}
-	select {
-	case <-c.closing:
-		return 0, c.opError("iowrite", net.ErrClosed)
-	case <-c.wdl.done():
-		return 0, c.opError("iowrite", os.ErrDeadlineExceeded)
-	default:
+	enter := c.enter
+	if !wait {
+		enter = c.tryEnter
 	}
-	select {
-	case c.wsem <- struct{}{}:
-	default:
-		return 0, c.opError("iowrite", os.ErrDeadlineExceeded)
+	if err := enter(c.wsem, c.wdl); err != nil {
+		return 0, c.opError("iowrite", err)
 	}
 	defer func() { <-c.wsem }()
 	if len(p) == 0 {
@@ -340,15 +321,15 @@ func (c *Conn) IOWriteNow(p []byte, offset int64) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, err := c.ioWrite(p, offset, false)
+	n, err := c.ioWrite(p, offset, wait)
 	if err != nil {
 		return n, c.opError("iowrite", err)
 	}
 	return n, nil
 }
 
-// ioWrite is IOWrite once the write turn is taken (IOWriteNow without
-// wait); the caller holds c.mu.
+// ioWrite is ioWriteCall once the write turn is taken; the caller holds
+// c.mu.
 func (c *Conn) ioWrite(p []byte, offset int64, wait bool) (int, error) {
 	s := &c.s
 	c.progress() // the entries the peer published last
