@@ -55,7 +55,7 @@ type Config struct {
 // A request/response program posts its next request a round trip after
 // its last, and the spin should outlast that. On two devices of a 2-vCPU
 // VM, ib_send_lat -s 2 took 96-170 us typical with the worker spinning
-// 50 µs, 97 us with 150 µs, 41-93 us with 300 µs and 71-83 us with 1 ms
+// 50 µs, 97 us with 150 µs, 56-93 us with 300 µs and 71-83 us with 1 ms
 // (the longer spins taking the core from the programs); rping 1142-1179
 // us per ping with 50 µs, 926-927 with 300 µs. ib_write_lat, whose
 // programs spin on memory beside the workers, kept its typical (85-103
