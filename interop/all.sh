@@ -44,5 +44,9 @@ for s in $SUITES; do
     last=$s
 done
 if [ $KEEP = 0 ] && [ -n "$last" ]; then GOROCE_LAB_SUITE=$last lab_down > /dev/null 2>&1; fi
+# The failed cases again, last, where a log's tail shows them.
+for s in $SUITES; do
+    awk -F'\t' -v s="$s" '$2 != "PASS" { printf "interop: %s %s %s %ss: %s\n", s, $1, $2, $3, $4 }' "$base/$s/results.tsv" 2> /dev/null || true
+done
 echo "interop: $pass passed, $fail failed"
 exit $rc
