@@ -331,6 +331,22 @@ static int reg_channel(struct cm_channel *c, struct cm_dev *cd)
 
 static struct cm_id *to_id(struct rdma_cm_id *id) { return container_of(id, struct cm_id, id); }
 
+/* live_id returns cid's id if it is one of ids, else NULL: a call on a
+ * pointer that is not a live id (NULL, or one rdma_destroy_id took, which
+ * perftest 4.5's rdma_cm client reuses when it retries a rejected
+ * connection) fails with EINVAL instead of reading freed memory. */
+static struct cm_id *live_id(struct rdma_cm_id *cid)
+{
+	if (!cid)
+		return NULL;
+	struct cm_id *id = to_id(cid), *x;
+	pthread_mutex_lock(&cm_lock);
+	for (x = ids; x && x != id; x = x->next)
+		;
+	pthread_mutex_unlock(&cm_lock);
+	return x;
+}
+
 static struct cm_id *new_id(struct cm_channel *chan, void *context, enum rdma_port_space ps, enum ibv_qp_type qpt)
 {
 	struct cm_id *id = calloc(1, sizeof *id);
@@ -446,7 +462,7 @@ static void free_own_cqs(struct cm_id *id);
 
 EXPORT int rdma_destroy_id(struct rdma_cm_id *cid)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (cid->event) {
@@ -814,7 +830,7 @@ static int wait_sync(struct cm_id *id, enum rdma_cm_event_type want)
 
 EXPORT int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 {
-	if (!cid || !sockaddr_len(addr))
+	if (!live_id(cid) || !sockaddr_len(addr))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	pthread_mutex_lock(&cm_lock);
@@ -852,7 +868,7 @@ EXPORT int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 
 EXPORT int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr, struct sockaddr *dst_addr, int timeout_ms)
 {
-	if (!cid || !sockaddr_len(dst_addr) || (src_addr && src_addr->sa_family && !sockaddr_len(src_addr)))
+	if (!live_id(cid) || !sockaddr_len(dst_addr) || (src_addr && src_addr->sa_family && !sockaddr_len(src_addr)))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	pthread_mutex_lock(&cm_lock);
@@ -890,7 +906,7 @@ EXPORT int rdma_resolve_addr(struct rdma_cm_id *cid, struct sockaddr *src_addr, 
 
 EXPORT int rdma_resolve_route(struct rdma_cm_id *cid, int timeout_ms)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (!id->cd)
@@ -924,7 +940,7 @@ EXPORT uint16_t rdma_get_dst_port(struct rdma_cm_id *id)
 
 EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (!id->cd) {
@@ -974,7 +990,7 @@ static int conn_req(struct cm_id *id, struct rdma_conn_param *p, struct goroce_c
 
 EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *conn_param)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (!id->cd)
@@ -1002,7 +1018,7 @@ static void ack_own(struct rdma_cm_id *cid)
 
 EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *conn_param)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	ack_own(cid);
@@ -1023,7 +1039,7 @@ EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *conn_para
 
 EXPORT int rdma_reject(struct rdma_cm_id *cid, const void *private_data, uint8_t private_data_len)
 {
-	if (!cid || (private_data_len && !private_data) || private_data_len > 148)
+	if (!live_id(cid) || (private_data_len && !private_data) || private_data_len > 148)
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	ack_own(cid);
@@ -1043,7 +1059,7 @@ EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint
 
 EXPORT int rdma_disconnect(struct rdma_cm_id *cid)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (!id->cd)
@@ -1057,7 +1073,7 @@ EXPORT int rdma_disconnect(struct rdma_cm_id *cid)
 
 EXPORT int rdma_establish(struct rdma_cm_id *cid)
 {
-	if (!cid || !to_id(cid)->cd || cid->qp)
+	if (!live_id(cid) || !to_id(cid)->cd || cid->qp)
 		return fail(EINVAL); /* an id with a QP: the handshake is done already */
 	struct cm_id *id = to_id(cid);
 	struct goroce_handle_req req = {.handle = id->h};
@@ -1067,7 +1083,7 @@ EXPORT int rdma_establish(struct rdma_cm_id *cid)
 
 EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **cid)
 {
-	if (!listen || !cid)
+	if (!live_id(listen) || !cid)
 		return fail(EINVAL);
 	struct cm_id *l = to_id(listen);
 	if (!l->sync)
@@ -1112,7 +1128,7 @@ EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **cid)
 
 EXPORT int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *channel)
 {
-	if (!cid)
+	if (!live_id(cid))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	int sync = !channel;
@@ -1149,7 +1165,7 @@ EXPORT int rdma_migrate_id(struct rdma_cm_id *cid, struct rdma_event_channel *ch
 
 EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
-	if (!cid || !qp_attr || !qp_attr_mask || !to_id(cid)->cd)
+	if (!live_id(cid) || !qp_attr || !qp_attr_mask || !to_id(cid)->cd)
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	struct goroce_cm_init_qp_attr_req req = {.id = id->h, .state = qp_attr->qp_state};
@@ -1250,7 +1266,7 @@ static int init_qp(struct cm_id *id, struct ibv_qp *qp)
 
 EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid, struct ibv_qp_init_attr_ex *attr)
 {
-	if (!cid || !attr || !cid->verbs)
+	if (!live_id(cid) || !attr || !cid->verbs)
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (cid->qp)
@@ -1305,7 +1321,7 @@ EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd, struct ibv_
 
 EXPORT void rdma_destroy_qp(struct rdma_cm_id *cid)
 {
-	if (!cid || !cid->qp)
+	if (!live_id(cid) || !cid->qp)
 		return;
 	ibv_destroy_qp(cid->qp);
 	cid->qp = NULL;
@@ -1314,7 +1330,7 @@ EXPORT void rdma_destroy_qp(struct rdma_cm_id *cid)
 
 EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid, struct ibv_srq_init_attr_ex *attr)
 {
-	if (!cid || !attr || !cid->verbs)
+	if (!live_id(cid) || !attr || !cid->verbs)
 		return fail(EINVAL);
 	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
 		attr->pd = default_pd(to_id(cid));
@@ -1354,7 +1370,7 @@ EXPORT void rdma_destroy_srq(struct rdma_cm_id *cid)
 
 EXPORT int rdma_set_option(struct rdma_cm_id *cid, int level, int optname, void *optval, size_t optlen)
 {
-	if (!cid || (!optval && optlen))
+	if (!live_id(cid) || (!optval && optlen))
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (level == RDMA_OPTION_ID) {
@@ -1408,7 +1424,7 @@ EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 static int join(struct rdma_cm_id *cid, struct sockaddr *addr, uint16_t flags, void *context)
 {
 	int n = sockaddr_len(addr);
-	if (!cid || !n)
+	if (!live_id(cid) || !n)
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	if (!id->cd)
@@ -1455,7 +1471,7 @@ EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_
 EXPORT int rdma_leave_multicast(struct rdma_cm_id *cid, struct sockaddr *addr)
 {
 	int n = sockaddr_len(addr);
-	if (!cid || !n)
+	if (!live_id(cid) || !n)
 		return fail(EINVAL);
 	struct cm_id *id = to_id(cid);
 	pthread_mutex_lock(&cm_lock);

@@ -4,7 +4,7 @@
  * on rxe0), each end with its own event channel. What librdmacm and the
  * kernel's rdma_cm give: REJECTED with reason 8 (invalid service ID)
  * from a port nobody listens on and 28 (consumer defined) from
- * rdma_reject; one DISCONNECTED per end however the connection ends;
+ * rdma_reject; EINVAL from calls on a destroyed id; one DISCONNECTED per end however the connection ends;
  * rdma_disconnect's returns; multicast joins (IPv4); ids with no QP, the program moving its own
  * with rdma_init_qp_attr and ending the handshake with rdma_establish;
  * ENODEV from every entry point while no
@@ -160,6 +160,39 @@ static void test_rejected(struct rdma_event_channel *cch, struct rdma_event_chan
 	EQ_ERR(rdma_destroy_id(s), 0);
 	close_id(c);
 	EQ_ERR(rdma_destroy_id(ln), 0);
+}
+
+/* test_stale calls the entry points with an id rdma_destroy_id took, as
+ * perftest 4.5's rdma_cm client does when it retries a rejected
+ * connection: each fails with EINVAL and touches nothing, where
+ * librdmacm reads freed memory. */
+static void test_stale(struct rdma_event_channel *cch, int port)
+{
+	set_port(port);
+	struct rdma_cm_id *c = dial(cch);
+	expect_ev(cch, RDMA_CM_EVENT_REJECTED, NULL, "connect to a port nobody listens on");
+	close_id(c);
+	struct rdma_conn_param p = {.retry_count = 7};
+	int opt = 1;
+#define STALE(call)                                                                                                   \
+	do {                                                                                                          \
+		errno = 0;                                                                                            \
+		int r_ = (call);                                                                                      \
+		CHECK(r_ == -1 && errno == EINVAL, "%s on a destroyed id = %d, errno %d (%s), want -1 and EINVAL", #call, \
+		      r_, errno, strerror(errno));                                                                    \
+	} while (0)
+	STALE(rdma_resolve_addr(c, NULL, (struct sockaddr *)&addr, 2000));
+	STALE(rdma_bind_addr(c, (struct sockaddr *)&addr));
+	STALE(rdma_resolve_route(c, 2000));
+	STALE(rdma_listen(c, 1));
+	STALE(rdma_connect(c, &p));
+	STALE(rdma_accept(c, &p));
+	STALE(rdma_reject(c, NULL, 0));
+	STALE(rdma_disconnect(c));
+	STALE(rdma_set_option(c, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &opt, sizeof opt));
+	STALE(rdma_destroy_id(c));
+#undef STALE
+	rdma_destroy_qp(c); /* void: nothing to check but that it returns */
 }
 
 /* test_disconnect ends connections each way, and both ends at once:
@@ -582,6 +615,7 @@ int main(int argc, char **argv)
 		return gone(port);
 	struct rdma_event_channel *cch = OK(rdma_create_event_channel()), *sch = OK(rdma_create_event_channel());
 	test_refused(cch, port);
+	test_stale(cch, port);
 	test_rejected(cch, sch, port + 1);
 	test_disconnect(cch, sch, port + 2);
 	test_relisten(cch, sch, port + 3);
