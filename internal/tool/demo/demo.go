@@ -26,7 +26,8 @@ import (
 // Cmd is roce demo.
 var Cmd = &cli.Command{
 	UsageLine: "demo [--transport udp|mem|afpacket] [--ops LIST] [--size BYTES] [--count N] [--mtu N] " +
-		"[--loss P] [--dup P] [--reorder P] [--seed N] [-v]",
+		"[--loss P] [--dup P] [--reorder P] [--seed N] [-v]\n" +
+		"            [--pcap FILE] [--bind ADDR] [--dev IFACE] [--cc MODE] [--depth N] [--timeout D]",
 	Short: "run a client and a server over loopback and check every RDMA operation",
 	Long:  "Runs a server and a client in one process, over loopback, and checks every operation.\n\n",
 	Flags: func(fs *cli.FlagSet) cli.Runner {
