@@ -147,6 +147,17 @@ type DCQCNConfig struct {
 	// (clamp_tgt_rate_after_time_inc, on). Neither: the target stays.
 	// Set NoClampAfterTimeInc to turn the second off.
 	ClampTargetRate, NoClampAfterTimeInc bool
+	// IncreaseUnused lets the rate increase while the flow sends below
+	// it, as in DCQCN's model, where every flow always sends at its rate.
+	// By default an increase event raises the rate only if the pacer
+	// held the flow back since the last one (ReactionPoint.Held): a flow
+	// that something else holds to less (its window, its socket, the
+	// program) would otherwise climb, by hyper increase, to rates it
+	// never sends at, and the CNPs that come once it does cut from there
+	// and hold nothing (on the netns testbed, rates of 50 Gbit/s on a
+	// 1 Gbit/s link). This is TCP's congestion window validation (RFC
+	// 7661) for a rate; no NIC setting names it.
+	IncreaseUnused bool
 	// MinTimeBetweenCNPs is the least time between two CNPs a receiver
 	// sends for one QP (min_time_between_cnps). ConnectX's firmware
 	// default is 2 to 4 µs, one a hardware receive path can keep; a

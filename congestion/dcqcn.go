@@ -31,7 +31,9 @@ import (
 //     R_C = (R_T+R_C)/2; once both pass F, hyper increase,
 //     R_T += (min(T,BC)-F)·HAIRate; in between, additive increase,
 //     R_T += AIRate; then R_C = (R_T+R_C)/2 for either. Both rates stay
-//     at most the maximum rate.
+//     at most the maximum rate. An event raises the rate only if the
+//     pacer held the flow back since the last one (Held), unless
+//     IncreaseUnused: a rate the flow does not use is not raised.
 //   - Once R_C is within a thousandth of the maximum rate the flow is not
 //     paced any more, until the next CNP.
 //
@@ -56,6 +58,7 @@ type ReactionPoint struct {
 	t, bc     int       // timer and byte-counter events since the last cut
 	bytes     int       // bytes toward the next byte-counter event
 	timeInc   bool      // a timer increase came since the last cut
+	held      bool      // the pacer held the flow back since the last increase event
 
 	// What the flow sent, for its rate at the first CNP: the total, and
 	// two snapshots of it a millisecond or more apart.
@@ -141,6 +144,12 @@ func (d *ReactionPoint) CNP(now time.Time) {
 		if r == 0 {
 			r = d.sendRate(now)
 		}
+		if r == 0 {
+			// Nothing measured yet (no RTT sample came to tick the
+			// rate's window): the maximum, as a NIC takes its line
+			// rate, not the minimum.
+			r = d.maxRate
+		}
 		r = min(max(r, d.c.MinRate), d.maxRate)
 		d.active, d.rc, d.rt = true, r, r
 		d.alpha = float64(d.c.InitialAlpha) / 1024
@@ -156,6 +165,10 @@ func (d *ReactionPoint) CNP(now time.Time) {
 		d.cutPending = true
 	}
 }
+
+// Held tells d that the pacer held the flow's next packet back: the flow
+// sends at its rate, and the next increase event may raise it.
+func (d *ReactionPoint) Held() { d.held = true }
 
 // Rate returns the rate to pace at now, in bits per second, and false
 // when the flow is not paced.
@@ -252,6 +265,10 @@ func (d *ReactionPoint) resetIncrease(t time.Time) {
 // increase is one rate-increase event, of the timer (timer) or the byte
 // counter.
 func (d *ReactionPoint) increase(timer bool) {
+	if !d.held && !d.c.IncreaseUnused {
+		return // the flow sends below its rate: raising it means nothing
+	}
+	d.held = false
 	f := d.c.Threshold
 	switch lo, hi := min(d.t, d.bc), max(d.t, d.bc); {
 	case hi < f: // fast recovery

@@ -69,7 +69,7 @@ func TestDCQCNCut(t *testing.T) {
 // the next ones additive (R_T += R_AI); byte-counter events count too,
 // and once both counters pass F, hyper increase (R_T += i·R_HAI).
 func TestDCQCNIncrease(t *testing.T) {
-	c := resolved(t, DCQCNConfig{RateOnFirstCNP: 1e9, InitialAlpha: 512, MaxRate: 10e9})
+	c := resolved(t, DCQCNConfig{RateOnFirstCNP: 1e9, InitialAlpha: 512, MaxRate: 10e9, IncreaseUnused: true})
 	var d ReactionPoint
 	d.Init(c, 0)
 	d.CNP(t0) // R_T = 1e9, R_C = 1e9·(1-0.25)
@@ -143,7 +143,7 @@ func TestDCQCNBounds(t *testing.T) {
 	})
 	t.Run("recovery ends pacing", func(t *testing.T) {
 		var d ReactionPoint
-		d.Init(resolved(t, DCQCNConfig{RateOnFirstCNP: 1e9}), 1e9) // the line rate is the maximum
+		d.Init(resolved(t, DCQCNConfig{RateOnFirstCNP: 1e9, IncreaseUnused: true}), 1e9) // the line rate is the maximum
 		d.CNP(t0)
 		at := t0
 		for d.Active() {
@@ -169,6 +169,45 @@ func TestDCQCNBounds(t *testing.T) {
 			t.Errorf("first target %v, want the 1 Gbit/s the flow sent at", s.Target)
 		}
 	})
+	t.Run("first rate unmeasured", func(t *testing.T) {
+		// A CNP before any tick (no RTT sample yet, as in an incast
+		// whose first ACKs wait behind the queue) starts from the
+		// maximum, not from MinRate.
+		var d ReactionPoint
+		d.Init(resolved(t, DCQCNConfig{}), 10e9)
+		d.CountInactive(1 << 20)
+		d.CNP(t0)
+		if s := d.State(t0); !near(s.Target, 10e9) || !near(s.Rate, 10e9*(1-1023.0/2048)) {
+			t.Errorf("first CNP with nothing measured: %+v, want target 1e10 and the first cut from it", s)
+		}
+	})
+}
+
+// TestDCQCNIncreaseUsed checks that, by default, only a rate the pacer
+// held the flow to increases: a flow that sends below its rate keeps the
+// rate where the last cut left it however long it runs, and its timer and
+// byte-counter events do not count toward hyper increase; once the pacer
+// holds it, the next event raises the rate as DCQCN's fast recovery does.
+func TestDCQCNIncreaseUsed(t *testing.T) {
+	c := resolved(t, DCQCNConfig{RateOnFirstCNP: 1e9, InitialAlpha: 512})
+	var d ReactionPoint
+	d.Init(c, 100e9)
+	d.CNP(t0) // R_T = 1e9, R_C = 0.75e9
+	for i := range 100 {
+		d.Count(32767, t0.Add(us(10*i+1))) // byte-counter events, never held
+	}
+	if s := d.State(t0.Add(us(30_000))); !near(s.Rate, 0.75e9) || !near(s.Target, 1e9) || s.Increases != 0 {
+		t.Fatalf("unheld flow after 30 ms: %+v, want rate 7.5e8 target 1e9 and no increase", s)
+	}
+	d.Held()
+	d.Count(32767, t0.Add(us(30_001))) // held: fast recovery, (R_T+R_C)/2
+	if s := d.State(t0.Add(us(30_001))); !near(s.Rate, 0.875e9) || !near(s.Target, 1e9) || s.Increases != 1 {
+		t.Fatalf("held flow: %+v, want rate 8.75e8 target 1e9 after one increase", s)
+	}
+	d.Count(32767, t0.Add(us(30_002))) // not held again since: no increase
+	if s := d.State(t0.Add(us(30_002))); !near(s.Rate, 0.875e9) || s.Increases != 1 {
+		t.Fatalf("after one held increase: %+v, want no second one", s)
+	}
 }
 
 // refRP is the slow reference of ReactionPoint: DCQCN's rules applied one
@@ -306,10 +345,10 @@ func (r *refRP) inc(timer bool) {
 // several settings, and compares their states after every event.
 func TestDCQCNReference(t *testing.T) {
 	settings := []DCQCNConfig{
-		{RateOnFirstCNP: 10e9},
-		{RateOnFirstCNP: 1e9, Threshold: 3, GD: 10, MinDecFac: 30, ByteReset: 4096, TimeReset: us(55), AlphaPeriod: us(20)},
-		{RateOnFirstCNP: 25e9, ClampTargetRate: true, AlphaPeriod: us(1), ReduceMonitorPeriod: us(50)},
-		{RateOnFirstCNP: 40e9, NoClampAfterTimeInc: true, InitialAlpha: 100, G: 900, MaxRate: 50e9},
+		{RateOnFirstCNP: 10e9, IncreaseUnused: true}, // the reference's flows send at their rate
+		{RateOnFirstCNP: 1e9, IncreaseUnused: true, Threshold: 3, GD: 10, MinDecFac: 30, ByteReset: 4096, TimeReset: us(55), AlphaPeriod: us(20)},
+		{RateOnFirstCNP: 25e9, IncreaseUnused: true, ClampTargetRate: true, AlphaPeriod: us(1), ReduceMonitorPeriod: us(50)},
+		{RateOnFirstCNP: 40e9, IncreaseUnused: true, NoClampAfterTimeInc: true, InitialAlpha: 100, G: 900, MaxRate: 50e9},
 	}
 	for si, set := range settings {
 		c := resolved(t, set)

@@ -36,6 +36,7 @@ func (q *QP) paceHeld() bool {
 		return false // recovered meanwhile, or the packet is due
 	}
 	q.ctr.CCPaced++
+	c.rp.Held()
 	q.armPace(c.pace.Next(), now)
 	return true
 }
