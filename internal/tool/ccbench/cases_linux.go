@@ -129,6 +129,9 @@ func (b *bench) bulkRun(ctx context.Context, c netCfg, st stack, n int, keep boo
 	}
 	perStep, queue := measure(ctx, bulks, time.Duration(b.secs)*time.Second)
 	r.Drops = qdiscDrops()
+	if c.mark > 0 {
+		r.Marked = marked()
+	}
 	r.Note = ccNote(bulks)
 	cancel()
 	var delivered, retrans float64
@@ -164,7 +167,7 @@ func (b *bench) bulkRun(ctx context.Context, c netCfg, st stack, n int, keep boo
 
 func (b *bench) incast(ctx context.Context) error {
 	b.printf("Incast: N senders into one receiver through %s with a %d KiB buffer, %d s per run\n\n", linkRate, linkBuffer>>10, b.secs)
-	b.printf("| senders | ECN marking | stack | goodput (of the link) | Jain (1 s windows) | sent again | qdisc drops |\n|---|---|---|---|---|---|---|\n")
+	b.printf("| senders | ECN marking | stack | goodput (of the link) | Jain (1 s windows) | sent again | qdisc drops | marked CE |\n|---|---|---|---|---|---|---|---|\n")
 	for _, mark := range []bool{false, true} {
 		for _, n := range []int{1, 2, 4, 8} {
 			if b.senders != 0 && n != b.senders {
@@ -176,7 +179,7 @@ func (b *bench) incast(ctx context.Context) error {
 				}
 				c := netCfg{rate: linkRate, buffer: linkBuffer}
 				if mark {
-					c.mark = markAt
+					c.mark, c.frame = markAt, frameSize(st, b.v6)
 				}
 				keep := n == 8 && !mark && (st.name == goroceCC.name || st.name == goroceOff.name)
 				r, s, err := b.bulkRun(ctx, c, st, n, keep)
@@ -188,13 +191,34 @@ func (b *bench) incast(ctx context.Context) error {
 				if s != nil {
 					b.series = append(b.series, *s)
 				}
-				b.printf("| %d | %v | %s | %.0f Mbit/s (%.2f) | %.3f | %.2f %% | %d |\n", n, mark, st.name, r.Goodput/1e6, r.Link,
-					r.Jain, 100*r.Retrans, r.Drops)
+				b.printf("| %d | %v | %s | %.0f Mbit/s (%.2f) | %.3f | %.2f %% | %d | %s |\n", n, mark, st.name, r.Goodput/1e6, r.Link,
+					r.Jain, 100*r.Retrans, r.Drops, markedCell(mark, r.Marked))
 			}
 		}
 	}
 	b.printf("\n")
 	return nil
+}
+
+// markedCell is the marked CE column's cell.
+func markedCell(mark bool, n int) string {
+	if !mark {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+// frameSize is the size of st's data packets at the bottleneck's egress
+// hook, Ethernet header included: goroce's at MTU 1024 (IP, UDP, BTH and
+// ICRC around 1024 bytes of payload), TCP's at the veth's MTU of 1500.
+func frameSize(st stack, v6 bool) int {
+	if !st.roce {
+		return 1514
+	}
+	if v6 {
+		return 14 + 40 + 8 + 12 + 1024 + 4
+	}
+	return 14 + 20 + 8 + 12 + 1024 + 4
 }
 
 func (b *bench) latency(ctx context.Context) error {

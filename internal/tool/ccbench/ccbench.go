@@ -146,6 +146,8 @@ type result struct {
 	// Retrans is the bytes sent again per byte delivered.
 	Retrans float64 `json:"retrans_fraction,omitempty"`
 	Drops   int     `json:"qdisc_drops,omitempty"`
+	// Marked counts the packets the marking rules marked CE.
+	Marked int `json:"ce_marked,omitempty"`
 	// Latency case: the ping-pong's round trips, µs.
 	IdleP50 float64 `json:"idle_p50_us,omitempty"`
 	IdleP99 float64 `json:"idle_p99_us,omitempty"`

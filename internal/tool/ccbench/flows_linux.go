@@ -51,7 +51,7 @@ func openRoce(n int, mode congestion.Mode, v6 bool, target time.Duration) (*roce
 	h := &roceHosts{}
 	cc := &congestion.Config{Mode: mode, Delay: congestion.DelayConfig{Target: target}}
 	err := inNS(nsB, func() error {
-		d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: addrB(v6)}, Congestion: cc})
+		d, err := roce.Open(&roce.Config{Link: &roce.UDP{Addr: addrB(v6), NoOffload: true}, Congestion: cc})
 		h.recv = d
 		return err
 	})
@@ -62,7 +62,7 @@ func openRoce(n int, mode congestion.Mode, v6 bool, target time.Duration) (*roce
 		var d *roce.Device
 		if err := inNS(nsA, func() error {
 			var err error
-			d, err = roce.Open(&roce.Config{Link: &roce.UDP{Addr: addrA(i, v6)}, Congestion: cc})
+			d, err = roce.Open(&roce.Config{Link: &roce.UDP{Addr: addrA(i, v6), NoOffload: true}, Congestion: cc})
 			return err
 		}); err != nil {
 			h.close()

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ type netCfg struct {
 	rate   string  // tbf rate, "1gbit"
 	buffer int     // tbf limit, bytes
 	mark   float64 // mark CE past this fraction of the rate; 0: no marking
+	frame  int     // the marked stack's packet size at the egress hook, bytes
 	loss   float64 // random loss, 0 to 1
 	v6     bool
 	tcpECN bool // the namespaces' TCP negotiates ECN
@@ -109,6 +111,14 @@ func setup(c netCfg, senders int) error {
 		for _, s := range [][]string{
 			{"ip", "link", "set", "lo", "up"}, {"ip", "link", "set", x[1], "up"},
 			{"ethtool", "-K", x[1], "tso", "off", "gso", "off", "tx-udp-segmentation", "off"},
+			// Steer each flow's packets to one CPU's backlog (RPS): a
+			// veth hands what it receives to the backlog of the CPU
+			// that sends, and the tbf sends from whichever CPU runs it
+			// (the sender's, or its watchdog's), so without RPS one
+			// flow's packets reorder between two CPUs' backlogs, which
+			// go-back-N takes for loss (with 2 senders, 13-17 % of
+			// goroce's packets were sent again with nothing dropped).
+			{"sh", "-c", "echo " + cpuMask() + " > /sys/class/net/" + x[1] + "/queues/rx-0/rps_cpus"},
 		} {
 			if err := runIn(x[0], s[0], s[1:]...); err != nil {
 				return err
@@ -136,12 +146,20 @@ func setup(c netCfg, senders int) error {
 		if c.v6 {
 			fam = "ip6"
 		}
+		fmt.Fprintf(&rules, "table netdev ccbmark {\n chain egress {\n  type filter hook egress device %q priority 0; policy accept;\n", devA)
 		// Mark ECN-capable packets past the fraction of the rate: a
-		// phantom queue (the host's kernel has no RED with ECN).
-		fmt.Fprintf(&rules, "table netdev ccbmark {\n chain egress {\n  type filter hook egress device %q priority 0; policy accept;\n"+
-			"  %s ecn ect0 limit rate over %d kbytes/second burst 32 kbytes counter %s ecn set ce\n"+
-			"  %s ecn ect1 limit rate over %d kbytes/second burst 32 kbytes counter %s ecn set ce\n }\n}\n",
-			devA, fam, int(bps*c.mark/8/1000), fam, fam, int(bps*c.mark/8/1000), fam)
+		// phantom queue (the host's kernel has no RED with ECN). It
+		// counts packets, as nftables' byte limits keep a second's
+		// worth of tokens (nft_limit.c: the bucket is the unit plus the
+		// burst), which marks nothing on a link a few percent
+		// oversubscribed; the goroce devices send without GSO, so that
+		// the packets the rule sees are single.
+		pps, burst := markLimit(bps*c.mark, c.frame)
+		for _, ect := range []string{"ect0", "ect1"} {
+			fmt.Fprintf(&rules, "  %s ecn %s limit rate over %d/second burst %d packets counter %s ecn set ce\n",
+				fam, ect, pps, burst, fam)
+		}
+		fmt.Fprintf(&rules, " }\n}\n")
 		if err := nft(nsA, rules.String()); err != nil {
 			return err
 		}
@@ -215,6 +233,30 @@ func qdiscDrops() int {
 	return -1
 }
 
+// cpuMask is the hexadecimal mask of the CPUs the process may run on,
+// as rps_cpus takes it.
+func cpuMask() string {
+	n := min(runtime.NumCPU(), 32)
+	return strconv.FormatUint(1<<n-1, 16)
+}
+
+// marked returns how many packets the marking rules marked CE, -1 when
+// the run marks nothing or the count cannot be read.
+func marked() int {
+	out, err := exec.Command("ip", "netns", "exec", nsA, "nft", "list", "table", "netdev", "ccbmark").Output()
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, m := range markedCount.FindAllSubmatch(out, -1) {
+		v, _ := strconv.Atoi(string(m[1]))
+		n += v
+	}
+	return n
+}
+
+var markedCount = regexp.MustCompile(`counter packets (\d+) bytes`)
+
 // inNS runs f on a thread of its own switched into namespace ns: sockets
 // f makes stay there. The thread ends with f (it stays locked), so no
 // other goroutine runs in the namespace.
@@ -250,4 +292,15 @@ func tcpRetrans(fd uintptr) (sent, retrans uint64) {
 		return 0, 0
 	}
 	return info.Bytes_sent, info.Bytes_retrans
+}
+
+// markBurst is the phantom queue's depth before it marks: an eighth of
+// the buffer, as DCQCN's K_min sits well inside a switch's buffer.
+const markBurst = 32 << 10
+
+// markLimit returns the packets per second past which the marking rule
+// marks, for a rate of bps bits per second and packets of frame bytes,
+// and its burst in packets.
+func markLimit(bps float64, frame int) (pps, burst int) {
+	return int(bps / 8 / float64(frame)), max(markBurst/frame, 1)
 }
