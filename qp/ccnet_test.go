@@ -344,3 +344,38 @@ func TestCCRandomLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestDCQCNRateInUse runs two DCQCN senders, with no line rate given (a
+// ceiling of 400 Gbit/s), through a 1 Gbit/s port that marks ECN, for
+// 300 ms. A QP's rate increases only while its pacer holds it (its
+// window holds it below its rate otherwise), so every QP's rate and
+// target end within a few times the port's rate; with IncreaseUnused, as
+// in DCQCN's model, the same run ends with a target over 4 Gbit/s, the
+// rate a QP climbed to without sending at it.
+func TestDCQCNRateInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("300 ms of two simulated flows")
+	}
+	top := func(unused bool) (float64, ccResult) {
+		port := mem.Port{Rate: gbit, Buffer: 256 << 10, KMin: 5 << 10, KMax: 200 << 10, PMax: 0.01}
+		c := newCCNet(t, ccOpts{senders: 2, port: port, seed: 2, cfg: func(c *Config) {
+			c.Congestion = &congestion.Config{Mode: congestion.DCQCN, DCQCN: congestion.DCQCNConfig{IncreaseUnused: unused}}
+		}})
+		r := c.run(300*time.Millisecond, 100*time.Millisecond)
+		var most float64
+		for i, f := range c.flows {
+			rs := f.a.qp.Congestion().Rate
+			if rs.Cuts == 0 {
+				t.Fatalf("unused=%v: flow %d got no CNP (%+v): the case does not mark", unused, i, rs)
+			}
+			most = max(most, rs.Rate, rs.Target)
+		}
+		return most, r
+	}
+	if most, r := top(false); most > 4*gbit {
+		t.Errorf("a QP's rate or target ended at %.2f Gbit/s on a 1 Gbit/s port (%v)", most/1e9, r)
+	}
+	if most, r := top(true); most <= 4*gbit {
+		t.Errorf("with IncreaseUnused the rates ended at most %.2f Gbit/s: the case no longer shows unused rates climbing (%v)", most/1e9, r)
+	}
+}
