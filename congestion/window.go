@@ -37,6 +37,15 @@ import (
 //     ProbeInterval old: a flow that started into a queue others held
 //     took that queue for the path's delay, and would hold more than its
 //     share until it sees the queue drained.
+//   - Two probes in a row that see no drained queue (their smallest
+//     sample over the base by more than competeTargets targets, while the
+//     flow itself held only MinWindow) find the queue held by flows that
+//     do not yield to delay: TCP's loss-based ones, which fill the
+//     buffer. Until
+//     two later probes see the queue drain, the window competes as TCP
+//     Reno does (Copa's competitive mode; a delay window alone gets 0.03
+//     of its share beside cubic): the delay cuts nothing, the window
+//     grows by AI per round trip, and a loss cuts it by MaxMDF.
 //
 // The window is kept between MinWindow and MaxWindow.
 type Window struct {
@@ -61,7 +70,21 @@ type Window struct {
 	probes    uint64
 	// sinceSample counts the packets acknowledged since the last sample.
 	sinceSample float64
+	// compete: the last probe saw a queue the flow did not hold.
+	compete  bool
+	streak   int // probes in a row that disagreed with compete
+	competes uint64
 }
+
+// competeProbes is how many probes in a row must see a standing queue
+// before the window competes, and a drained one before it stops.
+const competeProbes = 2
+
+// competeTargets is how many targets over the base the smallest RTT of a
+// probe must be for the window to compete: flows that yield to delay keep
+// the queue near one target (plus the flow scaling), a buffer filled by
+// loss-based flows is milliseconds.
+const competeTargets = 8
 
 // staleWindows is how many windows' worth of packets may be acknowledged
 // with no RTT sample before the window stops growing.
@@ -103,7 +126,7 @@ func (w *Window) Sample(d time.Duration, r *RTT, now time.Time) {
 		return
 	}
 	target := w.base + w.c.Target + w.flowScale()
-	if d <= target {
+	if d <= target || w.compete {
 		w.over = false
 		return
 	}
@@ -142,6 +165,20 @@ func (w *Window) endProbe(now time.Time) {
 	if w.probeMin < w.base || now.Sub(w.baseAt) >= MinRTTWindow {
 		w.base = w.probeMin
 	}
+	// Two probes in a row must see the queue stand before the window
+	// competes (a host's scheduling delays one probe now and then), and
+	// two see it drained before it stops (a loss-based flow's queue
+	// drains for a moment after each of its cuts).
+	if standing := w.probeMin > w.base+competeTargets*w.c.Target; standing != w.compete {
+		if w.streak++; w.streak >= competeProbes {
+			w.compete, w.streak = standing, 0
+			if standing {
+				w.competes++
+			}
+		}
+	} else {
+		w.streak = 0
+	}
 	w.baseAt = now
 	w.cwnd, w.over = w.probeCwnd, false
 }
@@ -166,7 +203,7 @@ func (w *Window) Acked(n uint32) {
 // Loss takes a loss the peer reported (a PSN sequence NAK) at now.
 func (w *Window) Loss(r *RTT, now time.Time) {
 	w.slowStart = false
-	if !w.over || w.probing {
+	if (!w.over && !w.compete) || w.probing {
 		w.lossesKept++
 		return
 	}
@@ -200,16 +237,19 @@ type WindowState struct {
 	Probing bool
 	// Base is the smallest RTT the window has seen, the target's base.
 	Base time.Duration
+	// Compete: the last probe of the base saw a queue others held, and
+	// the window competes as TCP Reno does.
+	Compete bool
 	// Cuts counts the window's cuts; LossesKept the losses that cut
 	// nothing, as no queue was behind them; Probes the probes of the
-	// base RTT.
-	Cuts, LossesKept, Probes uint64
+	// base RTT; Competes the times the window started competing.
+	Cuts, LossesKept, Probes, Competes uint64
 }
 
 // State returns the window's state.
 func (w *Window) State() WindowState {
-	return WindowState{Packets: w.Packets(), SlowStart: w.slowStart, Probing: w.probing, Base: w.base, Cuts: w.cuts,
-		LossesKept: w.lossesKept, Probes: w.probes}
+	return WindowState{Packets: w.Packets(), SlowStart: w.slowStart, Probing: w.probing, Compete: w.compete, Base: w.base,
+		Cuts: w.cuts, LossesKept: w.lossesKept, Probes: w.probes, Competes: w.competes}
 }
 
 // flowScale is Swift's flow-based scaling of the target: a flow with a

@@ -179,6 +179,67 @@ func TestWindowProbe(t *testing.T) {
 	}
 }
 
+// TestWindowCompete checks the competitive mode: two probes in a row
+// whose smallest sample stays more than competeTargets targets over the base (a buffer
+// others fill) makes the window compete, where delay over target cuts
+// nothing, the window grows by AI per round trip and a loss halves it; a
+// later probe that sees the queue drain ends it, and delay cuts again.
+func TestWindowCompete(t *testing.T) {
+	c := delayConfig(t, DelayConfig{Target: us(100), InitialWindow: 40, FSRange: -1, ProbeInterval: 10 * time.Millisecond})
+	var w Window
+	w.Init(c, 512)
+	var r RTT
+	now := t0
+	sample := func(d time.Duration) {
+		r.Sample(d, now)
+		w.Sample(d, &r, now)
+	}
+	probe := func(min time.Duration) {
+		t.Helper()
+		now = now.Add(10 * time.Millisecond)
+		sample(min) // the base is ProbeInterval old: a probe starts
+		if !w.State().Probing {
+			t.Fatalf("no probe: %+v", w.State())
+		}
+		now = now.Add(10 * time.Millisecond)
+		sample(min) // and ends
+	}
+	sample(us(50)) // the base
+	w.slowStart = false
+	probe(us(2000)) // 2 ms over the base at MinWindow: a buffer others hold
+	if s := w.State(); s.Compete {
+		t.Fatalf("competing after one probe: %+v", s)
+	}
+	probe(us(2000)) // and again
+	if s := w.State(); !s.Compete || s.Competes != 1 || s.Packets != 40 || s.Base != us(50) {
+		t.Fatalf("after a probe into a standing queue: %+v, want competing, window 40, base 50 µs", s)
+	}
+	now = now.Add(us(10))
+	sample(us(2500)) // far over target: no cut while competing
+	w.Acked(40)      // one round trip: AI
+	if s := w.State(); s.Packets != 41 {
+		t.Fatalf("competing window after a round trip over target: %+v, want 41", s)
+	}
+	now = now.Add(10 * time.Millisecond)
+	w.Loss(&r, now)
+	if s := w.State(); s.Packets != 20 || s.LossesKept != 0 {
+		t.Fatalf("competing window after a loss: %+v, want it halved to 20", s)
+	}
+	probe(us(60)) // the queue drained: the others left, or paused
+	if s := w.State(); !s.Compete {
+		t.Fatalf("after one probe that saw the base: %+v, want still competing", s)
+	}
+	probe(us(60)) // and again
+	if s := w.State(); s.Compete {
+		t.Fatalf("after two probes that saw the base: %+v, want no longer competing", s)
+	}
+	now = now.Add(us(10))
+	sample(us(400))
+	if s := w.State(); s.Packets >= 20 {
+		t.Fatalf("delay over target after competing: %+v, want a cut", s)
+	}
+}
+
 // TestWindowBound checks that the engine's bound applies when MaxWindow
 // is 0.
 func TestWindowBound(t *testing.T) {
