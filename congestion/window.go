@@ -41,9 +41,8 @@ import (
 //     sample over the base by more than competeTargets targets, while the
 //     flow itself held only MinWindow) find the queue held by flows that
 //     do not yield to delay: TCP's loss-based ones, which fill the
-//     buffer. Until
-//     two later probes see the queue drain, the window competes as TCP
-//     Reno does (Copa's competitive mode; a delay window alone gets 0.03
+//     buffer. Until two later probes see the queue drain, the window
+//     competes as TCP Reno does (Copa's competitive mode; a delay window alone gets 0.03
 //     of its share beside cubic): the delay cuts nothing, the window
 //     grows by AI per round trip, and a loss cuts it by MaxMDF.
 //
@@ -70,7 +69,8 @@ type Window struct {
 	probes    uint64
 	// sinceSample counts the packets acknowledged since the last sample.
 	sinceSample float64
-	// compete: the last probe saw a queue the flow did not hold.
+	// compete: two probes in a row saw a queue the flow did not hold,
+	// and none has seen it drained twice in a row since.
 	compete  bool
 	streak   int // probes in a row that disagreed with compete
 	competes uint64
@@ -237,8 +237,8 @@ type WindowState struct {
 	Probing bool
 	// Base is the smallest RTT the window has seen, the target's base.
 	Base time.Duration
-	// Compete: the last probe of the base saw a queue others held, and
-	// the window competes as TCP Reno does.
+	// Compete: probes of the base saw a queue others held, and the
+	// window competes as TCP Reno does.
 	Compete bool
 	// Cuts counts the window's cuts; LossesKept the losses that cut
 	// nothing, as no queue was behind them; Probes the probes of the
