@@ -360,8 +360,12 @@ func (c *Conn) awaitCtrl(dl *deadline, stop <-chan struct{}) error {
 // peer's device has acknowledged all of it (or the QP fails, or
 // Options.Linger passes), disconnects through the connection manager
 // (DREQ, waiting up to 2 s for the answer) and frees the queue pair and
-// buffers. Blocked Reads and Writes return net.ErrClosed at
-// once. A second Close returns an error matching net.ErrClosed.
+// buffers. When the peer sent its DISCONNECT first, Close waits for the
+// peer's DREQ instead, for one and a half ACK timeouts at most, so that
+// the QP is there to acknowledge the DISCONNECT again should the first
+// acknowledgment have been lost. Blocked Reads and Writes return
+// net.ErrClosed at once. A second Close returns an error matching
+// net.ErrClosed.
 func (c *Conn) Close() error {
 	if !c.ok() {
 		return errInvalid
@@ -385,7 +389,9 @@ func (c *Conn) Close() error {
 	}
 	c.rdl.stop()
 	c.wdl.stop()
-	c.drain(time.Now().Add(c.linger))
+	end := time.Now().Add(c.linger)
+	c.drain(end)
+	c.timeWait(end)
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.linger, disconnectWait))
 	err := c.cc.CloseContext(ctx)
 	cancel()
@@ -418,6 +424,38 @@ func (c *Conn) drain(end time.Time) {
 		if c.awaitDrained(dl) != nil {
 			return
 		}
+	}
+}
+
+// timeWait holds the QP, until end at the latest, when the peer ended
+// the connection with a DISCONNECT and this side sent none: until the
+// peer's DREQ, or one and a half ACK timeouts after the DISCONNECT came.
+// An rsocket peer disconnects only once its DISCONNECT is acknowledged
+// (rshutdown waits for every send). Were that acknowledgment lost and
+// the QP gone, the peer's retransmission would find nobody to answer it,
+// and the peer would wait out its retries, about eight ACK timeouts.
+func (c *Conn) timeWait(end time.Time) {
+	c.mu.Lock()
+	s := &c.s
+	came, hold := s.peerEnded, !s.peerEnded.IsZero() && !s.endSent && s.err == nil
+	c.mu.Unlock()
+	t := c.cc.Info().LocalACKTimeout
+	if !hold || t == 0 { // 0: no timeout, so no retransmission either
+		return
+	}
+	rto := 4096 * time.Nanosecond << min(t, 31)
+	if came.Add(rto + rto/2).Before(end) {
+		end = came.Add(rto + rto/2)
+	}
+	d := time.Until(end)
+	if d <= 0 {
+		return
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-c.cc.Done():
+	case <-tm.C:
 	}
 }
 

@@ -2,11 +2,13 @@ package rsocket
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/roce"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -390,4 +392,41 @@ func TestDisconnectThenSilence(t *testing.T) {
 		t.Fatalf("Read after DISCONNECT and a failed write: %d, %v; want io.EOF", n, err)
 	}
 	h.mute.Store(nil)
+}
+
+// TestDisconnectACKLost: the peer's DISCONNECT arrives but the
+// acknowledgment of it is lost, and the Conn is closed at once. An
+// rsocket peer disconnects only once its DISCONNECT is acknowledged
+// (rshutdown waits for every send), so Close must hold the QP until the
+// peer's retransmission is acknowledged and the peer's DREQ comes.
+// Without the hold the Conn's DREQ would come first, and the peer's
+// DISCONNECT would be flushed here or, against a kernel peer whose QP a
+// DREQ leaves alone, retried into nothing.
+func TestDisconnectACKLost(t *testing.T) {
+	h := memHosts(t, transportNoFaults)
+	// The peer's QP retransmits within the path's ACK timeout (134 ms);
+	// the Conn's is 537 ms, so it holds for 805 ms.
+	p, c := newRawPeer(t, h, 7632, false, &Options{ACKTimeout: 17})
+	h.mute.Store(&h.addrA)
+	must(t, p.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpWriteImm, Imm: 7 << 29, Flags: verbs.Signaled}})) // DISCONNECT
+	if n, err := c.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after DISCONNECT: %d, %v; want io.EOF", n, err)
+	}
+	h.mute.Store(nil)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := roce.PollOne(ctx, p.cq); err != nil {
+		t.Fatalf("the peer's DISCONNECT: %v; want it acknowledged when retransmitted", err)
+	}
+	must(t, p.cc.Close())
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the peer's DREQ")
+	}
 }

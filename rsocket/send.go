@@ -198,8 +198,11 @@ func (s *stream) sendCtrl(code uint32) {
 	m := msg(opCtrl, code)
 	wr := &s.swr[0]
 	*wr = verbs.SendWR{ID: uint64(m), Opcode: verbs.OpWriteImm, Imm: m}
-	if code == ctrlKeepalive {
+	switch code {
+	case ctrlKeepalive:
 		wr.Opcode, wr.Imm = verbs.OpWrite, 0
+	case ctrlDisconnect:
+		s.endSent = true
 	}
 	s.postCtrl()
 }

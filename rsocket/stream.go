@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/verbs"
@@ -23,6 +24,11 @@ type stream struct {
 	err                           error // the connection failed; see readErr, writeErr
 	qpErr                         bool  // a request was flushed: the QP is in ERR
 	sendErr                       error // the first send that failed, until judged
+	// peerEnded is when the peer's DISCONNECT came, zero before;
+	// endSent, that this side sent a DISCONNECT. Close holds the QP for
+	// a peer that ended first and got none (Conn.timeWait).
+	peerEnded time.Time
+	endSent   bool
 
 	// Sender: credits, send queue and send buffer, target SGL.
 	sseqNo, sseqComp uint16
@@ -234,11 +240,14 @@ func (s *stream) receive(imm, n uint32) {
 		switch msgData(imm) {
 		case ctrlDisconnect:
 			s.connected, s.readable, s.writable = false, false, false
+			s.peerEnded = time.Now()
 			s.ev = [2]bool{true, true}
 		case ctrlShutdown:
 			if s.writable {
 				s.readable = false
 			} else {
+				// Not peerEnded: this side's SHUTDOWN, which crossed
+				// it, ends the peer's wait too.
 				s.connected, s.readable = false, false
 			}
 			s.ev = [2]bool{true, true}
