@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/cm"
 )
 
@@ -439,19 +440,14 @@ func (c *Conn) timeWait(end time.Time) {
 	s := &c.s
 	came, hold := s.peerEnded, !s.peerEnded.IsZero() && !s.endSent && s.err == nil
 	c.mu.Unlock()
-	t := c.cc.Info().LocalACKTimeout
-	if !hold || t == 0 { // 0: no timeout, so no retransmission either
+	rto := bth.ACKTimeout(c.cc.Info().LocalACKTimeout)
+	if !hold || rto == 0 { // 0: no timeout, so no retransmission either
 		return
 	}
-	rto := 4096 * time.Nanosecond << min(t, 31)
-	if came.Add(rto + rto/2).Before(end) {
-		end = came.Add(rto + rto/2)
+	if last := came.Add(rto + rto/2); last.Before(end) {
+		end = last
 	}
-	d := time.Until(end)
-	if d <= 0 {
-		return
-	}
-	tm := time.NewTimer(d)
+	tm := time.NewTimer(time.Until(end))
 	defer tm.Stop()
 	select {
 	case <-c.cc.Done():
