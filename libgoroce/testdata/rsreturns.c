@@ -240,6 +240,13 @@ int main(int argc, char **argv)
 	}
 	CHECK(w == 100, "a non-blocking riowrite once the peer read: %zd, %s", w, strerror(errno));
 	CHECK(!rfcntl(ic, F_SETFL, icfl), "rfcntl: %s", strerror(errno));
+	/* That riowrite returned once its WRITE was posted: the message
+	 * after it says it has landed, and only then may the server unmap
+	 * (unmapped first, the WRITE meets no region, as a late one would on
+	 * librdmacm: the peer's QP fails with a remote access error). */
+	CHECK(rsend(ic, "z", 1, 0) == 1 && rrecv(is, got, 1, 0) == 1 && got[0] == 'z',
+	      "the message after the non-blocking riowrite");
+	CHECK(!memcmp(tb, buf, 100), "the non-blocking riowrite's bytes are not in the mapped buffer");
 	CHECK(!riounmap(is, tb, 8192), "riounmap: %s", strerror(errno));
 	ERRNO(riounmap(is, tb, 8192), EINVAL);
 	ERRNO(riowrite(is, buf, 10, 0, 0), EINVAL); /* the client mapped nothing */
