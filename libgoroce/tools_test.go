@@ -3,6 +3,7 @@ package libgoroce_test
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,5 +172,34 @@ func TestFlushAtomicWrite(t *testing.T) {
 	defer cancel()
 	if r := h.Run(ctx, exe); r.Err != nil || !strings.Contains(r.Out, "ATOMIC_WRITE and FLUSH ok") {
 		t.Fatalf("%s", r)
+	}
+}
+
+// TestOneProc runs two devices as `roce device --procs 1` (GOMAXPROCS=1),
+// where the workers receive from the link while they spin, since the
+// link's own receive goroutine waits for their P: rdma-core's RC and UD
+// pingpongs and ib_send_lat run across them, each to its end.
+func TestOneProc(t *testing.T) {
+	devicetest.Need(t, "ibv_rc_pingpong", "ibv_ud_pingpong", "ib_send_lat")
+	h := devicetest.NewHost(t)
+	h.StartProcess(roce(t), "goroce0", "127.0.0.1", "--procs", "1")
+	h.StartProcess(roce(t), "goroce1", "127.0.0.2", "--procs", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		args []string
+		want string // in the client's output
+	}{
+		{[]string{"ibv_rc_pingpong", "-g", "0", "-n", "2000"}, "2000 iters in"},
+		{[]string{"ibv_ud_pingpong", "-g", "0", "-n", "2000"}, "2000 iters in"},
+		{[]string{"ib_send_lat", "-s", "2", "-n", "2000"}, "t_typical"},
+	} {
+		port := devicetest.FreeTCPPort(t)
+		p := strconv.Itoa(port)
+		s, r := h.Pair(ctx, port, slices.Concat(c.args, []string{"-d", "goroce0", "-p", p}),
+			slices.Concat(c.args, []string{"-d", "goroce1", "-p", p, "127.0.0.1"}))
+		if s.Err != nil || r.Err != nil || !strings.Contains(r.Out, c.want) {
+			t.Fatalf("%s across two devices with one P each, want exit 0 and %q:\nserver %s\nclient %s", c.args[0], c.want, s, r)
+		}
 	}
 }

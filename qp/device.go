@@ -337,6 +337,19 @@ func (d *Device) Progress() int {
 	return d.poll()
 }
 
+// PollLink receives and handles, on the caller's goroutine, what waits
+// on the link, in any mode, and reports how many packets (or datagrams)
+// it took; 0 when the transport is not a transport.Poller, or when its
+// own receive goroutine was receiving. It is for a goroutine that spins
+// while the link's receive goroutine cannot run: in a process with one
+// P (GOMAXPROCS=1), that goroutine waits for the spinner's P.
+func (d *Device) PollLink() int {
+	if !d.ok() || d.link == nil {
+		return 0
+	}
+	return d.pollLink()
+}
+
 // busyYieldEvery is how often a busy poll that finds nothing gives the
 // core away (yield.CPU): a spinner lets the threads waiting for its core
 // run within a few microseconds, and costs a dedicated core little.

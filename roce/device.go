@@ -289,6 +289,18 @@ func (d *Device) Progress() int {
 	return d.dev.eng.Progress()
 }
 
+// PollLink receives and handles, on the caller's goroutine, what waits on
+// the link, in any mode, and reports how many packets it took (0 also
+// when the link's own goroutine was receiving, or the link cannot be
+// polled): for a goroutine that spins while the link's receive goroutine
+// cannot run, as in a process with GOMAXPROCS=1.
+func (d *Device) PollLink() int {
+	if !d.ok() {
+		return 0
+	}
+	return d.dev.eng.PollLink()
+}
+
 // ProgressWait receives and handles, on the caller's goroutine, what
 // comes from the link, as Progress does, but in any mode, and blocks
 // (after a short adaptive spin) until something has come: it reports how

@@ -85,7 +85,8 @@ func (w *worker) pending() bool {
 
 // spin looks for work for the configured while; it reports whether it
 // found some. It gives the processor away between looks, so that on a
-// machine with fewer cores than spinners the program it waits for runs.
+// machine with fewer cores than spinners the program it waits for runs,
+// and with one P it also receives what the link has (Server.pollSpin).
 func (w *worker) spin() bool {
 	deadline := time.Now().Add(time.Duration(w.s.srv.spin))
 	for i := 0; ; i++ {
@@ -95,6 +96,9 @@ func (w *worker) spin() bool {
 		if i%16 == 15 {
 			if w.stopped() || time.Now().After(deadline) {
 				return false
+			}
+			if w.s.srv.pollSpin {
+				w.s.srv.dev.PollLink()
 			}
 			yield.CPU()
 		}

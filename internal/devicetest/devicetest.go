@@ -142,13 +142,14 @@ func (h *Host) Start(name, addr string) *Device {
 // StartProcess starts a device the way a user does, `roce device` (the
 // binary roce) in a process of its own, on the host's directory and port,
 // and returns once its socket takes connections; the device ends with the
-// test. Tests whose programs assume a device that answers within a
-// millisecond use it: a device in the test binary itself runs under the
-// race detector when the test does, several times slower.
-func (h *Host) StartProcess(roce, name, addr string) {
+// test; flags are more of roce device's. Tests whose programs assume a
+// device that answers within a millisecond use it: a device in the test
+// binary itself runs under the race detector when the test does, several
+// times slower.
+func (h *Host) StartProcess(roce, name, addr string, flags ...string) {
 	h.t.Helper()
-	cmd := exec.Command(roce, "device", "--bind", addr, "--name", name, "--dir", h.Dir,
-		"--roce-port", strconv.Itoa(int(h.Port)))
+	cmd := exec.Command(roce, append([]string{"device", "--bind", addr, "--name", name, "--dir", h.Dir,
+		"--roce-port", strconv.Itoa(int(h.Port))}, flags...)...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
