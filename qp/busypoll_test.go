@@ -93,7 +93,14 @@ func (l *pollLink) Close() error           { return nil }
 // busyEnd makes a busy-poll device on l with a connected-to-be RC QP.
 func busyEnd(t *testing.T, l *pollLink, clk clock.Clock) end {
 	t.Helper()
-	d, err := New(l, &Config{Clock: clk, BusyPoll: true, Logger: testLogger(t)})
+	return pollEnd(t, l, clk, true)
+}
+
+// pollEnd makes a device on l, in busy-poll mode when busy, with a
+// connected-to-be RC QP.
+func pollEnd(t *testing.T, l *pollLink, clk clock.Clock, busy bool) end {
+	t.Helper()
+	d, err := New(l, &Config{Clock: clk, BusyPoll: busy, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,5 +352,40 @@ func TestDeferredAckBeforeAnswer(t *testing.T) {
 		}
 		for b.cq.Poll(wc) > 0 { // b's answer's completion is not signaled: nothing
 		}
+	}
+}
+
+// TestPollLink checks that PollLink receives on the caller's goroutine
+// in the default mode, where an empty CQ.Poll and Progress do not: what
+// waits on the link reaches the QP then, and only then.
+func TestPollLink(t *testing.T) {
+	la, lb := newPollLinks()
+	clk := clock.NewManual(time.Unix(0, 0))
+	a, b := busyEnd(t, la, clk), pollEnd(t, lb, clk, false) // b in the default mode: only PollLink receives
+	o := pairOpts{}
+	o.defaults()
+	connect(t, &a, &b, o)
+	connect(t, &b, &a, o)
+	ma, mb := a.reg(t, 4096), b.reg(t, 4096)
+	must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: 1, SGL: []verbs.SGE{sge(mb, 0, 64)}}}))
+	must(t, a.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.OpSend, Flags: verbs.Signaled, SGL: []verbs.SGE{sge(ma, 0, 32)}}}))
+	wc := make([]verbs.WC, 4)
+	if n := b.cq.Poll(wc); n != 0 {
+		t.Fatalf("b's CQ.Poll in the default mode polled %d, want 0: it does not receive", n)
+	}
+	if n := b.dev.Progress(); n != 0 {
+		t.Fatalf("b's Progress in the default mode took %d packets, want 0", n)
+	}
+	if n := lb.waiting(); n != 1 {
+		t.Fatalf("%d packets wait for b, want the SEND", n)
+	}
+	if n := b.dev.PollLink(); n != 1 {
+		t.Fatalf("PollLink took %d packets, want 1", n)
+	}
+	if n := b.cq.Poll(wc); n != 1 || wc[0].Opcode != verbs.WCRecv || wc[0].Status != verbs.Success || wc[0].ByteLen != 32 {
+		t.Fatalf("after PollLink b polled %d: %+v", n, wc[0])
+	}
+	if n := b.dev.PollLink(); n != 0 {
+		t.Fatalf("PollLink of an empty link took %d packets", n)
 	}
 }

@@ -97,6 +97,7 @@ func TestNilArgs(t *testing.T) {
 			apitest.Err(t, (&Device{}).Close(), verbs.ErrNil, "nil *Device", "qp.New")
 		},
 		"Device.Progress": func(t *testing.T) { zero(t, (*Device)(nil).Progress()) },
+		"Device.PollLink": func(t *testing.T) { zero(t, (*Device)(nil).PollLink()) },
 		"Device.Name":     func(t *testing.T) { zero(t, (*Device)(nil).Name()) },
 		"Device.Addr":     func(t *testing.T) { zero(t, (*Device)(nil).Addr()) },
 		"Device.GIDs":     func(t *testing.T) { zero(t, len((*Device)(nil).GIDs())) },

@@ -191,6 +191,7 @@ func TestNilArgs(t *testing.T) {
 		},
 		"Device.Addr":     func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Addr(), netip.Addr{}) }) },
 		"Device.Progress": func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Progress(), 0) }) },
+		"Device.PollLink": func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.PollLink(), 0) }) },
 		"Device.Events":   func(t *testing.T) { nilDevices(t, func(d *Device) { want(t, d.Events(), nil) }) },
 		"Device.Clock": func(t *testing.T) {
 			nilDevices(t, func(d *Device) { want[clock.Clock](t, d.Clock(), clock.Real{}) })
