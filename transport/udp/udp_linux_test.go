@@ -249,7 +249,13 @@ func TestWildcard(t *testing.T) {
 			if ipv6 {
 				any, local, peer = netip.IPv6Unspecified(), netip.IPv6Loopback(), netip.IPv6Loopback()
 			}
+			// Two ports that differ: each was free when freePort closed
+			// it, so the kernel may give the same one twice, and the
+			// wildcard bound to it would hold the peer's address too.
 			pw, pp := freePort(t, any), freePort(t, peer)
+			for i := 0; pp == pw && i < 100; i++ {
+				pp = freePort(t, peer)
+			}
 			w := mustNew(t, &Config{Addr: netip.AddrPortFrom(any, pw), PeerPort: pp, MaxPacket: DefaultMaxPacket})
 			p := mustNew(t, &Config{Addr: netip.AddrPortFrom(peer, pp), PeerPort: pw})
 			cw, cp := transporttest.NewCollector(t), transporttest.NewCollector(t)
