@@ -33,9 +33,10 @@ type Server struct {
 	gids []abi.GIDEntry
 	spin int64 // Config.Spin, resolved, in nanoseconds; 0: none
 	// pollSpin has the workers receive from the link while they spin:
-	// with one P (GOMAXPROCS=1) the link's receive goroutine cannot run
-	// until a spinning worker gives it that P, and ib_send_lat's typical
-	// went from 31-36 us to 167-178 us without; 14-16 us with it.
+	// with one P (GOMAXPROCS=1 when Serve ran) the link's receive
+	// goroutine cannot run until a spinning worker gives it that P, and
+	// ib_send_lat's typical went from 31-36 us to 167-178 us without;
+	// 14-16 us with it.
 	pollSpin bool
 
 	mu       sync.Mutex

@@ -98,7 +98,7 @@ func (o *options) run(ctx context.Context, env *cli.Env, args []string) error {
 		return nil
 	}
 	if o.procs < 0 {
-		return cli.Usagef("--procs %d: want a number of cores, 1 or more (0: every core)", o.procs)
+		return cli.Usagef("--procs %d: want a number of cores, 1 or more (0: the default, 1 on a host of 2 cores or fewer)", o.procs)
 	}
 	mode, err := strconv.ParseUint(o.mode, 8, 32)
 	if err != nil || mode&^0o666 != 0 {
