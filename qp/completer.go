@@ -247,10 +247,14 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 	}
 	q.comp.restarted = false
 	q.comp.psn = psn.Next()
+	// The end of a piece (readPiece) frees its READ resource; that of
+	// the last, the READ.
 	end := p.Info.Position == bth.PosLast || p.Info.Position == bth.PosOnly
 	if end {
-		w.state = wqeDone
 		q.req.rdOutstanding--
+		if psn == w.lastPSN() {
+			w.state = wqeDone
+		}
 	}
 	q.progress()
 	if end {
@@ -264,14 +268,16 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 // status w fails with, or SUCCESS. Nothing of a response that fails
 // reaches w's memory.
 //
-//   - Its opcode must fit its place: the first response of a READ is a
-//     FIRST or ONLY, every later one a MIDDLE or LAST, except the first
-//     after the requester asked again for the rest of a READ, which may
-//     be either (rxe's responder goes on with the message, goroce's
-//     starts a new one). A FIRST, LAST and ONLY carry an ACK. Anything
-//     else is BAD_RESP_ERR.
+//   - Its opcode must fit its place in its piece (readPiece: each piece
+//     is a READ request of its own): the first response is a FIRST or
+//     ONLY, every later one a MIDDLE or LAST, except the first after the
+//     requester asked again for the rest of a piece, which may be either
+//     (rxe's responder goes on with the message, goroce's starts a new
+//     one). A FIRST, LAST and ONLY carry an ACK. Anything else is
+//     BAD_RESP_ERR.
 //   - Its payload must be what is due at its place: the path MTU, the
-//     rest at the last PSN, which must be a LAST or ONLY. A response
+//     rest at the READ's last PSN; the piece's last PSN must be a LAST
+//     or ONLY. A response
 //     that carries more than is due, or goes on past the last PSN, is
 //     LOC_PROT_ERR, as rxe reports data that overruns the READ's buffer;
 //     one that carries less, or ends before the last PSN, is LOC_LEN_ERR
@@ -282,7 +288,8 @@ func (q *QP) checkReadResponse(p *bth.Packet, psn bth.PSN, w *sendWQE) verbs.Sta
 	start := pos == bth.PosFirst || pos == bth.PosOnly
 	end := pos == bth.PosLast || pos == bth.PosOnly
 	restart := q.comp.restarted && psn == q.comp.restartPSN
-	if psn == w.firstPSN && !start || psn != w.firstPSN && start && !restart {
+	first, lastOfPiece := pieceOf(w, psn)
+	if psn == first && !start || psn != first && start && !restart {
 		return verbs.BadRespErr
 	}
 	if p.AETH != nil && p.AETH.Syndrome().Kind() != bth.KindACK {
@@ -290,7 +297,7 @@ func (q *QP) checkReadResponse(p *bth.Packet, psn bth.PSN, w *sendWQE) verbs.Sta
 	}
 	off := uint64(psn.Diff(w.firstPSN)) * uint64(q.mtu)
 	due := min(uint64(q.mtu), w.length-off)
-	last := psn == w.lastPSN()
+	last := psn == lastOfPiece
 	n := uint64(len(p.Payload))
 	switch {
 	case n > due || last && !end:

@@ -33,7 +33,8 @@ type sendWQE struct {
 	assigned bool // firstPSN and npsn are set; they stay right across rewinds
 	firstPSN bth.PSN
 	npsn     uint32  // PSNs the request takes (responses for a READ)
-	sent     uint64  // payload bytes sent (SEND, WRITE) or not to request again (READ)
+	sent     uint64  // payload bytes sent (SEND, WRITE) or asked for (READ)
+	piece    uint32  // READ: the PSNs one of its READ requests asks for at most (readPiece)
 	orig     uint64  // atomic: the original remote value
 	bind     *mwBind // BIND_MW: what to bind
 	// flushTries counts the times a FLUSH went out (QP.flushICRC).

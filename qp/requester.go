@@ -227,6 +227,7 @@ func (q *QP) request(b *txBatch) {
 			if op.IsAtomic() {
 				w.npsn = 1
 			}
+			w.piece = q.readPieceOf(w)
 		}
 		if !q.emit(w, b) {
 			break
@@ -236,8 +237,8 @@ func (q *QP) request(b *txBatch) {
 		case q.typ != verbs.RC:
 			w.state = wqeDone // UC and UD complete once sent
 			q.retire()
-		case w.wr.Opcode.IsRDAtomic():
-			q.req.rdOutstanding++
+		case w.wr.Opcode.IsRDAtomic() && w.wr.Opcode != verbs.OpRead:
+			q.req.rdOutstanding++ // a READ counts its pieces as it asks (emitRead)
 		}
 	}
 	if q.typ == verbs.RC {
@@ -475,30 +476,87 @@ func (q *QP) countSent(ackReq bool, size int) {
 	}
 }
 
-// emitRead sends the READ request for what of w has not arrived yet: all
-// of it, or after a partial response the rest, from the first missing
-// response PSN.
+// readPiece is the most responses one READ request asks for, where the
+// peer takes two READs at once or more (max_rd_atomic): a READ of more is
+// asked for in pieces of readPiece PSNs, each a READ request of its own
+// for its part of the memory, as far as the window and max_rd_atomic let
+// it. A READ's responses have no window of their own (the requester
+// acknowledges none): asked for at once, the responses of a 1 GiB READ, a
+// quarter of a million packets at the path MTU of 4096, overran a
+// requester that took them slower than they came, and every loss sent
+// the rest again from there. In pieces, what is in flight is bounded by
+// the window as a WRITE's data is, and the next piece goes while the one
+// before it is answered. The responder sees READ requests as any
+// requester sends them. With max_rd_atomic 1 a piece could go only once
+// the one before it was answered, a round trip lost each time, so a READ
+// is asked for whole there, as before. The pieces' bounds are fixed by
+// the READ's first PSN, so that a request asked again after a loss
+// (rewind) asks for the rest of its piece.
+const readPiece = 256
+
+// readPieceOf returns the piece size (in PSNs) of w: readPiece for a READ
+// where the peer takes two or more at once, else all of it.
+func (q *QP) readPieceOf(w *sendWQE) uint32 {
+	if w.wr.Opcode == verbs.OpRead && q.attr.MaxRDAtomic >= 2 {
+		return readPiece
+	}
+	return max(w.npsn, 1)
+}
+
+// pieceOf returns the first and last PSN of the piece of READ w that
+// holds psn.
+func pieceOf(w *sendWQE, psn bth.PSN) (first, last bth.PSN) {
+	i := uint32(psn.Diff(w.firstPSN)) / w.piece * w.piece
+	return w.firstPSN.Add(i), w.firstPSN.Add(min(i+w.piece, w.npsn) - 1)
+}
+
+// piecesLeft returns the pieces of READ w, sent in full, whose responses
+// have not all come.
+func (q *QP) piecesLeft(w *sendWQE) int {
+	done := uint32(0)
+	if w.firstPSN.LessThan(q.comp.psn) {
+		done = min(uint32(q.comp.psn.Diff(w.firstPSN)), w.npsn)
+	}
+	return int((w.npsn+w.piece-1)/w.piece - done/w.piece)
+}
+
+// emitRead sends the READ requests for what of w has not been asked for
+// yet, a piece (w.piece) at a time: all of it, or after a loss the rest
+// from the first missing response PSN. It reports whether the last piece
+// went.
 func (q *QP) emitRead(w *sendWQE, b *txBatch) bool {
-	rest := w.length - w.sent
-	npsn := q.packets(rest)
-	if q.windowFull(npsn) {
-		return false
+	mtu := uint64(q.mtu)
+	for {
+		i := uint32(w.sent / mtu)
+		end := min((i/w.piece+1)*w.piece, w.npsn)
+		npsn := end - i
+		n := min(w.length-w.sent, uint64(npsn)*mtu)
+		if q.req.rdOutstanding >= max(1, int(q.attr.MaxRDAtomic)) || q.windowFull(npsn) {
+			if w.sent != 0 {
+				w.state = wqeStarted // partly asked for: it stays at next
+			}
+			return false
+		}
+		buf := b.buf()
+		var p bth.Packet
+		size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCReadRequest, PKey: bth.DefaultPKey,
+			DestQP: q.attr.DestQPN, PSN: q.req.psn, AckReq: true}, 0)
+		p.RETH.Encode(&bth.RETHFields{VA: w.wr.RemoteAddr + w.sent, RKey: w.wr.RKey, DMALen: uint32(n)})
+		b.add(size, q.dest, q.sport, q.dataTOS())
+		q.countSent(true, size)
+		// The request takes one PSN per response packet.
+		q.req.psn = q.req.psn.Add(npsn - 1)
+		if q.req.maxSent.LessThan(q.req.psn) {
+			q.req.maxSent = q.req.psn
+		}
+		q.req.sinceAckReq = 0
+		q.req.rdOutstanding++
+		w.sent += n
+		if w.sent >= w.length {
+			w.state = wqeSent
+			return true
+		}
 	}
-	buf := b.buf()
-	var p bth.Packet
-	size := p.Build(buf, &bth.BTHFields{Opcode: bth.RCReadRequest, PKey: bth.DefaultPKey,
-		DestQP: q.attr.DestQPN, PSN: q.req.psn, AckReq: true}, 0)
-	p.RETH.Encode(&bth.RETHFields{VA: w.wr.RemoteAddr + w.sent, RKey: w.wr.RKey, DMALen: uint32(rest)})
-	b.add(size, q.dest, q.sport, q.dataTOS())
-	q.countSent(true, size)
-	// The request takes one PSN per response packet.
-	q.req.psn = q.req.psn.Add(npsn - 1)
-	if q.req.maxSent.LessThan(q.req.psn) {
-		q.req.maxSent = q.req.psn
-	}
-	q.req.sinceAckReq = 0
-	w.state = wqeSent
-	return true
 }
 
 func (q *QP) emitAtomic(w *sendWQE, b *txBatch) bool {
@@ -612,7 +670,10 @@ func (q *QP) rewind(psn bth.PSN) {
 			q.comp.restarted, q.comp.restartPSN = w.sent != 0 && w.wr.Opcode == verbs.OpRead, psn
 			continue
 		}
-		if w.wr.Opcode.IsRDAtomic() {
+		switch {
+		case w.wr.Opcode == verbs.OpRead:
+			q.req.rdOutstanding += q.piecesLeft(w)
+		case w.wr.Opcode.IsRDAtomic():
 			q.req.rdOutstanding++
 		}
 	}
