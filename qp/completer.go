@@ -277,12 +277,11 @@ func (q *QP) handleReadResponse(p *bth.Packet, psn bth.PSN, b *txBatch) {
 //     BAD_RESP_ERR.
 //   - Its payload must be what is due at its place: the path MTU, the
 //     rest at the READ's last PSN; the piece's last PSN must be a LAST
-//     or ONLY. A response
-//     that carries more than is due, or goes on past the last PSN, is
-//     LOC_PROT_ERR, as rxe reports data that overruns the READ's buffer;
-//     one that carries less, or ends before the last PSN, is LOC_LEN_ERR
-//     (rxe waits for data that never comes and retries until its count
-//     is spent).
+//     or ONLY. A response that carries more than is due, or goes on
+//     past the piece's last PSN, is LOC_PROT_ERR, as rxe reports data
+//     that overruns the READ's buffer; one that carries less, or ends
+//     before the piece's last PSN, is LOC_LEN_ERR (rxe waits for data
+//     that never comes and retries until its count is spent).
 func (q *QP) checkReadResponse(p *bth.Packet, psn bth.PSN, w *sendWQE) verbs.Status {
 	pos := p.Info.Position
 	start := pos == bth.PosFirst || pos == bth.PosOnly

@@ -6,6 +6,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/congestion"
+	"github.com/goroce/goroce/mr"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -46,6 +47,22 @@ func (a *adversary) readPieceResponses(from, to, skip int) []*wire {
 	return ws
 }
 
+// pieceRig returns an adversary whose QP takes rdAtomic READs at once,
+// with the engine's own window (no congestion control), after posting a
+// signaled READ (ID 1) of npsn packets into a buffer of its own, which it
+// returns.
+func pieceRig(t *testing.T, rdAtomic uint8, npsn int) (*adversary, *mr.MR) {
+	t.Helper()
+	a := newAdversary(t, advOpts{rdAtomic: rdAtomic, maxUnack: 1024, cc: &congestion.Config{Mode: congestion.Off}})
+	n := npsn * a.mtu
+	buf, err := a.pd.pd.Register(make([]byte, n), verbs.LocalWrite)
+	must(t, err)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.Signaled,
+		SGL:        []verbs.SGE{{Addr: buf.Addr(), Length: uint32(n), LKey: buf.LKey()}},
+		RemoteAddr: advRemoteVA, RKey: advRemoteRKey})
+	return a, buf
+}
+
 // TestReadInPieces: a READ of more than readPiece responses is asked for
 // in pieces of readPiece PSNs, each a READ request of its own for its part
 // of the memory, no more at once than max_rd_atomic allows; the next
@@ -53,14 +70,8 @@ func (a *adversary) readPieceResponses(from, to, skip int) []*wire {
 // for the rest of that piece only, and the READ completes once, when its
 // last response lands, with every byte in place.
 func TestReadInPieces(t *testing.T) {
-	a := newAdversary(t, advOpts{rdAtomic: 2, maxUnack: 1024, cc: &congestion.Config{Mode: congestion.Off}})
 	const npsn = 2*readPiece + 10
-	n := npsn * a.mtu
-	buf, err := a.pd.pd.Register(make([]byte, n), verbs.LocalWrite)
-	must(t, err)
-	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.Signaled,
-		SGL:        []verbs.SGE{{Addr: buf.Addr(), Length: uint32(n), LKey: buf.LKey()}},
-		RemoteAddr: advRemoteVA, RKey: advRemoteRKey})
+	a, buf := pieceRig(t, 2, npsn)
 	piece := uint32(readPiece * a.mtu)
 	psns, reths := a.readRequests()
 	if len(psns) != 2 || psns[0] != 0 || psns[1] != readPiece ||
@@ -106,14 +117,9 @@ func TestReadInPieces(t *testing.T) {
 // only once the one before it was answered, so a READ is asked for whole,
 // in one request, however long.
 func TestReadWholeWithOneResource(t *testing.T) {
-	a := newAdversary(t, advOpts{rdAtomic: 1, maxUnack: 1024, cc: &congestion.Config{Mode: congestion.Off}})
 	const npsn = 2*readPiece + 10
+	a, _ := pieceRig(t, 1, npsn)
 	n := npsn * a.mtu
-	buf, err := a.pd.pd.Register(make([]byte, n), verbs.LocalWrite)
-	must(t, err)
-	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.Signaled,
-		SGL:        []verbs.SGE{{Addr: buf.Addr(), Length: uint32(n), LKey: buf.LKey()}},
-		RemoteAddr: advRemoteVA, RKey: advRemoteRKey})
 	psns, reths := a.readRequests()
 	if len(psns) != 1 || psns[0] != 0 || reths[0].DMALen != uint32(n) {
 		t.Fatalf("requests: PSNs %v, RETHs %+v; want one for all %d bytes", psns, reths, n)
@@ -145,13 +151,7 @@ func TestReadPieceBounds(t *testing.T) {
 		}, "1 BAD_RESP_ERR"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a := newAdversary(t, advOpts{rdAtomic: 2, maxUnack: 1024, cc: &congestion.Config{Mode: congestion.Off}})
-			n := (readPiece + 8) * a.mtu
-			buf, err := a.pd.pd.Register(make([]byte, n), verbs.LocalWrite)
-			must(t, err)
-			a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.Signaled,
-				SGL:        []verbs.SGE{{Addr: buf.Addr(), Length: uint32(n), LKey: buf.LKey()}},
-				RemoteAddr: advRemoteVA, RKey: advRemoteRKey})
+			a, _ := pieceRig(t, 2, readPiece+8)
 			a.link.take()
 			a.inject(c.bad(a)...)
 			if got := a.polled(); len(got) != 1 || got[0] != c.want {

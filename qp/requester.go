@@ -515,7 +515,10 @@ func pieceOf(w *sendWQE, psn bth.PSN) (first, last bth.PSN) {
 func (q *QP) piecesLeft(w *sendWQE) int {
 	done := uint32(0)
 	if w.firstPSN.LessThan(q.comp.psn) {
-		done = min(uint32(q.comp.psn.Diff(w.firstPSN)), w.npsn)
+		done = uint32(q.comp.psn.Diff(w.firstPSN))
+	}
+	if done >= w.npsn {
+		return 0 // the last piece, shorter than the others, answered too
 	}
 	return int((w.npsn+w.piece-1)/w.piece - done/w.piece)
 }
