@@ -42,6 +42,16 @@ func startRping(args []string, wantStderr string) (*rpingRun, <-chan struct{}) {
 	return r, done
 }
 
+// eventually reports whether cond holds within 10 seconds.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 func waitRping(t *testing.T, what string, done <-chan struct{}) {
 	t.Helper()
 	select {
@@ -133,9 +143,10 @@ func TestRpingRefused(t *testing.T) {
 			t.Errorf("client stderr %q lacks %q", got, want)
 		}
 	}
-	// The server says what it refused: the request for 7174.
+	// The server says what it refused: the request for 7174. It says so
+	// after its CM sent the REJ, so perhaps after the client ended.
 	if want := "roce rping: connection request from 127.0.0.1 for rdma_cm port 7174 rejected: invalid service ID (reason 8): " +
-		"nothing listens on port 7174 (listening on 7175)"; !strings.Contains(srv.stderr.String(), want) {
+		"nothing listens on port 7174 (listening on 7175)"; !eventually(func() bool { return strings.Contains(srv.stderr.String(), want) }) {
 		t.Errorf("server stderr %q lacks %q", srv.stderr.String(), want)
 	}
 	// The server goes on waiting for its own client; a client of its
