@@ -190,9 +190,9 @@ func (t *Transport) sendPaths(pkts []transport.Packet) error {
 // sendPath sends the packets of pkts that take path k of n, which t is,
 // and writes back into each what Send writes.
 func (t *Transport) sendPath(pkts []transport.Packet, k, n int) error {
-	t.sendMu.Lock()
-	defer t.sendMu.Unlock()
-	sel, at := t.sel[:0], t.selAt[:0]
+	tx := t.lockTx(pkts)
+	defer tx.mu.Unlock()
+	sel, at := tx.sel[:0], tx.selAt[:0]
 	for i := range pkts {
 		if pathOf(&pkts[i], n) == k {
 			sel = append(sel, pkts[i])
@@ -201,13 +201,13 @@ func (t *Transport) sendPath(pkts []transport.Packet, k, n int) error {
 	}
 	var err error
 	if len(sel) > 0 {
-		err = t.send(sel)
+		err = t.send(tx, sel)
 		for j, i := range at {
 			pkts[i].IPID, pkts[i].SrcPort, pkts[i].Src = sel[j].IPID, sel[j].SrcPort, sel[j].Src
 		}
 		clear(sel) // the caller's memory is not the path's to keep
 	}
-	t.sel, t.selAt = sel[:0], at[:0]
+	tx.sel, tx.selAt = sel[:0], at[:0]
 	return err
 }
 

@@ -46,9 +46,14 @@ type Transport struct {
 	// netpoller, bound to the same address and an ephemeral port (RoCEv2
 	// peers look only at the destination port). On the receiving socket,
 	// every sent datagram freed would wake the netpoller (EPOLLOUT) for
-	// nothing, a context switch per send. sendMu guards tx and txFD.
-	sendMu sync.Mutex
-	tx     txState
+	// nothing, a context switch per send. A Send takes one of tx, the
+	// send states (sendmmsg's buffers): a short one the first that is
+	// free, so that an ACK or a small message does not wait behind
+	// another's sendmmsg of a long GSO train, as a NIC's transmit
+	// scheduler serves its queues in turn (lockTx); a QP's packets keep
+	// their order because its sends are made under its lock (package
+	// qp). txFD is guarded by every state's mu: Close takes them all.
+	tx     [txStates]txState
 	txFD   int
 	txPort uint16
 
@@ -93,12 +98,9 @@ type Transport struct {
 
 	// Paths (paths_linux.go). more are the other paths of a transport
 	// with Config.Paths > 1, each a Transport of its own; path is this
-	// one's index. sel and selAt are Send's scratch for the packets of
-	// one path and where they came from, under sendMu.
-	more  []*Transport
-	path  int
-	sel   []transport.Packet
-	selAt []int
+	// one's index.
+	more []*Transport
+	path int
 
 	mc mcastState // multicast groups joined (mcast_linux.go)
 }
@@ -221,7 +223,9 @@ func (t *Transport) setup() error {
 	if err := t.setMulticastSend(); err != nil { // mcast_linux.go
 		t.log.Warn("udp: sends to multicast groups keep the kernel's defaults", "addr", t.local, "err", err)
 	}
-	t.tx.init(t)
+	for i := range t.tx {
+		t.tx[i].init(t)
+	}
 	t.log.Debug("udp transport open", "addr", t.local, "send_port", t.txPort, "peer_port", r.PeerPort,
 		"gso", t.gso.Load(), "gro", t.gro, "batch", r.BatchSize, "max_packet", t.maxPacket,
 		"busy_poll", r.BusyPoll)
@@ -512,10 +516,15 @@ func (t *Transport) Close() error {
 	}
 	t.stopICMP()
 	t.closeGroups() // mcast_linux.go
-	t.sendMu.Lock() // a Send in progress ends within SendTimeout
+	// A Send in progress ends within SendTimeout.
+	for i := range t.tx {
+		t.tx[i].mu.Lock()
+	}
 	unix.Close(t.txFD)
 	t.txFD = -1
-	t.sendMu.Unlock()
+	for i := range t.tx {
+		t.tx[i].mu.Unlock()
+	}
 	t.wg.Wait()
 	t.log.Debug("udp transport closed", "addr", t.local)
 	return err
@@ -796,8 +805,16 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 	rcv.flush()
 }
 
-// txState holds Send's sendmmsg buffers; Transport.sendMu guards it.
+// txStates is how many sends may be in the kernel at once.
+const txStates = 2
+
+// txState holds one Send's sendmmsg buffers, and for a transport of
+// several paths its choice of packets (sel, and where each came from,
+// selAt); mu guards it.
 type txState struct {
+	mu    sync.Mutex
+	sel   []transport.Packet
+	selAt []int
 	msgs  []mmsg.Msg
 	iovs  []unix.Iovec
 	names []sockaddr
@@ -845,14 +862,40 @@ func (t *Transport) Send(pkts []transport.Packet) error {
 	if len(t.more) > 0 {
 		return t.sendPaths(pkts)
 	}
-	t.sendMu.Lock()
-	defer t.sendMu.Unlock()
-	return t.send(pkts)
+	tx := t.lockTx(pkts)
+	defer tx.mu.Unlock()
+	return t.send(tx, pkts)
 }
 
-// send is Send on this path's socket; the caller holds sendMu.
-func (t *Transport) send(pkts []transport.Packet) error {
-	tx := &t.tx
+// smallSend is the most bytes a Send may send beside another: ACKs, a
+// short message, a READ request. Longer sends take turns, as they did
+// with one send state: sendmmsg calls of long trains side by side only
+// take each other's cores.
+const smallSend = 1024
+
+// lockTx takes a send state for a Send of pkts: the first, waiting for
+// it, or for a small send the first that is free.
+func (t *Transport) lockTx(pkts []transport.Packet) *txState {
+	n := 0
+	for i := range pkts {
+		if n += pkts[i].Len(); n > smallSend {
+			break
+		}
+	}
+	if n <= smallSend {
+		for i := range t.tx {
+			if t.tx[i].mu.TryLock() {
+				return &t.tx[i]
+			}
+		}
+	}
+	t.tx[0].mu.Lock()
+	return &t.tx[0]
+}
+
+// send is Send on this path's socket with send state tx, which the
+// caller holds.
+func (t *Transport) send(tx *txState, pkts []transport.Packet) error {
 	if t.txFD < 0 {
 		t.stats.AddTx(0, 0, uint64(len(pkts)))
 		return fmt.Errorf("udp: send: %w", net.ErrClosed)
@@ -861,7 +904,7 @@ func (t *Transport) send(pkts []transport.Packet) error {
 	var packets, bytes, errs uint64
 	checked := 0                     // packets before this were counted if bad
 	for pos := 0; pos < len(pkts); { // each round consumes a packet or turns GSO off
-		next, bad := t.build(pkts, pos, checked)
+		next, bad := t.build(tx, pkts, pos, checked)
 		checked = max(checked, next)
 		if bad > 0 {
 			errs += uint64(bad)
@@ -946,8 +989,7 @@ func (t *Transport) addrs(p *transport.Packet) (src, dst netip.Addr, ok bool) {
 // packets, sealing each. It returns the index after the last packet it
 // took and how many it skipped as bad (counting only those at or after
 // checked).
-func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad int) {
-	tx := &t.tx
+func (t *Transport) build(tx *txState, pkts []transport.Packet, pos, checked int) (next, bad int) {
 	tx.nmsg = 0
 	gso := t.gso.Load()
 	niov := 0
@@ -965,7 +1007,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 		t.seal(p, src, dst, 0)
 		cnt, nv := 1, iovsOf(p)
 		if gso {
-			cnt, nv = t.gsoRun(pkts, pos, niov, src, dst)
+			cnt, nv = t.gsoRun(tx, pkts, pos, niov, src, dst)
 		}
 		m := tx.nmsg
 		v := niov
@@ -977,7 +1019,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 		h.Namelen = tx.names[m].Set(netip.AddrPortFrom(dst, t.cfg.PeerPort), t.cfg.ipv4)
 		h.Iov = &tx.iovs[niov]
 		h.SetIovlen(nv)
-		t.setControl(m, p, cnt, src)
+		t.setControl(tx, m, p, cnt, src)
 		tx.first[m], tx.count[m] = pos, cnt
 		tx.nmsg++
 		niov += nv
@@ -991,7 +1033,7 @@ func (t *Transport) build(pkts []transport.Packet, pos, checked int) (next, bad 
 // used: the packets after it that are as long (the last may be shorter),
 // between the same addresses with the same TOS, while the datagram, the
 // segment count and the iovecs allow. It seals them.
-func (t *Transport) gsoRun(pkts []transport.Packet, pos, niov int, src, dst netip.Addr) (cnt, nv int) {
+func (t *Transport) gsoRun(tx *txState, pkts []transport.Packet, pos, niov int, src, dst netip.Addr) (cnt, nv int) {
 	p := &pkts[pos]
 	size := p.Len()
 	limit := maxDatagram(t.cfg.ipv4)
@@ -1000,7 +1042,7 @@ func (t *Transport) gsoRun(pkts []transport.Packet, pos, niov int, src, dst neti
 		q := &pkts[pos+cnt]
 		n := q.Len()
 		if n > size || len(q.Data) < bth.BTHLen+bth.ICRCLen || total+n > limit || q.TOS != p.TOS ||
-			niov+nv+iovsOf(q) > len(t.tx.iovs) {
+			niov+nv+iovsOf(q) > len(tx.iovs) {
 			break
 		}
 		qs, qd, ok := t.addrs(q)
@@ -1021,8 +1063,7 @@ func (t *Transport) gsoRun(pkts []transport.Packet, pos, niov int, src, dst neti
 // setControl writes the control messages of message m, whose first packet
 // is p and which carries cnt packets from src: the TOS when p has one, the
 // GSO segment size of a run, and the source address on a wildcard socket.
-func (t *Transport) setControl(m int, p *transport.Packet, cnt int, src netip.Addr) {
-	tx := &t.tx
+func (t *Transport) setControl(tx *txState, m int, p *transport.Packet, cnt int, src netip.Addr) {
 	ipv4 := t.cfg.ipv4
 	h := &tx.msgs[m].Hdr
 	c := tx.ctrl[m*txCmsgSpace : (m+1)*txCmsgSpace]
