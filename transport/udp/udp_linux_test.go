@@ -793,16 +793,22 @@ func TestSendBesideSend(t *testing.T) {
 		}
 	}
 	t.Cleanup(release)
+	// sent waits for the Send in progress to return, failing with why if
+	// it does not within 5 s.
+	sent := func(why string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal(why)
+		}
+	}
 	hold(0)
 	go func() { done <- a.Send(first) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a Send waited for the send in progress")
-	}
+	sent("a Send waited for the send in progress")
 	if got := cb.Wait(3, 5*time.Second); len(got) != 3 {
 		t.Fatalf("%d of 3 packets arrived", len(got))
 	}
@@ -816,14 +822,7 @@ func TestSendBesideSend(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	release()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a Send waiting for a send state did not go once they were free")
-	}
+	sent("a Send waiting for a send state did not go once they were free")
 	if got := cb.Wait(3, 5*time.Second); len(got) != 3 {
 		t.Fatalf("%d of 3 packets arrived after the wait", len(got))
 	}
@@ -870,7 +869,7 @@ func TestSendBesideSend(t *testing.T) {
 		t.Fatalf("%d of %d packets arrived; a %+v b %+v", len(got), len(want), a.Stats(), b.Stats())
 	}
 	for _, g := range got {
-		psn := bth.PSN(binary.BigEndian.Uint32(g.Data[8:12]) & 0xFFFFFF)
+		psn := bth.BTH(g.Data).PSN()
 		w, ok := want[psn]
 		if !ok {
 			t.Fatalf("PSN %#x arrived twice, or was never sent", psn)
