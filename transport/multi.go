@@ -166,6 +166,7 @@ func (m *Multi) Stats() Stats {
 		s.TxErrors += t.TxErrors
 		s.RxICRCErrors += t.RxICRCErrors
 		s.RxMalformed += t.RxMalformed
+		s.RxDropped += t.RxDropped
 	}
 	return s
 }

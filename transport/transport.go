@@ -264,4 +264,12 @@ type Stats struct {
 	// RxMalformed counts packets dropped because they were not RoCE or
 	// did not parse (too short, bad lengths, unknown opcode).
 	RxMalformed uint64
+	// RxDropped counts datagrams the kernel dropped at the link's socket
+	// before the transport read them, for want of room in its receive
+	// buffer: the receive path did not keep up (on a busy host, or with
+	// more senders than it has cores for). A peer's go-back-N sends
+	// every packet after each one again. Raise net.core.rmem_max, or
+	// give the device a core. Counted when the next datagram arrives
+	// (UDP's SO_RXQ_OVFL); 0 on links that cannot tell.
+	RxDropped uint64
 }

@@ -183,6 +183,7 @@ func (t *Transport) openGroup(g netip.Addr) (*groupConn, error) {
 		}
 	}
 	set(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1, "SO_REUSEADDR")
+	set(unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1, "SO_RXQ_OVFL")
 	if t.cfg.ipv4 {
 		set(unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO")
 		set(unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS")
@@ -250,6 +251,7 @@ func (t *Transport) receiveGroup(gc *groupConn) {
 	buf := make([]byte, t.maxPacket+1) // a byte more: what fills it is too long
 	oob := make([]byte, rxCmsgSpace)
 	var meta rxMeta
+	var drops uint32 // the socket's drop count, as the last datagram gave it
 	failures := 0
 	for {
 		n, oobn, flags, src, err := gc.conn.ReadMsgUDPAddrPort(buf, oob)
@@ -269,6 +271,10 @@ func (t *Transport) receiveGroup(gc *groupConn) {
 			continue
 		}
 		parseCmsgs(oob[:oobn], &meta)
+		if meta.hasDrops && meta.drops != drops {
+			gc.rcv.stats.AddRxDropped(uint64(meta.drops - drops))
+			drops = meta.drops
+		}
 		dst := meta.dst.Unmap()
 		if !dst.IsValid() {
 			dst = gc.addr

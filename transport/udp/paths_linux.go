@@ -220,5 +220,6 @@ func addStats(a, b transport.Stats) transport.Stats {
 	a.TxErrors += b.TxErrors
 	a.RxICRCErrors += b.RxICRCErrors
 	a.RxMalformed += b.RxMalformed
+	a.RxDropped += b.RxDropped
 	return a
 }

@@ -21,7 +21,7 @@ var (
 	txCmsgSpace = unix.CmsgSpace(4) /* TOS or TCLASS */ + unix.CmsgSpace(2) /* UDP_SEGMENT */ +
 		unix.CmsgSpace(unix.SizeofInet6Pktinfo) /* source address */
 	rxCmsgSpace = unix.CmsgSpace(4) /* TOS or TCLASS */ + unix.CmsgSpace(4) /* UDP_GRO */ +
-		unix.CmsgSpace(unix.SizeofInet6Pktinfo) + 32 /* headroom */
+		unix.CmsgSpace(unix.SizeofInet6Pktinfo) + unix.CmsgSpace(4) /* SO_RXQ_OVFL */ + 32 /* headroom */
 )
 
 // putCmsg writes a control message header for level and typ with n data
@@ -41,6 +41,11 @@ type rxMeta struct {
 	dst    netip.Addr // from IP_PKTINFO / IPV6_PKTINFO; invalid if absent
 	tos    uint8
 	gsoLen int // from UDP_GRO; 0 if absent
+	// drops is the socket's count of datagrams dropped before this one
+	// was queued (SO_RXQ_OVFL), when hasDrops: the kernel sends it once
+	// the count is not 0.
+	drops    uint32
+	hasDrops bool
 }
 
 // parseCmsgs reads the control messages the receive path asks for.
@@ -68,6 +73,8 @@ func parseCmsgs(b []byte, m *rxMeta) {
 			m.tos = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 4:
 			m.gsoLen = int(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			m.drops, m.hasDrops = binary.NativeEndian.Uint32(data), true
 		}
 		sp := unix.CmsgSpace(l - cmsgHdrLen)
 		if sp >= len(b) {

@@ -185,6 +185,9 @@ func (t *Transport) setup() error {
 			// covers the datagram); the kernel drops those without this.
 			set(unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX")
 		}
+		// The socket's drop count on each datagram, once it is not 0
+		// (Stats.RxDropped).
+		set(unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1, "SO_RXQ_OVFL")
 		setBuffer(s, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, r.ReadBuffer)
 		setBuffer(s, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, r.WriteBuffer)
 		if r.GSO != OffloadOff {
@@ -556,6 +559,7 @@ type rxState struct {
 	polls  uint64     // Transport.polls when the receive goroutine last looked
 	n      int        // datagrams the last recvmmsg returned
 	errno  unix.Errno // its error, if any
+	drops  uint32     // the socket's drop count, as the last datagram gave it
 	readFn func(uintptr) bool
 }
 
@@ -791,6 +795,10 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 		}
 		meta = rxMeta{}
 		parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.Hdr.Controllen)], &meta)
+		if meta.hasDrops && meta.drops != rx.drops {
+			rcv.stats.AddRxDropped(uint64(meta.drops - rx.drops)) // the count wraps at 2^32
+			rx.drops = meta.drops
+		}
 		dst := meta.dst
 		if !dst.IsValid() {
 			dst = t.local.Addr()

@@ -141,10 +141,12 @@ func (b *bench) bulkRun(ctx context.Context, c netCfg, st stack, n int, keep boo
 		retrans += float64(f.retrans) // TCP's, filled by stop
 	}
 	bulks = nil
+	r.SocketDrops = -1
 	if st.roce {
 		for _, d := range hosts.sends {
 			retrans += float64(d.Stats().Engine.Counters.Retransmits) * 1024 // packets of the path MTU
 		}
+		r.SocketDrops = int(hosts.recv.Stats().Link.RxDropped)
 	}
 	if delivered > 0 {
 		r.Retrans = retrans / delivered
@@ -167,7 +169,7 @@ func (b *bench) bulkRun(ctx context.Context, c netCfg, st stack, n int, keep boo
 
 func (b *bench) incast(ctx context.Context) error {
 	b.printf("Incast: N senders into one receiver through %s with a %d KiB buffer, %d s per run\n\n", linkRate, linkBuffer>>10, b.secs)
-	b.printf("| senders | ECN marking | stack | goodput (of the link) | Jain (1 s windows) | sent again | qdisc drops | marked CE |\n|---|---|---|---|---|---|---|---|\n")
+	b.printf("| senders | ECN marking | stack | goodput (of the link) | Jain (1 s windows) | sent again | qdisc drops | receiver socket drops | marked CE |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, mark := range []bool{false, true} {
 		for _, n := range []int{1, 2, 4, 8} {
 			if b.senders != 0 && n != b.senders {
@@ -191,8 +193,8 @@ func (b *bench) incast(ctx context.Context) error {
 				if s != nil {
 					b.series = append(b.series, *s)
 				}
-				b.printf("| %d | %v | %s | %.0f Mbit/s (%.2f) | %.3f | %.2f %% | %d | %s |\n", n, mark, st.name, r.Goodput/1e6, r.Link,
-					r.Jain, 100*r.Retrans, r.Drops, markedCell(mark, r.Marked))
+				b.printf("| %d | %v | %s | %.0f Mbit/s (%.2f) | %.3f | %.2f %% | %d | %s | %s |\n", n, mark, st.name, r.Goodput/1e6, r.Link,
+					r.Jain, 100*r.Retrans, r.Drops, countCell(r.SocketDrops), markedCell(mark, r.Marked))
 			}
 		}
 	}
@@ -201,6 +203,14 @@ func (b *bench) incast(ctx context.Context) error {
 }
 
 // markedCell is the marked CE column's cell.
+// countCell is n, or "-" for a count that does not apply (negative).
+func countCell(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
 func markedCell(mark bool, n int) string {
 	if !mark {
 		return "-"

@@ -146,6 +146,10 @@ type result struct {
 	// Retrans is the bytes sent again per byte delivered.
 	Retrans float64 `json:"retrans_fraction,omitempty"`
 	Drops   int     `json:"qdisc_drops,omitempty"`
+	// SocketDrops counts the packets the kernel dropped at the goroce
+	// receiver's socket, its receive buffer full (transport.Stats's
+	// RxDropped); -1 for TCP, absent when 0.
+	SocketDrops int `json:"receiver_socket_drops,omitempty"`
 	// Marked counts the packets the marking rules marked CE.
 	Marked int `json:"ce_marked,omitempty"`
 	// Latency case: the ping-pong's round trips, µs.

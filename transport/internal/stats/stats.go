@@ -14,6 +14,7 @@ type Counters struct {
 	txPackets, txBytes, txErrors atomic.Uint64
 	rxPackets, rxBytes           atomic.Uint64
 	rxICRCErrors, rxMalformed    atomic.Uint64
+	rxDropped                    atomic.Uint64
 }
 
 // Snapshot returns the counts so far.
@@ -26,6 +27,7 @@ func (c *Counters) Snapshot() transport.Stats {
 		TxErrors:     c.txErrors.Load(),
 		RxICRCErrors: c.rxICRCErrors.Load(),
 		RxMalformed:  c.rxMalformed.Load(),
+		RxDropped:    c.rxDropped.Load(),
 	}
 }
 
@@ -40,6 +42,10 @@ func (c *Counters) AddTx(packets, bytes, errs uint64) {
 		c.txErrors.Add(errs)
 	}
 }
+
+// AddRxDropped adds n datagrams the kernel dropped before the transport
+// read them.
+func (c *Counters) AddRxDropped(n uint64) { c.rxDropped.Add(n) }
 
 // AddRx adds what a receive batch delivered and dropped, as AddTx does.
 func (c *Counters) AddRx(packets, bytes, icrcErrors, malformed uint64) {
