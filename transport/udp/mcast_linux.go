@@ -271,10 +271,7 @@ func (t *Transport) receiveGroup(gc *groupConn) {
 			continue
 		}
 		parseCmsgs(oob[:oobn], &meta)
-		if meta.hasDrops && meta.drops != drops {
-			gc.rcv.stats.AddRxDropped(uint64(meta.drops - drops))
-			drops = meta.drops
-		}
+		gc.rcv.countDrops(&meta, &drops)
 		dst := meta.dst.Unmap()
 		if !dst.IsValid() {
 			dst = gc.addr

@@ -84,5 +84,14 @@ func parseCmsgs(b []byte, m *rxMeta) {
 	}
 }
 
+// countDrops counts the datagrams the socket dropped since *last, its drop
+// count as an earlier datagram gave it, if m gives the count.
+func (r *receiver) countDrops(m *rxMeta, last *uint32) {
+	if m.hasDrops && m.drops != *last {
+		r.stats.AddRxDropped(uint64(m.drops - *last)) // the count wraps at 2^32
+		*last = m.drops
+	}
+}
+
 // sockaddr is room for either raw socket address (mmsg.Sockaddr).
 type sockaddr = mmsg.Sockaddr

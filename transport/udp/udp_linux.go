@@ -793,12 +793,8 @@ func (t *Transport) deliver(rx *rxState, rcv *receiver) {
 			rcv.malformed++
 			continue
 		}
-		meta = rxMeta{}
 		parseCmsgs(rx.ctrl[i*rxCmsgSpace:i*rxCmsgSpace+int(m.Hdr.Controllen)], &meta)
-		if meta.hasDrops && meta.drops != rx.drops {
-			rcv.stats.AddRxDropped(uint64(meta.drops - rx.drops)) // the count wraps at 2^32
-			rx.drops = meta.drops
-		}
+		rcv.countDrops(&meta, &rx.drops)
 		dst := meta.dst
 		if !dst.IsValid() {
 			dst = t.local.Addr()

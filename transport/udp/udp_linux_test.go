@@ -886,8 +886,8 @@ func TestSendBesideSend(t *testing.T) {
 // TestRxDropped checks that datagrams the kernel drops at a full receive
 // buffer are counted: with the receiver's handler held and a small
 // buffer, 2000 packets sent at it fill it, and once the handler goes on
-// and one more packet arrives, the packets delivered and those counted
-// dropped add up to every packet sent.
+// and further packets arrive one at a time, the packets delivered and
+// those counted dropped add up to every packet sent.
 func TestRxDropped(t *testing.T) {
 	ca, cb := pairConfigs(t, false, 71, 91)
 	ca.GSO, ca.GRO, cb.GSO, cb.GRO = OffloadOff, OffloadOff, OffloadOff, OffloadOff // a datagram a packet

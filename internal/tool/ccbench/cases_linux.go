@@ -202,7 +202,6 @@ func (b *bench) incast(ctx context.Context) error {
 	return nil
 }
 
-// markedCell is the marked CE column's cell.
 // countCell is n, or "-" for a count that does not apply (negative).
 func countCell(n int) string {
 	if n < 0 {
@@ -211,6 +210,7 @@ func countCell(n int) string {
 	return strconv.Itoa(n)
 }
 
+// markedCell is the marked CE column's cell.
 func markedCell(mark bool, n int) string {
 	if !mark {
 		return "-"
